@@ -1,0 +1,247 @@
+//! One chain's upstream: a jsonrpsee HTTP client per URL, batched requests, failover to the next
+//! URL on transport errors or timeouts, and a cool-down for URLs that keep failing.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use jsonrpsee::core::client::{BatchResponse, ClientT, Error as ClientError};
+use jsonrpsee::core::params::BatchRequestBuilder;
+use jsonrpsee::core::traits::ToRpcParams;
+use jsonrpsee::http_client::{HttpClient, HttpClientBuilder};
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+/// Consecutive failures after which a URL is skipped for [`COOL_DOWN`].
+const FAILURES_BEFORE_COOL_DOWN: u32 = 3;
+const COOL_DOWN: Duration = Duration::from_secs(10);
+
+/// An upstream call: method name and positional params.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub method: &'static str,
+    pub params: Vec<Value>,
+}
+
+impl Call {
+    pub fn new(method: &'static str, params: Vec<Value>) -> Self {
+        Self { method, params }
+    }
+}
+
+struct Params(Vec<Value>);
+
+impl ToRpcParams for Params {
+    fn to_rpc_params(self) -> Result<Option<Box<RawValue>>, serde_json::Error> {
+        serde_json::value::to_raw_value(&self.0).map(Some)
+    }
+}
+
+/// The node's answer to one call of a batch: a value, or the JSON-RPC error it returned
+/// (a revert, "nonce too low", ...).
+pub type CallResult = Result<Value, RpcError>;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RpcError {
+    pub code: i32,
+    pub message: String,
+    pub data: Option<Value>,
+}
+
+impl std::fmt::Display for RpcError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.message, self.code)
+    }
+}
+
+/// The chain could not be asked at all: every URL failed or timed out.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("chain {chain} unreachable: {detail}")]
+pub struct Unreachable {
+    pub chain: String,
+    pub detail: String,
+}
+
+struct Upstream {
+    url: String,
+    client: HttpClient,
+    consecutive_failures: AtomicU32,
+    /// Milliseconds since `ChainClient::epoch` until which this URL is skipped.
+    cooling_until_ms: AtomicU64,
+}
+
+/// Counters the operator sees on /metrics, kept per URL.
+#[derive(Debug, Clone, Default)]
+pub struct UpstreamStats {
+    pub url: String,
+    pub requests: u64,
+    pub errors: u64,
+}
+
+pub struct ChainClient {
+    name: String,
+    upstreams: Vec<Upstream>,
+    epoch: Instant,
+    stats: Vec<(AtomicU64, AtomicU64)>,
+    last_success: AtomicU64,
+}
+
+impl ChainClient {
+    pub fn new(name: &str, urls: &[String], timeout: Duration) -> Result<Arc<Self>, String> {
+        let mut upstreams = Vec::with_capacity(urls.len());
+        for url in urls {
+            let client = HttpClientBuilder::default()
+                .request_timeout(timeout)
+                .max_response_size(32 * 1024 * 1024)
+                .build(url)
+                .map_err(|e| format!("{url}: {e}"))?;
+            upstreams.push(Upstream {
+                url: url.clone(),
+                client,
+                consecutive_failures: AtomicU32::new(0),
+                cooling_until_ms: AtomicU64::new(0),
+            });
+        }
+        let stats = urls
+            .iter()
+            .map(|_| (AtomicU64::new(0), AtomicU64::new(0)))
+            .collect();
+        Ok(Arc::new(Self {
+            name: name.to_string(),
+            upstreams,
+            epoch: Instant::now(),
+            stats,
+            last_success: AtomicU64::new(u64::MAX),
+        }))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Sends `calls` as one JSON-RPC batch; answers per call in order.
+    pub async fn batch(&self, calls: &[Call]) -> Result<Vec<CallResult>, Unreachable> {
+        self.with_failover(|client| async move {
+            let mut batch = BatchRequestBuilder::new();
+            for call in calls {
+                batch
+                    .insert(call.method, Params(call.params.clone()))
+                    .map_err(|e| ClientError::Custom(e.to_string()))?;
+            }
+            let response: BatchResponse<Value> = client.batch_request(batch).await?;
+            Ok(response
+                .into_iter()
+                .map(|entry| entry.map_err(|e| rpc_error(&e)))
+                .collect::<Vec<_>>())
+        })
+        .await
+    }
+
+    /// One call; a JSON-RPC error from the node is returned as `Ok(Err(..))`.
+    pub async fn call(
+        &self,
+        method: &'static str,
+        params: Vec<Value>,
+    ) -> Result<CallResult, Unreachable> {
+        self.with_failover(|client| {
+            let params = params.clone();
+            async move {
+                match client.request::<Value, _>(method, Params(params)).await {
+                    Ok(value) => Ok(Ok(value)),
+                    Err(ClientError::Call(e)) => Ok(Err(rpc_error(&e))),
+                    Err(other) => Err(other),
+                }
+            }
+        })
+        .await
+    }
+
+    /// Tries each URL that is not cooling down, in order; the first answer wins. When every URL
+    /// is cooling down they are all tried anyway: a chain is never given up without asking.
+    async fn with_failover<'a, F, Fut, T>(&'a self, attempt: F) -> Result<T, Unreachable>
+    where
+        F: Fn(&'a HttpClient) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ClientError>>,
+    {
+        let now = self.now_ms();
+        let mut order: Vec<usize> = (0..self.upstreams.len())
+            .filter(|&i| self.upstreams[i].cooling_until_ms.load(Ordering::Relaxed) <= now)
+            .collect();
+        if order.is_empty() {
+            order = (0..self.upstreams.len()).collect();
+        }
+        let mut last_error = String::from("no upstream URL");
+        for i in order {
+            let upstream = &self.upstreams[i];
+            self.stats[i].0.fetch_add(1, Ordering::Relaxed);
+            match attempt(&upstream.client).await {
+                Ok(value) => {
+                    upstream.consecutive_failures.store(0, Ordering::Relaxed);
+                    self.last_success.store(self.now_ms(), Ordering::Relaxed);
+                    return Ok(value);
+                }
+                Err(error) => {
+                    self.stats[i].1.fetch_add(1, Ordering::Relaxed);
+                    let failures = upstream
+                        .consecutive_failures
+                        .fetch_add(1, Ordering::Relaxed)
+                        + 1;
+                    if failures >= FAILURES_BEFORE_COOL_DOWN {
+                        let until = self.now_ms() + COOL_DOWN.as_millis() as u64;
+                        upstream.cooling_until_ms.store(until, Ordering::Relaxed);
+                    }
+                    tracing::debug!(chain = %self.name, url = %upstream.url, %error, "upstream request failed");
+                    last_error = format!("{}: {}", upstream.url, short_error(&error));
+                }
+            }
+        }
+        Err(Unreachable {
+            chain: self.name.clone(),
+            detail: last_error,
+        })
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// How long ago any URL of this chain last answered, if ever.
+    pub fn since_last_success(&self) -> Option<Duration> {
+        match self.last_success.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            at => Some(Duration::from_millis(self.now_ms().saturating_sub(at))),
+        }
+    }
+
+    pub fn stats(&self) -> Vec<UpstreamStats> {
+        self.upstreams
+            .iter()
+            .zip(&self.stats)
+            .map(|(u, (requests, errors))| UpstreamStats {
+                url: u.url.clone(),
+                requests: requests.load(Ordering::Relaxed),
+                errors: errors.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+}
+
+fn rpc_error(e: &jsonrpsee::types::ErrorObject<'_>) -> RpcError {
+    RpcError {
+        code: e.code(),
+        message: e.message().to_string(),
+        data: e
+            .data()
+            .and_then(|raw| serde_json::from_str(raw.get()).ok()),
+    }
+}
+
+fn short_error(error: &ClientError) -> String {
+    match error {
+        ClientError::RequestTimeout => "timed out".to_string(),
+        other => {
+            let text = other.to_string();
+            text.chars().take(200).collect()
+        }
+    }
+}

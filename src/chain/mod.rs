@@ -1,0 +1,145 @@
+//! Talking to EVM nodes: the upstream client, the per-block head and fee cache, and the
+//! hex-quantity helpers every caller needs.
+
+pub mod client;
+pub mod fees;
+pub mod head;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ethers_core::types::{Address, Bytes, U256};
+use serde_json::{json, Value};
+
+use crate::config::ChainSettings;
+pub use client::{Call, CallResult, ChainClient, RpcError, Unreachable};
+pub use fees::Fees;
+pub use head::{Head, HeadWatcher};
+
+/// A configured chain: its settings, its upstream client and its head cache.
+pub struct Chain {
+    pub name: String,
+    pub settings: ChainSettings,
+    pub client: Arc<ChainClient>,
+    pub head: HeadWatcher,
+}
+
+impl Chain {
+    pub fn new(name: &str, settings: &ChainSettings) -> Result<Arc<Self>, String> {
+        let client = ChainClient::new(
+            name,
+            &settings.rpc_urls,
+            Duration::from_millis(settings.request_timeout_ms),
+        )?;
+        let head = HeadWatcher::spawn(
+            client.clone(),
+            settings.fee_model,
+            Duration::from_millis(settings.poll_interval_ms),
+        );
+        Ok(Arc::new(Self {
+            name: name.to_string(),
+            settings: settings.clone(),
+            client,
+            head,
+        }))
+    }
+
+    /// The latest head, asking the chain now if the cache has none yet.
+    pub async fn latest_head(&self) -> Result<Head, Unreachable> {
+        self.head.latest_or_fetch().await
+    }
+}
+
+pub fn hex_u64(n: u64) -> Value {
+    Value::String(format!("{n:#x}"))
+}
+
+pub fn hex_u256(n: U256) -> String {
+    format!("{n:#x}")
+}
+
+pub fn hex_bytes(bytes: &[u8]) -> String {
+    format!("0x{}", hex_encode(bytes))
+}
+
+pub fn hex_encode(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[(b >> 4) as usize] as char);
+        out.push(DIGITS[(b & 0xf) as usize] as char);
+    }
+    out
+}
+
+/// Decodes `0x`-prefixed hex with an even number of digits.
+pub fn hex_decode(s: &str) -> Option<Vec<u8>> {
+    let digits = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X"))?;
+    if digits.len() % 2 != 0 {
+        return None;
+    }
+    (0..digits.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(digits.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// Reads a JSON-RPC hex quantity (`"0x1a"`).
+pub fn parse_quantity(value: &Value) -> Option<U256> {
+    let s = value.as_str()?;
+    let digits = s.strip_prefix("0x")?;
+    if digits.is_empty() || digits.len() > 64 {
+        return None;
+    }
+    U256::from_str_radix(digits, 16).ok()
+}
+
+pub fn parse_u64(value: &Value) -> Option<u64> {
+    parse_quantity(value)
+        .filter(|n| *n <= U256::from(u64::MAX))
+        .map(|n| n.as_u64())
+}
+
+/// Reads an ABI-encoded word answer of `eth_call` (`0x` + 64 hex digits).
+pub fn parse_word(value: &Value) -> Option<U256> {
+    let bytes = hex_decode(value.as_str()?)?;
+    (bytes.len() >= 32).then(|| U256::from_big_endian(&bytes[..32]))
+}
+
+pub fn eth_call(to: Address, data: &[u8], block: &str) -> Call {
+    Call::new(
+        "eth_call",
+        vec![
+            json!({"to": format!("{to:?}"), "data": hex_bytes(data)}),
+            json!(block),
+        ],
+    )
+}
+
+pub fn bytes_of(value: &Value) -> Option<Bytes> {
+    hex_decode(value.as_str()?).map(Bytes::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trip() {
+        assert_eq!(hex_decode("0x00ff10"), Some(vec![0, 255, 16]));
+        assert_eq!(hex_decode("0x0"), None);
+        assert_eq!(hex_decode("00"), None);
+        assert_eq!(hex_decode("0xzz"), None);
+        assert_eq!(hex_bytes(&[0, 255, 16]), "0x00ff10");
+    }
+
+    #[test]
+    fn quantities() {
+        assert_eq!(parse_quantity(&json!("0x1a")), Some(U256::from(26)));
+        assert_eq!(parse_quantity(&json!("1a")), None);
+        assert_eq!(parse_quantity(&json!("0x")), None);
+        assert_eq!(parse_u64(&json!("0x10000000000000000")), None);
+        assert_eq!(hex_u256(U256::from(255)), "0xff");
+        assert_eq!(hex_u256(U256::zero()), "0x0");
+    }
+}

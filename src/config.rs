@@ -1,0 +1,639 @@
+//! Typed settings: layered TOML files, `ROUTERD__SECTION__KEY` environment overrides, validation
+//! that names the bad key, and a redacted rendering for `check-config`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use config::{Config, File, FileFormat, Map, Value, ValueKind};
+use ethers_core::types::{Address, U256};
+use serde::{Deserialize, Serialize};
+
+pub const ENV_PREFIX: &str = "ROUTERD";
+
+/// A configuration problem, always naming the key at fault.
+#[derive(Debug, thiserror::Error)]
+#[error("{key}: {message}")]
+pub struct ConfigError {
+    pub key: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    #[serde(default)]
+    pub server: ServerSettings,
+    #[serde(default)]
+    pub storage: StorageSettings,
+    #[serde(default)]
+    pub chains: BTreeMap<String, ChainSettings>,
+    pub router: Option<RouterSettings>,
+    pub facilitator: Option<FacilitatorSettings>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSettings {
+    pub listen: SocketAddr,
+    pub facilitator_listen: Option<SocketAddr>,
+    pub max_body_bytes: u32,
+    pub shutdown_grace_secs: u64,
+    pub max_connections: u32,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".parse().expect("static address"),
+            facilitator_listen: None,
+            max_body_bytes: 65536,
+            shutdown_grace_secs: 30,
+            max_connections: 1024,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageSettings {
+    pub path: PathBuf,
+}
+
+impl Default for StorageSettings {
+    fn default() -> Self {
+        let path = match std::env::var_os("STATE_DIRECTORY") {
+            Some(dir) => PathBuf::from(dir).join("routerd.db"),
+            None => PathBuf::from("data/routerd.db"),
+        };
+        Self { path }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChainKind {
+    L1,
+    L2,
+    L3,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FeeModel {
+    /// EIP-1559 when the latest block carries `baseFeePerGas`, legacy otherwise.
+    #[default]
+    Auto,
+    Eip1559,
+    Legacy,
+    /// EIP-1559 execution fees plus the L1 data fee of the `GasPriceOracle` predeploy.
+    OpStack,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChainSettings {
+    pub chain_id: u64,
+    pub kind: ChainKind,
+    pub rpc_urls: Vec<String>,
+    #[serde(default = "default_native_price")]
+    pub native_price: f64,
+    #[serde(default)]
+    pub fee_model: FeeModel,
+    #[serde(default = "default_valid_before_margin")]
+    pub valid_before_margin_secs: u64,
+    /// Cap on what the facilitator pays per gas on this network, in wei (decimal string).
+    pub max_fee_per_gas: Option<String>,
+    /// How often the head block is polled; receipts and fee data follow this cadence.
+    #[serde(default = "default_poll_interval")]
+    pub poll_interval_ms: u64,
+    /// Bound on one upstream request to this chain.
+    #[serde(default = "default_request_timeout")]
+    pub request_timeout_ms: u64,
+    #[serde(default)]
+    pub tokens: BTreeMap<String, TokenSettings>,
+}
+
+fn default_native_price() -> f64 {
+    1.0
+}
+fn default_valid_before_margin() -> u64 {
+    6
+}
+fn default_poll_interval() -> u64 {
+    500
+}
+fn default_request_timeout() -> u64 {
+    5000
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenSettings {
+    pub address: String,
+    pub eip712_name: String,
+    pub eip712_version: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouterSettings {
+    pub chains: Vec<String>,
+    #[serde(default = "default_prefer")]
+    pub prefer: Vec<ChainKind>,
+    #[serde(default = "default_chain_timeout")]
+    pub chain_timeout_ms: u64,
+    #[serde(default = "default_nonce_ttl")]
+    pub nonce_reservation_ttl_secs: u64,
+    /// Fraction added on top of `eth_estimateGas` (0.2 = +20%).
+    #[serde(default = "default_gas_headroom")]
+    pub gas_headroom: f64,
+}
+
+fn default_prefer() -> Vec<ChainKind> {
+    vec![ChainKind::L2, ChainKind::L1, ChainKind::L3]
+}
+fn default_chain_timeout() -> u64 {
+    1500
+}
+fn default_nonce_ttl() -> u64 {
+    120
+}
+fn default_gas_headroom() -> f64 {
+    0.2
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FacilitatorSettings {
+    pub networks: Vec<String>,
+    #[serde(default)]
+    pub signer_key_file: String,
+    #[serde(default)]
+    pub deny_list_file: String,
+    #[serde(default = "default_settle_timeout")]
+    pub settle_timeout_secs: u64,
+    #[serde(default = "default_max_batch")]
+    pub max_batch: usize,
+    /// Blocks a settlement may stay unmined before it is re-sent with bumped fees.
+    #[serde(default = "default_bump_after_blocks")]
+    pub bump_after_blocks: u64,
+}
+
+fn default_settle_timeout() -> u64 {
+    60
+}
+fn default_max_batch() -> usize {
+    100
+}
+fn default_bump_after_blocks() -> u64 {
+    3
+}
+
+impl Settings {
+    /// Loads `paths` in order (later files win), then the environment, then validates.
+    pub fn load(paths: &[PathBuf]) -> Result<Self, ConfigError> {
+        let env: HashMap<String, String> = std::env::vars().collect();
+        Self::load_from(paths, &env)
+    }
+
+    pub fn load_from(
+        paths: &[PathBuf],
+        env: &HashMap<String, String>,
+    ) -> Result<Self, ConfigError> {
+        let mut builder = Config::builder();
+        for path in paths {
+            builder = builder
+                .add_source(File::new(&path.to_string_lossy(), FileFormat::Toml).required(true));
+        }
+        let from_files = builder
+            .build_cloned()
+            .map_err(|e| ConfigError::new(config_error_key(&e), e.to_string()))?;
+        let file_tree: Map<String, Value> = from_files.try_deserialize().unwrap_or_default();
+        for (key, value) in env_overrides(&file_tree, env)? {
+            builder = builder
+                .set_override(key.clone(), value)
+                .map_err(|e| ConfigError::new(key, e.to_string()))?;
+        }
+        let settings: Settings = builder
+            .build()
+            .and_then(|c| c.try_deserialize())
+            .map_err(|e| ConfigError::new(config_error_key(&e), e.to_string()))?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.router.is_none() && self.facilitator.is_none() {
+            return Err(ConfigError::new(
+                "router",
+                "neither [router] nor [facilitator] is configured: nothing to serve",
+            ));
+        }
+        if self.server.max_body_bytes < 1024 {
+            return Err(ConfigError::new(
+                "server.max_body_bytes",
+                "must be at least 1024",
+            ));
+        }
+        for (name, chain) in &self.chains {
+            chain.validate(name)?;
+        }
+        if let Some(router) = &self.router {
+            router.validate(&self.chains)?;
+        }
+        if let Some(facilitator) = &self.facilitator {
+            facilitator.validate(&self.chains)?;
+        }
+        Ok(())
+    }
+
+    /// The effective configuration as TOML. Settings hold no secret values (keys live in files
+    /// or the environment), so only paths are shown.
+    pub fn render(&self) -> String {
+        toml_render(self)
+    }
+}
+
+impl ChainSettings {
+    fn validate(&self, name: &str) -> Result<(), ConfigError> {
+        let key = |field: &str| format!("chains.{name}.{field}");
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(ConfigError::new(
+                format!("chains.{name}"),
+                "network names use letters, digits, '-' and '_'",
+            ));
+        }
+        if self.chain_id == 0 {
+            return Err(ConfigError::new(key("chain_id"), "must be greater than 0"));
+        }
+        if self.rpc_urls.is_empty() {
+            return Err(ConfigError::new(
+                key("rpc_urls"),
+                "at least one URL is required",
+            ));
+        }
+        for url in &self.rpc_urls {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(ConfigError::new(
+                    key("rpc_urls"),
+                    format!("not an http(s) URL: {url}"),
+                ));
+            }
+        }
+        if !(self.native_price.is_finite() && self.native_price > 0.0) {
+            return Err(ConfigError::new(
+                key("native_price"),
+                "must be a positive number",
+            ));
+        }
+        if self.poll_interval_ms == 0 || self.request_timeout_ms == 0 {
+            return Err(ConfigError::new(
+                key("poll_interval_ms"),
+                "intervals must be greater than 0",
+            ));
+        }
+        if let Some(cap) = &self.max_fee_per_gas {
+            U256::from_dec_str(cap).map_err(|_| {
+                ConfigError::new(key("max_fee_per_gas"), "not a decimal wei amount")
+            })?;
+        }
+        for (symbol, token) in &self.tokens {
+            token.address.parse::<Address>().map_err(|_| {
+                ConfigError::new(key(&format!("tokens.{symbol}.address")), "not a 0x address")
+            })?;
+        }
+        Ok(())
+    }
+
+    pub fn max_fee_cap(&self) -> Option<U256> {
+        self.max_fee_per_gas
+            .as_deref()
+            .and_then(|s| U256::from_dec_str(s).ok())
+    }
+}
+
+impl RouterSettings {
+    fn validate(&self, chains: &BTreeMap<String, ChainSettings>) -> Result<(), ConfigError> {
+        if self.chains.is_empty() {
+            return Err(ConfigError::new(
+                "router.chains",
+                "at least one chain is required",
+            ));
+        }
+        for name in &self.chains {
+            if !chains.contains_key(name) {
+                return Err(ConfigError::new(
+                    "router.chains",
+                    format!("no [chains.{name}] section"),
+                ));
+            }
+        }
+        if self.chain_timeout_ms == 0 {
+            return Err(ConfigError::new(
+                "router.chain_timeout_ms",
+                "must be greater than 0",
+            ));
+        }
+        if !(self.gas_headroom.is_finite() && (0.0..=10.0).contains(&self.gas_headroom)) {
+            return Err(ConfigError::new(
+                "router.gas_headroom",
+                "must be between 0 and 10",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl FacilitatorSettings {
+    fn validate(&self, chains: &BTreeMap<String, ChainSettings>) -> Result<(), ConfigError> {
+        if self.networks.is_empty() {
+            return Err(ConfigError::new(
+                "facilitator.networks",
+                "at least one network is required",
+            ));
+        }
+        for name in &self.networks {
+            let chain = chains.get(name).ok_or_else(|| {
+                ConfigError::new(
+                    "facilitator.networks",
+                    format!("no [chains.{name}] section"),
+                )
+            })?;
+            if chain.tokens.is_empty() {
+                return Err(ConfigError::new(
+                    format!("chains.{name}.tokens"),
+                    "a served network needs at least one ERC-3009 token",
+                ));
+            }
+        }
+        if self.settle_timeout_secs == 0 {
+            return Err(ConfigError::new(
+                "facilitator.settle_timeout_secs",
+                "must be greater than 0",
+            ));
+        }
+        if self.max_batch == 0 {
+            return Err(ConfigError::new(
+                "facilitator.max_batch",
+                "must be greater than 0",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `config` lowercases environment keys, while network names in files keep their case
+/// (`chainX`). Each `ROUTERD__A__B` variable is matched segment by segment, ignoring case,
+/// against the keys the files define, so `ROUTERD__CHAINS__CHAINX__RPC_URLS` reaches
+/// `[chains.chainX]`. A value for a list key is split on commas.
+fn env_overrides(
+    file_tree: &Map<String, Value>,
+    env: &HashMap<String, String>,
+) -> Result<Vec<(String, Value)>, ConfigError> {
+    let prefix = format!("{ENV_PREFIX}__");
+    let mut overrides = Vec::new();
+    for (name, raw) in env {
+        let Some(rest) = name.strip_prefix(&prefix) else {
+            continue;
+        };
+        let segments: Vec<String> = rest.split("__").map(str::to_lowercase).collect();
+        if segments.iter().any(String::is_empty) {
+            return Err(ConfigError::new(name.clone(), "empty key segment"));
+        }
+        let (path, existing) = resolve_case_insensitive(file_tree, &segments);
+        let value = if is_list_key(&path, existing) {
+            let items: Vec<Value> = raw
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| Value::new(None, s.to_string()))
+                .collect();
+            Value::new(None, ValueKind::Array(items))
+        } else {
+            Value::new(None, raw.clone())
+        };
+        overrides.push((path.join("."), value));
+    }
+    overrides.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(overrides)
+}
+
+fn resolve_case_insensitive<'a>(
+    tree: &'a Map<String, Value>,
+    segments: &[String],
+) -> (Vec<String>, Option<&'a Value>) {
+    let mut path = Vec::with_capacity(segments.len());
+    let mut level = Some(tree);
+    let mut found = None;
+    for segment in segments {
+        let hit = level.and_then(|map| map.iter().find(|(k, _)| k.to_lowercase() == *segment));
+        match hit {
+            Some((key, value)) => {
+                path.push(key.clone());
+                found = Some(value);
+                level = match &value.kind {
+                    ValueKind::Table(inner) => Some(inner),
+                    _ => None,
+                };
+            }
+            None => {
+                path.push(segment.clone());
+                found = None;
+                level = None;
+            }
+        }
+    }
+    (path, found)
+}
+
+const LIST_KEYS: &[&str] = &["rpc_urls", "networks", "chains", "prefer"];
+
+fn is_list_key(path: &[String], existing: Option<&Value>) -> bool {
+    matches!(existing.map(|v| &v.kind), Some(ValueKind::Array(_)))
+        || path
+            .last()
+            .is_some_and(|last| LIST_KEYS.contains(&last.as_str()) && path.len() >= 2)
+}
+
+/// Pulls the key out of a `config` error so the exit message names it.
+fn config_error_key(error: &config::ConfigError) -> String {
+    let text = error.to_string();
+    for marker in ["for key `", "key `"] {
+        if let Some(start) = text.find(marker) {
+            let rest = &text[start + marker.len()..];
+            if let Some(end) = rest.find('`') {
+                return rest[..end].to_string();
+            }
+        }
+    }
+    if let Some(start) = text.find("unknown field `") {
+        let rest = &text[start + "unknown field `".len()..];
+        if let Some(end) = rest.find('`') {
+            return rest[..end].to_string();
+        }
+    }
+    "config".to_string()
+}
+
+fn toml_render(settings: &Settings) -> String {
+    let value = serde_json::to_value(settings).unwrap_or_default();
+    let mut out = String::new();
+    render_table(&mut out, "", &value);
+    out
+}
+
+/// Minimal TOML writer for the effective config: scalars and arrays first, then sub-tables.
+fn render_table(out: &mut String, prefix: &str, value: &serde_json::Value) {
+    let Some(map) = value.as_object() else { return };
+    if !prefix.is_empty() {
+        out.push_str(&format!("\n[{prefix}]\n"));
+    }
+    for (key, v) in map {
+        if v.is_object() || v.is_null() {
+            continue;
+        }
+        out.push_str(&format!("{} = {}\n", toml_key(key), v));
+    }
+    for (key, v) in map {
+        if v.is_object() {
+            let sub = if prefix.is_empty() {
+                toml_key(key)
+            } else {
+                format!("{prefix}.{}", toml_key(key))
+            };
+            render_table(out, &sub, v);
+        }
+    }
+}
+
+fn toml_key(key: &str) -> String {
+    if key
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        key.to_string()
+    } else {
+        format!("{key:?}")
+    }
+}
+
+/// Where the default configuration lives when `--config` is not given.
+pub fn default_config_path() -> &'static Path {
+    Path::new("conf/default.toml")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, body: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, body).unwrap();
+        path
+    }
+
+    const BASE: &str = r#"
+[server]
+listen = "127.0.0.1:9000"
+[chains.chainX]
+chain_id = 1
+kind = "l1"
+rpc_urls = ["http://127.0.0.1:8545"]
+[chains.chainX.tokens.USDC]
+address = "0x5FbDB2315678afecb367f032d93F642f64180aa3"
+eip712_name = "USD Coin"
+eip712_version = "2"
+[facilitator]
+networks = ["chainX"]
+"#;
+
+    fn temp_dir() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "routerd-config-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn env_override_reaches_mixed_case_network() {
+        let dir = temp_dir();
+        let path = write(&dir, "a.toml", BASE);
+        let env = HashMap::from([(
+            "ROUTERD__CHAINS__CHAINX__RPC_URLS".to_string(),
+            "http://a:1, http://b:2".to_string(),
+        )]);
+        let settings = Settings::load_from(&[path], &env).unwrap();
+        assert_eq!(
+            settings.chains["chainX"].rpc_urls,
+            vec!["http://a:1", "http://b:2"]
+        );
+    }
+
+    #[test]
+    fn later_file_overrides_earlier() {
+        let dir = temp_dir();
+        let a = write(&dir, "base.toml", BASE);
+        let b = write(&dir, "over.toml", "[server]\nlisten = \"127.0.0.1:9100\"\n");
+        let settings = Settings::load_from(&[a, b], &HashMap::new()).unwrap();
+        assert_eq!(settings.server.listen.port(), 9100);
+    }
+
+    #[test]
+    fn bad_value_names_the_key() {
+        let dir = temp_dir();
+        let path = write(
+            &dir,
+            "bad.toml",
+            &BASE.replace("chain_id = 1", "chain_id = 0"),
+        );
+        let err = Settings::load_from(&[path], &HashMap::new()).unwrap_err();
+        assert_eq!(err.key, "chains.chainX.chain_id");
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let dir = temp_dir();
+        let path = write(
+            &dir,
+            "unknown.toml",
+            &format!("{BASE}\n[storage]\npth = \"x\"\n"),
+        );
+        let err = Settings::load_from(&[path], &HashMap::new()).unwrap_err();
+        assert!(err.to_string().contains("pth"), "{err}");
+    }
+
+    #[test]
+    fn served_network_needs_tokens() {
+        let dir = temp_dir();
+        let body = BASE
+            .replace("[chains.chainX.tokens.USDC]", "[other]")
+            .replace("address =", "x =");
+        let path = write(&dir, "notoken.toml", &body);
+        assert!(Settings::load_from(&[path], &HashMap::new()).is_err());
+    }
+
+    #[test]
+    fn neither_router_nor_facilitator_is_an_error() {
+        let dir = temp_dir();
+        let path = write(&dir, "empty.toml", "[server]\nlisten = \"127.0.0.1:1\"\n");
+        let err = Settings::load_from(&[path], &HashMap::new()).unwrap_err();
+        assert_eq!(err.key, "router");
+    }
+}

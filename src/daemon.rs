@@ -1,0 +1,175 @@
+//! Wiring: open the store, connect the chains, load the signers, resume unfinished settlements,
+//! serve, tell systemd, and shut down cleanly on SIGTERM/SIGINT.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::chain::Chain;
+use crate::config::Settings;
+use crate::facilitator::{Facilitator, SettleError, SetupError};
+use crate::router::nonces::NonceBook;
+use crate::router::Router;
+use crate::server::{self, App, Metrics};
+use crate::signer::{load_signers, SignerError};
+use crate::store::{Store, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Signer(#[from] SignerError),
+    #[error("{0}")]
+    Setup(#[from] SetupError),
+    #[error("chains.{0}.rpc_urls: {1}")]
+    Chain(String, String),
+    #[error("storage.path: {0}")]
+    Store(#[from] StoreError),
+    #[error("resuming settlements: {0}")]
+    Recover(#[from] SettleError),
+    #[error("server.listen: {0}")]
+    Bind(#[from] std::io::Error),
+}
+
+impl StartError {
+    /// Configuration problems exit 2, like a bad config file; the rest exit 1.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            StartError::Signer(_) | StartError::Setup(_) | StartError::Chain(..) => 2,
+            _ => 1,
+        }
+    }
+}
+
+pub async fn run(settings: Settings) -> Result<(), StartError> {
+    let store = Store::open(&settings.storage.path)?;
+    let chains = connect_chains(&settings)?;
+    let facilitator = match &settings.facilitator {
+        Some(f) => {
+            let signers = load_signers(&f.signer_key_file)?
+                .into_iter()
+                .map(Arc::new)
+                .collect();
+            let facilitator =
+                Facilitator::new(f, &settings.chains, &chains, signers, store.clone())?;
+            let resumed = facilitator.recover().await?;
+            if resumed > 0 {
+                tracing::info!(resumed, "resumed unfinished settlements");
+            }
+            Some(Arc::new(facilitator))
+        }
+        None => None,
+    };
+    let router = settings.router.as_ref().map(|r| {
+        let candidates = r.chains.iter().map(|name| chains[name].clone()).collect();
+        Arc::new(Router::new(
+            r,
+            candidates,
+            NonceBook::new(store.clone(), r.nonce_reservation_ttl_secs),
+        ))
+    });
+    let app = Arc::new(App {
+        facilitator,
+        router,
+        chains,
+        metrics: Metrics::new(),
+        max_body_bytes: settings.server.max_body_bytes,
+    });
+    let listeners = server::start(&settings.server, app.clone()).await?;
+    log_banner(&settings, &app, &listeners);
+    notify_systemd_ready();
+
+    wait_for_shutdown_signal().await;
+    tracing::info!("shutting down: no new connections; waiting for requests in flight");
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
+    let grace = Duration::from_secs(settings.server.shutdown_grace_secs);
+    let drained = tokio::time::timeout(grace, async {
+        for listener in listeners {
+            let _ = listener.handle.stop();
+            listener.handle.stopped().await;
+        }
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!("grace period over with requests in flight; their settlements are stored and resume on start");
+    }
+    store.flush().await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The chains the router or the facilitator use; others in the file are ignored.
+fn connect_chains(settings: &Settings) -> Result<BTreeMap<String, Arc<Chain>>, StartError> {
+    let mut used: Vec<&String> = Vec::new();
+    if let Some(r) = &settings.router {
+        used.extend(&r.chains);
+    }
+    if let Some(f) = &settings.facilitator {
+        used.extend(&f.networks);
+    }
+    let mut chains = BTreeMap::new();
+    for name in used {
+        if chains.contains_key(name) {
+            continue;
+        }
+        let chain = Chain::new(name, &settings.chains[name])
+            .map_err(|e| StartError::Chain(name.clone(), e))?;
+        chains.insert(name.clone(), chain);
+    }
+    Ok(chains)
+}
+
+fn log_banner(settings: &Settings, app: &App, listeners: &[server::Listener]) {
+    let addresses: Vec<String> = listeners.iter().map(|l| l.address.to_string()).collect();
+    let networks: Vec<&str> = settings
+        .facilitator
+        .iter()
+        .flat_map(|f| f.networks.iter().map(String::as_str))
+        .collect();
+    let router_chains: Vec<&str> = settings
+        .router
+        .iter()
+        .flat_map(|r| r.chains.iter().map(String::as_str))
+        .collect();
+    let signers: Vec<String> = app
+        .facilitator
+        .iter()
+        .flat_map(|f| {
+            f.lanes()
+                .map(|l| format!("{}:{:?}", l.network(), l.signer_address()))
+        })
+        .collect();
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        listen = %addresses.join(","),
+        networks = %networks.join(","),
+        router_chains = %router_chains.join(","),
+        signers = %signers.join(","),
+        store = %settings.storage.path.display(),
+        "routerd listening"
+    );
+}
+
+/// READY=1 once listening, and watchdog pings at half the interval systemd asks for.
+fn notify_systemd_ready() {
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
+    let mut usec = 0;
+    if sd_notify::watchdog_enabled(false, &mut usec) && usec > 0 {
+        let period = Duration::from_micros(usec / 2);
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(period);
+            loop {
+                ticker.tick().await;
+                let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
+            }
+        });
+    }
+}
+
+async fn wait_for_shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

@@ -1,0 +1,494 @@
+//! The verify rules of x402-facilitator.md §2, in order: local checks of shape-valid values,
+//! then one batched read of the chain, then the chain-dependent rules. First failure wins.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use ethers_core::types::{Address, H256, U256};
+use ethers_core::utils::to_checksum;
+use serde_json::{json, Number, Value};
+
+use super::erc3009::{self, TransferAuthorization};
+use super::types::{PaymentRequest, Reason, VerifyResponse};
+use crate::chain::{self, Call, CallResult, Chain, Unreachable};
+
+/// A served network: its chain and the ERC-3009 tokens the facilitator may call there.
+pub struct Network {
+    pub name: String,
+    pub chain: Arc<Chain>,
+    pub tokens: Vec<TokenInfo>,
+}
+
+pub struct TokenInfo {
+    pub address: Address,
+    pub eip712_name: String,
+    pub eip712_version: String,
+    pub domain_separator: H256,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Invalid {
+    pub reason: Reason,
+    pub message: String,
+}
+
+fn invalid(reason: Reason, message: impl Into<String>) -> Invalid {
+    Invalid {
+        reason,
+        message: message.into(),
+    }
+}
+
+/// A payment whose values all parse and whose requirements match the configuration.
+pub struct Payment<'a> {
+    pub network: &'a Network,
+    pub token: &'a TokenInfo,
+    pub auth: TransferAuthorization,
+    pub pay_to: Address,
+    pub max_amount: U256,
+    pub signature: Vec<u8>,
+    pub digest: H256,
+}
+
+impl Payment<'_> {
+    /// The idempotency key of x402-facilitator.md §3: (network, asset, from, nonce).
+    pub fn key(&self) -> String {
+        format!(
+            "{}|{:?}|{:?}|{:?}",
+            self.network.name, self.token.address, self.auth.from, self.auth.nonce
+        )
+    }
+
+    /// The address the signature recovers to, for 65-byte signatures that the token accepts.
+    fn recovered(&self) -> Option<Address> {
+        erc3009::recover(self.digest, &self.signature)
+    }
+}
+
+/// What the chain says about a payment, read in one batch.
+#[derive(Debug, Clone)]
+pub struct ChainFacts {
+    pub from_has_code: bool,
+    pub balance: U256,
+    pub authorization_used: bool,
+    pub from_blacklisted: bool,
+    pub to_blacklisted: bool,
+    /// `Some` when ERC-1271 was asked: the signature did not recover to `from` locally.
+    pub erc1271_valid: Option<bool>,
+    pub block_timestamp: u64,
+}
+
+pub struct Verifier {
+    networks: HashMap<String, Network>,
+    deny_list: HashSet<Address>,
+}
+
+impl Verifier {
+    pub fn new(networks: Vec<Network>, deny_list: HashSet<Address>) -> Self {
+        Self {
+            networks: networks.into_iter().map(|n| (n.name.clone(), n)).collect(),
+            deny_list,
+        }
+    }
+
+    pub fn networks(&self) -> impl Iterator<Item = &Network> {
+        self.networks.values()
+    }
+
+    pub async fn verify(&self, request: &PaymentRequest) -> Result<VerifyResponse, Unreachable> {
+        let payer = payer_of(request);
+        let verdict = match self.check_local(request) {
+            Ok(payment) => self.check_on_chain(&payment, &[]).await?.0,
+            Err(failure) => Err(failure),
+        };
+        Ok(match verdict {
+            Ok(()) => VerifyResponse {
+                is_valid: true,
+                invalid_reason: None,
+                invalid_message: None,
+                payer,
+            },
+            Err(failure) => VerifyResponse {
+                is_valid: false,
+                invalid_reason: Some(failure.reason.verify_name()),
+                invalid_message: Some(failure.message),
+                payer,
+            },
+        })
+    }
+
+    /// Rules 1-5 and the configured deny list for `from` (rule 6): everything that needs no chain.
+    pub fn check_local<'a>(&'a self, request: &PaymentRequest) -> Result<Payment<'a>, Invalid> {
+        let payload = &request.payment_payload;
+        let requirements = &request.payment_requirements;
+        if !is_one(&request.x402_version) || !is_one(&payload.x402_version) {
+            return Err(invalid(Reason::X402Version, "x402Version must be 1"));
+        }
+        if payload.scheme != "exact" || requirements.scheme != "exact" {
+            return Err(invalid(
+                Reason::Scheme,
+                "scheme must be \"exact\" in payload and requirements",
+            ));
+        }
+        if payload.network != requirements.network {
+            return Err(invalid(
+                Reason::Network,
+                "payload and requirements name different networks",
+            ));
+        }
+        let network = self.networks.get(&requirements.network).ok_or_else(|| {
+            invalid(
+                Reason::Network,
+                format!("network {:?} is not served", requirements.network),
+            )
+        })?;
+        let (token, pay_to, max_amount) = check_requirements(network, request)?;
+        let (auth, signature) = check_payload(request)?;
+        if self.deny_list.contains(&auth.from) {
+            return Err(invalid(Reason::FromKyt, "payer is on the deny list"));
+        }
+        let digest = erc3009::digest(token.domain_separator, &auth);
+        Ok(Payment {
+            network,
+            token,
+            auth,
+            pay_to,
+            max_amount,
+            signature,
+            digest,
+        })
+    }
+
+    /// One batched read of the chain (plus `extra` calls riding along), then rules 6-16 in order.
+    pub async fn check_on_chain(
+        &self,
+        payment: &Payment<'_>,
+        extra: &[Call],
+    ) -> Result<(Result<(), Invalid>, ChainFacts, Vec<CallResult>), Unreachable> {
+        let (facts, extra_answers) = read_chain(payment, extra).await?;
+        Ok((self.judge(payment, &facts), facts, extra_answers))
+    }
+
+    fn judge(&self, payment: &Payment<'_>, facts: &ChainFacts) -> Result<(), Invalid> {
+        let auth = &payment.auth;
+        if facts.from_blacklisted {
+            return Err(invalid(
+                Reason::FromKyt,
+                "payer is blacklisted by the token",
+            ));
+        }
+        if self.deny_list.contains(&payment.pay_to) || facts.to_blacklisted {
+            return Err(invalid(
+                Reason::ToKyt,
+                "recipient is on the deny list or blacklisted by the token",
+            ));
+        }
+        if auth.to != payment.pay_to {
+            return Err(invalid(
+                Reason::TypedDataMessage,
+                "authorization.to is not paymentRequirements.payTo",
+            ));
+        }
+        if auth.value < payment.max_amount {
+            return Err(invalid(
+                Reason::ValueTooLow,
+                "authorization.value is below maxAmountRequired",
+            ));
+        }
+        if auth.value > payment.max_amount {
+            return Err(invalid(
+                Reason::Value,
+                "authorization.value exceeds maxAmountRequired",
+            ));
+        }
+        let now = unix_now().max(facts.block_timestamp);
+        if auth.valid_after > U256::from(now) {
+            return Err(invalid(
+                Reason::ValidAfter,
+                "authorization.validAfter is in the future",
+            ));
+        }
+        let margin = payment.network.chain.settings.valid_before_margin_secs;
+        if auth.valid_before < U256::from(now + margin) {
+            return Err(invalid(
+                Reason::ValidBefore,
+                format!("authorization.validBefore is less than {margin}s away"),
+            ));
+        }
+        check_signature(payment, facts)?;
+        if facts.authorization_used {
+            return Err(invalid(Reason::Payload, "authorization nonce already used"));
+        }
+        if facts.balance < auth.value {
+            return Err(invalid(
+                Reason::InsufficientFunds,
+                "payer balance is below authorization.value",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Rules 12-14: an EOA must have signed with a well-formed 65-byte signature; a contract wallet
+/// must accept it through ERC-1271.
+fn check_signature(payment: &Payment<'_>, facts: &ChainFacts) -> Result<(), Invalid> {
+    if facts.from_has_code {
+        return match facts.erc1271_valid {
+            Some(false) => Err(invalid(
+                Reason::Signature,
+                "smart wallet rejected the signature (ERC-1271)",
+            )),
+            _ => Ok(()),
+        };
+    }
+    match payment.recovered() {
+        None => Err(invalid(
+            Reason::Signature,
+            "signature is not a valid 65-byte ECDSA signature",
+        )),
+        Some(signer) if signer != payment.auth.from => Err(invalid(
+            Reason::SignatureAddress,
+            "signature was made by another address",
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+async fn read_chain(
+    payment: &Payment<'_>,
+    extra: &[Call],
+) -> Result<(ChainFacts, Vec<CallResult>), Unreachable> {
+    let auth = &payment.auth;
+    let token = payment.token.address;
+    let ask_erc1271 = payment.recovered() != Some(auth.from);
+    let mut calls = vec![
+        Call::new("eth_getBlockByNumber", vec![json!("latest"), json!(false)]),
+        Call::new(
+            "eth_getCode",
+            vec![json!(format!("{:?}", auth.from)), json!("latest")],
+        ),
+        chain::eth_call(token, &erc3009::balance_of(auth.from), "latest"),
+        chain::eth_call(
+            token,
+            &erc3009::authorization_state(auth.from, auth.nonce),
+            "latest",
+        ),
+        chain::eth_call(token, &erc3009::is_blacklisted(auth.from), "latest"),
+        chain::eth_call(token, &erc3009::is_blacklisted(payment.pay_to), "latest"),
+    ];
+    if ask_erc1271 {
+        calls.push(chain::eth_call(
+            auth.from,
+            &erc3009::is_valid_signature(payment.digest, &payment.signature),
+            "latest",
+        ));
+    }
+    let base = calls.len();
+    calls.extend_from_slice(extra);
+    let chain = &payment.network.chain;
+    let mut answers = chain.client.batch(&calls).await?;
+    let unreadable = |what: &str, detail: String| Unreachable {
+        chain: chain.name.clone(),
+        detail: format!("{what}: {detail}"),
+    };
+    let word = |i: usize, what: &str| -> Result<U256, Unreachable> {
+        match &answers[i] {
+            Ok(v) => chain::parse_word(v)
+                .ok_or_else(|| unreadable(what, format!("unexpected answer {v}"))),
+            Err(e) => Err(unreadable(what, e.to_string())),
+        }
+    };
+    // A token without a blacklist reverts `isBlacklisted`: nobody is blacklisted there.
+    let flag = |i: usize| {
+        answers[i]
+            .as_ref()
+            .ok()
+            .and_then(chain::parse_word)
+            .is_some_and(|w| !w.is_zero())
+    };
+    let block_timestamp = answers[0]
+        .as_ref()
+        .ok()
+        .and_then(|b| b.get("timestamp"))
+        .and_then(chain::parse_u64)
+        .unwrap_or(0);
+    let code = answers[1]
+        .as_ref()
+        .map_err(|e| unreadable("eth_getCode", e.to_string()))?;
+    let facts = ChainFacts {
+        from_has_code: code.as_str().is_some_and(|c| c.len() > 2),
+        balance: word(2, "balanceOf")?,
+        authorization_used: !word(3, "authorizationState")?.is_zero(),
+        from_blacklisted: flag(4),
+        to_blacklisted: flag(5),
+        erc1271_valid: ask_erc1271.then(|| erc1271_accepted(&answers[6])),
+        block_timestamp,
+    };
+    Ok((facts, answers.split_off(base)))
+}
+
+fn erc1271_accepted(answer: &CallResult) -> bool {
+    let Some(bytes) = answer
+        .as_ref()
+        .ok()
+        .and_then(|v| chain::hex_decode(v.as_str()?))
+    else {
+        return false;
+    };
+    bytes.len() >= 4 && bytes[..4] == erc3009::ERC1271_MAGIC
+}
+
+fn is_one(version: &Number) -> bool {
+    version.as_u64() == Some(1)
+}
+
+/// Rule 4: the requirements' values, and that they name a token configured for the network.
+fn check_requirements<'a>(
+    network: &'a Network,
+    request: &PaymentRequest,
+) -> Result<(&'a TokenInfo, Address, U256), Invalid> {
+    let r = &request.payment_requirements;
+    let bad = |what: &str| {
+        invalid(
+            Reason::PaymentRequirements,
+            format!("paymentRequirements.{what}"),
+        )
+    };
+    let max_amount = parse_decimal(&r.max_amount_required)
+        .filter(|v| !v.is_zero())
+        .ok_or_else(|| bad("maxAmountRequired: not a decimal amount above 0"))?;
+    if !r.resource.starts_with("https://") || !(11..=2048).contains(&r.resource.len()) {
+        return Err(bad(
+            "resource: not an https:// URL of 11 to 2048 characters",
+        ));
+    }
+    let pay_to = parse_address(&r.pay_to).ok_or_else(|| bad("payTo: not a 0x address"))?;
+    let asset = parse_address(&r.asset).ok_or_else(|| bad("asset: not a 0x address"))?;
+    if r.max_timeout_seconds.as_u64().is_none_or(|t| t < 1) {
+        return Err(bad(
+            "maxTimeoutSeconds: must be a whole number of at least 1",
+        ));
+    }
+    let token = network
+        .tokens
+        .iter()
+        .find(|t| t.address == asset)
+        .ok_or_else(|| bad("asset: not a token this facilitator settles on that network"))?;
+    let extra = r.extra.as_ref();
+    for (field, expected) in [
+        ("name", &token.eip712_name),
+        ("version", &token.eip712_version),
+    ] {
+        match extra.and_then(|e| e.get(field)) {
+            None | Some(Value::Null) => {}
+            Some(Value::String(given)) if given == expected => {}
+            Some(_) => {
+                return Err(bad(&format!(
+                    "extra.{field}: does not match the token's EIP-712 domain"
+                )))
+            }
+        }
+    }
+    Ok((token, pay_to, max_amount))
+}
+
+/// Rule 5: the payload's values.
+fn check_payload(request: &PaymentRequest) -> Result<(TransferAuthorization, Vec<u8>), Invalid> {
+    let payload = &request.payment_payload.payload;
+    let a = &payload.authorization;
+    let bad = |what: &str| invalid(Reason::Payload, format!("paymentPayload.payload.{what}"));
+    let signature = chain::hex_decode(&payload.signature)
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| bad("signature: not 0x-hex"))?;
+    let auth = TransferAuthorization {
+        from: parse_address(&a.from).ok_or_else(|| bad("authorization.from: not a 0x address"))?,
+        to: parse_address(&a.to).ok_or_else(|| bad("authorization.to: not a 0x address"))?,
+        value: parse_decimal(&a.value)
+            .ok_or_else(|| bad("authorization.value: not a decimal uint256"))?,
+        valid_after: parse_decimal(&a.valid_after)
+            .ok_or_else(|| bad("authorization.validAfter: not a decimal uint256"))?,
+        valid_before: parse_decimal(&a.valid_before)
+            .ok_or_else(|| bad("authorization.validBefore: not a decimal uint256"))?,
+        nonce: parse_bytes32(&a.nonce)
+            .ok_or_else(|| bad("authorization.nonce: not 0x + 64 hex digits"))?,
+    };
+    Ok((auth, signature))
+}
+
+/// `payer` of every answer: the checksummed `from`, or the string as sent.
+pub fn payer_of(request: &PaymentRequest) -> String {
+    let from = &request.payment_payload.payload.authorization.from;
+    parse_address(from)
+        .map(|a| to_checksum(&a, None))
+        .unwrap_or_else(|| from.clone())
+}
+
+/// `^0x[0-9a-fA-F]{40}$`, case-insensitive as the spec's pattern allows.
+pub fn parse_address(s: &str) -> Option<Address> {
+    let digits = s.strip_prefix("0x")?;
+    (digits.len() == 40 && digits.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| chain::hex_decode(s).map(|b| Address::from_slice(&b)))
+        .flatten()
+}
+
+/// A decimal uint256: digits only, no sign, spaces or hex, at most 2^256-1.
+pub fn parse_decimal(s: &str) -> Option<U256> {
+    if s.is_empty() || s.len() > 78 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    U256::from_dec_str(s).ok()
+}
+
+fn parse_bytes32(s: &str) -> Option<H256> {
+    let digits = s.strip_prefix("0x")?;
+    (digits.len() == 64)
+        .then(|| chain::hex_decode(s).map(|b| H256::from_slice(&b)))
+        .flatten()
+}
+
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimals_reject_sign_hex_space_and_overflow() {
+        assert_eq!(parse_decimal("1000"), Some(U256::from(1000)));
+        assert_eq!(parse_decimal("007"), Some(U256::from(7)));
+        for bad in ["", "-1", "+1", "0x10", " 1", "1 ", "1.0", "1e3"] {
+            assert_eq!(parse_decimal(bad), None, "{bad:?}");
+        }
+        let max = U256::MAX.to_string();
+        assert_eq!(parse_decimal(&max), Some(U256::MAX));
+        assert_eq!(parse_decimal(&format!("{max}0")), None);
+        assert_eq!(
+            parse_decimal(
+                "115792089237316195423570985008687907853269984665640564039457584007913129639936"
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn addresses_and_nonces() {
+        assert!(parse_address("0x70997970C51812dc3A010C7d01b50e0d17dc79C8").is_some());
+        assert!(parse_address("0x70997970c51812dc3a010c7d01b50e0d17dc79c8").is_some());
+        for bad in [
+            "70997970c51812dc3a010c7d01b50e0d17dc79c8",
+            "0x7099",
+            "0x70997970c51812dc3a010c7d01b50e0d17dc79cz",
+            "0X70997970c51812dc3a010c7d01b50e0d17dc79c8",
+        ] {
+            assert!(parse_address(bad).is_none(), "{bad}");
+        }
+        assert!(parse_bytes32(&format!("0x{}", "ab".repeat(32))).is_some());
+        assert!(parse_bytes32(&format!("0x{}", "ab".repeat(31))).is_none());
+    }
+}

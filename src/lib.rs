@@ -1,0 +1,13 @@
+//! routerd: an EVM transaction router and x402 v1 payment facilitator.
+//!
+//! Dependencies point one way: `server` (transport) -> `router`, `facilitator` (services) ->
+//! `chain`, `store`, `signer`. `config` is read by `daemon`, which wires everything together.
+
+pub mod chain;
+pub mod config;
+pub mod daemon;
+pub mod facilitator;
+pub mod router;
+pub mod server;
+pub mod signer;
+pub mod store;

@@ -1,0 +1,101 @@
+//! `routerd [check-config] [--config PATH]... [--log-format text|json]`
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use routerd::config::{default_config_path, Settings};
+
+const USAGE: &str = "usage: routerd [check-config] [--config PATH]... [--log-format text|json]";
+
+enum Command {
+    Run,
+    CheckConfig,
+}
+
+struct Cli {
+    command: Command,
+    configs: Vec<PathBuf>,
+    json_logs: bool,
+}
+
+fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<Cli>, String> {
+    let mut cli = Cli {
+        command: Command::Run,
+        configs: Vec::new(),
+        json_logs: false,
+    };
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "check-config" => cli.command = Command::CheckConfig,
+            "--config" | "-c" => cli
+                .configs
+                .push(args.next().ok_or("--config needs a path")?.into()),
+            "--log-format" => match args.next().as_deref() {
+                Some("json") => cli.json_logs = true,
+                Some("text") => cli.json_logs = false,
+                _ => return Err("--log-format takes text or json".to_string()),
+            },
+            "--version" | "-V" => {
+                println!("routerd {}", env!("CARGO_PKG_VERSION"));
+                return Ok(None);
+            }
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                return Ok(None);
+            }
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    if cli.configs.is_empty() {
+        cli.configs.push(default_config_path().to_path_buf());
+    }
+    Ok(Some(cli))
+}
+
+fn init_tracing(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().flatten_event(true).init();
+    } else {
+        builder.init();
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match parse_args(std::env::args().skip(1)) {
+        Ok(Some(cli)) => cli,
+        Ok(None) => return ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("routerd: {message}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let settings = match Settings::load(&cli.configs) {
+        Ok(settings) => settings,
+        Err(error) => {
+            eprintln!("routerd: bad configuration: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Command::CheckConfig = cli.command {
+        print!("{}", settings.render());
+        return ExitCode::SUCCESS;
+    }
+    init_tracing(cli.json_logs);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("starting the tokio runtime");
+    match runtime.block_on(routerd::daemon::run(settings)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!("cannot start: {error}");
+            eprintln!("routerd: {error}");
+            ExitCode::from(error.exit_code())
+        }
+    }
+}

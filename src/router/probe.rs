@@ -1,0 +1,267 @@
+//! One candidate chain: the batched upstream request of router.md §3 and what its answers mean.
+
+use std::time::{Duration, Instant};
+
+use ethers_core::abi::{decode, encode, ParamType, Token};
+use ethers_core::types::transaction::eip2718::TypedTransaction;
+use ethers_core::types::{Address, Eip1559TransactionRequest, U256};
+use ethers_core::utils::keccak256;
+use serde_json::{json, Value};
+
+use super::types::Transaction;
+use crate::chain::{self, Call, CallResult, Chain, Fees, RpcError};
+use crate::config::FeeModel;
+
+/// What one chain said about a transaction.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    pub outcome: Result<Estimate, Infeasible>,
+    pub latency: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct Estimate {
+    pub gas_estimate: u64,
+    pub pending_nonce: u64,
+    pub balance: U256,
+    pub fees: Fees,
+    pub l1_fee: U256,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Infeasible {
+    Reverted(String),
+    InsufficientBalance { needed: U256, balance: U256 },
+    NoCodeAtTo,
+    Unreachable(String),
+}
+
+impl std::fmt::Display for Infeasible {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Infeasible::Reverted(reason) => write!(f, "reverted: {reason}"),
+            Infeasible::InsufficientBalance { needed, balance } => {
+                write!(
+                    f,
+                    "insufficient balance: needs {needed} wei, has {balance} wei"
+                )
+            }
+            Infeasible::NoCodeAtTo => write!(f, "no code at `to` while `data` is not empty"),
+            Infeasible::Unreachable(detail) => write!(f, "unreachable: {detail}"),
+        }
+    }
+}
+
+/// The OP-stack `GasPriceOracle` predeploy.
+pub fn oracle_address() -> Address {
+    "0x420000000000000000000000000000000000000F"
+        .parse()
+        .expect("constant address")
+}
+
+/// Asks `chain` everything needed in one batch, bounded by `timeout`.
+pub async fn probe(
+    chain: &Chain,
+    tx: &Transaction,
+    known_code: Option<bool>,
+    timeout: Duration,
+) -> Probe {
+    let started = Instant::now();
+    let outcome = match tokio::time::timeout(timeout, ask(chain, tx, known_code)).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(Infeasible::Unreachable(format!(
+            "no answer within {} ms",
+            timeout.as_millis()
+        ))),
+    };
+    Probe {
+        outcome,
+        latency: started.elapsed(),
+    }
+}
+
+/// Whether `to` has code, as learnt by the last probe; `None` when not asked.
+pub fn learnt_code(answers: &[CallResult]) -> Option<bool> {
+    answers
+        .get(3)?
+        .as_ref()
+        .ok()
+        .map(|code| code.as_str().is_some_and(|c| c.len() > 2))
+}
+
+async fn ask(
+    chain: &Chain,
+    tx: &Transaction,
+    known_code: Option<bool>,
+) -> Result<Estimate, Infeasible> {
+    let head = chain
+        .latest_head()
+        .await
+        .map_err(|e| Infeasible::Unreachable(e.detail))?;
+    let from = json!(format!("{:?}", tx.from));
+    let mut call = json!({"from": from, "data": chain::hex_bytes(&tx.data), "value": chain::hex_u256(tx.value)});
+    if let Some(to) = tx.to {
+        call["to"] = json!(format!("{to:?}"));
+    }
+    let op_stack = chain.settings.fee_model == FeeModel::OpStack;
+    let mut calls = vec![
+        Call::new("eth_estimateGas", vec![call]),
+        Call::new(
+            "eth_getTransactionCount",
+            vec![from.clone(), json!("pending")],
+        ),
+        Call::new("eth_getBalance", vec![from, json!("latest")]),
+    ];
+    let ask_code = tx.to.is_some() && known_code.is_none() && !tx.data.is_empty();
+    if ask_code {
+        calls.push(Call::new(
+            "eth_getCode",
+            vec![
+                json!(format!("{:?}", tx.to.expect("checked"))),
+                json!("latest"),
+            ],
+        ));
+    }
+    if op_stack {
+        let unsigned = unsigned_rlp(chain.settings.chain_id, tx, &head.fees);
+        calls.push(chain::eth_call(
+            oracle_address(),
+            &get_l1_fee_call(&unsigned),
+            "latest",
+        ));
+    }
+    let answers = chain
+        .client
+        .batch(&calls)
+        .await
+        .map_err(|e| Infeasible::Unreachable(e.detail))?;
+    let has_code = if ask_code {
+        learnt_code(&answers)
+    } else {
+        known_code
+    };
+    interpret(&answers, tx, head.fees, has_code, op_stack)
+}
+
+fn interpret(
+    answers: &[CallResult],
+    tx: &Transaction,
+    fees: Fees,
+    has_code: Option<bool>,
+    op_stack: bool,
+) -> Result<Estimate, Infeasible> {
+    if tx.to.is_some() && !tx.data.is_empty() && has_code == Some(false) {
+        return Err(Infeasible::NoCodeAtTo);
+    }
+    let quantity = |i: usize, what: &str| -> Result<U256, Infeasible> {
+        match &answers[i] {
+            Ok(v) => chain::parse_quantity(v)
+                .ok_or_else(|| Infeasible::Unreachable(format!("malformed {what}: {v}"))),
+            Err(e) => Err(Infeasible::Unreachable(format!("{what}: {e}"))),
+        }
+    };
+    let balance = quantity(2, "eth_getBalance")?;
+    let gas_estimate = match &answers[0] {
+        Ok(v) => chain::parse_u64(v)
+            .ok_or_else(|| Infeasible::Unreachable(format!("malformed estimate {v}")))?,
+        Err(e) if is_insufficient_funds(e) => {
+            return Err(Infeasible::InsufficientBalance {
+                needed: tx.value,
+                balance,
+            })
+        }
+        Err(e) => return Err(Infeasible::Reverted(revert_reason(e))),
+    };
+    let pending_nonce = quantity(1, "eth_getTransactionCount")?.low_u64();
+    let l1_fee = if op_stack {
+        let last = answers.len() - 1;
+        answers[last]
+            .as_ref()
+            .ok()
+            .and_then(chain::parse_word)
+            .unwrap_or_default()
+    } else {
+        U256::zero()
+    };
+    Ok(Estimate {
+        gas_estimate,
+        pending_nonce,
+        balance,
+        fees,
+        l1_fee,
+    })
+}
+
+fn is_insufficient_funds(e: &RpcError) -> bool {
+    let m = e.message.to_lowercase();
+    m.contains("insufficient funds") || m.contains("insufficient balance")
+}
+
+/// The node's revert reason: `Error(string)` data decoded when present, else its message.
+pub fn revert_reason(e: &RpcError) -> String {
+    let data = e.data.as_ref().and_then(|d| match d {
+        Value::String(s) => Some(s.clone()),
+        Value::Object(o) => o.get("data").and_then(|v| v.as_str()).map(str::to_string),
+        _ => None,
+    });
+    if let Some(bytes) = data.as_deref().and_then(chain::hex_decode) {
+        if bytes.len() >= 4 && bytes[..4] == keccak256("Error(string)")[..4] {
+            if let Ok(tokens) = decode(&[ParamType::String], &bytes[4..]) {
+                if let Some(Token::String(reason)) = tokens.into_iter().next() {
+                    return reason;
+                }
+            }
+        }
+    }
+    e.message.clone()
+}
+
+/// The unsigned transaction the OP-stack oracle prices: its size is what the L1 fee depends on.
+fn unsigned_rlp(chain_id: u64, tx: &Transaction, fees: &Fees) -> Vec<u8> {
+    let mut request = Eip1559TransactionRequest::new()
+        .from(tx.from)
+        .data(tx.data.clone())
+        .value(tx.value)
+        .chain_id(chain_id)
+        .nonce(0)
+        .gas(1_000_000)
+        .max_fee_per_gas(fees.max_fee_per_gas())
+        .max_priority_fee_per_gas(
+            fees.effective_price()
+                .saturating_sub(fees.max_fee_per_gas() / 2),
+        );
+    if let Some(to) = tx.to {
+        request = request.to(to);
+    }
+    let typed: TypedTransaction = request.into();
+    typed.rlp().to_vec()
+}
+
+fn get_l1_fee_call(unsigned: &[u8]) -> Vec<u8> {
+    let mut data = keccak256("getL1Fee(bytes)")[..4].to_vec();
+    data.extend(encode(&[Token::Bytes(unsigned.to_vec())]));
+    data
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_error_string_revert_data() {
+        let mut data = keccak256("Error(string)")[..4].to_vec();
+        data.extend(encode(&[Token::String("not owner".into())]));
+        let e = RpcError {
+            code: 3,
+            message: "execution reverted".into(),
+            data: Some(json!(chain::hex_bytes(&data))),
+        };
+        assert_eq!(revert_reason(&e), "not owner");
+        let plain = RpcError {
+            code: -32000,
+            message: "execution reverted".into(),
+            data: None,
+        };
+        assert_eq!(revert_reason(&plain), "execution reverted");
+    }
+}

@@ -1,0 +1,262 @@
+//! The tower layer in front of jsonrpsee: it serves the REST routes itself and hands JSON-RPC
+//! requests at `POST /` through to jsonrpsee. A `POST /` body that is not a JSON-RPC envelope is
+//! the REST form of the router.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use http::{Method, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use jsonrpsee::core::BoxError;
+use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse};
+use tower::{Layer, Service};
+
+use super::wire_errors::{json_response, parse_body, parse_body_with, parse_value_with, WireError};
+use super::{ops, App, Surface};
+use crate::facilitator::types::PaymentRequest;
+
+#[derive(Clone)]
+pub struct RestLayer {
+    app: Arc<App>,
+    surface: Surface,
+}
+
+impl RestLayer {
+    pub fn new(app: Arc<App>, surface: Surface) -> Self {
+        Self { app, surface }
+    }
+}
+
+impl<S> Layer<S> for RestLayer {
+    type Service = RestService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RestService {
+            inner,
+            app: self.app.clone(),
+            surface: self.surface,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct RestService<S> {
+    inner: S,
+    app: Arc<App>,
+    surface: Surface,
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<S> Service<HttpRequest> for RestService<S>
+where
+    S: Service<HttpRequest, Response = HttpResponse, Error = BoxError> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = HttpResponse;
+    type Error = BoxError;
+    type Future = BoxFuture<Result<HttpResponse, BoxError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: HttpRequest) -> Self::Future {
+        // The clone that was polled ready serves this call; a fresh clone is left for the next.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let app = self.app.clone();
+        let surface = self.surface;
+        Box::pin(async move {
+            let started = Instant::now();
+            let method = request.method().clone();
+            let path = request.uri().path().to_string();
+            let response = match dispatch(app.clone(), surface, request, inner).await {
+                Ok(response) => response,
+                Err(error) => error.into_response(),
+            };
+            let status = response.status().as_u16();
+            let route = ops::route_label(&path);
+            app.metrics
+                .observe_request(route, status, started.elapsed());
+            tracing::info!(%method, route, status, latency_ms = started.elapsed().as_millis() as u64, "request");
+            Ok(response)
+        })
+    }
+}
+
+async fn dispatch<S>(
+    app: Arc<App>,
+    surface: Surface,
+    request: HttpRequest,
+    mut inner: S,
+) -> Result<HttpResponse, WireError>
+where
+    S: Service<HttpRequest, Response = HttpResponse, Error = BoxError>,
+{
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    match (path.as_str(), &method) {
+        ("/health", &Method::GET) => Ok(ops::health()),
+        ("/ready", &Method::GET) => Ok(ops::ready(&app).await),
+        ("/metrics", &Method::GET) => Ok(ops::metrics(&app).await),
+        ("/health" | "/ready" | "/metrics", _) => {
+            Err(WireError::method_not_allowed(&method, &path, "GET"))
+        }
+        ("/supported" | "/verify" | "/settle", _)
+            if surface.facilitator && app.facilitator.is_some() =>
+        {
+            facilitator_route(&app, &method, &path, request).await
+        }
+        ("/", &Method::POST) if surface.rpc => {
+            let (parts, body) = request.into_parts();
+            let bytes = read_body(body, app.max_body_bytes).await?;
+            if is_json_rpc(&bytes) {
+                let request = HttpRequest::from_parts(parts, HttpBody::from(bytes));
+                inner.call(request).await.map_err(|e| {
+                    WireError::new(StatusCode::INTERNAL_SERVER_ERROR, 500, e.to_string())
+                })
+            } else {
+                super::rpc::route_rest(&app, &bytes).await
+            }
+        }
+        ("/quote", &Method::POST) if surface.rpc && app.router.is_some() => {
+            let bytes = read_body(request.into_body(), app.max_body_bytes).await?;
+            super::rpc::quote_rest(&app, &bytes).await
+        }
+        ("/", _) if surface.rpc => Err(WireError::method_not_allowed(&method, &path, "POST")),
+        ("/quote", _) if surface.rpc && app.router.is_some() => {
+            Err(WireError::method_not_allowed(&method, &path, "POST"))
+        }
+        _ => Err(WireError::not_found(&path)),
+    }
+}
+
+async fn facilitator_route(
+    app: &App,
+    method: &Method,
+    path: &str,
+    request: HttpRequest,
+) -> Result<HttpResponse, WireError> {
+    let facilitator = app.facilitator.as_ref().expect("checked by the caller");
+    match (path, method) {
+        ("/supported", &Method::GET) => Ok(json_response(StatusCode::OK, &facilitator.supported())),
+        ("/verify", &Method::POST) => {
+            let bytes = read_body(request.into_body(), app.max_body_bytes).await?;
+            let payment: PaymentRequest = parse_body_with(&bytes, PaymentRequest::OBJECTS)?;
+            let answer = facilitator.verify(&payment).await?;
+            tracing::info!(payment = %payment_label(&payment), valid = answer.is_valid, reason = answer.invalid_reason.unwrap_or(""), "verify");
+            Ok(json_response(StatusCode::OK, &answer))
+        }
+        ("/settle", &Method::POST) => {
+            let bytes = read_body(request.into_body(), app.max_body_bytes).await?;
+            settle(app, &bytes).await
+        }
+        ("/supported", _) => Err(WireError::method_not_allowed(method, path, "GET")),
+        _ => Err(WireError::method_not_allowed(method, path, "POST")),
+    }
+}
+
+/// A single payment answers a single result; an array answers an array, in order.
+async fn settle(app: &App, bytes: &[u8]) -> Result<HttpResponse, WireError> {
+    let facilitator = app.facilitator.as_ref().expect("checked by the caller");
+    if first_json_byte(bytes) == Some(b'[') {
+        let items: Vec<serde_json::Value> = parse_body(bytes)?;
+        let payments = items
+            .into_iter()
+            .enumerate()
+            .map(|(i, item)| parse_value_with(item, PaymentRequest::OBJECTS, &format!("[{i}]")))
+            .collect::<Result<Vec<PaymentRequest>, _>>()?;
+        if payments.is_empty() || payments.len() > facilitator.max_batch() {
+            return Err(WireError::bad_request(format!(
+                "body: an array of 1 to {} payments (facilitator.max_batch)",
+                facilitator.max_batch()
+            )));
+        }
+        let answers = futures::future::join_all(payments.iter().map(|p| settle_one(app, p))).await;
+        let answers = answers.into_iter().collect::<Result<Vec<_>, _>>()?;
+        return Ok(json_response(StatusCode::OK, &answers));
+    }
+    let payment: PaymentRequest = parse_body_with(bytes, PaymentRequest::OBJECTS)?;
+    let answer = settle_one(app, &payment).await?;
+    Ok(json_response(StatusCode::OK, &answer))
+}
+
+async fn settle_one(
+    app: &App,
+    payment: &PaymentRequest,
+) -> Result<crate::facilitator::types::SettleResponse, WireError> {
+    let facilitator = app.facilitator.as_ref().expect("checked by the caller");
+    let result = facilitator.settle(payment).await;
+    let label = payment_label(payment);
+    match &result {
+        Ok(answer) => {
+            app.metrics
+                .observe_settlement(if answer.success { "success" } else { "failure" });
+            tracing::info!(payment = %label, success = answer.success, reason = answer.error_reason.as_deref().unwrap_or(""), transaction = %answer.transaction, "settle");
+        }
+        Err(error) => {
+            app.metrics.observe_settlement("error");
+            tracing::info!(payment = %label, %error, "settle");
+        }
+    }
+    Ok(result?)
+}
+
+/// The payment key as logs show it: network, asset, payer, nonce. Never the signature.
+fn payment_label(p: &PaymentRequest) -> String {
+    let a = &p.payment_payload.payload.authorization;
+    format!(
+        "{}|{}|{}|{}",
+        p.payment_requirements.network, p.payment_requirements.asset, a.from, a.nonce
+    )
+}
+
+pub async fn read_body(body: HttpBody, limit: u32) -> Result<Vec<u8>, WireError> {
+    match Limited::new(body, limit as usize).collect().await {
+        Ok(collected) => Ok(collected.to_bytes().to_vec()),
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => {
+            Err(WireError::too_large(limit))
+        }
+        Err(error) => Err(WireError::bad_request(format!(
+            "body could not be read: {error}"
+        ))),
+    }
+}
+
+fn first_json_byte(bytes: &[u8]) -> Option<u8> {
+    bytes.iter().copied().find(|b| !b.is_ascii_whitespace())
+}
+
+/// JSON-RPC requests are arrays (batches) or objects carrying `"jsonrpc"`; anything that is not
+/// JSON also goes to jsonrpsee, which answers a JSON-RPC parse error.
+fn is_json_rpc(bytes: &[u8]) -> bool {
+    match first_json_byte(bytes) {
+        Some(b'[') => true,
+        Some(b'{') => {
+            match serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(bytes) {
+                Ok(object) => object.contains_key("jsonrpc"),
+                Err(_) => true,
+            }
+        }
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tells_json_rpc_from_rest() {
+        assert!(is_json_rpc(br#"{"jsonrpc":"2.0","id":1,"method":"m"}"#));
+        assert!(is_json_rpc(br#" [{"jsonrpc":"2.0"}]"#));
+        assert!(is_json_rpc(b"not json"));
+        assert!(!is_json_rpc(
+            br#"{"from":"0x","to":"0x","data":"0x","value":"0"}"#
+        ));
+    }
+}

@@ -1,0 +1,292 @@
+//! The one place where typed errors become wire errors: the spec's `{error, message}` body with
+//! its HTTP status, and JSON-RPC error objects.
+
+use http::StatusCode;
+use jsonrpsee::server::HttpResponse;
+use jsonrpsee::types::ErrorObjectOwned;
+use serde::Serialize;
+
+use crate::chain::Unreachable;
+use crate::facilitator::SettleError;
+use crate::router::RouteError;
+
+/// An error answered as `{"error": <int>, "message": "..."}`.
+#[derive(Debug, Clone)]
+pub struct WireError {
+    pub status: StatusCode,
+    pub code: i32,
+    pub message: String,
+    /// Structured detail: per-chain reasons of a routing refusal.
+    pub data: Option<serde_json::Value>,
+}
+
+impl WireError {
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, 400, message)
+    }
+
+    pub fn new(status: StatusCode, code: i32, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    pub fn not_found(path: &str) -> Self {
+        Self::new(StatusCode::NOT_FOUND, 404, format!("no route {path}"))
+    }
+
+    pub fn method_not_allowed(method: &http::Method, path: &str, allowed: &str) -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            405,
+            format!("{method} is not allowed on {path}; use {allowed}"),
+        )
+    }
+
+    pub fn too_large(limit: u32) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            413,
+            format!("body larger than server.max_body_bytes ({limit} bytes)"),
+        )
+    }
+
+    pub fn into_response(self) -> HttpResponse {
+        #[derive(Serialize)]
+        struct Body<'a> {
+            error: i32,
+            message: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            data: Option<&'a serde_json::Value>,
+        }
+        json_response(
+            self.status,
+            &Body {
+                error: self.code,
+                message: &self.message,
+                data: self.data.as_ref(),
+            },
+        )
+    }
+}
+
+/// The spec answers failures of the network with HTTP 400 and the gateway code in `error`.
+impl From<Unreachable> for WireError {
+    fn from(e: Unreachable) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, 502, e.to_string())
+    }
+}
+
+impl From<SettleError> for WireError {
+    fn from(e: SettleError) -> Self {
+        let code = match &e {
+            SettleError::Unreachable(_) => 502,
+            SettleError::Pending(_) => 504,
+            SettleError::Refused(_) => 503,
+            SettleError::Store(_) => 500,
+        };
+        if let SettleError::Store(inner) = &e {
+            tracing::error!(error = %inner, "store failure during settle");
+        }
+        Self::new(StatusCode::BAD_REQUEST, code, e.to_string())
+    }
+}
+
+impl From<RouteError> for WireError {
+    fn from(e: RouteError) -> Self {
+        let code = match &e {
+            RouteError::NoFeasibleChain(_) => -32000,
+            RouteError::AllUnreachable(_) | RouteError::Store(_) => -32603,
+        };
+        let data = match &e {
+            RouteError::NoFeasibleChain(quotes) | RouteError::AllUnreachable(quotes) => {
+                serde_json::to_value(quotes).ok()
+            }
+            RouteError::Store(_) => None,
+        };
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            code,
+            message: e.to_string(),
+            data,
+        }
+    }
+}
+
+/// JSON-RPC view of the same errors, for the router methods.
+impl From<WireError> for ErrorObjectOwned {
+    fn from(e: WireError) -> Self {
+        ErrorObjectOwned::owned(e.code, e.message, e.data)
+    }
+}
+
+pub fn json_response<T: Serialize>(status: StatusCode, body: &T) -> HttpResponse {
+    let bytes = serde_json::to_vec(body).expect("wire types serialize");
+    http::Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(bytes.into())
+        .expect("static response parts")
+}
+
+pub fn text_response(status: StatusCode, content_type: &'static str, body: String) -> HttpResponse {
+    http::Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, content_type)
+        .body(body.into())
+        .expect("static response parts")
+}
+
+/// Parses a JSON body into `T`; a failure names the field path
+/// (`paymentPayload.payload.authorization.nonce: missing`). `objects` lists the paths that must
+/// be JSON objects: serde would otherwise read a struct from an array, positionally.
+pub fn parse_body_with<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    objects: &[&str],
+) -> Result<T, WireError> {
+    parse_value_with(parse_body(bytes)?, objects, "")
+}
+
+/// As [`parse_body_with`], for one element of an array body; `prefix` is its place (`[2]`).
+pub fn parse_value_with<T: serde::de::DeserializeOwned>(
+    value: serde_json::Value,
+    objects: &[&str],
+    prefix: &str,
+) -> Result<T, WireError> {
+    for path in objects {
+        let found = path
+            .split('.')
+            .filter(|s| !s.is_empty())
+            .try_fold(&value, |v, key| v.get(key));
+        if let Some(serde_json::Value::Array(_)) = found {
+            let at = join_path(prefix, path);
+            let at = if at.is_empty() {
+                "body".to_string()
+            } else {
+                at
+            };
+            return Err(WireError::bad_request(format!(
+                "{at}: invalid type: array, expected an object"
+            )));
+        }
+    }
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let message = describe_parse_error(e);
+        let message = message
+            .strip_prefix("body: ")
+            .map(|m| format!("body: {m}"))
+            .unwrap_or(message);
+        WireError::bad_request(if prefix.is_empty() {
+            message
+        } else {
+            format!("{prefix}.{message}")
+        })
+    })
+}
+
+/// Parses a JSON body into `T`, naming the field path of a failure.
+pub fn parse_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, WireError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut deserializer)
+        .map_err(|e| WireError::bad_request(describe_parse_error(e)))?;
+    deserializer.end().map_err(|e| {
+        WireError::bad_request(format!(
+            "body is not valid JSON: {}",
+            strip_position(&e.to_string())
+        ))
+    })?;
+    Ok(value)
+}
+
+fn describe_parse_error(error: serde_path_to_error::Error<serde_json::Error>) -> String {
+    let path = error.path().to_string();
+    let inner = error.into_inner();
+    if inner.is_syntax() || inner.is_eof() {
+        return format!(
+            "body is not valid JSON: {}",
+            strip_position(&inner.to_string())
+        );
+    }
+    let text = strip_position(&inner.to_string());
+    let parent = if path == "." { String::new() } else { path };
+    if let Some(field) = text
+        .strip_prefix("missing field `")
+        .and_then(|r| r.strip_suffix('`'))
+    {
+        return format!("{}: missing", join_path(&parent, field));
+    }
+    let at = if parent.is_empty() {
+        "body".to_string()
+    } else {
+        parent
+    };
+    format!("{at}: {text}")
+}
+
+fn join_path(parent: &str, field: &str) -> String {
+    if field.is_empty() {
+        parent.to_string()
+    } else if parent.is_empty() {
+        field.to_string()
+    } else {
+        format!("{parent}.{field}")
+    }
+}
+
+/// serde_json appends " at line L column C"; the field path says more.
+fn strip_position(text: &str) -> String {
+    match text.rfind(" at line ") {
+        Some(i) => text[..i].to_string(),
+        None => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facilitator::types::PaymentRequest;
+
+    fn message(body: &str) -> String {
+        parse_body_with::<PaymentRequest>(body.as_bytes(), PaymentRequest::OBJECTS)
+            .unwrap_err()
+            .message
+    }
+
+    #[test]
+    fn messages_name_the_field() {
+        assert!(message("{").starts_with("body is not valid JSON"));
+        assert_eq!(
+            message("[]"),
+            "body: invalid type: array, expected an object"
+        );
+        assert_eq!(
+            message("7"),
+            "body: invalid type: integer `7`, expected struct PaymentRequest"
+        );
+        assert_eq!(message("{}"), "x402Version: missing");
+        let body = r#"{"x402Version":1,"paymentPayload":{"x402Version":1,"scheme":"exact","network":"n","payload":{"signature":"0x","authorization":{"from":"a","to":"b","value":"1","validAfter":"0","validBefore":"1"}}},"paymentRequirements":{}}"#;
+        assert_eq!(
+            message(body),
+            "paymentPayload.payload.authorization.nonce: missing"
+        );
+        let body = body.replace(r#""value":"1""#, r#""value":1"#);
+        assert!(
+            message(&body).starts_with("paymentPayload.payload.authorization.value: invalid type")
+        );
+        let body = body
+            .replace(r#""authorization":{"#, r#""authorization":[{"#)
+            .replace(r#""validBefore":"1"}"#, r#""validBefore":"1"}]"#);
+        assert_eq!(
+            message(&body),
+            "paymentPayload.payload.authorization: invalid type: array, expected an object"
+        );
+    }
+
+    #[test]
+    fn trailing_garbage_is_rejected() {
+        assert!(parse_body::<serde_json::Value>(b"{} x").is_err());
+    }
+}

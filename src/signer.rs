@@ -1,0 +1,223 @@
+//! Signer keys: loaded from a file, the environment, or systemd credentials; used only through
+//! `sign_hash`. The key material never reaches a log, an error or a `Debug` rendering.
+
+use std::path::{Path, PathBuf};
+
+use ethers_core::types::transaction::eip2718::TypedTransaction;
+use ethers_core::types::{
+    Address, Bytes, Eip1559TransactionRequest, Signature, TransactionRequest, H256, U256,
+};
+use ethers_core::utils::{keccak256, secret_key_to_address};
+use k256::ecdsa::SigningKey;
+
+use crate::chain::Fees;
+
+pub const ENV_KEY: &str = "ROUTERD_SIGNER_KEY";
+const CREDENTIAL_NAME: &str = "signer-key";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SignerError {
+    #[error("facilitator.signer_key_file: cannot read {path}: {reason}")]
+    Unreadable { path: String, reason: String },
+    #[error("{source_name}: entry {index} is not a 32-byte 0x-hex private key")]
+    Malformed { source_name: String, index: usize },
+    #[error("no signer key: set facilitator.signer_key_file, {ENV_KEY}, or a systemd credential named {CREDENTIAL_NAME}")]
+    Missing,
+}
+
+pub struct Signer {
+    key: SigningKey,
+    pub address: Address,
+}
+
+impl std::fmt::Debug for Signer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Signer")
+            .field("address", &self.address)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Signer {
+    pub fn from_hex(text: &str) -> Option<Self> {
+        let digits = text.trim().strip_prefix("0x").unwrap_or(text.trim());
+        if digits.len() != 64 {
+            return None;
+        }
+        let mut bytes = [0u8; 32];
+        for (i, chunk) in bytes.iter_mut().enumerate() {
+            *chunk = u8::from_str_radix(digits.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        let key = SigningKey::from_slice(&bytes).ok()?;
+        let address = secret_key_to_address(&key);
+        Some(Self { key, address })
+    }
+
+    /// An Ethereum signature (`v` = 27/28) over a 32-byte hash.
+    pub fn sign_hash(&self, hash: H256) -> Signature {
+        let (signature, recovery) = self
+            .key
+            .sign_prehash_recoverable(hash.as_bytes())
+            .expect("signing a 32-byte prehash cannot fail");
+        let bytes = signature.to_bytes();
+        Signature {
+            r: U256::from_big_endian(&bytes[..32]),
+            s: U256::from_big_endian(&bytes[32..]),
+            v: 27 + recovery.to_byte() as u64,
+        }
+    }
+
+    /// Signs a transaction to `to` with `fees`; answers its hash and the raw bytes to broadcast.
+    pub fn sign_transaction(&self, tx: &UnsignedTx) -> (H256, Bytes) {
+        let request: TypedTransaction = match tx.fees {
+            Fees::Eip1559 { priority_fee, .. } => Eip1559TransactionRequest::new()
+                .from(self.address)
+                .to(tx.to)
+                .data(tx.data.clone())
+                .gas(tx.gas_limit)
+                .nonce(tx.nonce)
+                .chain_id(tx.chain_id)
+                .max_fee_per_gas(tx.fees.max_fee_per_gas())
+                .max_priority_fee_per_gas(priority_fee)
+                .into(),
+            Fees::Legacy { gas_price } => TransactionRequest::new()
+                .from(self.address)
+                .to(tx.to)
+                .data(tx.data.clone())
+                .gas(tx.gas_limit)
+                .nonce(tx.nonce)
+                .chain_id(tx.chain_id)
+                .gas_price(gas_price)
+                .into(),
+        };
+        let mut signature = self.sign_hash(request.sighash());
+        let parity = signature.v - 27;
+        signature.v = match tx.fees {
+            // EIP-155: v carries the chain id for legacy transactions.
+            Fees::Legacy { .. } => parity + 35 + 2 * tx.chain_id,
+            Fees::Eip1559 { .. } => parity,
+        };
+        let raw = request.rlp_signed(&signature);
+        (H256(keccak256(&raw)), raw)
+    }
+}
+
+/// A contract call ready to be signed.
+pub struct UnsignedTx {
+    pub chain_id: u64,
+    pub nonce: u64,
+    pub to: Address,
+    pub data: Bytes,
+    pub gas_limit: u64,
+    pub fees: Fees,
+}
+
+/// Keys in this order of precedence: the configured file, `ROUTERD_SIGNER_KEY`
+/// (comma-separated), then `$CREDENTIALS_DIRECTORY/signer-key`.
+pub fn load_signers(key_file: &str) -> Result<Vec<Signer>, SignerError> {
+    if !key_file.is_empty() {
+        return read_key_file(Path::new(key_file), "facilitator.signer_key_file");
+    }
+    if let Ok(text) = std::env::var(ENV_KEY) {
+        return parse_keys(text.split(','), ENV_KEY);
+    }
+    if let Some(dir) = std::env::var_os("CREDENTIALS_DIRECTORY") {
+        let path = PathBuf::from(dir).join(CREDENTIAL_NAME);
+        if path.exists() {
+            return read_key_file(&path, "systemd credential signer-key");
+        }
+    }
+    Err(SignerError::Missing)
+}
+
+fn read_key_file(path: &Path, source_name: &str) -> Result<Vec<Signer>, SignerError> {
+    let text = std::fs::read_to_string(path).map_err(|e| SignerError::Unreadable {
+        path: path.display().to_string(),
+        reason: e.kind().to_string(),
+    })?;
+    parse_keys(text.lines(), source_name)
+}
+
+fn parse_keys<'a>(
+    entries: impl Iterator<Item = &'a str>,
+    source_name: &str,
+) -> Result<Vec<Signer>, SignerError> {
+    let signers = entries
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .enumerate()
+        .map(|(index, line)| {
+            Signer::from_hex(line).ok_or(SignerError::Malformed {
+                source_name: source_name.to_string(),
+                index: index + 1,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if signers.is_empty() {
+        return Err(SignerError::Missing);
+    }
+    Ok(signers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // anvil's first development account: a public test key, never used for value.
+    const DEV_KEY: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+
+    #[test]
+    fn derives_the_address() {
+        let signer = Signer::from_hex(DEV_KEY).unwrap();
+        assert_eq!(
+            format!("{:?}", signer.address),
+            "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266"
+        );
+    }
+
+    #[test]
+    fn signature_recovers_to_the_signer() {
+        let signer = Signer::from_hex(DEV_KEY).unwrap();
+        let hash = H256(keccak256(b"routerd"));
+        let signature = signer.sign_hash(hash);
+        assert_eq!(signature.recover(hash).unwrap(), signer.address);
+    }
+
+    #[test]
+    fn signed_transactions_recover_to_the_signer() {
+        use ethers_core::types::Transaction;
+        let signer = Signer::from_hex(DEV_KEY).unwrap();
+        for fees in [
+            Fees::Eip1559 {
+                base_fee: 7.into(),
+                priority_fee: 1.into(),
+            },
+            Fees::Legacy {
+                gas_price: 9.into(),
+            },
+        ] {
+            let tx = UnsignedTx {
+                chain_id: 84532,
+                nonce: 3,
+                to: Address::repeat_byte(1),
+                data: vec![1, 2].into(),
+                gas_limit: 90_000,
+                fees,
+            };
+            let (hash, raw) = signer.sign_transaction(&tx);
+            let decoded: Transaction = ethers_core::utils::rlp::decode(&raw).unwrap();
+            assert_eq!(decoded.hash, hash);
+            assert_eq!(decoded.recover_from().unwrap(), signer.address);
+            assert_eq!(decoded.nonce, 3.into());
+        }
+    }
+
+    #[test]
+    fn debug_and_errors_never_show_the_key() {
+        let signer = Signer::from_hex(DEV_KEY).unwrap();
+        assert!(!format!("{signer:?}").contains("ac0974"));
+        let err = parse_keys(["0x1234", DEV_KEY].into_iter(), "test").unwrap_err();
+        assert!(!err.to_string().contains("ac0974"));
+        assert!(err.to_string().contains("entry 1"));
+    }
+}
