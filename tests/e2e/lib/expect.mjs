@@ -1,0 +1,83 @@
+// Assertions on routerd's answers, with the raw response in every failure message.
+import assert from 'node:assert/strict';
+import { getAddress } from 'viem';
+
+const show = (res) => `HTTP ${res.status} ${res.text}`;
+export const TX_HASH = /^0x[0-9a-fA-F]{64}$/;
+
+/** The invalidReason/errorReason field may be absent or null on success; anything else is wrong. */
+function assertNoReason(value, res) {
+  assert.ok(value === undefined || value === null, `unexpected reason in ${show(res)}`);
+}
+
+/** verify answered 200 {isValid: false, invalidReason: reason, payer}. */
+export function expectInvalid(res, reason, { payer } = {}) {
+  assert.equal(res.status, 200, show(res));
+  assert.equal(res.body?.isValid, false, show(res));
+  assert.equal(res.body.invalidReason, reason, show(res));
+  assertPayer(res, payer);
+}
+
+/** verify answered 200 {isValid: true, payer}. */
+export function expectValid(res, { payer } = {}) {
+  assert.equal(res.status, 200, show(res));
+  assert.equal(res.body?.isValid, true, show(res));
+  assertNoReason(res.body.invalidReason, res);
+  assertPayer(res, payer);
+}
+
+/** payer is always present; for an address it is the checksummed form. */
+function assertPayer(res, payer) {
+  assert.equal(typeof res.body.payer, 'string', `payer missing: ${show(res)}`);
+  if (payer !== undefined) assert.equal(res.body.payer, payer, show(res));
+}
+
+/** One settle result object: {success: true, transaction: 0x..64, network, payer}. Returns the hash. */
+export function expectSettledResult(result, { network, payer }, res) {
+  const where = res ? show(res) : JSON.stringify(result);
+  assert.equal(result?.success, true, where);
+  assertNoReason(result.errorReason, res ?? { status: 200, text: where });
+  assert.match(result.transaction, TX_HASH, where);
+  assert.equal(result.network, network, where);
+  assert.equal(result.payer, getAddress(payer), where);
+  return result.transaction;
+}
+
+/** settle answered 200 with a success result. Returns the transaction hash. */
+export function expectSettled(res, { network, payer }) {
+  assert.equal(res.status, 200, show(res));
+  assert.ok(!Array.isArray(res.body), `single body answered with an array: ${show(res)}`);
+  return expectSettledResult(res.body, { network, payer }, res);
+}
+
+/** One failed settle result: {success: false, errorReason, transaction: "", network, payer}. */
+export function expectSettleFailedResult(result, reason, { network, payer, transaction = '' }, res) {
+  const where = res ? show(res) : JSON.stringify(result);
+  assert.equal(result?.success, false, where);
+  assert.equal(result.errorReason, reason, where);
+  assert.equal(result.transaction, transaction, where);
+  assert.equal(result.network, network, where);
+  if (payer !== undefined) assert.equal(result.payer, payer, where);
+}
+
+export function expectSettleFailed(res, reason, opts) {
+  assert.equal(res.status, 200, show(res));
+  expectSettleFailedResult(res.body, reason, opts, res);
+}
+
+/**
+ * An Error body {error: int, message: string} with the given HTTP status.
+ * @param {{messageIncludes?: string|string[], error?: number}} [o]
+ */
+export function expectErrorBody(res, status, { messageIncludes = [], error } = {}) {
+  assert.equal(res.status, status, show(res));
+  assert.ok(res.body && typeof res.body === 'object' && !Array.isArray(res.body), `not a JSON object: ${show(res)}`);
+  assert.ok(Number.isInteger(res.body.error), `error is not an integer: ${show(res)}`);
+  assert.equal(typeof res.body.message, 'string', `message is not a string: ${show(res)}`);
+  if (error !== undefined) assert.equal(res.body.error, error, show(res));
+  for (const part of [messageIncludes].flat()) {
+    assert.ok(res.body.message.includes(part), `message does not name "${part}": ${show(res)}`);
+  }
+}
+
+export { show };

@@ -1,0 +1,142 @@
+// Run the real routerd binary as a child process with a real config file.
+import { spawn } from 'node:child_process';
+import { existsSync, openSync, closeSync, writeFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import { freePort, waitFor, trackChild, exited, tailFile } from './util.mjs';
+
+/** $ROUTERD_BIN, else cargo's debug build in the shared target dir (what scripts/test-e2e builds). */
+export function routerdBin() {
+  if (process.env.ROUTERD_BIN) return process.env.ROUTERD_BIN;
+  const target = process.env.CARGO_TARGET_DIR ?? join(homedir(), '.cache', 'routerd', 'target');
+  return join(target, 'debug', 'routerd');
+}
+
+const q = (s) => JSON.stringify(String(s)); // a JSON string is a valid TOML basic string for our values
+const list = (xs) => `[${xs.map(q).join(', ')}]`;
+
+/**
+ * routerd TOML config for the facilitator tests.
+ * @param {object} o
+ * @param {number} o.port
+ * @param {string} o.storePath
+ * @param {{name: string, chainId: number, kind?: string, rpcUrl: string, token?: string, extra?: string}[]} o.chains
+ *   `token` is the USDC address (omit for a chain without tokens); `extra` is raw TOML added to the chain table.
+ * @param {string[]} o.networks           served by the facilitator
+ * @param {string} o.denyListFile
+ * @param {number} [o.settleTimeoutSecs=60]
+ * @param {number} [o.maxBatch=100]
+ * @param {number} [o.maxBodyBytes=65536]
+ * @param {string} [o.extra]              raw TOML appended at the end (e.g. a [router] table)
+ */
+export function routerdConfig({
+  port, storePath, chains, networks, denyListFile, settleTimeoutSecs = 60, maxBatch = 100, maxBodyBytes = 65536, extra = '',
+}) {
+  const parts = [
+    `[server]\nlisten = ${q(`127.0.0.1:${port}`)}\nmax_body_bytes = ${maxBodyBytes}\n`,
+    `[storage]\npath = ${q(storePath)}\n`,
+  ];
+  for (const c of chains) {
+    parts.push(`[chains.${c.name}]\nchain_id = ${c.chainId}\nkind = ${q(c.kind ?? 'l2')}\nrpc_urls = ${list([c.rpcUrl])}\n${c.extra ?? ''}`);
+    if (c.token) {
+      parts.push(`[chains.${c.name}.tokens.USDC]\naddress = ${q(c.token)}\neip712_name = "USD Coin"\neip712_version = "2"\n`);
+    }
+  }
+  parts.push(
+    `[facilitator]\nnetworks = ${list(networks)}\ndeny_list_file = ${q(denyListFile)}\n`
+      + `settle_timeout_secs = ${settleTimeoutSecs}\nmax_batch = ${maxBatch}\n`,
+  );
+  if (extra) parts.push(extra);
+  return parts.join('\n');
+}
+
+/**
+ * Start routerd and wait for GET /health = 200.
+ * @param {object} o
+ * @param {string} o.configToml  written to <dir>/routerd.toml
+ * @param {string} o.dir          a temp dir owned by the test file (config and log live there)
+ * @param {number} o.port         the port the config listens on (the config is the source of truth)
+ * @param {Record<string,string>} [o.env]  e.g. ROUTERD_SIGNER_KEY
+ * @returns {Promise<Routerd>}
+ */
+export async function startRouterd({ configToml, dir, port, env = {} }) {
+  const bin = routerdBin();
+  if (!existsSync(bin)) {
+    throw new Error(`routerd binary not found at ${bin}: build it (cargo build) or set ROUTERD_BIN`);
+  }
+  const configFile = join(dir, 'routerd.toml');
+  writeFileSync(configFile, configToml);
+  const r = new Routerd({ bin, configFile, logFile: join(dir, 'routerd.log'), port, env });
+  await r.start();
+  return r;
+}
+
+export class Routerd {
+  constructor({ bin, configFile, logFile, port, env }) {
+    Object.assign(this, { bin, configFile, logFile, port, env });
+    this.url = `http://127.0.0.1:${port}`;
+    this.child = null;
+    this.starts = 0;
+  }
+
+  /** Spawn and wait until /health answers 200; fails fast (with the log tail) if routerd exits. */
+  async start() {
+    this.starts += 1;
+    const out = openSync(this.logFile, 'a');
+    writeFileSync(out, `\n===== routerd start #${this.starts} ${new Date().toISOString()} =====\n`);
+    const env = { ...process.env, RUST_LOG: process.env.RUST_LOG ?? 'info,routerd=debug', ...this.env };
+    const child = trackChild(spawn(this.bin, ['--config', this.configFile], { stdio: ['ignore', out, out], env }));
+    closeSync(out);
+    this.child = child;
+
+    const spawnError = new Promise((_, reject) => child.once('error', reject));
+    const early = exited(child).then(({ code, signal }) => {
+      throw new Error(`routerd exited during startup (code ${code}, signal ${signal})\n${this.tail(40)}`);
+    });
+    early.catch(() => {}); // a later exit (stop/kill) is not a startup failure
+    try {
+      await Promise.race([
+        waitFor(async () => (await fetch(`${this.url}/health`)).status === 200, {
+          timeoutMs: 30_000, what: `routerd /health on ${this.url}`,
+        }),
+        spawnError,
+        early,
+      ]);
+    } catch (err) {
+      child.kill('SIGKILL');
+      if (!err.message.includes('routerd exited')) err.message += `\n--- routerd log tail ---\n${this.tail(40)}`;
+      throw err;
+    }
+    return this;
+  }
+
+  /** SIGTERM and wait: graceful shutdown. Returns the exit {code, signal}. */
+  async stop() {
+    if (!this.running) return exited(this.child);
+    this.child.kill('SIGTERM');
+    return exited(this.child);
+  }
+
+  /** SIGKILL: a crash, with no chance to flush or clean up. */
+  async kill() {
+    if (!this.running) return exited(this.child);
+    this.child.kill('SIGKILL');
+    return exited(this.child);
+  }
+
+  /** Start again on the same config and store (after stop() or kill()). */
+  async restart() {
+    if (this.running) await this.stop();
+    return this.start();
+  }
+
+  get running() {
+    return this.child !== null && this.child.exitCode === null && this.child.signalCode === null;
+  }
+
+  tail(lines = 80) {
+    return tailFile(this.logFile, lines);
+  }
+}
+
+export { freePort };

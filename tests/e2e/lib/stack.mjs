@@ -1,0 +1,208 @@
+// One facilitator test environment: anvil chain(s) with real USDC, and routerd serving them.
+// Set up once per test file (before/after hooks) because chains and the daemon take a moment to start.
+import { writeFileSync, existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { getAddress } from 'viem';
+import { startAnvil } from './anvil.mjs';
+import { anvilKey, anvilAccount, freshAccount, ROLE } from './accounts.mjs';
+import { deployUsdc, walletFor, usdcAbi, mintUsdc, blacklistUsdc, USDC_EIP712 } from './deploy-usdc.mjs';
+import { routerdConfig, startRouterd, routerdBin } from './routerd.mjs';
+import { buildPayment } from './x402.mjs';
+import { ERC1271_ALWAYS_VALID, ERC1271_ALWAYS_INVALID } from './wallets.mjs';
+import { freePort, makeTempDir } from './util.mjs';
+
+export const NETWORK = 'base-sepolia'; // the official x402 v1 client maps it to chain id 84532
+export const CHAIN_ID = 84532;
+
+/**
+ * @param {object} [o]
+ * @param {object} [o.anvil]          startAnvil options for the base-sepolia chain (chainId is fixed)
+ * @param {{name: string, chainId: number, served?: boolean, usdc?: boolean}[]} [o.extraChains]
+ * @param {number} [o.fundedPayers=0] payers funded during setup (needed where blocks are not automatic)
+ * @param {bigint} [o.payerFunds=1_000_000_000n]  atomic USDC per pre-funded payer
+ * @param {string[]} [o.denyList]     addresses written to the KYT deny-list file
+ * @param {object} [o.routerd]        routerdConfig options (settleTimeoutSecs, maxBatch, maxBodyBytes)
+ */
+export async function startFacilitatorStack({
+  anvil: anvilOpts = {}, extraChains = [], fundedPayers = 0, payerFunds = 1_000_000_000n, denyList = [], routerd: routerdOpts = {},
+} = {}) {
+  // Fail before starting chains when there is no daemon to test.
+  if (!existsSync(routerdBin())) {
+    throw new Error(`routerd binary not found at ${routerdBin()}: build it (cargo build) or set ROUTERD_BIN`);
+  }
+  const tmp = makeTempDir();
+  const stack = new Stack(tmp);
+  try {
+    await stack.setup({ anvilOpts, extraChains, fundedPayers, payerFunds, denyList, routerdOpts });
+  } catch (err) {
+    await stack.stop();
+    throw err;
+  }
+  return stack;
+}
+
+class Stack {
+  constructor(tmp) {
+    this.tmp = tmp;
+    this.network = NETWORK;
+    this.chainId = CHAIN_ID;
+    this.chains = {}; // name -> {anvil, usdc, client}
+    this.signer = anvilAccount(ROLE.signer).address;
+    this.signerKey = anvilKey(ROLE.signer);
+    this.payers = [];
+  }
+
+  async setup({ anvilOpts, extraChains, fundedPayers, payerFunds, denyList, routerdOpts }) {
+    this.payers = Array.from({ length: fundedPayers }, () => freshAccount());
+    const fund = this.payers.map((p) => ({ address: p.address, amount: payerFunds }));
+    await this.addChain({ name: NETWORK, chainId: CHAIN_ID, anvilOpts, usdc: true, fund });
+    for (const c of extraChains) await this.addChain({ ...c, anvilOpts: {}, fund: [] });
+
+    const main = this.chains[NETWORK];
+    Object.assign(this, { anvil: main.anvil, client: main.client, usdc: main.usdc });
+    this.token = { address: main.usdc, ...USDC_EIP712 };
+
+    const served = [NETWORK, ...extraChains.filter((c) => c.served).map((c) => c.name)];
+    this.servedNetworks = served;
+    const denyListFile = join(this.tmp.dir, 'deny.txt');
+    writeFileSync(denyListFile, denyList.map((a) => `${a}\n`).join(''));
+    const port = await freePort();
+    const configToml = routerdConfig({
+      port,
+      storePath: join(this.tmp.dir, 'routerd.db'),
+      chains: Object.entries(this.chains).map(([name, c]) => ({
+        name, chainId: c.anvil.chainId, rpcUrl: c.anvil.url, token: c.usdc,
+      })),
+      networks: served,
+      denyListFile,
+      ...routerdOpts,
+    });
+    this.routerd = await startRouterd({
+      configToml, dir: this.tmp.dir, port, env: { ROUTERD_SIGNER_KEY: this.signerKey },
+    });
+    this.url = this.routerd.url;
+  }
+
+  // A --no-mining chain is set up with automine on (deploys confirm at once), then switched off.
+  async addChain({ name, chainId, anvilOpts = {}, usdc, fund }) {
+    const anvil = await startAnvil({ ...anvilOpts, chainId, logFile: join(this.tmp.dir, `anvil-${name}.log`) });
+    this.chains[name] = { anvil };
+    if (anvilOpts.noMining) await anvil.setAutomine(true);
+    const client = await walletFor(anvil.url, anvilKey(ROLE.deployer));
+    this.chains[name].client = client;
+    if (usdc) this.chains[name].usdc = await deployUsdc(client, { fund });
+    if (anvilOpts.noMining) await anvil.setAutomine(false);
+  }
+
+  async stop() {
+    const exit = this.routerd ? await this.routerd.stop() : null;
+    await Promise.all(Object.values(this.chains).map((c) => c.anvil.stop()));
+    this.tmp.cleanup();
+    return exit;
+  }
+
+  // ---- chain helpers (all on the base-sepolia chain) ----
+
+  /** A fresh payer with `amount` USDC (mints; needs a chain that mines by itself). */
+  async newPayer(amount = 1_000_000n) {
+    const account = freshAccount();
+    if (amount > 0n) await this.mint(account.address, amount);
+    return account;
+  }
+
+  /** Mint USDC to `address` and wait for it (needs a chain that mines by itself). */
+  mint(address, amount) {
+    return mintUsdc(this.client, this.usdc, address, amount);
+  }
+
+  balanceOf(address) {
+    return this.client.readContract({ address: this.usdc, abi: usdcAbi, functionName: 'balanceOf', args: [address] });
+  }
+
+  blacklist(address) {
+    return blacklistUsdc(this.client, this.usdc, address);
+  }
+
+  /** A smart-wallet address whose ERC-1271 isValidSignature accepts (valid) or rejects everything. */
+  async smartWallet({ valid }) {
+    const address = freshAccount().address;
+    await this.anvil.rpc('anvil_setCode', [address, valid ? ERC1271_ALWAYS_VALID : ERC1271_ALWAYS_INVALID]);
+    return address;
+  }
+
+  /** The payer cancels an unused authorization nonce on chain (ERC-3009 cancelAuthorization). */
+  async cancelAuthorization(account, nonce) {
+    const signature = await account.signTypedData({
+      domain: { name: this.token.name, version: this.token.version, chainId: this.chainId, verifyingContract: this.usdc },
+      types: { CancelAuthorization: [{ name: 'authorizer', type: 'address' }, { name: 'nonce', type: 'bytes32' }] },
+      primaryType: 'CancelAuthorization',
+      message: { authorizer: account.address, nonce },
+    });
+    const hash = await this.client.writeContract({
+      address: this.usdc, abi: usdcAbi, functionName: 'cancelAuthorization', args: [account.address, nonce, signature], gas: 200_000n,
+    });
+    const receipt = await this.client.waitForTransactionReceipt({ hash });
+    if (receipt.status !== 'success') throw new Error('cancelAuthorization reverted');
+  }
+
+  /** The facilitator signer's transaction count: every settlement transaction raises it by one. */
+  signerNonce(blockTag = 'latest') {
+    return this.client.getTransactionCount({ address: this.signer, blockTag });
+  }
+
+  receipt(hash) {
+    return this.client.getTransactionReceipt({ hash });
+  }
+
+  // ---- payments ----
+
+  /** A valid payment on base-sepolia from `account` to a fresh payee (see buildPayment for overrides). */
+  pay({ account, payTo = freshAccount().address, amount = 1000n, auth, network = NETWORK, chainId = CHAIN_ID, token = this.token }) {
+    return buildPayment({ account, token, network, chainId, payTo: getAddress(payTo), amount, auth });
+  }
+
+  // ---- HTTP ----
+
+  verify(body) {
+    return this.post('/verify', body);
+  }
+
+  settle(body) {
+    return this.post('/settle', body);
+  }
+
+  /** POST JSON (or a raw string) and return {status, body, text}; body is parsed JSON or undefined. */
+  async post(path, body, { headers = {} } = {}) {
+    const raw = typeof body === 'string' ? body : JSON.stringify(body);
+    return this.request(path, { method: 'POST', body: raw, headers: { 'content-type': 'application/json', ...headers } });
+  }
+
+  async request(path, init = {}) {
+    const res = await fetch(`${this.url}${path}`, init);
+    const text = await res.text();
+    let body;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      body = undefined;
+    }
+    return { status: res.status, body, text, headers: res.headers };
+  }
+}
+
+/**
+ * Wrap a test body so that a failure prints the tail of routerd's log: the daemon's side of the
+ * story is usually what explains a wrong answer.
+ */
+export function withLogTail(getStack, fn) {
+  return async (t) => {
+    try {
+      await fn(t);
+    } catch (err) {
+      const stack = getStack();
+      const tail = stack?.routerd?.tail(60);
+      if (tail) console.error(`--- routerd log tail (${t.name}) ---\n${tail}\n--- end ---`);
+      throw err;
+    }
+  };
+}

@@ -1,0 +1,85 @@
+// Small helpers shared by the e2e harness: ports, polling, temp dirs, child-process bookkeeping.
+import { createServer } from 'node:net';
+import { mkdtempSync, rmSync, readFileSync, existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Ask the kernel for a free TCP port on 127.0.0.1 (bind to port 0, read it, release it). */
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.unref();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+/**
+ * Poll `probe` until it returns a truthy value or the deadline passes.
+ * `probe` may throw (e.g. connection refused) - that counts as "not yet".
+ */
+export async function waitFor(probe, { timeoutMs = 10_000, intervalMs = 50, what = 'condition' } = {}) {
+  const deadline = Date.now() + timeoutMs;
+  let lastError;
+  for (;;) {
+    try {
+      const value = await probe();
+      if (value) return value;
+    } catch (err) {
+      lastError = err;
+    }
+    if (Date.now() > deadline) {
+      const cause = lastError ? `: ${lastError.message ?? lastError}` : '';
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${cause}`);
+    }
+    await sleep(intervalMs);
+  }
+}
+
+/** A fresh temp directory; removed by cleanup() unless E2E_KEEP_TMP is set (for post-mortems). */
+export function makeTempDir(prefix = 'routerd-e2e-') {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  return {
+    dir,
+    cleanup() {
+      if (process.env.E2E_KEEP_TMP) {
+        console.error(`# E2E_KEEP_TMP: kept ${dir}`);
+        return;
+      }
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Last `lines` lines of a text file ('' when it does not exist). */
+export function tailFile(path, lines = 80) {
+  if (!existsSync(path)) return '';
+  return readFileSync(path, 'utf8').split('\n').slice(-lines).join('\n');
+}
+
+// Children that must not outlive the test process, even when it dies on an uncaught error.
+const children = new Set();
+process.on('exit', () => {
+  for (const child of children) {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  }
+});
+
+export function trackChild(child) {
+  children.add(child);
+  child.once('exit', () => children.delete(child));
+  return child;
+}
+
+/** Resolves with {code, signal} once the child has exited (immediately if it already has). */
+export function exited(child) {
+  if (child.exitCode !== null || child.signalCode !== null) {
+    return Promise.resolve({ code: child.exitCode, signal: child.signalCode });
+  }
+  return new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+}
