@@ -64,6 +64,12 @@ function pendingHash(res) {
   return hash;
 }
 
+/** SIGTERM must end the daemon with exit code 0 within shutdown_grace_secs. */
+async function expectGracefulStop() {
+  const exit = await stack.routerd.stop();
+  assert.deepEqual(exit, { code: 0, signal: null }, `routerd did not exit 0 on SIGTERM: ${JSON.stringify(exit)}`);
+}
+
 /** A settle that may answer "pending" if the block came too late: ask again, as a client would. */
 async function settleAgain(body) {
   let res = await stack.settle(body);
@@ -149,7 +155,7 @@ it('SIGTERM exits 0, and a settled payment settles again after restart with the 
   if (res.status === 400 && res.body?.error === 504) res = await stack.settle(p.body); // the block came late
   const hash = expectSettled(res, { network: NETWORK, payer: p.authorization.from });
 
-  assert.deepEqual(await stack.routerd.stop(), { code: 0, signal: null });
+  await expectGracefulStop();
   await stack.routerd.restart();
   assert.equal(expectSettled(await stack.settle(p.body), { network: NETWORK, payer: p.authorization.from }), hash);
   await expectPaidOnce(p, hash, payerBefore);
@@ -163,7 +169,7 @@ it('SIGTERM during a settlement exits 0 and keeps it: after restart it completes
 
   const inflight = stack.settle(p.body).catch((err) => err);
   const hash = await waitForBroadcast(nonce);
-  assert.deepEqual(await stack.routerd.stop(), { code: 0, signal: null });
+  await expectGracefulStop();
   await inflight;
   await stack.anvil.mine();
   await stack.routerd.restart();

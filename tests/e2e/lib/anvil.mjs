@@ -81,7 +81,9 @@ export async function startAnvil({
     },
     async stop() {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 5000); // never let teardown hang
       await exited(child);
+      clearTimeout(timer);
     },
   };
 }

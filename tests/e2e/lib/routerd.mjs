@@ -12,6 +12,9 @@ export function routerdBin() {
   return join(target, 'debug', 'routerd');
 }
 
+// Short, so that a test of SIGTERM does not wait the production default (30 s) for in-flight work.
+export const SHUTDOWN_GRACE_SECS = 5;
+
 const q = (s) => JSON.stringify(String(s)); // a JSON string is a valid TOML basic string for our values
 const list = (xs) => `[${xs.map(q).join(', ')}]`;
 
@@ -33,7 +36,8 @@ export function routerdConfig({
   port, storePath, chains, networks, denyListFile, settleTimeoutSecs = 60, maxBatch = 100, maxBodyBytes = 65536, extra = '',
 }) {
   const parts = [
-    `[server]\nlisten = ${q(`127.0.0.1:${port}`)}\nmax_body_bytes = ${maxBodyBytes}\n`,
+    `[server]\nlisten = ${q(`127.0.0.1:${port}`)}\nmax_body_bytes = ${maxBodyBytes}\n`
+      + `shutdown_grace_secs = ${SHUTDOWN_GRACE_SECS}\n`,
     `[storage]\npath = ${q(storePath)}\n`,
   ];
   for (const c of chains) {
@@ -110,11 +114,22 @@ export class Routerd {
     return this;
   }
 
-  /** SIGTERM and wait: graceful shutdown. Returns the exit {code, signal}. */
-  async stop() {
+  /**
+   * SIGTERM and wait: graceful shutdown. Returns the exit {code, signal}. A daemon still running
+   * `graceMs` later is SIGKILLed so that a hung shutdown fails the test instead of hanging the suite:
+   * the result is then {code: null, signal: 'SIGKILL', hung: true}.
+   */
+  async stop({ graceMs = (SHUTDOWN_GRACE_SECS + 10) * 1000 } = {}) {
     if (!this.running) return exited(this.child);
     this.child.kill('SIGTERM');
-    return exited(this.child);
+    let timer;
+    const hung = new Promise((resolve) => { timer = setTimeout(() => resolve('hung'), graceMs); });
+    const first = await Promise.race([exited(this.child), hung]);
+    clearTimeout(timer);
+    if (first !== 'hung') return first;
+    writeFileSync(this.logFile, `\n===== harness: no exit ${graceMs} ms after SIGTERM, sending SIGKILL =====\n`, { flag: 'a' });
+    this.child.kill('SIGKILL');
+    return { ...(await exited(this.child)), hung: true };
   }
 
   /** SIGKILL: a crash, with no chance to flush or clean up. */
