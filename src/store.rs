@@ -55,9 +55,17 @@ impl Store {
         })
     }
 
-    /// Makes every write so far durable.
+    /// Makes every write so far durable. sled 0.34's `flush_async` can stall when many tasks
+    /// flush at once (seen with fifty concurrent settlements), so the blocking `flush` runs on
+    /// tokio's blocking pool instead.
     pub async fn flush(&self) -> Result<(), StoreError> {
-        self.db.flush_async().await?;
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || db.flush())
+            .await
+            .map_err(|e| StoreError::Corrupt {
+                key: "flush".to_string(),
+                detail: e.to_string(),
+            })??;
         Ok(())
     }
 

@@ -353,6 +353,11 @@ impl Settler {
         progress: watch::Sender<Progress>,
     ) {
         tracing::info!(payment = %key, transaction = ?record.latest_hash(), "resuming settlement");
+        // The node may have lost the transaction while routerd was down; sending the stored bytes
+        // again is harmless if it did not ("already known", or mined: "nonce too low").
+        if let Some(latest) = record.attempts.last() {
+            rebroadcast(&chain, &latest.raw.clone()).await;
+        }
         let result = self
             .follow(&key, &mut record, &chain, lane.as_ref(), &progress)
             .await;
@@ -496,7 +501,9 @@ impl Settler {
             let head = chain.head.current();
             let block = head.as_ref().map(|h| h.number);
             if block != checked_at_block || block.is_none() {
-                match self.check_receipts(record, chain).await {
+                let checked = self.check_receipts(record, chain).await;
+                tracing::debug!(payment = %key, ?block, found = ?checked.as_ref().map(|o| o.is_some()), "receipt check");
+                match checked {
                     Ok(Some(outcome)) => {
                         record.outcome = Some(outcome.clone());
                         if let Err(e) = self.ledger.save(key, record).await {
