@@ -3,7 +3,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, openSync, closeSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
-import { freePort, waitFor, trackChild, exited, tailFile } from './util.mjs';
+import { freePort, waitFor, trackChild, exited, tailFile, makeTempDir } from './util.mjs';
 
 /** $ROUTERD_BIN, else cargo's debug build in the shared target dir (what scripts/test-e2e builds). */
 export function routerdBin() {
@@ -57,13 +57,13 @@ export function routerdConfig({
 /**
  * Start routerd and wait for GET /health = 200.
  * @param {object} o
- * @param {string} o.configToml  written to <dir>/routerd.toml
- * @param {string} o.dir          a temp dir owned by the test file (config and log live there)
- * @param {number} o.port         the port the config listens on (the config is the source of truth)
+ * @param {string} o.configToml   written to <dir>/routerd.toml
+ * @param {string} [o.dir]        where config and log live (default: a new temp dir)
+ * @param {number} [o.port]       the port the config listens on (default: read from server.listen)
  * @param {Record<string,string>} [o.env]  e.g. ROUTERD_SIGNER_KEY
  * @returns {Promise<Routerd>}
  */
-export async function startRouterd({ configToml, dir, port, env = {} }) {
+export async function startRouterd({ configToml, dir = makeTempDir().dir, port = listenPort(configToml), env = {} }) {
   const bin = routerdBin();
   if (!existsSync(bin)) {
     throw new Error(`routerd binary not found at ${bin}: build it (cargo build) or set ROUTERD_BIN`);
@@ -73,6 +73,12 @@ export async function startRouterd({ configToml, dir, port, env = {} }) {
   const r = new Routerd({ bin, configFile, logFile: join(dir, 'routerd.log'), port, env });
   await r.start();
   return r;
+}
+
+function listenPort(configToml) {
+  const m = configToml.match(/^listen\s*=\s*"[^"]*:(\d+)"/m);
+  if (!m) throw new Error('startRouterd: no port given and no server.listen in the config');
+  return Number(m[1]);
 }
 
 export class Routerd {
@@ -127,7 +133,7 @@ export class Routerd {
     const first = await Promise.race([exited(this.child), hung]);
     clearTimeout(timer);
     if (first !== 'hung') return first;
-    writeFileSync(this.logFile, `\n===== harness: no exit ${graceMs} ms after SIGTERM, sending SIGKILL =====\n`, { flag: 'a' });
+    this.note(`no exit ${graceMs} ms after SIGTERM, sending SIGKILL`);
     this.child.kill('SIGKILL');
     return { ...(await exited(this.child)), hung: true };
   }
@@ -147,6 +153,15 @@ export class Routerd {
 
   get running() {
     return this.child !== null && this.child.exitCode === null && this.child.signalCode === null;
+  }
+
+  /** Best effort: a harness remark in the log (the temp dir may already be gone). */
+  note(text) {
+    try {
+      writeFileSync(this.logFile, `\n===== harness: ${text} =====\n`, { flag: 'a' });
+    } catch {
+      // nothing to annotate
+    }
   }
 
   tail(lines = 80) {

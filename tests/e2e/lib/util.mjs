@@ -1,6 +1,6 @@
 // Small helpers shared by the e2e harness: ports, polling, temp dirs, child-process bookkeeping.
 import { createServer } from 'node:net';
-import { mkdtempSync, rmSync, readFileSync, existsSync } from 'node:fs';
+import { mkdtempSync, rmSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -58,17 +58,28 @@ export function makeTempDir(prefix = 'routerd-e2e-') {
 
 /** Last `lines` lines of a text file ('' when it does not exist). */
 export function tailFile(path, lines = 80) {
-  if (!existsSync(path)) return '';
-  return readFileSync(path, 'utf8').split('\n').slice(-lines).join('\n');
+  try {
+    return readFileSync(path, 'utf8').split('\n').slice(-lines).join('\n');
+  } catch {
+    return ''; // no log (yet, or any more): the caller's own error says what went wrong
+  }
 }
 
-// Children that must not outlive the test process, even when it dies on an uncaught error.
+// Children that must not outlive the test process, even when it dies on an uncaught error or is
+// stopped by a signal (Node runs no 'exit' handlers on a default SIGTERM/SIGINT, so catch those too).
 const children = new Set();
-process.on('exit', () => {
+function killChildren() {
   for (const child of children) {
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
   }
-});
+}
+process.on('exit', killChildren);
+for (const [signal, code] of [['SIGINT', 130], ['SIGTERM', 143], ['SIGHUP', 129]]) {
+  process.once(signal, () => {
+    killChildren();
+    process.exit(code);
+  });
+}
 
 export function trackChild(child) {
   children.add(child);
