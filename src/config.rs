@@ -499,7 +499,8 @@ fn toml_render(settings: &Settings) -> String {
 /// Minimal TOML writer for the effective config: scalars and arrays first, then sub-tables.
 fn render_table(out: &mut String, prefix: &str, value: &serde_json::Value) {
     let Some(map) = value.as_object() else { return };
-    if !prefix.is_empty() {
+    let has_scalars = map.values().any(|v| !v.is_object() && !v.is_null());
+    if !prefix.is_empty() && has_scalars {
         out.push_str(&format!("\n[{prefix}]\n"));
     }
     for (key, v) in map {

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use routerd::config::{default_config_path, Settings};
+use routerd::signer::load_signers;
 
 const USAGE: &str = "usage: routerd [check-config] [--config PATH]... [--log-format text|json]";
 
@@ -65,6 +66,29 @@ fn init_tracing(json: bool) {
     }
 }
 
+/// Prints the effective configuration and the signer addresses (keys are never printed); a
+/// facilitator without a usable key is a configuration error like any other.
+fn check_config(settings: &Settings) -> ExitCode {
+    print!("{}", settings.render());
+    if let Some(facilitator) = &settings.facilitator {
+        match load_signers(&facilitator.signer_key_file) {
+            Ok(signers) => {
+                let addresses: Vec<String> =
+                    signers.iter().map(|s| format!("{:?}", s.address)).collect();
+                println!(
+                    "\n# signer keys: redacted; signer addresses: {}",
+                    addresses.join(", ")
+                );
+            }
+            Err(error) => {
+                eprintln!("routerd: bad configuration: {error}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
 fn main() -> ExitCode {
     let cli = match parse_args(std::env::args().skip(1)) {
         Ok(Some(cli)) => cli,
@@ -82,8 +106,7 @@ fn main() -> ExitCode {
         }
     };
     if let Command::CheckConfig = cli.command {
-        print!("{}", settings.render());
-        return ExitCode::SUCCESS;
+        return check_config(&settings);
     }
     init_tracing(cli.json_logs);
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -221,7 +221,7 @@ impl Settler {
     ) -> Result<SettleResponse, SettleError> {
         match known {
             Known::Running(progress) => self.wait(progress, answer, deadline).await,
-            Known::Finished(outcome) => Ok(answer.from_outcome(&outcome)),
+            Known::Finished(outcome) => Ok(answer.settled(&outcome)),
             Known::Unfinished(hash) => Err(SettleError::Pending(hash)),
             Known::Conflict => Ok(answer.failed(&Invalid {
                 reason: Reason::Payload,
@@ -242,7 +242,7 @@ impl Settler {
             .map(|waited| waited.map(|state| state.clone()));
         match settled {
             Ok(Ok(state)) => match state {
-                Progress::Done(outcome) => Ok(answer.from_outcome(&outcome)),
+                Progress::Done(outcome) => Ok(answer.settled(&outcome)),
                 Progress::Abandoned(reason) => Err(SettleError::Refused(reason)),
                 Progress::Signing | Progress::Sent(_) => {
                     unreachable!("wait_for returns a finished state")
@@ -763,7 +763,7 @@ impl Answer {
         }
     }
 
-    fn from_outcome(&self, outcome: &Outcome) -> SettleResponse {
+    fn settled(&self, outcome: &Outcome) -> SettleResponse {
         SettleResponse {
             success: outcome.success,
             error_reason: outcome.reason.clone(),

@@ -16,7 +16,8 @@ use tower::{Layer, Service};
 
 use super::wire_errors::{json_response, parse_body, parse_body_with, parse_value_with, WireError};
 use super::{ops, App, Surface};
-use crate::facilitator::types::PaymentRequest;
+use crate::facilitator::types::{PaymentRequest, SettleResponse};
+use crate::facilitator::SettleError;
 
 #[derive(Clone)]
 pub struct RestLayer {
@@ -73,19 +74,39 @@ where
         Box::pin(async move {
             let started = Instant::now();
             let method = request.method().clone();
-            let path = request.uri().path().to_string();
-            let response = match dispatch(app.clone(), surface, request, inner).await {
+            let route = ops::route_label(request.uri().path());
+            let mut note = Note::default();
+            let response = match dispatch(app.clone(), surface, request, inner, &mut note).await {
                 Ok(response) => response,
-                Err(error) => error.into_response(),
+                Err(error) => {
+                    note.outcome
+                        .get_or_insert_with(|| format!("error {}", error.code));
+                    error.into_response()
+                }
             };
             let status = response.status().as_u16();
-            let route = ops::route_label(&path);
             app.metrics
                 .observe_request(route, status, started.elapsed());
-            tracing::info!(%method, route, status, latency_ms = started.elapsed().as_millis() as u64, "request");
+            tracing::info!(
+                %method,
+                route,
+                status,
+                latency_ms = started.elapsed().as_millis() as u64,
+                outcome = note.outcome.as_deref().unwrap_or(""),
+                payment = note.payment.as_deref().unwrap_or(""),
+                "request"
+            );
             Ok(response)
         })
     }
+}
+
+/// What the one log line of a request says beyond route, status and latency.
+#[derive(Default)]
+struct Note {
+    /// Payment keys (network|asset|from|nonce): never signatures or whole bodies.
+    payment: Option<String>,
+    outcome: Option<String>,
 }
 
 async fn dispatch<S>(
@@ -93,6 +114,7 @@ async fn dispatch<S>(
     surface: Surface,
     request: HttpRequest,
     mut inner: S,
+    note: &mut Note,
 ) -> Result<HttpResponse, WireError>
 where
     S: Service<HttpRequest, Response = HttpResponse, Error = BoxError>,
@@ -109,12 +131,18 @@ where
         ("/supported" | "/verify" | "/settle", _)
             if surface.facilitator && app.facilitator.is_some() =>
         {
-            facilitator_route(&app, &method, &path, request).await
+            facilitator_route(&app, &method, &path, request, note).await
         }
         ("/", &Method::POST) if surface.rpc => {
-            let (parts, body) = request.into_parts();
+            let (mut parts, body) = request.into_parts();
             let bytes = read_body(body, app.max_body_bytes).await?;
             if is_json_rpc(&bytes) {
+                // The body was read as JSON already; a client that left out the header is served
+                // rather than told 415 in plain text.
+                parts.headers.insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("application/json"),
+                );
                 let request = HttpRequest::from_parts(parts, HttpBody::from(bytes));
                 inner.call(request).await.map_err(|e| {
                     WireError::new(StatusCode::INTERNAL_SERVER_ERROR, 500, e.to_string())
@@ -140,6 +168,7 @@ async fn facilitator_route(
     method: &Method,
     path: &str,
     request: HttpRequest,
+    note: &mut Note,
 ) -> Result<HttpResponse, WireError> {
     let facilitator = app.facilitator.as_ref().expect("checked by the caller");
     match (path, method) {
@@ -147,13 +176,14 @@ async fn facilitator_route(
         ("/verify", &Method::POST) => {
             let bytes = read_body(request.into_body(), app.max_body_bytes).await?;
             let payment: PaymentRequest = parse_body_with(&bytes, PaymentRequest::OBJECTS)?;
+            note.payment = Some(payment_label(&payment));
             let answer = facilitator.verify(&payment).await?;
-            tracing::info!(payment = %payment_label(&payment), valid = answer.is_valid, reason = answer.invalid_reason.unwrap_or(""), "verify");
+            note.outcome = Some(answer.invalid_reason.unwrap_or("valid").to_string());
             Ok(json_response(StatusCode::OK, &answer))
         }
         ("/settle", &Method::POST) => {
             let bytes = read_body(request.into_body(), app.max_body_bytes).await?;
-            settle(app, &bytes).await
+            settle(app, &bytes, note).await
         }
         ("/supported", _) => Err(WireError::method_not_allowed(method, path, "GET")),
         _ => Err(WireError::method_not_allowed(method, path, "POST")),
@@ -161,52 +191,65 @@ async fn facilitator_route(
 }
 
 /// A single payment answers a single result; an array answers an array, in order.
-async fn settle(app: &App, bytes: &[u8]) -> Result<HttpResponse, WireError> {
+async fn settle(app: &App, bytes: &[u8], note: &mut Note) -> Result<HttpResponse, WireError> {
     let facilitator = app.facilitator.as_ref().expect("checked by the caller");
     if first_json_byte(bytes) == Some(b'[') {
         let items: Vec<serde_json::Value> = parse_body(bytes)?;
-        let payments = items
-            .into_iter()
-            .enumerate()
-            .map(|(i, item)| parse_value_with(item, PaymentRequest::OBJECTS, &format!("[{i}]")))
-            .collect::<Result<Vec<PaymentRequest>, _>>()?;
-        if payments.is_empty() || payments.len() > facilitator.max_batch() {
+        if items.is_empty() || items.len() > facilitator.max_batch() {
             return Err(WireError::bad_request(format!(
                 "body: an array of 1 to {} payments (facilitator.max_batch)",
                 facilitator.max_batch()
             )));
         }
+        let payments = items
+            .into_iter()
+            .enumerate()
+            .map(|(i, item)| parse_value_with(item, PaymentRequest::OBJECTS, &format!("[{i}]")))
+            .collect::<Result<Vec<PaymentRequest>, _>>()?;
+        note.payment = Some(
+            payments
+                .iter()
+                .map(payment_label)
+                .collect::<Vec<_>>()
+                .join(","),
+        );
         let answers = futures::future::join_all(payments.iter().map(|p| settle_one(app, p))).await;
         let answers = answers.into_iter().collect::<Result<Vec<_>, _>>()?;
+        note.outcome = Some(
+            answers
+                .iter()
+                .map(settle_outcome)
+                .collect::<Vec<_>>()
+                .join(","),
+        );
         return Ok(json_response(StatusCode::OK, &answers));
     }
     let payment: PaymentRequest = parse_body_with(bytes, PaymentRequest::OBJECTS)?;
+    note.payment = Some(payment_label(&payment));
     let answer = settle_one(app, &payment).await?;
+    note.outcome = Some(settle_outcome(&answer));
     Ok(json_response(StatusCode::OK, &answer))
 }
 
-async fn settle_one(
-    app: &App,
-    payment: &PaymentRequest,
-) -> Result<crate::facilitator::types::SettleResponse, WireError> {
+fn settle_outcome(answer: &SettleResponse) -> String {
+    match &answer.error_reason {
+        None => format!("settled {}", answer.transaction),
+        Some(reason) => reason.clone(),
+    }
+}
+
+async fn settle_one(app: &App, payment: &PaymentRequest) -> Result<SettleResponse, WireError> {
     let facilitator = app.facilitator.as_ref().expect("checked by the caller");
     let result = facilitator.settle(payment).await;
-    let label = payment_label(payment);
-    match &result {
-        Ok(answer) => {
-            app.metrics
-                .observe_settlement(if answer.success { "success" } else { "failure" });
-            tracing::info!(payment = %label, success = answer.success, reason = answer.error_reason.as_deref().unwrap_or(""), transaction = %answer.transaction, "settle");
-        }
-        Err(error) => {
-            app.metrics.observe_settlement("error");
-            tracing::info!(payment = %label, %error, "settle");
-        }
-    }
+    app.metrics.observe_settlement(match &result {
+        Ok(answer) if answer.success => "success",
+        Ok(_) => "failure",
+        Err(SettleError::Pending(_)) => "pending",
+        Err(_) => "error",
+    });
     Ok(result?)
 }
 
-/// The payment key as logs show it: network, asset, payer, nonce. Never the signature.
 fn payment_label(p: &PaymentRequest) -> String {
     let a = &p.payment_payload.payload.authorization;
     format!(

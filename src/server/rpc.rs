@@ -88,7 +88,7 @@ async fn route(
     let router = app.router.as_ref().expect("called with a router");
     let (answer, chain) = router.route(tx).await?;
     app.metrics.observe_decision(&chain);
-    tracing::info!(from = ?tx.from, chain = %chain, nonce = %answer.nonce, "routed");
+    tracing::debug!(from = ?tx.from, chain = %chain, nonce = %answer.nonce, "routed");
     Ok(answer)
 }
 
