@@ -10,13 +10,16 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use jsonrpsee::server::{Server, ServerConfig, ServerHandle};
+use jsonrpsee::server::{BatchRequestConfig, Server, ServerConfig, ServerHandle};
 
 use crate::chain::Chain;
 use crate::config::ServerSettings;
 use crate::facilitator::Facilitator;
 use crate::router::Router;
 pub use ops::Metrics;
+
+/// Most calls in one JSON-RPC batch.
+const MAX_BATCH_CALLS: u32 = 100;
 
 /// What the transport serves from.
 pub struct App {
@@ -65,6 +68,9 @@ pub async fn start(settings: &ServerSettings, app: Arc<App>) -> std::io::Result<
             .http_only()
             .max_request_body_size(settings.max_body_bytes)
             .max_connections(settings.max_connections)
+            // Each call fans out to every chain: a bounded batch keeps one request from
+            // monopolising the upstreams.
+            .set_batch_request_config(BatchRequestConfig::Limit(MAX_BATCH_CALLS))
             .build();
         let server = Server::builder()
             .set_config(config)
