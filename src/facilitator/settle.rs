@@ -156,16 +156,23 @@ impl Settler {
             })],
         );
         let (verdict, _, extra) = self.verifier.check_on_chain(&payment, &[estimate]).await?;
-        if let Err(failure) = verdict {
-            return Ok(answer.failed(&failure));
-        }
-        let gas_limit = match &extra[0] {
-            Ok(v) => chain::parse_u64(v).unwrap_or(150_000) * (100 + GAS_HEADROOM_PERCENT) / 100,
-            Err(e) => {
-                let failure = Invalid {
-                    reason: Reason::Payload,
-                    message: format!("transferWithAuthorization would revert: {}", e.message),
-                };
+        let gas_limit = verdict.and_then(|()| match &extra[0] {
+            Ok(v) => {
+                Ok(chain::parse_u64(v).unwrap_or(150_000) * (100 + GAS_HEADROOM_PERCENT) / 100)
+            }
+            Err(e) => Err(Invalid {
+                reason: Reason::Payload,
+                message: format!("transferWithAuthorization would revert: {}", e.message),
+            }),
+        });
+        let gas_limit = match gas_limit {
+            Ok(gas_limit) => gas_limit,
+            Err(failure) => {
+                // A concurrent duplicate may have settled this very authorization while we read
+                // the chain (its nonce then reads as used): its outcome is the answer.
+                if let Some(known) = self.known(&key, payment.digest)? {
+                    return self.answer_known(known, &answer, deadline).await;
+                }
                 return Ok(answer.failed(&failure));
             }
         };
