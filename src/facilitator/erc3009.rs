@@ -40,15 +40,9 @@ pub fn domain_separator(name: &str, version: &str, chain_id: u64, token: Address
 
 /// The digest the payer signed: `keccak256(0x1901 || domainSeparator || structHash)`.
 pub fn digest(domain_separator: H256, auth: &TransferAuthorization) -> H256 {
-    let struct_hash = keccak256(encode(&[
-        Token::FixedBytes(TRANSFER_TYPEHASH.to_vec()),
-        Token::Address(auth.from),
-        Token::Address(auth.to),
-        Token::Uint(auth.value),
-        Token::Uint(auth.valid_after),
-        Token::Uint(auth.valid_before),
-        Token::FixedBytes(auth.nonce.as_bytes().to_vec()),
-    ]));
+    let mut fields = vec![Token::FixedBytes(TRANSFER_TYPEHASH.to_vec())];
+    fields.extend(authorization_tokens(auth));
+    let struct_hash = keccak256(encode(&fields));
     let mut message = Vec::with_capacity(66);
     message.extend_from_slice(&[0x19, 0x01]);
     message.extend_from_slice(domain_separator.as_bytes());
