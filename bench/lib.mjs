@@ -1,0 +1,106 @@
+// Small helpers for bench/run.mjs: timing, percentiles, bounded load loops, /proc and /metrics readers.
+import { readFileSync } from 'node:fs';
+
+/** Milliseconds since an arbitrary origin, sub-microsecond resolution. */
+export const nowMs = () => Number(process.hrtime.bigint()) / 1e6;
+
+/**
+ * Nearest-rank percentile of an array of numbers (p in 0..100). NaN for an empty array.
+ * p50 of [1,2,3,4] is 2, p99 of 100 samples is the 99th smallest, p100 the maximum.
+ */
+export function percentile(values, p) {
+  if (values.length === 0) return NaN;
+  const sorted = values.slice().sort((a, b) => a - b);
+  const rank = Math.max(1, Math.ceil((p / 100) * sorted.length));
+  return sorted[Math.min(rank, sorted.length) - 1];
+}
+
+export function summarize(latencies) {
+  return {
+    n: latencies.length,
+    p50: percentile(latencies, 50),
+    p99: percentile(latencies, 99),
+    max: latencies.length ? Math.max(...latencies) : NaN,
+  };
+}
+
+/**
+ * Run `call(i)` `total` times (or until `maxMs` has passed) from `concurrency` workers, each issuing
+ * its next request as soon as the previous one answers (closed loop). `call` resolves to true on a
+ * good answer, false on a bad one; a throw counts as a failure too.
+ * @returns {Promise<{latencies: number[], ok: number, failed: number, elapsedMs: number, rps: number, firstError?: string}>}
+ */
+export async function load({ concurrency, total, maxMs, call }) {
+  const latencies = [];
+  let next = 0;
+  let ok = 0;
+  let failed = 0;
+  let firstError;
+  const start = nowMs();
+  const deadline = start + maxMs;
+  const worker = async () => {
+    while (next < total && nowMs() < deadline) {
+      const i = next;
+      next += 1;
+      const t0 = nowMs();
+      let good = false;
+      try {
+        good = await call(i);
+        if (!good && firstError === undefined) firstError = `call ${i}: bad answer`;
+      } catch (err) {
+        if (firstError === undefined) firstError = `call ${i}: ${err.message}`;
+      }
+      latencies.push(nowMs() - t0);
+      if (good) ok += 1;
+      else failed += 1;
+    }
+  };
+  await Promise.all(Array.from({ length: concurrency }, worker));
+  const elapsedMs = nowMs() - start;
+  return { latencies, ok, failed, elapsedMs, rps: (latencies.length / elapsedMs) * 1000, firstError };
+}
+
+/**
+ * POST a JSON string and parse the answer. Node's global fetch is undici with a keep-alive pool,
+ * so connections are reused across calls to the same origin.
+ */
+export async function postJson(url, raw) {
+  const res = await fetch(url, { method: 'POST', body: raw, headers: { 'content-type': 'application/json' } });
+  const text = await res.text();
+  let body;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    body = undefined;
+  }
+  return { status: res.status, body, text };
+}
+
+/** VmRSS and VmHWM (peak RSS) of a process, in MiB, from /proc/<pid>/status. */
+export function procMemory(pid) {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kib = (field) => {
+    const m = status.match(new RegExp(`^${field}:\\s+(\\d+)\\s+kB`, 'm'));
+    return m ? Number(m[1]) / 1024 : NaN;
+  };
+  return { rssMiB: kib('VmRSS'), hwmMiB: kib('VmHWM') };
+}
+
+/** Sum of all samples of one Prometheus counter (any labels) in GET /metrics text. */
+export async function metricSum(baseUrl, name) {
+  const res = await fetch(`${baseUrl}/metrics`);
+  const text = await res.text();
+  if (res.status !== 200) throw new Error(`GET /metrics: HTTP ${res.status}`);
+  let sum = 0;
+  let seen = false;
+  for (const line of text.split('\n')) {
+    if (line.startsWith('#')) continue;
+    const m = line.match(/^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([0-9.eE+-]+)/);
+    if (m && m[1] === name) {
+      sum += Number(m[3]);
+      seen = true;
+    }
+  }
+  if (!seen) throw new Error(`GET /metrics has no ${name}`);
+  return sum;
+}
