@@ -3,9 +3,16 @@
 //  - the predeploys' runtime code comes from the pinned npm @eth-optimism/contracts-bedrock forge
 //    artifacts (GasPriceOracle 1.3.0, L1Block 1.4.1-beta.1) and is placed with anvil_setCode at
 //    their predeploy addresses (no proxy: the code is called directly, storage lives there);
-//  - L1 values are fed the way the sequencer does it, from the depositor account
-//    (0xDeaD...0001, impersonated): GasPriceOracle.setEcotone() once, then
-//    L1Block.setL1BlockValuesEcotone() with the packed calldata the sequencer's L1-info deposit uses.
+//  - the oracle is switched to the chain's fee rules and L1 values are fed the way the sequencer
+//    does it, from the depositor account (0xDeaD...0001, impersonated): GasPriceOracle.setEcotone()
+//    and setFjord() (the upgrade transactions), then L1Block.setL1BlockValuesEcotone() with the
+//    packed calldata of the sequencer's L1-info deposit.
+//
+// Why Fjord: anvil 1.7.1 `--network optimism` runs the Jovian hardfork and really charges every
+// transaction an L1 data fee computed by op-revm from L1Block's storage with the Fjord (FastLZ)
+// formula. With the oracle in Fjord mode, getL1Fee() prices exactly what the chain charges (the
+// tests check that against balances). Fjord compresses calldata, so tests that need the fee to grow
+// use incompressible calldata (incompressibleHex).
 import { createRequire } from 'node:module';
 import { encodeFunctionData, decodeFunctionResult, encodePacked, toHex, pad } from 'viem';
 
@@ -50,10 +57,11 @@ export function ecotoneL1InfoCalldata({
  * @param {number} [o.baseFeeScalar=1_000_000]  Ecotone base-fee scalar (6 decimals: 1e6 = x1)
  * @param {bigint} [o.blobBaseFee=1n]            L1 blob base fee (wei)
  * @param {number} [o.blobBaseFeeScalar=0]
+ * @param {boolean} [o.fjord=true]  also activate Fjord (what anvil's op-revm charges); false: Ecotone rules
  * @returns {Promise<{l1Values: object}>}
  */
 export async function installOpStackPredeploys(anvil, {
-  l1BaseFee = 40_000_000_000n, baseFeeScalar = 1_000_000, blobBaseFee = 1n, blobBaseFeeScalar = 0,
+  l1BaseFee = 40_000_000_000n, baseFeeScalar = 1_000_000, blobBaseFee = 1n, blobBaseFeeScalar = 0, fjord = true,
 } = {}) {
   await anvil.rpc('anvil_setCode', [GAS_PRICE_ORACLE, gasPriceOracleArtifact.deployedBytecode.object]);
   await anvil.rpc('anvil_setCode', [L1_BLOCK, l1BlockArtifact.deployedBytecode.object]);
@@ -65,6 +73,10 @@ export async function installOpStackPredeploys(anvil, {
     if (!(await readOracle(anvil, 'isEcotone'))) {
       await depositorCall(anvil, GAS_PRICE_ORACLE,
         encodeFunctionData({ abi: gasPriceOracleArtifact.abi, functionName: 'setEcotone' }));
+    }
+    if (fjord && !(await readOracle(anvil, 'isFjord'))) {
+      await depositorCall(anvil, GAS_PRICE_ORACLE,
+        encodeFunctionData({ abi: gasPriceOracleArtifact.abi, functionName: 'setFjord' }));
     }
     const head = await anvil.rpc('eth_getBlockByNumber', ['latest', false]);
     const l1Values = {
@@ -89,6 +101,22 @@ async function depositorCall(anvil, to, data) {
   if (!receipt || receipt.status !== '0x1') {
     throw new Error(`depositor call to ${to} failed: ${JSON.stringify(receipt)}`);
   }
+}
+
+/**
+ * `n` bytes of deterministic pseudo-random calldata (0x-hex) that FastLZ cannot compress, so that
+ * the Fjord L1 fee grows with its size. xorshift32 from `seed`.
+ */
+export function incompressibleHex(n, seed = 0x9e3779b9) {
+  let x = seed >>> 0 || 1;
+  let out = '0x';
+  for (let i = 0; i < n; i += 1) {
+    x ^= x << 13; x >>>= 0;
+    x ^= x >>> 17;
+    x ^= x << 5; x >>>= 0;
+    out += (x & 0xff).toString(16).padStart(2, '0');
+  }
+  return out;
 }
 
 /** GasPriceOracle.getL1Fee(unsignedTx) by eth_call. */

@@ -1,0 +1,104 @@
+// Upstream RPC URLs that misbehave, for fault tests: one that accepts connections and never
+// answers, one that answers HTTP 200 with something that is not JSON-RPC, and one where nothing listens.
+import { createServer as createTcpServer } from 'node:net';
+import { createServer as createHttpServer } from 'node:http';
+import { freePort } from './util.mjs';
+
+function listen(server) {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => resolve(server.address().port));
+  });
+}
+
+/** Accepts TCP connections, reads the request and never answers. */
+export async function startHangingUpstream() {
+  const sockets = new Set();
+  const server = createTcpServer((socket) => {
+    sockets.add(socket);
+    socket.on('data', () => {}); // swallow the request
+    socket.on('error', () => {});
+    socket.on('close', () => sockets.delete(socket));
+  });
+  const port = await listen(server);
+  return {
+    url: `http://127.0.0.1:${port}`,
+    async close() {
+      for (const s of sockets) s.destroy();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+/** Answers every request with HTTP 200 and a body that is not JSON. */
+export async function startGarbageUpstream(body = 'this is not JSON-RPC {{{') {
+  const server = createHttpServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(body);
+    });
+  });
+  const port = await listen(server);
+  return {
+    url: `http://127.0.0.1:${port}`,
+    async close() {
+      server.closeAllConnections?.();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+/** A URL where nothing listens (connection refused). */
+export async function deadUpstreamUrl() {
+  return `http://127.0.0.1:${await freePort()}`;
+}
+
+/**
+ * A JSON-RPC proxy in front of a real node that answers "method not found" for `blocked` methods
+ * (also inside batches) and forwards everything else: a node without, say, eth_maxPriorityFeePerGas.
+ * Set `target` (the node's URL) before the first request.
+ */
+export async function startFilteringProxy({ blocked = [], target = null } = {}) {
+  const state = { target, blockedCalls: 0 };
+  const refuse = (call) => {
+    state.blockedCalls += 1;
+    return { jsonrpc: '2.0', id: call.id ?? null, error: { code: -32601, message: `the method ${call.method} does not exist/is not available` } };
+  };
+  const forward = async (payload) => {
+    const res = await fetch(state.target, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(payload) });
+    return res.json();
+  };
+  const server = createHttpServer((req, res) => {
+    const chunks = [];
+    req.on('data', (c) => chunks.push(c));
+    req.on('end', async () => {
+      let answer;
+      try {
+        const body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+        if (Array.isArray(body)) {
+          const allowed = body.filter((c) => !blocked.includes(c.method));
+          const forwarded = allowed.length ? await forward(allowed) : [];
+          const byId = new Map(forwarded.map((r) => [JSON.stringify(r.id), r]));
+          answer = body.map((c) => (blocked.includes(c.method) ? refuse(c) : byId.get(JSON.stringify(c.id))));
+        } else {
+          answer = blocked.includes(body.method) ? refuse(body) : await forward(body);
+        }
+      } catch (err) {
+        answer = { jsonrpc: '2.0', id: null, error: { code: -32603, message: `proxy: ${err.message}` } };
+      }
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(answer));
+    });
+  });
+  const port = await listen(server);
+  return {
+    url: `http://127.0.0.1:${port}`,
+    state,
+    set target(url) { state.target = url; },
+    async close() {
+      server.closeAllConnections?.();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
