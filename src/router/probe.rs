@@ -31,7 +31,14 @@ pub struct Estimate {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Infeasible {
     Reverted(String),
-    InsufficientBalance { needed: U256, balance: U256 },
+    InsufficientBalance {
+        needed: U256,
+        balance: U256,
+    },
+    /// The node refused to estimate for lack of funds: the full bill is unknown.
+    CannotPayForEstimate {
+        balance: U256,
+    },
     NoCodeAtTo,
     Unreachable(String),
 }
@@ -45,6 +52,9 @@ impl std::fmt::Display for Infeasible {
                     f,
                     "insufficient balance: needs {needed} wei, has {balance} wei"
                 )
+            }
+            Infeasible::CannotPayForEstimate { balance } => {
+                write!(f, "insufficient balance: has {balance} wei, too little for the node to estimate the call")
             }
             Infeasible::NoCodeAtTo => write!(f, "no code at `to` while `data` is not empty"),
             Infeasible::Unreachable(detail) => write!(f, "unreachable: {detail}"),
@@ -165,10 +175,7 @@ fn interpret(
         Ok(v) => chain::parse_u64(v)
             .ok_or_else(|| Infeasible::Unreachable(format!("malformed estimate {v}")))?,
         Err(e) if is_insufficient_funds(e) => {
-            return Err(Infeasible::InsufficientBalance {
-                needed: tx.value,
-                balance,
-            })
+            return Err(Infeasible::CannotPayForEstimate { balance })
         }
         Err(e) => return Err(Infeasible::Reverted(revert_reason(e))),
     };

@@ -67,7 +67,13 @@ fn transaction_from_params(params: &Params<'_>) -> Result<Transaction, WireError
         other => other,
     };
     let bytes = serde_json::to_vec(&object).expect("a parsed value serializes");
-    parse_transaction(&bytes).map_err(|e| invalid_params(e.message))
+    parse_transaction(&bytes).map_err(|e| {
+        let message = match e.message.strip_prefix("body") {
+            Some(rest) => format!("params{rest}"),
+            None => e.message,
+        };
+        invalid_params(message)
+    })
 }
 
 fn parse_transaction(bytes: &[u8]) -> Result<Transaction, WireError> {
