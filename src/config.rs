@@ -397,9 +397,9 @@ impl FacilitatorSettings {
 }
 
 /// `config` lowercases environment keys, while network names in files keep their case
-/// (`chainX`). Each `ROUTERD__A__B` variable is matched segment by segment, ignoring case,
-/// against the keys the files define, so `ROUTERD__CHAINS__CHAINX__RPC_URLS` reaches
-/// `[chains.chainX]`. A value for a list key is split on commas.
+/// (`chainX`). Each `ROUTERD__A__B` variable is matched segment by segment, ignoring case and
+/// reading `_` for `-`, against the keys the files define, so `ROUTERD__CHAINS__CHAINX__RPC_URLS`
+/// reaches `[chains.chainX]`. A value for a list key is split on commas.
 fn env_overrides(
     file_tree: &Map<String, Value>,
     env: &HashMap<String, String>,
@@ -432,6 +432,12 @@ fn env_overrides(
     Ok(overrides)
 }
 
+/// How a key compares with an environment variable's segment: case aside, and `-` written as `_`
+/// (systemd and shells do not allow `-` in variable names: `chainX-testnet` is `CHAINX_TESTNET`).
+fn env_segment(key: &str) -> String {
+    key.to_lowercase().replace('-', "_")
+}
+
 fn resolve_case_insensitive<'a>(
     tree: &'a Map<String, Value>,
     segments: &[String],
@@ -440,7 +446,10 @@ fn resolve_case_insensitive<'a>(
     let mut level = Some(tree);
     let mut found = None;
     for segment in segments {
-        let hit = level.and_then(|map| map.iter().find(|(k, _)| k.to_lowercase() == *segment));
+        let hit = level.and_then(|map| {
+            map.iter()
+                .find(|(k, _)| env_segment(k) == env_segment(segment))
+        });
         match hit {
             Some((key, value)) => {
                 path.push(key.clone());
@@ -469,9 +478,16 @@ fn is_list_key(path: &[String], existing: Option<&Value>) -> bool {
             .is_some_and(|last| LIST_KEYS.contains(&last.as_str()) && path.len() >= 2)
 }
 
-/// Pulls the key out of a `config` error so the exit message names it.
+/// Pulls the key out of a `config` error so the exit message names it (`server.bogus` for an
+/// unknown field `bogus` in `[server]`).
 fn config_error_key(error: &config::ConfigError) -> String {
     let text = error.to_string();
+    if let (Some(field), Some(parent)) = (
+        between(&text, "unknown field `", "`"),
+        between(&text, "for key `", "`"),
+    ) {
+        return format!("{parent}.{field}");
+    }
     for marker in ["for key `", "key `"] {
         if let Some(start) = text.find(marker) {
             let rest = &text[start + marker.len()..];
@@ -487,6 +503,11 @@ fn config_error_key(error: &config::ConfigError) -> String {
         }
     }
     "config".to_string()
+}
+
+fn between<'a>(text: &'a str, start: &str, end: &str) -> Option<&'a str> {
+    let rest = &text[text.find(start)? + start.len()..];
+    Some(&rest[..rest.find(end)?])
 }
 
 fn toml_render(settings: &Settings) -> String {
@@ -588,6 +609,24 @@ networks = ["chainX"]
     }
 
     #[test]
+    fn env_override_reaches_dashed_network_with_underscores() {
+        let dir = temp_dir();
+        let body = BASE
+            .replace("chains.chainX", "chains.chainX-testnet")
+            .replace("[\"chainX\"]", "[\"chainX-testnet\"]");
+        let path = write(&dir, "dashed.toml", &body);
+        let env = HashMap::from([(
+            "ROUTERD__CHAINS__CHAINX_TESTNET__RPC_URLS".to_string(),
+            "http://c:3".to_string(),
+        )]);
+        let settings = Settings::load_from(&[path], &env).unwrap();
+        assert_eq!(
+            settings.chains["chainX-testnet"].rpc_urls,
+            vec!["http://c:3"]
+        );
+    }
+
+    #[test]
     fn later_file_overrides_earlier() {
         let dir = temp_dir();
         let a = write(&dir, "base.toml", BASE);
@@ -617,7 +656,7 @@ networks = ["chainX"]
             &format!("{BASE}\n[storage]\npth = \"x\"\n"),
         );
         let err = Settings::load_from(&[path], &HashMap::new()).unwrap_err();
-        assert!(err.to_string().contains("pth"), "{err}");
+        assert_eq!(err.key, "storage.pth", "{err}");
     }
 
     #[test]

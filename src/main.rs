@@ -1,5 +1,6 @@
 //! `routerd [check-config] [--config PATH]... [--log-format text|json]`
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -56,9 +57,11 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<Cli>, Str
 fn init_tracing(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour only on a terminal: under systemd the codes would end up in the journal.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     if json {
         builder.json().flatten_event(true).init();
     } else {

@@ -291,10 +291,8 @@ it('ROUTERD__CHAINS__CHAINX__RPC_URLS overrides the file (comma-separated list),
 
 // Network names may contain '-' (chainX-testnet, base-sepolia), which no shell or systemd
 // Environment= line accepts in a variable name (systemd: "Invalid environment assignment,
-// ignoring"). Under systemd the only spelling available is '_', and routerd does not match it yet.
-test('ROUTERD__CHAINS__CHAINX_TESTNET__RPC_URLS reaches [chains.chainX-testnet]', {
-  todo: "routerd matches env segments case-insensitively but not '_' to '-'; systemd rejects '-' in names",
-}, () => {
+// ignoring"). Under systemd the only spelling available is '_', and routerd reads it as '-'.
+test('ROUTERD__CHAINS__CHAINX_TESTNET__RPC_URLS reaches [chains.chainX-testnet]', () => {
   const file = writeConfig('dash.toml', chainXConfig().replaceAll('chainX', 'chainX-testnet'));
   const r = runRouterd(['check-config', '--config', file], {
     ROUTERD_SIGNER_KEY: stack.signerKey,
