@@ -31,12 +31,25 @@ const NONCE_RESYNC_ATTEMPTS: usize = 3;
 pub enum SettleError {
     #[error(transparent)]
     Unreachable(#[from] Unreachable),
-    #[error("settlement pending: {0:?}; settle the same payment again for the outcome")]
-    Pending(H256),
+    /// Still unknown at the deadline: the hash once broadcast, `None` while still being signed.
+    #[error("{}", pending_message(.0))]
+    Pending(Option<H256>),
     #[error("the network refused the settlement transaction: {0}")]
     Refused(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+fn pending_message(hash: &Option<H256>) -> String {
+    match hash {
+        Some(hash) => {
+            format!("settlement pending: {hash:?}; settle the same payment again for the outcome")
+        }
+        None => {
+            "settlement pending: not yet broadcast; settle the same payment again for the outcome"
+                .to_string()
+        }
+    }
 }
 
 /// What waiters on a settlement learn from its task.
@@ -80,6 +93,24 @@ impl Lane {
 
     pub fn pending(&self) -> usize {
         self.pending.load(Ordering::Relaxed)
+    }
+}
+
+/// A settlement's hold on a lane: counted in the lane's `pending` while alive.
+struct LaneLease {
+    lane: Arc<Lane>,
+}
+
+impl LaneLease {
+    fn new(lane: Arc<Lane>) -> Self {
+        lane.pending.fetch_add(1, Ordering::Relaxed);
+        Self { lane }
+    }
+}
+
+impl Drop for LaneLease {
+    fn drop(&mut self) {
+        self.lane.pending.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -142,7 +173,8 @@ impl Settler {
         if let Some(known) = self.known(&key, payment.digest)? {
             return self.answer_known(known, &answer, deadline).await;
         }
-        let lane = self.pick_lane(&payment.network.name);
+        let lease = self.pick_lane(&payment.network.name);
+        let lane = lease.lane.clone();
         let smart_wallet =
             erc3009::recover(payment.digest, &payment.signature) != Some(payment.auth.from);
         let calldata =
@@ -180,7 +212,7 @@ impl Settler {
         let progress = match self.claim(&key, &record)? {
             Ok(sender) => {
                 let receiver = sender.subscribe();
-                tokio::spawn(self.clone().run(key, record, lane, sender));
+                tokio::spawn(self.clone().run(key, record, lease, sender));
                 receiver
             }
             Err(known) => return self.answer_known(known, &answer, deadline).await,
@@ -257,8 +289,8 @@ impl Settler {
             },
             // Out of time (or shutting down): the ledger keeps the record and the task goes on.
             Ok(Err(_)) | Err(_) => match &*progress.borrow() {
-                Progress::Sent(hash) => Err(SettleError::Pending(*hash)),
-                _ => Err(SettleError::Pending(H256::zero())),
+                Progress::Sent(hash) => Err(SettleError::Pending(Some(*hash))),
+                _ => Err(SettleError::Pending(None)),
             },
         }
     }
@@ -275,13 +307,15 @@ impl Settler {
         self.settle_timeout.min(Duration::from_secs(until_expiry))
     }
 
-    fn pick_lane(&self, network: &str) -> Arc<Lane> {
+    /// The lane with the fewest settlements under way, counted from the moment it is chosen so
+    /// that a burst spreads over every key.
+    fn pick_lane(&self, network: &str) -> LaneLease {
         let lanes = &self.lanes[network];
-        lanes
+        let lane = lanes
             .iter()
             .min_by_key(|l| l.pending())
-            .expect("every served network has a lane")
-            .clone()
+            .expect("every served network has a lane");
+        LaneLease::new(lane.clone())
     }
 
     fn lane_for(&self, network: &str, signer: Option<Address>) -> Option<Arc<Lane>> {
@@ -329,10 +363,10 @@ impl Settler {
         self: Arc<Self>,
         key: String,
         mut record: Record,
-        lane: Arc<Lane>,
+        lease: LaneLease,
         progress: watch::Sender<Progress>,
     ) {
-        lane.pending.fetch_add(1, Ordering::Relaxed);
+        let lane = lease.lane.clone();
         let chain = lane.chain.clone();
         let result = match self.send_first(&key, &mut record, &lane).await {
             Ok(()) => {
@@ -347,7 +381,7 @@ impl Settler {
                 Err(refusal)
             }
         };
-        lane.pending.fetch_sub(1, Ordering::Relaxed);
+        drop(lease);
         self.finish(&key, result, &progress);
     }
 
@@ -739,7 +773,7 @@ enum Known {
     /// The ledger holds another authorization under the same (network, asset, from, nonce).
     Conflict,
     /// Stored without an outcome and followed by no task (its network is no longer served).
-    Unfinished(H256),
+    Unfinished(Option<H256>),
 }
 
 impl Known {
@@ -747,7 +781,7 @@ impl Known {
         match record.outcome {
             _ if record.digest != digest => Known::Conflict,
             Some(outcome) => Known::Finished(outcome),
-            None => Known::Unfinished(record.latest_hash().unwrap_or_default()),
+            None => Known::Unfinished(record.latest_hash()),
         }
     }
 }

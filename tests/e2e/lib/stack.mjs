@@ -22,9 +22,11 @@ export const CHAIN_ID = 84532;
  * @param {bigint} [o.payerFunds=1_000_000_000n]  atomic USDC per pre-funded payer
  * @param {string[]} [o.denyList]     addresses written to the KYT deny-list file
  * @param {object} [o.routerd]        routerdConfig options (settleTimeoutSecs, maxBatch, maxBodyBytes)
+ * @param {string[]} [o.extraSignerKeys] more facilitator keys, after the signer role's
  */
 export async function startFacilitatorStack({
   anvil: anvilOpts = {}, extraChains = [], fundedPayers = 0, payerFunds = 1_000_000_000n, denyList = [], routerd: routerdOpts = {},
+  extraSignerKeys = [],
 } = {}) {
   // Fail before starting chains when there is no daemon to test.
   if (!existsSync(routerdBin())) {
@@ -32,6 +34,7 @@ export async function startFacilitatorStack({
   }
   const tmp = makeTempDir();
   const stack = new Stack(tmp);
+  stack.signerKeys = [stack.signerKey, ...extraSignerKeys];
   try {
     await stack.setup({ anvilOpts, extraChains, fundedPayers, payerFunds, denyList, routerdOpts });
   } catch (err) {
@@ -78,7 +81,7 @@ class Stack {
       ...routerdOpts,
     });
     this.routerd = await startRouterd({
-      configToml, dir: this.tmp.dir, port, env: { ROUTERD_SIGNER_KEY: this.signerKey },
+      configToml, dir: this.tmp.dir, port, env: { ROUTERD_SIGNER_KEY: this.signerKeys.join(',') },
     });
     this.url = this.routerd.url;
   }
