@@ -1,5 +1,6 @@
 // Small helpers for bench/run.mjs: timing, percentiles, bounded load loops, /proc and /metrics readers.
 import { readFileSync } from 'node:fs';
+import { readAnswer } from '../tests/e2e/lib/util.mjs';
 
 /** Milliseconds since an arbitrary origin, sub-microsecond resolution. */
 export const nowMs = () => Number(process.hrtime.bigint()) / 1e6;
@@ -65,15 +66,7 @@ export async function load({ concurrency, total, maxMs, call }) {
  * so connections are reused across calls to the same origin.
  */
 export async function postJson(url, raw) {
-  const res = await fetch(url, { method: 'POST', body: raw, headers: { 'content-type': 'application/json' } });
-  const text = await res.text();
-  let body;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    body = undefined;
-  }
-  return { status: res.status, body, text };
+  return readAnswer(await fetch(url, { method: 'POST', body: raw, headers: { 'content-type': 'application/json' } }));
 }
 
 /** VmRSS and VmHWM (peak RSS) of a process, in MiB, from /proc/<pid>/status. */

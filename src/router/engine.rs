@@ -9,8 +9,8 @@ use ethers_core::types::{Address, U256};
 
 use super::nonces::NonceBook;
 use super::probe::{self, Estimate, Infeasible, Probe};
-use super::types::{ChainQuote, ChainStatus, RouterTransactionRes, Transaction};
-use crate::chain::{hex_u256, Chain, Fees};
+use super::types::{ChainQuote, ChainStatus, FeeFields, RouterTransactionRes, Transaction};
+use crate::chain::{hex_u256, Chain};
 use crate::config::{ChainKind, FeeModel, RouterSettings};
 use crate::facilitator::verify::unix_now;
 use crate::store::StoreError;
@@ -115,15 +115,12 @@ impl Router {
                 unix_now(),
             )
             .await?;
-        let fees = fee_fields(&priced.estimate.fees);
         Ok((
             RouterTransactionRes {
                 chain_id: format!("{:#x}", chain.settings.chain_id),
                 nonce: format!("{nonce:#x}"),
                 gas_limit: format!("{:#x}", priced.gas_limit),
-                max_fee_per_gas: fees.max_fee_per_gas,
-                max_priority_fee_per_gas: fees.max_priority_fee_per_gas,
-                gas_price: fees.gas_price,
+                fees: FeeFields::of(&priced.estimate.fees),
             },
             chain.name.clone(),
         ))
@@ -247,9 +244,7 @@ impl Router {
             feasible: e.priced.is_ok(),
             reason: None,
             gas_limit: None,
-            max_fee_per_gas: None,
-            max_priority_fee_per_gas: None,
-            gas_price: None,
+            fees: FeeFields::default(),
             l1_fee: None,
             cost_wei: None,
             cost: None,
@@ -257,11 +252,8 @@ impl Router {
         };
         match &e.priced {
             Ok(p) => {
-                let fees = fee_fields(&p.estimate.fees);
                 quote.gas_limit = Some(format!("{:#x}", p.gas_limit));
-                quote.max_fee_per_gas = fees.max_fee_per_gas;
-                quote.max_priority_fee_per_gas = fees.max_priority_fee_per_gas;
-                quote.gas_price = fees.gas_price;
+                quote.fees = FeeFields::of(&p.estimate.fees);
                 quote.l1_fee = (!p.estimate.l1_fee.is_zero()).then(|| hex_u256(p.estimate.l1_fee));
                 quote.cost_wei = Some(p.cost_wei.to_string());
                 quote.cost = Some(p.cost);
@@ -269,28 +261,6 @@ impl Router {
             Err(reason) => quote.reason = Some(reason.to_string()),
         }
         quote
-    }
-}
-
-struct FeeFields {
-    max_fee_per_gas: Option<String>,
-    max_priority_fee_per_gas: Option<String>,
-    gas_price: Option<String>,
-}
-
-/// Only the fields of the chain's fee type, as hex quantities.
-fn fee_fields(fees: &Fees) -> FeeFields {
-    match *fees {
-        Fees::Eip1559 { priority_fee, .. } => FeeFields {
-            max_fee_per_gas: Some(hex_u256(fees.max_fee_per_gas())),
-            max_priority_fee_per_gas: Some(hex_u256(priority_fee)),
-            gas_price: None,
-        },
-        Fees::Legacy { gas_price } => FeeFields {
-            max_fee_per_gas: None,
-            max_priority_fee_per_gas: None,
-            gas_price: Some(hex_u256(gas_price)),
-        },
     }
 }
 

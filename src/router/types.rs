@@ -4,7 +4,7 @@ use ethers_core::types::{Address, Bytes, U256};
 use ethers_core::utils::to_checksum;
 use serde::{Deserialize, Serialize};
 
-use crate::chain;
+use crate::chain::{self, Fees};
 
 /// The request as sent: four strings. Values are checked by [`RouterTransaction::validate`].
 #[derive(Debug, Clone, Deserialize)]
@@ -110,12 +110,36 @@ pub struct RouterTransactionRes {
     pub chain_id: String,
     pub nonce: String,
     pub gas_limit: String,
+    #[serde(flatten)]
+    pub fees: FeeFields,
+}
+
+/// `maxFeePerGas` and `maxPriorityFeePerGas` (EIP-1559) or `gasPrice` (legacy), as hex quantities.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FeeFields {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_fee_per_gas: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_priority_fee_per_gas: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gas_price: Option<String>,
+}
+
+impl FeeFields {
+    pub fn of(fees: &Fees) -> Self {
+        match *fees {
+            Fees::Eip1559 { priority_fee, .. } => FeeFields {
+                max_fee_per_gas: Some(chain::hex_u256(fees.max_fee_per_gas())),
+                max_priority_fee_per_gas: Some(chain::hex_u256(priority_fee)),
+                gas_price: None,
+            },
+            Fees::Legacy { gas_price } => FeeFields {
+                gas_price: Some(chain::hex_u256(gas_price)),
+                ..FeeFields::default()
+            },
+        }
+    }
 }
 
 /// One candidate chain's answer in `router_quote`, and in the reasons of a refusal.
@@ -130,12 +154,8 @@ pub struct ChainQuote {
     pub reason: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gas_limit: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_fee_per_gas: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_priority_fee_per_gas: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gas_price: Option<String>,
+    #[serde(flatten)]
+    pub fees: FeeFields,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub l1_fee: Option<String>,
     /// Expected cost in wei of the chain's native token.

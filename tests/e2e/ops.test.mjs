@@ -12,7 +12,7 @@ import { readFileSync, writeFileSync, mkdirSync, existsSync, chmodSync } from 'n
 import { join } from 'node:path';
 import { startFacilitatorStack, withLogTail, NETWORK, CHAIN_ID } from './lib/stack.mjs';
 import { Routerd, routerdBin, SHUTDOWN_GRACE_SECS } from './lib/routerd.mjs';
-import { freePort, waitFor, makeTempDir } from './lib/util.mjs';
+import { freePort, waitFor, makeTempDir, readAnswer } from './lib/util.mjs';
 import { expectSettled } from './lib/expect.mjs';
 
 // Short chain polling for this file's daemon, so that a stopped chain shows in /ready within
@@ -47,15 +47,7 @@ after(async () => {
 const keyHex = () => stack.signerKey.slice(2).toLowerCase();
 
 async function getJson(url) {
-  const res = await fetch(url);
-  const text = await res.text();
-  let body;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    body = undefined;
-  }
-  return { status: res.status, body, text, headers: res.headers };
+  return readAnswer(await fetch(url));
 }
 
 // ---------------------------------------------------------------------------------------------

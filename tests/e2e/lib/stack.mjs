@@ -9,7 +9,7 @@ import { deployUsdc, walletFor, usdcAbi, mintUsdc, blacklistUsdc, USDC_EIP712 } 
 import { routerdConfig, startRouterd, routerdBin } from './routerd.mjs';
 import { buildPayment } from './x402.mjs';
 import { ERC1271_ALWAYS_VALID, ERC1271_ALWAYS_INVALID } from './wallets.mjs';
-import { freePort, makeTempDir } from './util.mjs';
+import { freePort, makeTempDir, readAnswer } from './util.mjs';
 
 export const NETWORK = 'base-sepolia'; // the official x402 v1 client maps it to chain id 84532
 export const CHAIN_ID = 84532;
@@ -181,15 +181,7 @@ class Stack {
   }
 
   async request(path, init = {}) {
-    const res = await fetch(`${this.url}${path}`, init);
-    const text = await res.text();
-    let body;
-    try {
-      body = JSON.parse(text);
-    } catch {
-      body = undefined;
-    }
-    return { status: res.status, body, text, headers: res.headers };
+    return readAnswer(await fetch(`${this.url}${path}`, init));
   }
 }
 

@@ -94,3 +94,15 @@ export function exited(child) {
   }
   return new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
 }
+
+/** An HTTP answer as {status, body (parsed JSON, or undefined when not JSON), text, headers}. */
+export async function readAnswer(res) {
+  const text = await res.text();
+  let body;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    body = undefined;
+  }
+  return { status: res.status, body, text, headers: res.headers };
+}
