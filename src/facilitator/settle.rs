@@ -20,6 +20,8 @@ use crate::chain::{self, Call, Chain, Fees, Unreachable};
 use crate::signer::{Signer, UnsignedTx};
 use crate::store::StoreError;
 
+/// Gas assumed when a node answers an estimate it cannot parse (USDC's call uses about 80 000).
+const FALLBACK_GAS_LIMIT: u64 = 150_000;
 /// Gas added on top of the node's estimate for `transferWithAuthorization`.
 const GAS_HEADROOM_PERCENT: u64 = 25;
 /// Fee increase of a replacement transaction; nodes require at least 10%.
@@ -174,31 +176,8 @@ impl Settler {
             return self.answer_known(known, &answer, deadline).await;
         }
         let lease = self.pick_lane(&payment.network.name);
-        let lane = lease.lane.clone();
-        let smart_wallet =
-            erc3009::recover(payment.digest, &payment.signature) != Some(payment.auth.from);
-        let calldata =
-            erc3009::transfer_with_authorization(&payment.auth, &payment.signature, smart_wallet);
-        let estimate = Call::new(
-            "eth_estimateGas",
-            vec![json!({
-                "from": format!("{:?}", lane.signer.address),
-                "to": format!("{:?}", payment.token.address),
-                "data": chain::hex_bytes(&calldata),
-            })],
-        );
-        let (verdict, _, extra) = self.verifier.check_on_chain(&payment, &[estimate]).await?;
-        let gas_limit = verdict.and_then(|()| match &extra[0] {
-            Ok(v) => {
-                Ok(chain::parse_u64(v).unwrap_or(150_000) * (100 + GAS_HEADROOM_PERCENT) / 100)
-            }
-            Err(e) => Err(Invalid {
-                reason: Reason::Payload,
-                message: format!("transferWithAuthorization would revert: {}", e.message),
-            }),
-        });
-        let gas_limit = match gas_limit {
-            Ok(gas_limit) => gas_limit,
+        let (calldata, gas_limit) = match self.prepare(&payment, &lease.lane).await? {
+            Ok(prepared) => prepared,
             Err(failure) => {
                 // A concurrent duplicate may have settled this very authorization while we read
                 // the chain (its nonce then reads as used): its outcome is the answer.
@@ -218,6 +197,38 @@ impl Settler {
             Err(known) => return self.answer_known(known, &answer, deadline).await,
         };
         self.wait(progress, &answer, deadline).await
+    }
+
+    /// Verify's chain rules and the gas estimate of the settlement call, in one batch: the
+    /// calldata and gas limit to sign, or why the payment fails.
+    async fn prepare(
+        &self,
+        payment: &Payment<'_>,
+        lane: &Lane,
+    ) -> Result<Result<(Bytes, u64), Invalid>, Unreachable> {
+        let smart_wallet =
+            erc3009::recover(payment.digest, &payment.signature) != Some(payment.auth.from);
+        let calldata =
+            erc3009::transfer_with_authorization(&payment.auth, &payment.signature, smart_wallet);
+        let estimate = Call::new(
+            "eth_estimateGas",
+            vec![json!({
+                "from": format!("{:?}", lane.signer.address),
+                "to": format!("{:?}", payment.token.address),
+                "data": chain::hex_bytes(&calldata),
+            })],
+        );
+        let (verdict, extra) = self.verifier.check_on_chain(payment, &[estimate]).await?;
+        Ok(verdict.and_then(|()| match &extra[0] {
+            Ok(v) => {
+                let estimate = chain::parse_u64(v).unwrap_or(FALLBACK_GAS_LIMIT);
+                Ok((calldata, estimate * (100 + GAS_HEADROOM_PERCENT) / 100))
+            }
+            Err(e) => Err(Invalid {
+                reason: Reason::Payload,
+                message: format!("transferWithAuthorization would revert: {}", e.message),
+            }),
+        }))
     }
 
     /// What the ledger or a running task already knows of this payment, if anything.

@@ -68,15 +68,15 @@ impl Payment<'_> {
 
 /// What the chain says about a payment, read in one batch.
 #[derive(Debug, Clone)]
-pub struct ChainFacts {
-    pub from_has_code: bool,
-    pub balance: U256,
-    pub authorization_used: bool,
-    pub from_blacklisted: bool,
-    pub to_blacklisted: bool,
+struct ChainFacts {
+    from_has_code: bool,
+    balance: U256,
+    authorization_used: bool,
+    from_blacklisted: bool,
+    to_blacklisted: bool,
     /// `Some` when ERC-1271 was asked: the signature did not recover to `from` locally.
-    pub erc1271_valid: Option<bool>,
-    pub block_timestamp: u64,
+    erc1271_valid: Option<bool>,
+    block_timestamp: u64,
 }
 
 pub struct Verifier {
@@ -165,9 +165,9 @@ impl Verifier {
         &self,
         payment: &Payment<'_>,
         extra: &[Call],
-    ) -> Result<(Result<(), Invalid>, ChainFacts, Vec<CallResult>), Unreachable> {
+    ) -> Result<(Result<(), Invalid>, Vec<CallResult>), Unreachable> {
         let (facts, extra_answers) = read_chain(payment, extra).await?;
-        Ok((self.judge(payment, &facts), facts, extra_answers))
+        Ok((self.judge(payment, &facts), extra_answers))
     }
 
     fn judge(&self, payment: &Payment<'_>, facts: &ChainFacts) -> Result<(), Invalid> {
