@@ -69,27 +69,21 @@ impl Signer {
 
     /// Signs a transaction to `to` with `fees`; answers its hash and the raw bytes to broadcast.
     pub fn sign_transaction(&self, tx: &UnsignedTx) -> (H256, Bytes) {
-        let request: TypedTransaction = match tx.fees {
+        // The fee fields decide the type; everything else is common to both.
+        let mut request: TypedTransaction = match tx.fees {
             Fees::Eip1559 { priority_fee, .. } => Eip1559TransactionRequest::new()
-                .from(self.address)
-                .to(tx.to)
-                .data(tx.data.clone())
-                .gas(tx.gas_limit)
-                .nonce(tx.nonce)
-                .chain_id(tx.chain_id)
                 .max_fee_per_gas(tx.fees.max_fee_per_gas())
                 .max_priority_fee_per_gas(priority_fee)
                 .into(),
-            Fees::Legacy { gas_price } => TransactionRequest::new()
-                .from(self.address)
-                .to(tx.to)
-                .data(tx.data.clone())
-                .gas(tx.gas_limit)
-                .nonce(tx.nonce)
-                .chain_id(tx.chain_id)
-                .gas_price(gas_price)
-                .into(),
+            Fees::Legacy { gas_price } => TransactionRequest::new().gas_price(gas_price).into(),
         };
+        request
+            .set_from(self.address)
+            .set_to(tx.to)
+            .set_data(tx.data.clone())
+            .set_gas(tx.gas_limit)
+            .set_nonce(tx.nonce)
+            .set_chain_id(tx.chain_id);
         let mut signature = self.sign_hash(request.sighash());
         let parity = signature.v - 27;
         signature.v = match tx.fees {

@@ -8,7 +8,7 @@ pub mod head;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ethers_core::types::{Address, Bytes, U256};
+use ethers_core::types::{Address, U256};
 use serde_json::{json, Value};
 
 use crate::config::ChainSettings;
@@ -48,10 +48,6 @@ impl Chain {
     pub async fn latest_head(&self) -> Result<Head, Unreachable> {
         self.head.latest_or_fetch().await
     }
-}
-
-pub fn hex_u64(n: u64) -> Value {
-    Value::String(format!("{n:#x}"))
 }
 
 pub fn hex_u256(n: U256) -> String {
@@ -114,10 +110,6 @@ pub fn eth_call(to: Address, data: &[u8], block: &str) -> Call {
             json!(block),
         ],
     )
-}
-
-pub fn bytes_of(value: &Value) -> Option<Bytes> {
-    hex_decode(value.as_str()?).map(Bytes::from)
 }
 
 #[cfg(test)]
