@@ -206,8 +206,7 @@ impl Settler {
         payment: &Payment<'_>,
         lane: &Lane,
     ) -> Result<Result<(Bytes, u64), Invalid>, Unreachable> {
-        let smart_wallet =
-            erc3009::recover(payment.digest, &payment.signature) != Some(payment.auth.from);
+        let smart_wallet = payment.recovered != Some(payment.auth.from);
         let calldata =
             erc3009::transfer_with_authorization(&payment.auth, &payment.signature, smart_wallet);
         let estimate = Call::new(

@@ -49,6 +49,8 @@ pub struct Payment<'a> {
     pub max_amount: U256,
     pub signature: Vec<u8>,
     pub digest: H256,
+    /// Who signed, for a 65-byte signature the token's ECDSA path accepts; recovered once.
+    pub recovered: Option<Address>,
 }
 
 impl Payment<'_> {
@@ -58,11 +60,6 @@ impl Payment<'_> {
             "{}|{:?}|{:?}|{:?}",
             self.network.name, self.token.address, self.auth.from, self.auth.nonce
         )
-    }
-
-    /// The address the signature recovers to, for 65-byte signatures that the token accepts.
-    fn recovered(&self) -> Option<Address> {
-        erc3009::recover(self.digest, &self.signature)
     }
 }
 
@@ -149,6 +146,7 @@ impl Verifier {
             return Err(invalid(Reason::FromKyt, "payer is on the deny list"));
         }
         let digest = erc3009::digest(token.domain_separator, &auth);
+        let recovered = erc3009::recover(digest, &signature);
         Ok(Payment {
             network,
             token,
@@ -157,6 +155,7 @@ impl Verifier {
             max_amount,
             signature,
             digest,
+            recovered,
         })
     }
 
@@ -242,7 +241,7 @@ fn check_signature(payment: &Payment<'_>, facts: &ChainFacts) -> Result<(), Inva
             _ => Ok(()),
         };
     }
-    match payment.recovered() {
+    match payment.recovered {
         None => Err(invalid(
             Reason::Signature,
             "signature is not a valid 65-byte ECDSA signature",
@@ -261,7 +260,7 @@ async fn read_chain(
 ) -> Result<(ChainFacts, Vec<CallResult>), Unreachable> {
     let auth = &payment.auth;
     let token = payment.token.address;
-    let ask_erc1271 = payment.recovered() != Some(auth.from);
+    let ask_erc1271 = payment.recovered != Some(auth.from);
     let mut calls = vec![
         Call::new("eth_getBlockByNumber", vec![json!("latest"), json!(false)]),
         Call::new(
