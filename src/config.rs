@@ -9,6 +9,9 @@ use config::{Config, File, FileFormat, Map, Value, ValueKind};
 use ethers_core::types::{Address, U256};
 use serde::{Deserialize, Serialize};
 
+/// The deepest `finality_depth`: the head watcher keeps this many canonical block hashes.
+pub const KEPT_BLOCKS: u64 = 256;
+
 pub const ENV_PREFIX: &str = "ROUTERD";
 
 /// A configuration problem, always naming the key at fault.
@@ -113,6 +116,14 @@ pub struct ChainSettings {
     pub valid_before_margin_secs: u64,
     /// Cap on what the facilitator pays per gas on this network, in wei (decimal string).
     pub max_fee_per_gas: Option<String>,
+    /// Cap on what one settlement transaction may cost (gas limit x price), in wei.
+    pub max_settlement_cost_wei: Option<String>,
+    /// Blocks deep a settlement must be before settle answers success (1 = the including block).
+    #[serde(default = "default_confirmations")]
+    pub confirmations: u64,
+    /// Blocks past inclusion a settlement is followed for reorganisations.
+    #[serde(default = "default_finality_depth")]
+    pub finality_depth: u64,
     /// How often the head block is polled; receipts and fee data follow this cadence.
     #[serde(default = "default_poll_interval")]
     pub poll_interval_ms: u64,
@@ -123,6 +134,12 @@ pub struct ChainSettings {
     pub tokens: BTreeMap<String, TokenSettings>,
 }
 
+fn default_confirmations() -> u64 {
+    1
+}
+fn default_finality_depth() -> u64 {
+    64
+}
 fn default_native_price() -> f64 {
     1.0
 }
@@ -184,11 +201,17 @@ pub struct FacilitatorSettings {
     pub settle_timeout_secs: u64,
     #[serde(default = "default_max_batch")]
     pub max_batch: usize,
+    /// Finished settlement records are pruned after this many days.
+    #[serde(default = "default_retention_days")]
+    pub retention_days: u64,
     /// Blocks a settlement may stay unmined before it is re-sent with bumped fees.
     #[serde(default = "default_bump_after_blocks")]
     pub bump_after_blocks: u64,
 }
 
+fn default_retention_days() -> u64 {
+    30
+}
 fn default_settle_timeout() -> u64 {
     60
 }
@@ -311,6 +334,29 @@ impl ChainSettings {
                 ConfigError::new(key("max_fee_per_gas"), "not a decimal wei amount")
             })?;
         }
+        if let Some(cap) = &self.max_settlement_cost_wei {
+            U256::from_dec_str(cap)
+                .ok()
+                .filter(|c| !c.is_zero())
+                .ok_or_else(|| {
+                    ConfigError::new(
+                        key("max_settlement_cost_wei"),
+                        "not a decimal wei amount above 0",
+                    )
+                })?;
+        }
+        if self.confirmations == 0 {
+            return Err(ConfigError::new(
+                key("confirmations"),
+                "must be at least 1 (the including block)",
+            ));
+        }
+        if self.finality_depth < self.confirmations || self.finality_depth > KEPT_BLOCKS {
+            return Err(ConfigError::new(
+                key("finality_depth"),
+                format!("must be between confirmations and {KEPT_BLOCKS}"),
+            ));
+        }
         for (symbol, token) in &self.tokens {
             token.address.parse::<Address>().map_err(|_| {
                 ConfigError::new(key(&format!("tokens.{symbol}.address")), "not a 0x address")
@@ -321,6 +367,12 @@ impl ChainSettings {
 
     pub fn max_fee_cap(&self) -> Option<U256> {
         self.max_fee_per_gas
+            .as_deref()
+            .and_then(|s| U256::from_dec_str(s).ok())
+    }
+
+    pub fn max_settlement_cost(&self) -> Option<U256> {
+        self.max_settlement_cost_wei
             .as_deref()
             .and_then(|s| U256::from_dec_str(s).ok())
     }
@@ -390,6 +442,12 @@ impl FacilitatorSettings {
             return Err(ConfigError::new(
                 "facilitator.max_batch",
                 "must be greater than 0",
+            ));
+        }
+        if self.retention_days == 0 {
+            return Err(ConfigError::new(
+                "facilitator.retention_days",
+                "must be at least 1",
             ));
         }
         Ok(())

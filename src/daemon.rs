@@ -51,7 +51,7 @@ pub async fn run(settings: Settings) -> Result<(), StartError> {
                 .collect();
             let facilitator =
                 Facilitator::new(f, &settings.chains, &chains, signers, store.clone())?;
-            let resumed = facilitator.recover().await?;
+            let resumed = facilitator.start().await?;
             if resumed > 0 {
                 tracing::info!(resumed, "resumed unfinished settlements");
             }

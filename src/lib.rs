@@ -4,6 +4,7 @@
 //! `chain`, `store`, `signer`. `config` is read by `daemon`, which wires everything together.
 
 pub mod chain;
+pub mod clock;
 pub mod config;
 pub mod daemon;
 pub mod facilitator;

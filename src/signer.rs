@@ -10,7 +10,7 @@ use ethers_core::types::{
 use ethers_core::utils::{keccak256, secret_key_to_address};
 use k256::ecdsa::SigningKey;
 
-use crate::chain::Fees;
+use crate::chain::TxFees;
 
 pub const ENV_KEY: &str = "ROUTERD_SIGNER_KEY";
 const CREDENTIAL_NAME: &str = "signer-key";
@@ -71,11 +71,14 @@ impl Signer {
     pub fn sign_transaction(&self, tx: &UnsignedTx) -> (H256, Bytes) {
         // The fee fields decide the type; everything else is common to both.
         let mut request: TypedTransaction = match tx.fees {
-            Fees::Eip1559 { priority_fee, .. } => Eip1559TransactionRequest::new()
-                .max_fee_per_gas(tx.fees.max_fee_per_gas())
+            TxFees::Eip1559 {
+                max_fee,
+                priority_fee,
+            } => Eip1559TransactionRequest::new()
+                .max_fee_per_gas(max_fee)
                 .max_priority_fee_per_gas(priority_fee)
                 .into(),
-            Fees::Legacy { gas_price } => TransactionRequest::new().gas_price(gas_price).into(),
+            TxFees::Legacy { gas_price } => TransactionRequest::new().gas_price(gas_price).into(),
         };
         request
             .set_from(self.address)
@@ -88,8 +91,8 @@ impl Signer {
         let parity = signature.v - 27;
         signature.v = match tx.fees {
             // EIP-155: v carries the chain id for legacy transactions.
-            Fees::Legacy { .. } => parity + 35 + 2 * tx.chain_id,
-            Fees::Eip1559 { .. } => parity,
+            TxFees::Legacy { .. } => parity + 35 + 2 * tx.chain_id,
+            TxFees::Eip1559 { .. } => parity,
         };
         let raw = request.rlp_signed(&signature);
         (H256(keccak256(&raw)), raw)
@@ -103,7 +106,7 @@ pub struct UnsignedTx {
     pub to: Address,
     pub data: Bytes,
     pub gas_limit: u64,
-    pub fees: Fees,
+    pub fees: TxFees,
 }
 
 /// Keys in this order of precedence: the configured file, `ROUTERD_SIGNER_KEY`
@@ -182,11 +185,11 @@ mod tests {
         use ethers_core::types::Transaction;
         let signer = Signer::from_hex(DEV_KEY).unwrap();
         for fees in [
-            Fees::Eip1559 {
-                base_fee: 7.into(),
+            TxFees::Eip1559 {
+                max_fee: 15.into(),
                 priority_fee: 1.into(),
             },
-            Fees::Legacy {
+            TxFees::Legacy {
                 gas_price: 9.into(),
             },
         ] {

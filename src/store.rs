@@ -5,7 +5,8 @@ use std::path::Path;
 
 use sled::{Db, Tree};
 
-const SCHEMA_VERSION: &[u8] = b"1";
+/// Version 2: settlement records with explicit states, and the unfinished/finished indexes.
+const SCHEMA_VERSION: &[u8] = b"2";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -13,7 +14,7 @@ pub enum StoreError {
     Sled(#[from] sled::Error),
     #[error("store: record {key} is corrupt: {detail}")]
     Corrupt { key: String, detail: String },
-    #[error("store at {0} has schema version {1}; this routerd reads version 1")]
+    #[error("store at {0} has schema version {1}; this routerd reads version 2")]
     Schema(String, String),
 }
 
@@ -22,6 +23,10 @@ pub struct Store {
     db: Db,
     /// Settlement records by payment key (facilitator ledger).
     pub settlements: Tree,
+    /// Payment keys of settlements not in a terminal state: what start-up resumes.
+    pub unfinished: Tree,
+    /// Finish time (8 bytes, big-endian unix seconds) ++ payment key: what pruning deletes.
+    pub finished: Tree,
     /// Next nonce per (network, signer).
     pub signer_nonces: Tree,
     /// Nonce reservations per (chain, sender) handed out by the router.
@@ -49,6 +54,8 @@ impl Store {
         }
         Ok(Self {
             settlements: db.open_tree("settlements")?,
+            unfinished: db.open_tree("unfinished")?,
+            finished: db.open_tree("finished")?,
             signer_nonces: db.open_tree("signer_nonces")?,
             router_nonces: db.open_tree("router_nonces")?,
             db,

@@ -48,6 +48,38 @@ pub struct RpcError {
     pub data: Option<Value>,
 }
 
+/// What a node's refusal of `eth_sendRawTransaction` means for the transaction, classified here
+/// once so that no caller matches on message text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The node has this very transaction already.
+    AlreadyKnown,
+    /// The signer's nonce was used already (by us or by someone else).
+    NonceTooLow,
+    /// Another transaction holds this nonce in the pool with equal or higher fees.
+    Underpriced,
+    /// The signer cannot pay for the gas.
+    InsufficientFunds,
+    Other,
+}
+
+impl RpcError {
+    pub fn refusal(&self) -> Refusal {
+        let m = self.message.to_lowercase();
+        if m.contains("already known") || m.contains("known transaction") {
+            Refusal::AlreadyKnown
+        } else if m.contains("nonce too low") || m.contains("nonce is too low") {
+            Refusal::NonceTooLow
+        } else if m.contains("underpriced") {
+            Refusal::Underpriced
+        } else if m.contains("insufficient funds") || m.contains("insufficient balance") {
+            Refusal::InsufficientFunds
+        } else {
+            Refusal::Other
+        }
+    }
+}
+
 impl std::fmt::Display for RpcError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} ({})", self.message, self.code)

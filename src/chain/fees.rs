@@ -33,42 +33,91 @@ impl Fees {
         }
     }
 
-    /// The fees raised by `percent` (replacement transactions need at least +10% on both fields).
-    pub fn bumped(&self, percent: u64) -> Fees {
-        let bump = |v: U256| v.saturating_mul((100 + percent).into()) / 100 + 1;
+    /// The fee fields of a transaction signed at these fees.
+    pub fn for_transaction(&self) -> TxFees {
         match *self {
-            Fees::Eip1559 {
-                base_fee,
+            Fees::Eip1559 { priority_fee, .. } => TxFees::Eip1559 {
+                max_fee: self.max_fee_per_gas(),
                 priority_fee,
-            } => Fees::Eip1559 {
-                base_fee: bump(base_fee),
-                priority_fee: bump(priority_fee),
             },
-            Fees::Legacy { gas_price } => Fees::Legacy {
-                gas_price: bump(gas_price),
+            Fees::Legacy { gas_price } => TxFees::Legacy { gas_price },
+        }
+    }
+}
+
+/// The fee fields of one signed transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum TxFees {
+    Eip1559 { max_fee: U256, priority_fee: U256 },
+    Legacy { gas_price: U256 },
+}
+
+/// A replacement must pay at least this much more than the transaction it replaces, in
+/// per-mille (nodes require +10%; 12.5% leaves room for rounding and is what geth suggests).
+const REPLACEMENT_BUMP_PER_MILLE: u64 = 125;
+
+impl TxFees {
+    pub fn max_fee_per_gas(&self) -> U256 {
+        match *self {
+            TxFees::Eip1559 { max_fee, .. } => max_fee,
+            TxFees::Legacy { gas_price } => gas_price,
+        }
+    }
+
+    pub fn priority_fee(&self) -> U256 {
+        match *self {
+            TxFees::Eip1559 { priority_fee, .. } => priority_fee,
+            TxFees::Legacy { gas_price } => gas_price,
+        }
+    }
+
+    /// Keeps the price at or under `cap`. The tip is kept whole when it fits under the cap
+    /// (a transaction without a tip may wait forever); only the headroom above it is cut.
+    pub fn capped(&self, cap: Option<U256>) -> TxFees {
+        let Some(cap) = cap else { return *self };
+        match *self {
+            TxFees::Eip1559 {
+                max_fee,
+                priority_fee,
+            } => {
+                let max_fee = max_fee.min(cap);
+                TxFees::Eip1559 {
+                    max_fee,
+                    priority_fee: priority_fee.min(max_fee),
+                }
+            }
+            TxFees::Legacy { gas_price } => TxFees::Legacy {
+                gas_price: gas_price.min(cap),
             },
         }
     }
 
-    /// Keeps the price at or under `cap`, lowering the tip first.
-    pub fn capped(&self, cap: Option<U256>) -> Fees {
-        let Some(cap) = cap else { return *self };
-        match *self {
-            Fees::Eip1559 {
-                base_fee,
-                priority_fee,
-            } => {
-                let base_fee = base_fee.min(cap / 2);
-                let priority_fee = priority_fee.min(cap - base_fee * 2);
-                Fees::Eip1559 {
-                    base_fee,
+    /// The fees of a replacement for a transaction signed at `self`: the market price or the
+    /// previous price plus 12.5%, whichever is higher, on each field.
+    pub fn replacement(&self, market: TxFees) -> TxFees {
+        let bump = |v: U256| v + v * REPLACEMENT_BUMP_PER_MILLE / 1000 + 1;
+        match (*self, market) {
+            (
+                TxFees::Eip1559 {
+                    max_fee,
                     priority_fee,
-                }
-            }
-            Fees::Legacy { gas_price } => Fees::Legacy {
-                gas_price: gas_price.min(cap),
+                },
+                market,
+            ) => TxFees::Eip1559 {
+                max_fee: bump(max_fee).max(market.max_fee_per_gas()),
+                priority_fee: bump(priority_fee).max(market.priority_fee()),
+            },
+            (TxFees::Legacy { gas_price }, market) => TxFees::Legacy {
+                gas_price: bump(gas_price).max(market.max_fee_per_gas()),
             },
         }
+    }
+
+    /// Whether a replacement at these fees would be accepted over `previous` by a node.
+    pub fn replaces(&self, previous: &TxFees) -> bool {
+        let enough = |new: U256, old: U256| new * 1000 >= old * 1100;
+        enough(self.max_fee_per_gas(), previous.max_fee_per_gas())
+            && enough(self.priority_fee(), previous.priority_fee())
     }
 }
 
@@ -87,37 +136,52 @@ mod tests {
     }
 
     #[test]
-    fn bump_raises_both_fields_by_at_least_the_percentage() {
+    fn cap_keeps_the_tip_when_base_plus_tip_fits() {
+        let base: U256 = 1_000_000_000u64.into();
+        let tip: U256 = 100_000_000u64.into();
+        let cap = base * 3 / 2;
         let fees = Fees::Eip1559 {
-            base_fee: 100.into(),
-            priority_fee: 10.into(),
+            base_fee: base,
+            priority_fee: tip,
         }
-        .bumped(12);
+        .for_transaction()
+        .capped(Some(cap));
+        assert_eq!(fees.max_fee_per_gas(), cap);
+        assert_eq!(fees.priority_fee(), tip);
         assert_eq!(
-            fees,
-            Fees::Eip1559 {
-                base_fee: 113.into(),
-                priority_fee: 12.into()
+            TxFees::Legacy {
+                gas_price: 9.into()
+            }
+            .capped(Some(5.into())),
+            TxFees::Legacy {
+                gas_price: 5.into()
             }
         );
     }
 
     #[test]
-    fn cap_keeps_max_fee_under_cap() {
-        let fees = Fees::Eip1559 {
-            base_fee: 100.into(),
+    fn a_replacement_pays_at_least_an_eighth_more_or_the_market() {
+        let old = TxFees::Eip1559 {
+            max_fee: 1000.into(),
+            priority_fee: 100.into(),
+        };
+        let calm = old.replacement(TxFees::Eip1559 {
+            max_fee: 900.into(),
             priority_fee: 50.into(),
-        }
-        .capped(Some(220.into()));
-        assert!(fees.max_fee_per_gas() <= U256::from(220));
+        });
         assert_eq!(
-            Fees::Legacy {
-                gas_price: 9.into()
-            }
-            .capped(Some(5.into())),
-            Fees::Legacy {
-                gas_price: 5.into()
+            calm,
+            TxFees::Eip1559 {
+                max_fee: 1126.into(),
+                priority_fee: 113.into()
             }
         );
+        assert!(calm.replaces(&old));
+        let busy = old.replacement(TxFees::Eip1559 {
+            max_fee: 5000.into(),
+            priority_fee: 50.into(),
+        });
+        assert_eq!(busy.max_fee_per_gas(), U256::from(5000));
+        assert!(!old.replaces(&old));
     }
 }

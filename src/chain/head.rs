@@ -1,25 +1,78 @@
-//! The head of one chain, polled in the background and cached: block number, timestamp and the
-//! fee data of that block. Readers never fetch it per request; receipt watchers wake on each
+//! The head of one chain, polled in the background and cached: block number, hash, timestamp and
+//! the fee data of that block. Readers never fetch it per request; receipt watchers wake on each
 //! new block.
+//!
+//! The watcher also keeps the hashes of the recent canonical blocks, linked by parent hash: when a
+//! new head does not extend what it knows, it walks back until it does, so "is block N still the
+//! one with hash H?" is answered without asking the node, and a reorganisation of any depth up to
+//! [`KEPT_BLOCKS`] is seen.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ethers_core::types::U256;
+use ethers_core::types::{H256, U256};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use super::client::{Call, ChainClient, Unreachable};
 use super::fees::Fees;
 use super::{parse_quantity, parse_u64};
+
 use crate::config::FeeModel;
+/// Canonical block hashes kept: as many as the deepest `finality_depth` allowed.
+use crate::config::KEPT_BLOCKS;
 
 #[derive(Debug, Clone)]
 pub struct Head {
     pub number: u64,
+    pub hash: H256,
+    pub parent_hash: H256,
     pub timestamp: u64,
     pub fees: Fees,
     pub fetched_at: Instant,
+}
+
+/// Whether a block the caller saw is still on the canonical chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Canonical {
+    Yes,
+    /// Replaced by another block, or above the head after a rollback.
+    No,
+    /// Older than what the watcher has seen since it started.
+    Unknown,
+}
+
+/// Recent canonical hashes by number; always one chain, linked by parent hashes.
+#[derive(Default)]
+struct RecentBlocks(BTreeMap<u64, H256>);
+
+impl RecentBlocks {
+    fn canonical(&self, number: u64, hash: H256, head: u64) -> Canonical {
+        if number > head {
+            return Canonical::No;
+        }
+        match self.0.get(&number) {
+            Some(known) if *known == hash => Canonical::Yes,
+            Some(_) => Canonical::No,
+            None => Canonical::Unknown,
+        }
+    }
+
+    /// Forgets everything above `number` (a rollback) and remembers `hash` at it.
+    fn set(&mut self, number: u64, hash: H256) {
+        self.0.split_off(&(number + 1));
+        self.0.insert(number, hash);
+        while self.0.len() as u64 > KEPT_BLOCKS {
+            self.0.pop_first();
+        }
+    }
+
+    /// Whether `parent` is what is known at `number - 1` (or nothing is known there).
+    fn extends(&self, number: u64, parent: H256) -> Option<bool> {
+        let below = number.checked_sub(1)?;
+        self.0.get(&below).map(|known| *known == parent)
+    }
 }
 
 pub struct HeadWatcher {
@@ -27,6 +80,7 @@ pub struct HeadWatcher {
     fee_model: FeeModel,
     latest: watch::Receiver<Option<Head>>,
     sender: Arc<watch::Sender<Option<Head>>>,
+    recent: Arc<Mutex<RecentBlocks>>,
 }
 
 impl HeadWatcher {
@@ -36,6 +90,8 @@ impl HeadWatcher {
         let sender = Arc::new(sender);
         let poller_sender = Arc::downgrade(&sender);
         let poller_client = client.clone();
+        let recent = Arc::new(Mutex::new(RecentBlocks::default()));
+        let poller_recent = recent.clone();
         tokio::spawn(async move {
             let mut ticker = tokio::time::interval(interval);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -44,9 +100,10 @@ impl HeadWatcher {
                 let Some(sender) = poller_sender.upgrade() else {
                     return;
                 };
-                let last = sender.borrow().as_ref().map(|h: &Head| h.number);
+                let last = sender.borrow().as_ref().map(|h: &Head| h.hash);
                 match fetch_head(&poller_client, fee_model).await {
-                    Ok(head) if Some(head.number) != last => {
+                    Ok(head) if Some(head.hash) != last => {
+                        link(&poller_client, &poller_recent, &head).await;
                         sender.send_replace(Some(head));
                     }
                     Ok(_) => {}
@@ -61,7 +118,17 @@ impl HeadWatcher {
             fee_model,
             latest,
             sender,
+            recent,
         }
+    }
+
+    /// Whether block `number` with `hash` is still canonical, as far as the watcher knows.
+    pub fn canonical(&self, number: u64, hash: H256) -> Canonical {
+        let head = self.current().map_or(u64::MAX, |h| h.number);
+        self.recent
+            .lock()
+            .expect("recent blocks lock")
+            .canonical(number, hash, head)
     }
 
     pub fn current(&self) -> Option<Head> {
@@ -89,6 +156,66 @@ impl HeadWatcher {
     }
 }
 
+/// Records `head` among the recent blocks; when it does not extend them, walks back by number
+/// (at most [`KEPT_BLOCKS`] blocks) until a block matches, replacing what changed.
+async fn link(client: &ChainClient, recent: &Mutex<RecentBlocks>, head: &Head) {
+    {
+        let mut recent = recent.lock().expect("recent blocks lock");
+        let extends = recent.extends(head.number, head.parent_hash);
+        let knows_older = recent.0.range(..head.number).next_back().is_some();
+        recent.set(head.number, head.hash);
+        if extends == Some(true) || !knows_older {
+            return;
+        }
+    }
+    let mut number = head.number;
+    let mut parent = head.parent_hash;
+    while number > 0 && head.number - number < KEPT_BLOCKS {
+        number -= 1;
+        {
+            let mut recent = recent.lock().expect("recent blocks lock");
+            if recent.0.get(&number) == Some(&parent) {
+                return;
+            }
+            recent.0.insert(number, parent);
+        }
+        tracing::info!(chain = %client.name(), block = number, "reorganisation: block replaced");
+        match fetch_block(client, number).await {
+            Ok((_, grandparent)) => parent = grandparent,
+            Err(error) => {
+                tracing::warn!(chain = %client.name(), %error, "could not walk back a reorganisation");
+                return;
+            }
+        }
+    }
+}
+
+/// The hash and parent hash of block `number`.
+async fn fetch_block(client: &ChainClient, number: u64) -> Result<(H256, H256), Unreachable> {
+    let answer = client
+        .call(
+            "eth_getBlockByNumber",
+            vec![json!(format!("{number:#x}")), json!(false)],
+        )
+        .await?;
+    let block = answer.map_err(|e| Unreachable {
+        chain: client.name().to_string(),
+        detail: e.message,
+    })?;
+    let hash = |field: &str| block.get(field).and_then(parse_hash);
+    hash("hash")
+        .zip(hash("parentHash"))
+        .ok_or_else(|| Unreachable {
+            chain: client.name().to_string(),
+            detail: format!("block {number} has no hash"),
+        })
+}
+
+pub fn parse_hash(value: &Value) -> Option<H256> {
+    let bytes = super::hex_decode(value.as_str()?)?;
+    (bytes.len() == 32).then(|| H256::from_slice(&bytes))
+}
+
 /// One batch: the latest block and both fee hints; which hint applies depends on the block.
 async fn fetch_head(client: &ChainClient, fee_model: FeeModel) -> Result<Head, Unreachable> {
     let calls = [
@@ -110,6 +237,14 @@ async fn fetch_head(client: &ChainClient, fee_model: FeeModel) -> Result<Head, U
         .get("timestamp")
         .and_then(parse_u64)
         .ok_or_else(|| malformed("timestamp"))?;
+    let hash = block
+        .get("hash")
+        .and_then(parse_hash)
+        .ok_or_else(|| malformed("hash"))?;
+    let parent_hash = block
+        .get("parentHash")
+        .and_then(parse_hash)
+        .ok_or_else(|| malformed("parentHash"))?;
     let base_fee = block.get("baseFeePerGas").and_then(parse_quantity);
     let gas_price = answers[2].as_ref().ok().and_then(parse_quantity);
     let use_1559 = match fee_model {
@@ -136,6 +271,8 @@ async fn fetch_head(client: &ChainClient, fee_model: FeeModel) -> Result<Head, U
     };
     Ok(Head {
         number,
+        hash,
+        parent_hash,
         timestamp,
         fees,
         fetched_at: Instant::now(),
@@ -160,4 +297,29 @@ async fn priority_from_fee_history(client: &ChainClient) -> Option<U256> {
         .collect();
     tips.sort();
     tips.get(tips.len() / 2).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(n: u8) -> H256 {
+        H256::repeat_byte(n)
+    }
+
+    #[test]
+    fn a_rollback_forgets_the_blocks_above_and_a_replaced_block_is_not_canonical() {
+        let mut recent = RecentBlocks::default();
+        for n in 1..=5u8 {
+            recent.set(n as u64, h(n));
+        }
+        assert_eq!(recent.canonical(4, h(4), 5), Canonical::Yes);
+        recent.set(3, h(3));
+        assert_eq!(recent.canonical(4, h(4), 3), Canonical::No);
+        recent.set(4, h(44));
+        assert_eq!(recent.canonical(4, h(4), 4), Canonical::No);
+        assert_eq!(recent.extends(5, h(44)), Some(true));
+        assert_eq!(recent.extends(5, h(4)), Some(false));
+        assert_eq!(recent.canonical(0, h(0), 4), Canonical::Unknown);
+    }
 }

@@ -12,9 +12,9 @@ use ethers_core::types::{Address, U256};
 use serde_json::{json, Value};
 
 use crate::config::ChainSettings;
-pub use client::{Call, CallResult, ChainClient, RpcError, Unreachable};
-pub use fees::Fees;
-pub use head::{Head, HeadWatcher};
+pub use client::{Call, CallResult, ChainClient, Refusal, RpcError, Unreachable};
+pub use fees::{Fees, TxFees};
+pub use head::{Canonical, Head, HeadWatcher};
 
 /// A configured chain: its settings, its upstream client and its head cache.
 pub struct Chain {

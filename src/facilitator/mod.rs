@@ -1,8 +1,7 @@
 //! The x402 v1 `exact` facilitator: supported kinds, verify, settle. No HTTP in here.
 
 pub mod erc3009;
-pub mod ledger;
-pub mod settle;
+pub mod settlement;
 pub mod types;
 pub mod verify;
 
@@ -12,13 +11,16 @@ use std::time::Duration;
 
 use ethers_core::types::Address;
 
-use crate::chain::{Chain, Unreachable};
+use crate::chain::Chain;
 use crate::config::{ChainSettings, FacilitatorSettings};
 use crate::signer::Signer;
-use crate::store::Store;
-use ledger::Ledger;
-pub use settle::{Lane, SettleError};
-use types::{PaymentRequest, SettleResponse, SupportedKind, SupportedResponse, VerifyResponse};
+use crate::store::{Store, StoreError};
+use settlement::ledger::Ledger;
+pub use settlement::{Lane, LaneSettings, PaymentKey, SettleError};
+use types::{
+    PaymentRequest, SettleResponse, SettlementStatus, SupportedKind, SupportedResponse,
+    VerifyResponse,
+};
 use verify::{Network, TokenInfo, Verifier};
 
 #[derive(Debug, thiserror::Error)]
@@ -31,7 +33,7 @@ pub enum SetupError {
 
 pub struct Facilitator {
     verifier: Arc<Verifier>,
-    settler: Arc<settle::Settler>,
+    settler: Arc<settlement::Settler>,
     max_batch: usize,
 }
 
@@ -53,8 +55,9 @@ impl Facilitator {
                 .values()
                 .map(|t| token_info(t, chain.settings.chain_id))
                 .collect();
+            let settings = lane_settings(&chain_settings[name], settings.bump_after_blocks);
             for signer in &signers {
-                lanes.push(Lane::new(chain.clone(), signer.clone()));
+                lanes.push(Lane::new(chain.clone(), signer.clone(), settings.clone()));
             }
             networks.push(Network {
                 name: name.clone(),
@@ -63,12 +66,12 @@ impl Facilitator {
             });
         }
         let verifier = Arc::new(Verifier::new(networks, deny_list));
-        let settler = settle::Settler::new(
+        let settler = settlement::Settler::new(
             verifier.clone(),
             Ledger::new(store),
             lanes,
             Duration::from_secs(settings.settle_timeout_secs),
-            settings.bump_after_blocks,
+            Duration::from_secs(settings.retention_days * 86_400),
         );
         Ok(Self {
             verifier,
@@ -77,9 +80,10 @@ impl Facilitator {
         })
     }
 
-    /// Picks up settlements a previous run left unfinished; call before serving.
-    pub async fn recover(&self) -> Result<usize, SettleError> {
-        self.settler.recover().await
+    /// Picks up settlements a previous run left unfinished and starts the signer lanes; call
+    /// before serving.
+    pub async fn start(&self) -> Result<usize, SettleError> {
+        self.settler.start().await
     }
 
     pub fn supported(&self) -> SupportedResponse {
@@ -96,12 +100,31 @@ impl Facilitator {
         SupportedResponse { kinds }
     }
 
-    pub async fn verify(&self, request: &PaymentRequest) -> Result<VerifyResponse, Unreachable> {
-        self.verifier.verify(request).await
+    /// Verify's rules, and one more: a nonce another authorization has claimed for settlement
+    /// is not a payment a merchant may deliver on.
+    pub async fn verify(&self, request: &PaymentRequest) -> Result<VerifyResponse, SettleError> {
+        let verdict = match self.verifier.check_local(request) {
+            Err(failure) => Err(failure),
+            Ok(payment) if self.settler.claimed_by_another(&payment)? => Err(verify::Invalid {
+                reason: types::Reason::Payload,
+                message: "authorization nonce already claimed by another authorization".to_string(),
+            }),
+            Ok(payment) => self.verifier.check_on_chain(&payment, &[]).await?.0,
+        };
+        Ok(Verifier::respond(request, verdict))
     }
 
     pub async fn settle(&self, request: &PaymentRequest) -> Result<SettleResponse, SettleError> {
         self.settler.settle(request).await
+    }
+
+    /// What happened to one payment, or `None` if routerd never settled it.
+    pub fn status(&self, key: &PaymentKey) -> Result<Option<SettlementStatus>, StoreError> {
+        self.settler.status(key)
+    }
+
+    pub fn lost_settlements(&self) -> u64 {
+        self.settler.lost_settlements()
     }
 
     pub fn max_batch(&self) -> usize {
@@ -109,11 +132,21 @@ impl Facilitator {
     }
 
     pub fn lanes(&self) -> impl Iterator<Item = &Arc<Lane>> {
-        self.settler.lanes()
+        self.settler.lanes().all()
     }
 
     pub fn pending_settlements(&self) -> usize {
         self.settler.pending_settlements()
+    }
+}
+
+fn lane_settings(chain: &ChainSettings, bump_after_blocks: u64) -> LaneSettings {
+    LaneSettings {
+        confirmations: chain.confirmations,
+        finality_depth: chain.finality_depth,
+        bump_after_blocks,
+        max_fee_per_gas: chain.max_fee_cap(),
+        max_settlement_cost: chain.max_settlement_cost(),
     }
 }
 

@@ -91,6 +91,39 @@ pub struct SettleResponse {
     pub network: String,
 }
 
+/// `GET /settlements/{network}/{asset}/{from}/{nonce}`: what happened to one payment.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SettlementStatus {
+    pub network: String,
+    pub asset: String,
+    pub payer: String,
+    pub nonce: String,
+    /// claimed, signed, sent, included, final, reverted or expired.
+    pub state: &'static str,
+    pub transaction: Option<String>,
+    pub signer: Option<String>,
+    pub signer_nonce: Option<u64>,
+    pub block: Option<u64>,
+    pub block_hash: Option<String>,
+    /// Blocks deep the inclusion is (1 = in the head block); 0 while not included.
+    pub confirmations: u64,
+    pub outcome: Option<StatusOutcome>,
+    /// A success was answered and the transaction can no longer land.
+    pub lost: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusOutcome {
+    pub success: bool,
+    pub transaction: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_reason: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+}
+
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SupportedKind {
@@ -105,7 +138,7 @@ pub struct SupportedResponse {
 }
 
 /// Why a payment fails verification, in the order of the rules (x402-facilitator.md §2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Reason {
     X402Version,
     Scheme,

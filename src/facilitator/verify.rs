@@ -3,15 +3,16 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use ethers_core::types::{Address, H256, U256};
 use ethers_core::utils::to_checksum;
 use serde_json::{json, Number, Value};
 
 use super::erc3009::{self, TransferAuthorization};
+use super::settlement::PaymentKey;
 use super::types::{PaymentRequest, Reason, VerifyResponse};
 use crate::chain::{self, Call, CallResult, Chain, Unreachable};
+use crate::clock::unix_now;
 
 /// A served network: its chain and the ERC-3009 tokens the facilitator may call there.
 pub struct Network {
@@ -55,11 +56,13 @@ pub struct Payment<'a> {
 
 impl Payment<'_> {
     /// The idempotency key of x402-facilitator.md §3: (network, asset, from, nonce).
-    pub fn key(&self) -> String {
-        format!(
-            "{}|{:?}|{:?}|{:?}",
-            self.network.name, self.token.address, self.auth.from, self.auth.nonce
-        )
+    pub fn key(&self) -> PaymentKey {
+        PaymentKey {
+            network: self.network.name.clone(),
+            asset: self.token.address,
+            from: self.auth.from,
+            nonce: self.auth.nonce,
+        }
     }
 }
 
@@ -93,13 +96,10 @@ impl Verifier {
         self.networks.values()
     }
 
-    pub async fn verify(&self, request: &PaymentRequest) -> Result<VerifyResponse, Unreachable> {
+    /// The answer to `/verify` for a verdict on `request`.
+    pub fn respond(request: &PaymentRequest, verdict: Result<(), Invalid>) -> VerifyResponse {
         let payer = payer_of(request);
-        let verdict = match self.check_local(request) {
-            Ok(payment) => self.check_on_chain(&payment, &[]).await?.0,
-            Err(failure) => Err(failure),
-        };
-        Ok(match verdict {
+        match verdict {
             Ok(()) => VerifyResponse {
                 is_valid: true,
                 invalid_reason: None,
@@ -112,7 +112,7 @@ impl Verifier {
                 invalid_message: Some(failure.message),
                 payer,
             },
-        })
+        }
     }
 
     /// Rules 1-5 and the configured deny list for `from` (rule 6): everything that needs no chain.
@@ -183,24 +183,7 @@ impl Verifier {
                 "recipient is on the deny list or blacklisted by the token",
             ));
         }
-        if auth.to != payment.pay_to {
-            return Err(invalid(
-                Reason::TypedDataMessage,
-                "authorization.to is not paymentRequirements.payTo",
-            ));
-        }
-        if auth.value < payment.max_amount {
-            return Err(invalid(
-                Reason::ValueTooLow,
-                "authorization.value is below maxAmountRequired",
-            ));
-        }
-        if auth.value > payment.max_amount {
-            return Err(invalid(
-                Reason::Value,
-                "authorization.value exceeds maxAmountRequired",
-            ));
-        }
+        check_terms(payment)?;
         let now = unix_now().max(facts.block_timestamp);
         if auth.valid_after > U256::from(now) {
             return Err(invalid(
@@ -227,6 +210,31 @@ impl Verifier {
         }
         Ok(())
     }
+}
+
+/// Rules 9-11: the authorization pays what the requirements ask, to whom they ask. Also the test
+/// a replay must pass to be told a stored settlement's outcome.
+pub fn check_terms(payment: &Payment<'_>) -> Result<(), Invalid> {
+    let auth = &payment.auth;
+    if auth.to != payment.pay_to {
+        return Err(invalid(
+            Reason::TypedDataMessage,
+            "authorization.to is not paymentRequirements.payTo",
+        ));
+    }
+    if auth.value < payment.max_amount {
+        return Err(invalid(
+            Reason::ValueTooLow,
+            "authorization.value is below maxAmountRequired",
+        ));
+    }
+    if auth.value > payment.max_amount {
+        return Err(invalid(
+            Reason::Value,
+            "authorization.value exceeds maxAmountRequired",
+        ));
+    }
+    Ok(())
 }
 
 /// Rules 12-14: an EOA must have signed with a well-formed 65-byte signature; a contract wallet
@@ -444,13 +452,6 @@ fn parse_bytes32(s: &str) -> Option<H256> {
     (digits.len() == 64)
         .then(|| chain::hex_decode(s).map(|b| H256::from_slice(&b)))
         .flatten()
-}
-
-pub fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -11,8 +11,8 @@ use super::nonces::NonceBook;
 use super::probe::{self, Estimate, Infeasible, Probe};
 use super::types::{ChainQuote, ChainStatus, FeeFields, RouterTransactionRes, Transaction};
 use crate::chain::{hex_u256, Chain};
+use crate::clock::unix_now;
 use crate::config::{ChainKind, FeeModel, RouterSettings};
-use crate::facilitator::verify::unix_now;
 use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]

@@ -65,6 +65,7 @@ pub struct Metrics {
     upstream_requests: Family<UpstreamLabels, Counter>,
     upstream_errors: Family<UpstreamLabels, Counter>,
     pending_settlements: Gauge,
+    lost_settlements: Counter,
     signer_balance: Family<SignerLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     signer_nonce: Family<SignerLabels, Gauge>,
     chain_head: Family<ChainLabel, Gauge>,
@@ -82,6 +83,7 @@ impl Metrics {
         let upstream_requests = Family::<UpstreamLabels, Counter>::default();
         let upstream_errors = Family::<UpstreamLabels, Counter>::default();
         let pending_settlements = Gauge::default();
+        let lost_settlements = Counter::default();
         let signer_balance = Family::default();
         let signer_nonce = Family::default();
         let chain_head = Family::default();
@@ -117,8 +119,13 @@ impl Metrics {
         );
         registry.register(
             "pending_settlements",
-            "Settlements broadcast and not yet final",
+            "Settlements under way and not yet answered",
             pending_settlements.clone(),
+        );
+        registry.register(
+            "settlements_lost",
+            "Settlements answered as successful whose transaction can no longer land",
+            lost_settlements.clone(),
         );
         registry.register(
             "signer_balance_wei",
@@ -144,6 +151,7 @@ impl Metrics {
             upstream_requests,
             upstream_errors,
             pending_settlements,
+            lost_settlements,
             signer_balance,
             signer_nonce,
             chain_head,
@@ -261,6 +269,10 @@ pub async fn metrics(app: &App) -> HttpResponse {
     if let Some(facilitator) = &app.facilitator {
         m.pending_settlements
             .set(facilitator.pending_settlements() as i64);
+        m.lost_settlements.inner().store(
+            facilitator.lost_settlements(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
     for signer in signer_states(app).await {
         let labels = SignerLabels {

@@ -16,8 +16,12 @@ use tower::{Layer, Service};
 
 use super::wire_errors::{json_response, parse_body, parse_body_with, parse_value_with, WireError};
 use super::{ops, App, Surface};
+use ethers_core::types::H256;
+
+use crate::chain;
 use crate::facilitator::types::{PaymentRequest, SettleResponse};
-use crate::facilitator::SettleError;
+use crate::facilitator::verify::parse_address;
+use crate::facilitator::{PaymentKey, SettleError};
 
 #[derive(Clone)]
 pub struct RestLayer {
@@ -133,6 +137,14 @@ where
         {
             facilitator_route(&app, &method, &path, request, note).await
         }
+        (p, m)
+            if p.starts_with(STATUS_PREFIX) && surface.facilitator && app.facilitator.is_some() =>
+        {
+            if m != Method::GET {
+                return Err(WireError::method_not_allowed(&method, &path, "GET"));
+            }
+            settlement_status(&app, &path, note)
+        }
         ("/", &Method::POST) if surface.rpc => {
             let (mut parts, body) = request.into_parts();
             let bytes = read_body(body, app.max_body_bytes).await?;
@@ -190,7 +202,54 @@ async fn facilitator_route(
     }
 }
 
-/// A single payment answers a single result; an array answers an array, in order.
+const STATUS_PREFIX: &str = "/settlements/";
+
+/// `GET /settlements/{network}/{asset}/{from}/{nonce}`: 200 with the settlement's state, or 404.
+fn settlement_status(app: &App, path: &str, note: &mut Note) -> Result<HttpResponse, WireError> {
+    let facilitator = app.facilitator.as_ref().expect("checked by the caller");
+    let key = parse_status_path(&path[STATUS_PREFIX.len()..])?;
+    note.payment = Some(key.to_string());
+    match facilitator.status(&key).map_err(SettleError::from)? {
+        Some(status) => {
+            note.outcome = Some(status.state.to_string());
+            Ok(json_response(StatusCode::OK, &status))
+        }
+        None => Err(WireError::new(
+            StatusCode::NOT_FOUND,
+            404,
+            format!("no settlement of payment {key}"),
+        )),
+    }
+}
+
+fn parse_status_path(rest: &str) -> Result<PaymentKey, WireError> {
+    let parts: Vec<&str> = rest.split('/').collect();
+    let [network, asset, from, nonce] = parts[..] else {
+        return Err(WireError::bad_request(
+            "path: expected /settlements/{network}/{asset}/{from}/{nonce}",
+        ));
+    };
+    let address = |field: &str, value: &str| {
+        parse_address(value)
+            .ok_or_else(|| WireError::bad_request(format!("{field}: not a 0x address")))
+    };
+    let nonce = chain::hex_decode(nonce)
+        .filter(|b| b.len() == 32)
+        .map(|b| H256::from_slice(&b))
+        .ok_or_else(|| WireError::bad_request("nonce: not 0x + 64 hex digits"))?;
+    if network.is_empty() {
+        return Err(WireError::bad_request("network: empty"));
+    }
+    Ok(PaymentKey {
+        network: network.to_string(),
+        asset: address("asset", asset)?,
+        from: address("from", from)?,
+        nonce,
+    })
+}
+
+/// A single payment answers a single result; an array answers an array, in order, each element
+/// on its own: a pending or failed element gets the `Error` shape in its slot.
 async fn settle(app: &App, bytes: &[u8], note: &mut Note) -> Result<HttpResponse, WireError> {
     let facilitator = app.facilitator.as_ref().expect("checked by the caller");
     if first_json_byte(bytes) == Some(b'[') {
@@ -214,15 +273,24 @@ async fn settle(app: &App, bytes: &[u8], note: &mut Note) -> Result<HttpResponse
                 .join(","),
         );
         let answers = futures::future::join_all(payments.iter().map(|p| settle_one(app, p))).await;
-        let answers = answers.into_iter().collect::<Result<Vec<_>, _>>()?;
         note.outcome = Some(
             answers
                 .iter()
-                .map(settle_outcome)
+                .map(|a| match a {
+                    Ok(answer) => settle_outcome(answer),
+                    Err(e) => format!("error {}", e.code),
+                })
                 .collect::<Vec<_>>()
                 .join(","),
         );
-        return Ok(json_response(StatusCode::OK, &answers));
+        let slots: Vec<serde_json::Value> = answers
+            .into_iter()
+            .map(|a| match a {
+                Ok(answer) => serde_json::to_value(answer).expect("answers serialize"),
+                Err(e) => e.body(),
+            })
+            .collect();
+        return Ok(json_response(StatusCode::OK, &slots));
     }
     let payment: PaymentRequest = parse_body_with(bytes, PaymentRequest::OBJECTS)?;
     note.payment = Some(payment_label(&payment));

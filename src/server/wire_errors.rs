@@ -54,7 +54,8 @@ impl WireError {
         )
     }
 
-    pub fn into_response(self) -> HttpResponse {
+    /// The `{error, message[, data]}` body.
+    pub fn body(&self) -> serde_json::Value {
         #[derive(Serialize)]
         struct Body<'a> {
             error: i32,
@@ -62,14 +63,16 @@ impl WireError {
             #[serde(skip_serializing_if = "Option::is_none")]
             data: Option<&'a serde_json::Value>,
         }
-        json_response(
-            self.status,
-            &Body {
-                error: self.code,
-                message: &self.message,
-                data: self.data.as_ref(),
-            },
-        )
+        serde_json::to_value(Body {
+            error: self.code,
+            message: &self.message,
+            data: self.data.as_ref(),
+        })
+        .expect("error bodies serialize")
+    }
+
+    pub fn into_response(self) -> HttpResponse {
+        json_response(self.status, &self.body())
     }
 }
 
@@ -85,7 +88,7 @@ impl From<SettleError> for WireError {
         let code = match &e {
             SettleError::Unreachable(_) => 502,
             SettleError::Pending(_) => 504,
-            SettleError::Refused(_) => 503,
+            SettleError::Abandoned(_) => 503,
             SettleError::Store(_) => 500,
         };
         if let SettleError::Store(inner) = &e {

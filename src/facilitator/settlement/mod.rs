@@ -1,0 +1,483 @@
+//! Settlement: verify -> claim in the ledger -> a lane signs, stores and broadcasts -> the lane
+//! follows the chain until the transaction is `confirmations` deep (answer) and then
+//! `finality_depth` deep (final). The HTTP caller waits on the answer within its deadline; the
+//! settlement itself lives in its lane and, through the ledger, survives the process.
+//!
+//! An answer is handed only to a request that carries the settled authorization (the same
+//! EIP-712 digest) and whose requirements that authorization meets: a success can never be given
+//! to a merchant whose payment it is not.
+
+pub mod lane;
+pub mod ledger;
+pub mod state;
+pub mod waiters;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ethers_core::types::{Bytes, H256, U256};
+use serde_json::json;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use super::erc3009;
+use super::types::{PaymentRequest, Reason, SettleResponse, SettlementStatus, StatusOutcome};
+use super::verify::{check_terms, payer_of, Invalid, Payment, Verifier};
+use crate::chain::{self, Call, Unreachable};
+use crate::clock::unix_now;
+use crate::store::StoreError;
+use lane::Worker;
+pub use lane::{Lane, LaneSettings, Lanes};
+use ledger::{Claim, Ledger};
+pub use state::{LaneId, Outcome, PaymentKey, Record, State};
+use waiters::{Progress, Waiters};
+
+/// Gas assumed when a node answers an estimate it cannot parse (USDC's call uses about 80 000).
+const FALLBACK_GAS_LIMIT: u64 = 150_000;
+/// Gas added on top of the node's estimate for `transferWithAuthorization`.
+const GAS_HEADROOM_PERCENT: u64 = 25;
+/// How often finished records older than the retention are pruned.
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+
+#[derive(Debug, thiserror::Error)]
+pub enum SettleError {
+    #[error(transparent)]
+    Unreachable(#[from] Unreachable),
+    /// Still unknown at the deadline: the hash once broadcast, `None` while still being signed.
+    #[error("{}", pending_message(.0))]
+    Pending(Option<H256>),
+    /// Nothing was sent and the claim is released: the same payment may be settled again.
+    #[error("the settlement was not sent: {0}; settle the same payment again")]
+    Abandoned(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn pending_message(hash: &Option<H256>) -> String {
+    match hash {
+        Some(hash) => {
+            format!("settlement pending: {hash:?}; settle the same payment again for the outcome")
+        }
+        None => {
+            "settlement pending: not yet broadcast; settle the same payment again for the outcome"
+                .to_string()
+        }
+    }
+}
+
+pub struct Settler {
+    verifier: Arc<Verifier>,
+    ledger: Ledger,
+    lanes: Arc<Lanes>,
+    waiters: Arc<Waiters>,
+    /// The lane workers' queues until `start` hands them to their workers.
+    queues: Mutex<Vec<(Arc<Lane>, mpsc::Receiver<Record>)>>,
+    settle_timeout: Duration,
+    retention: Duration,
+}
+
+impl Settler {
+    pub fn new(
+        verifier: Arc<Verifier>,
+        ledger: Ledger,
+        lanes: Vec<(Arc<Lane>, mpsc::Receiver<Record>)>,
+        settle_timeout: Duration,
+        retention: Duration,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            verifier,
+            ledger,
+            lanes: Arc::new(Lanes::new(lanes.iter().map(|(l, _)| l.clone()).collect())),
+            waiters: Arc::new(Waiters::default()),
+            queues: Mutex::new(lanes),
+            settle_timeout,
+            retention,
+        })
+    }
+
+    pub fn lanes(&self) -> &Lanes {
+        &self.lanes
+    }
+
+    pub fn pending_settlements(&self) -> usize {
+        self.waiters.count()
+    }
+
+    /// Resumes every unfinished settlement and starts the lane workers; returns once each lane
+    /// has sent again what it resumes. Call before serving.
+    pub async fn start(self: &Arc<Self>) -> Result<usize, SettleError> {
+        let pruned = self.ledger.prune(self.prune_cutoff())?;
+        if pruned > 0 {
+            tracing::info!(pruned, "pruned finished settlement records");
+        }
+        let mut by_lane: std::collections::HashMap<LaneId, Vec<Record>> = Default::default();
+        for record in self.ledger.unfinished()? {
+            let Some(latest) = record.latest() else {
+                // Claimed but never signed: nothing reached the network; the caller may retry.
+                self.ledger.release(&record.key()).await?;
+                continue;
+            };
+            let lane = LaneId {
+                network: record.network.clone(),
+                signer: latest.signer,
+            };
+            if self.lanes.find(&lane).is_none() {
+                tracing::warn!(payment = %record.key(), %lane, "settlement of a signer or network no longer configured; left in the store");
+                continue;
+            }
+            if record.outcome.is_none() {
+                let mut registry = self.waiters.lock();
+                Waiters::register(
+                    &mut registry,
+                    record.key(),
+                    record.digest,
+                    Progress::Sent(latest.hash),
+                );
+            }
+            by_lane.entry(lane).or_default().push(record);
+        }
+        let resumed = by_lane.values().map(Vec::len).sum();
+        let queues = std::mem::take(&mut *self.queues.lock().expect("queues lock"));
+        for (lane, queue) in queues {
+            let records = by_lane.remove(&lane.id).unwrap_or_default();
+            let worker = Worker::start(
+                lane,
+                self.lanes.clone(),
+                self.ledger.clone(),
+                self.waiters.clone(),
+                records,
+            )
+            .await?;
+            tokio::spawn(worker.run(queue));
+        }
+        tokio::spawn(self.clone().prune_periodically());
+        Ok(resumed)
+    }
+
+    fn prune_cutoff(&self) -> u64 {
+        unix_now().saturating_sub(self.retention.as_secs())
+    }
+
+    async fn prune_periodically(self: Arc<Self>) {
+        let mut ticker = tokio::time::interval(PRUNE_EVERY);
+        ticker.tick().await;
+        loop {
+            ticker.tick().await;
+            match self.ledger.prune(self.prune_cutoff()) {
+                Ok(0) => {}
+                Ok(pruned) => tracing::info!(pruned, "pruned finished settlement records"),
+                Err(e) => tracing::error!(error = %e, "could not prune settlement records"),
+            }
+        }
+    }
+
+    pub async fn settle(&self, request: &PaymentRequest) -> Result<SettleResponse, SettleError> {
+        let answer = Answer {
+            payer: payer_of(request),
+            network: request.payment_requirements.network.clone(),
+        };
+        let payment = match self.verifier.check_local(request) {
+            Ok(payment) => payment,
+            Err(failure) => return Ok(answer.failed(&failure)),
+        };
+        let deadline = Instant::now() + self.wait_bound(payment.auth.valid_before);
+        let key = payment.key();
+        if let Some(known) = self.known(&key, &payment)? {
+            return self.answer_known(known, &answer, deadline).await;
+        }
+        let reservation = self
+            .lanes
+            .pick(&payment.network.name, None)
+            .expect("every served network has a lane")
+            .reserve();
+        let prepared =
+            tokio::time::timeout_at(deadline, self.prepare(&payment, reservation.lane()))
+                .await
+                .map_err(|_| Unreachable {
+                    chain: payment.network.name.clone(),
+                    detail: "timed out before the settlement could be prepared".to_string(),
+                })??;
+        let (calldata, gas_limit) = match prepared {
+            Ok(prepared) => prepared,
+            Err(failure) => {
+                // A concurrent duplicate may have settled this very authorization while we read
+                // the chain (its nonce then reads as used): its outcome is the answer.
+                if let Some(known) = self.known(&key, &payment)? {
+                    return self.answer_known(known, &answer, deadline).await;
+                }
+                return Ok(answer.failed(&failure));
+            }
+        };
+        let record = new_record(&payment, calldata, gas_limit);
+        match self.claim(&key, &record, &payment)? {
+            Ok(progress) => {
+                reservation.submit(record).await;
+                self.wait(progress, &answer, deadline).await
+            }
+            Err(known) => self.answer_known(known, &answer, deadline).await,
+        }
+    }
+
+    /// Whether another authorization holds this payment's nonce in the ledger: verify answers
+    /// such a payment invalid rather than let a merchant deliver on it.
+    pub fn claimed_by_another(&self, payment: &Payment<'_>) -> Result<bool, StoreError> {
+        let key = payment.key();
+        if let Some((digest, _)) = self.waiters.get(&key) {
+            return Ok(digest != payment.digest);
+        }
+        Ok(self
+            .ledger
+            .get(&key)?
+            .is_some_and(|r| r.digest != payment.digest))
+    }
+
+    /// What routerd knows of one payment, for the status route.
+    pub fn status(&self, key: &PaymentKey) -> Result<Option<SettlementStatus>, StoreError> {
+        let Some(record) = self.ledger.get(key)? else {
+            return Ok(None);
+        };
+        let head = self
+            .verifier
+            .networks()
+            .find(|n| n.name == key.network)
+            .and_then(|n| n.chain.head.current())
+            .map(|h| h.number);
+        let inclusion = record.state.inclusion();
+        let transaction = inclusion
+            .map(|i| i.transaction)
+            .or_else(|| record.latest().map(|a| a.hash));
+        Ok(Some(SettlementStatus {
+            network: record.network.clone(),
+            asset: format!("{:?}", record.token),
+            payer: format!("{:?}", record.payer),
+            nonce: format!("{:?}", record.nonce),
+            state: record.state.name(),
+            transaction: transaction.map(|h| format!("{h:?}")),
+            signer: record.latest().map(|a| format!("{:?}", a.signer)),
+            signer_nonce: record.latest().map(|a| a.nonce),
+            block: inclusion.map(|i| i.block),
+            block_hash: inclusion.map(|i| format!("{:?}", i.block_hash)),
+            confirmations: match (inclusion, head) {
+                (Some(i), Some(head)) => state::depth(head, i.block),
+                _ => 0,
+            },
+            outcome: record.outcome.as_ref().map(|o| StatusOutcome {
+                success: o.success,
+                transaction: o.transaction.map(|h| format!("{h:?}")),
+                error_reason: o.reason.map(Reason::settle_name),
+                error_message: o.message.clone(),
+            }),
+            lost: record.lost,
+        }))
+    }
+
+    /// Settlements answered as successful whose transaction can no longer land.
+    pub fn lost_settlements(&self) -> u64 {
+        self.lanes.lost()
+    }
+
+    /// Verify's chain rules and the gas estimate of the settlement call, in one batch: the
+    /// calldata and gas limit to sign, or why the payment fails.
+    async fn prepare(
+        &self,
+        payment: &Payment<'_>,
+        lane: &Lane,
+    ) -> Result<Result<(Bytes, u64), Invalid>, Unreachable> {
+        let smart_wallet = payment.recovered != Some(payment.auth.from);
+        let calldata =
+            erc3009::transfer_with_authorization(&payment.auth, &payment.signature, smart_wallet);
+        let estimate = Call::new(
+            "eth_estimateGas",
+            vec![json!({
+                "from": format!("{:?}", lane.signer_address()),
+                "to": format!("{:?}", payment.token.address),
+                "data": chain::hex_bytes(&calldata),
+            })],
+        );
+        let (verdict, extra) = self.verifier.check_on_chain(payment, &[estimate]).await?;
+        Ok(verdict.and_then(|()| match &extra[0] {
+            Ok(v) => {
+                let estimate = chain::parse_u64(v).unwrap_or(FALLBACK_GAS_LIMIT);
+                Ok((calldata, estimate * (100 + GAS_HEADROOM_PERCENT) / 100))
+            }
+            Err(e) => Err(Invalid {
+                reason: Reason::Payload,
+                message: format!("transferWithAuthorization would revert: {}", e.message),
+            }),
+        }))
+    }
+
+    /// What a running settlement or the ledger already says of this payment, if anything,
+    /// bound to this request.
+    fn known(&self, key: &PaymentKey, payment: &Payment<'_>) -> Result<Option<Known>, StoreError> {
+        if let Some((digest, progress)) = self.waiters.get(key) {
+            return Ok(Some(
+                bind(digest, payment).unwrap_or(Known::Running(progress)),
+            ));
+        }
+        Ok(self
+            .ledger
+            .get(key)?
+            .map(|record| Known::from_record(record, payment)))
+    }
+
+    /// Creates the ledger record and registers its waiters under one lock, so a concurrent
+    /// duplicate either sees the running settlement or the stored record, never neither.
+    fn claim(
+        &self,
+        key: &PaymentKey,
+        record: &Record,
+        payment: &Payment<'_>,
+    ) -> Result<Result<watch::Receiver<Progress>, Known>, StoreError> {
+        let mut registry = self.waiters.lock();
+        if let Some((digest, progress)) = Waiters::find(&registry, key) {
+            return Ok(Err(
+                bind(digest, payment).unwrap_or(Known::Running(progress))
+            ));
+        }
+        match self.ledger.claim(key, record)? {
+            Claim::Claimed => Ok(Ok(Waiters::register(
+                &mut registry,
+                key.clone(),
+                record.digest,
+                Progress::Signing,
+            ))),
+            Claim::Exists(existing) => Ok(Err(Known::from_record(*existing, payment))),
+        }
+    }
+
+    async fn answer_known(
+        &self,
+        known: Known,
+        answer: &Answer,
+        deadline: Instant,
+    ) -> Result<SettleResponse, SettleError> {
+        match known {
+            Known::Running(progress) => self.wait(progress, answer, deadline).await,
+            Known::Finished(outcome) => Ok(answer.settled(&outcome)),
+            Known::Unfinished(hash) => Err(SettleError::Pending(hash)),
+            Known::Unmet(failure) => Ok(answer.failed(&failure)),
+        }
+    }
+
+    async fn wait(
+        &self,
+        mut progress: watch::Receiver<Progress>,
+        answer: &Answer,
+        deadline: Instant,
+    ) -> Result<SettleResponse, SettleError> {
+        let settled = tokio::time::timeout_at(deadline, progress.wait_for(Progress::finished))
+            .await
+            .map(|waited| waited.map(|state| state.clone()));
+        match settled {
+            Ok(Ok(Progress::Done(outcome))) => Ok(answer.settled(&outcome)),
+            Ok(Ok(Progress::Abandoned(reason))) => Err(SettleError::Abandoned(reason)),
+            // Out of time (or shutting down): the ledger keeps the record and the lane goes on.
+            _ => match &*progress.borrow() {
+                Progress::Sent(hash) => Err(SettleError::Pending(Some(*hash))),
+                _ => Err(SettleError::Pending(None)),
+            },
+        }
+    }
+
+    /// The wait is bounded by the earlier of the authorization's expiry (plus a block) and the
+    /// configured settle timeout.
+    fn wait_bound(&self, valid_before: U256) -> Duration {
+        let until_expiry = if valid_before > U256::from(u64::MAX) {
+            u64::MAX
+        } else {
+            valid_before
+                .as_u64()
+                .saturating_sub(unix_now())
+                .saturating_add(2)
+        };
+        self.settle_timeout.min(Duration::from_secs(until_expiry))
+    }
+}
+
+/// Whether a request may be told what is known under its payment key: only the same signed
+/// authorization, with requirements it meets.
+fn bind(digest: H256, payment: &Payment<'_>) -> Option<Known> {
+    if digest != payment.digest {
+        return Some(Known::Unmet(Invalid {
+            reason: Reason::Payload,
+            message: "authorization nonce already claimed by another authorization".to_string(),
+        }));
+    }
+    check_terms(payment).err().map(Known::Unmet)
+}
+
+fn new_record(payment: &Payment<'_>, calldata: Bytes, gas_limit: u64) -> Record {
+    let valid_before = payment.auth.valid_before.min(U256::from(u64::MAX)).as_u64();
+    Record {
+        network: payment.network.name.clone(),
+        token: payment.token.address,
+        payer: payment.auth.from,
+        pay_to: payment.auth.to,
+        value: payment.auth.value,
+        nonce: payment.auth.nonce,
+        valid_before,
+        digest: payment.digest,
+        calldata,
+        gas_limit,
+        state: State::Claimed,
+        attempts: Vec::new(),
+        outcome: None,
+        lost: false,
+        finished_at: None,
+    }
+}
+
+enum Known {
+    Running(watch::Receiver<Progress>),
+    Finished(Outcome),
+    /// Stored without an outcome and followed by no lane (its signer or network is gone).
+    Unfinished(Option<H256>),
+    /// The request is not bound to what is known: judged on its own, it fails.
+    Unmet(Invalid),
+}
+
+impl Known {
+    fn from_record(record: Record, payment: &Payment<'_>) -> Self {
+        if let Some(unmet) = bind(record.digest, payment) {
+            return unmet;
+        }
+        match record.outcome {
+            Some(outcome) => Known::Finished(outcome),
+            None => Known::Unfinished(record.latest().map(|a| a.hash)),
+        }
+    }
+}
+
+/// The fields every settle answer carries, whatever happened.
+struct Answer {
+    payer: String,
+    network: String,
+}
+
+impl Answer {
+    fn failed(&self, failure: &Invalid) -> SettleResponse {
+        SettleResponse {
+            success: false,
+            error_reason: Some(failure.reason.settle_name().to_string()),
+            error_message: Some(failure.message.clone()),
+            payer: self.payer.clone(),
+            transaction: String::new(),
+            network: self.network.clone(),
+        }
+    }
+
+    fn settled(&self, outcome: &Outcome) -> SettleResponse {
+        SettleResponse {
+            success: outcome.success,
+            error_reason: outcome.reason.map(|r| r.settle_name().to_string()),
+            error_message: outcome.message.clone(),
+            payer: self.payer.clone(),
+            transaction: outcome
+                .transaction
+                .map(|h| format!("{h:?}"))
+                .unwrap_or_default(),
+            network: self.network.clone(),
+        }
+    }
+}

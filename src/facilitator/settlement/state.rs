@@ -1,0 +1,409 @@
+//! What a settlement is at each moment, and the only ways it moves on. Pure: no chain, no store,
+//! so every transition is unit-tested on its own.
+//!
+//! `Claimed -> Signed(nonce) -> Sent -> Included(block, hash) -> Final | Reverted`, or `Expired`
+//! when it can no longer land. A reorganisation moves `Included` back to `Sent`; a nonce taken by
+//! somebody else moves `Sent` back to `Signed` at a new nonce. `outcome` is what callers are
+//! answered, set once the inclusion is `confirmations` deep, and never changed afterwards.
+
+use std::fmt;
+
+use ethers_core::types::{Address, Bytes, H256, U256};
+use serde::{Deserialize, Serialize};
+
+use crate::chain::TxFees;
+use crate::facilitator::types::Reason;
+
+/// A payment, as x402-facilitator.md §3 identifies it: (network, asset, from, nonce).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PaymentKey {
+    pub network: String,
+    pub asset: Address,
+    pub from: Address,
+    pub nonce: H256,
+}
+
+impl fmt::Display for PaymentKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}|{:?}|{:?}|{:?}",
+            self.network, self.asset, self.from, self.nonce
+        )
+    }
+}
+
+/// One signer key on one network: its own nonce sequence.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LaneId {
+    pub network: String,
+    pub signer: Address,
+}
+
+impl fmt::Display for LaneId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}|{:?}", self.network, self.signer)
+    }
+}
+
+/// Why a settlement can no longer land.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Lost {
+    /// The chain's time passed `validBefore` before any of its transactions was mined.
+    ValidBeforePassed,
+    /// The authorization was used by a transaction that is not ours.
+    AuthorizationUsedElsewhere,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inclusion {
+    pub block: u64,
+    pub block_hash: H256,
+    pub transaction: H256,
+    pub succeeded: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum State {
+    Claimed,
+    Signed { nonce: u64 },
+    Sent { nonce: u64 },
+    Included { nonce: u64, inclusion: Inclusion },
+    Final { inclusion: Inclusion },
+    Reverted { inclusion: Inclusion },
+    Expired { why: Lost },
+}
+
+impl State {
+    pub fn name(&self) -> &'static str {
+        match self {
+            State::Claimed => "claimed",
+            State::Signed { .. } => "signed",
+            State::Sent { .. } => "sent",
+            State::Included { .. } => "included",
+            State::Final { .. } => "final",
+            State::Reverted { .. } => "reverted",
+            State::Expired { .. } => "expired",
+        }
+    }
+
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            State::Final { .. } | State::Reverted { .. } | State::Expired { .. }
+        )
+    }
+
+    /// The signer nonce the settlement occupies while it is followed.
+    pub fn nonce(&self) -> Option<u64> {
+        match *self {
+            State::Signed { nonce } | State::Sent { nonce } | State::Included { nonce, .. } => {
+                Some(nonce)
+            }
+            _ => None,
+        }
+    }
+
+    pub fn inclusion(&self) -> Option<Inclusion> {
+        match *self {
+            State::Included { inclusion, .. }
+            | State::Final { inclusion }
+            | State::Reverted { inclusion } => Some(inclusion),
+            _ => None,
+        }
+    }
+}
+
+/// The answer callers get, fixed once known.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Outcome {
+    pub success: bool,
+    pub reason: Option<Reason>,
+    pub message: Option<String>,
+    /// `None` only when nothing of ours was mined (an expired authorization).
+    pub transaction: Option<H256>,
+}
+
+/// One signed transaction of a settlement. Fee bumps add attempts with the same nonce; a nonce
+/// taken by somebody else, or a move to another signer, adds one with a new nonce.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Attempt {
+    pub signer: Address,
+    pub nonce: u64,
+    pub hash: H256,
+    pub raw: Bytes,
+    pub fees: TxFees,
+    pub sent_at_block: u64,
+}
+
+/// The settled authorization and its requirements, and everything the settlement went through.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Record {
+    pub network: String,
+    pub token: Address,
+    pub payer: Address,
+    pub pay_to: Address,
+    pub value: U256,
+    pub nonce: H256,
+    pub valid_before: u64,
+    /// The EIP-712 digest settled: only the same authorization is told the outcome.
+    pub digest: H256,
+    /// `transferWithAuthorization` calldata, kept so the settlement can be re-signed.
+    pub calldata: Bytes,
+    pub gas_limit: u64,
+    pub state: State,
+    pub attempts: Vec<Attempt>,
+    pub outcome: Option<Outcome>,
+    /// A success was answered and the settlement can no longer land: money owed to a merchant.
+    pub lost: bool,
+    /// Unix time of the terminal state, for pruning.
+    pub finished_at: Option<u64>,
+}
+
+impl Record {
+    pub fn key(&self) -> PaymentKey {
+        PaymentKey {
+            network: self.network.clone(),
+            asset: self.token,
+            from: self.payer,
+            nonce: self.nonce,
+        }
+    }
+
+    pub fn latest(&self) -> Option<&Attempt> {
+        self.attempts.last()
+    }
+
+    /// The attempts at the nonce the settlement occupies now: one of them can still be mined.
+    pub fn live_attempts(&self) -> impl Iterator<Item = &Attempt> {
+        let nonce = self.state.nonce();
+        let signer = self.latest().map(|a| a.signer);
+        self.attempts
+            .iter()
+            .filter(move |a| Some(a.nonce) == nonce && Some(a.signer) == signer)
+    }
+
+    pub fn signed(&mut self, attempt: Attempt) {
+        self.state = State::Signed {
+            nonce: attempt.nonce,
+        };
+        self.attempts.push(attempt);
+    }
+
+    pub fn sent(&mut self) {
+        if let State::Signed { nonce } = self.state {
+            self.state = State::Sent { nonce };
+        }
+    }
+
+    pub fn included(&mut self, inclusion: Inclusion) {
+        if let Some(nonce) = self.state.nonce() {
+            self.state = State::Included { nonce, inclusion };
+        }
+    }
+
+    /// The including block left the canonical chain: the transaction is to be sent again.
+    pub fn reorged(&mut self) {
+        if let State::Included { nonce, .. } = self.state {
+            self.state = State::Sent { nonce };
+        }
+    }
+
+    /// Sets the answer once the inclusion is deep enough; answers whether it was set now.
+    pub fn confirm(
+        &mut self,
+        head: u64,
+        confirmations: u64,
+        revert: impl FnOnce() -> Outcome,
+    ) -> bool {
+        let State::Included { inclusion, .. } = self.state else {
+            return false;
+        };
+        if self.outcome.is_some() || depth(head, inclusion.block) < confirmations {
+            return false;
+        }
+        self.outcome = Some(if inclusion.succeeded {
+            Outcome {
+                success: true,
+                reason: None,
+                message: None,
+                transaction: Some(inclusion.transaction),
+            }
+        } else {
+            revert()
+        });
+        true
+    }
+
+    /// Past `finality_depth`: no reorganisation is followed any more.
+    pub fn finalize(&mut self, head: u64, finality_depth: u64, now: u64) -> bool {
+        let State::Included { inclusion, .. } = self.state else {
+            return false;
+        };
+        if self.outcome.is_none() || depth(head, inclusion.block) < finality_depth {
+            return false;
+        }
+        self.state = if inclusion.succeeded {
+            State::Final { inclusion }
+        } else {
+            State::Reverted { inclusion }
+        };
+        self.finished_at = Some(now);
+        true
+    }
+
+    /// It can no longer land. A success already answered becomes a loss to report.
+    pub fn expire(&mut self, why: Lost, now: u64) {
+        self.state = State::Expired { why };
+        self.finished_at = Some(now);
+        match &self.outcome {
+            Some(outcome) if outcome.success => self.lost = true,
+            Some(_) => {}
+            None => {
+                self.outcome = Some(Outcome {
+                    success: false,
+                    reason: Some(match why {
+                        Lost::ValidBeforePassed => Reason::ValidBefore,
+                        Lost::AuthorizationUsedElsewhere => Reason::Payload,
+                    }),
+                    message: Some(
+                        match why {
+                            Lost::ValidBeforePassed => {
+                                "authorization expired before the settlement was mined"
+                            }
+                            Lost::AuthorizationUsedElsewhere => {
+                                "authorization was used by another transaction"
+                            }
+                        }
+                        .to_string(),
+                    ),
+                    transaction: None,
+                })
+            }
+        }
+    }
+}
+
+/// How many blocks deep `block` is at `head`: 1 for the head itself.
+pub fn depth(head: u64, block: u64) -> u64 {
+    (head + 1).saturating_sub(block)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> Record {
+        Record {
+            network: "n".into(),
+            token: Address::repeat_byte(1),
+            payer: Address::repeat_byte(2),
+            pay_to: Address::repeat_byte(3),
+            value: 10.into(),
+            nonce: H256::repeat_byte(4),
+            valid_before: 100,
+            digest: H256::repeat_byte(5),
+            calldata: Bytes::default(),
+            gas_limit: 90_000,
+            state: State::Claimed,
+            attempts: vec![],
+            outcome: None,
+            lost: false,
+            finished_at: None,
+        }
+    }
+
+    fn attempt(nonce: u64) -> Attempt {
+        Attempt {
+            signer: Address::repeat_byte(9),
+            nonce,
+            hash: H256::repeat_byte(nonce as u8),
+            raw: Bytes::default(),
+            fees: TxFees::Legacy {
+                gas_price: 1.into(),
+            },
+            sent_at_block: 1,
+        }
+    }
+
+    fn inclusion(block: u64, succeeded: bool) -> Inclusion {
+        Inclusion {
+            block,
+            block_hash: H256::repeat_byte(block as u8),
+            transaction: H256::repeat_byte(7),
+            succeeded,
+        }
+    }
+
+    fn no_revert() -> Outcome {
+        unreachable!("a succeeded inclusion is not diagnosed")
+    }
+
+    #[test]
+    fn success_is_answered_only_confirmations_deep_and_final_only_at_finality() {
+        let mut r = record();
+        r.signed(attempt(3));
+        r.sent();
+        assert_eq!(r.state, State::Sent { nonce: 3 });
+        r.included(inclusion(10, true));
+        assert!(!r.confirm(11, 3, no_revert));
+        assert!(r.outcome.is_none());
+        assert!(r.confirm(12, 3, no_revert));
+        assert!(r.outcome.as_ref().unwrap().success);
+        assert!(!r.finalize(20, 64, 0));
+        assert!(r.finalize(73, 64, 5));
+        assert_eq!(
+            r.state,
+            State::Final {
+                inclusion: inclusion(10, true)
+            }
+        );
+        assert_eq!(r.finished_at, Some(5));
+    }
+
+    #[test]
+    fn a_reorg_sends_again_and_keeps_the_answer() {
+        let mut r = record();
+        r.signed(attempt(3));
+        r.sent();
+        r.included(inclusion(10, true));
+        assert!(r.confirm(10, 1, no_revert));
+        r.reorged();
+        assert_eq!(r.state, State::Sent { nonce: 3 });
+        assert!(r.outcome.as_ref().unwrap().success);
+        assert!(
+            !r.finalize(100, 64, 0),
+            "nothing is final while not included"
+        );
+    }
+
+    #[test]
+    fn expiring_after_a_success_answer_is_a_loss_and_before_it_a_failure() {
+        let mut r = record();
+        r.signed(attempt(3));
+        r.expire(Lost::ValidBeforePassed, 1);
+        assert!(!r.lost);
+        assert_eq!(
+            r.outcome.as_ref().unwrap().reason,
+            Some(Reason::ValidBefore)
+        );
+        let mut r = record();
+        r.signed(attempt(3));
+        r.included(inclusion(10, true));
+        r.confirm(10, 1, no_revert);
+        r.reorged();
+        r.expire(Lost::AuthorizationUsedElsewhere, 1);
+        assert!(r.lost);
+        assert!(r.state.is_terminal());
+    }
+
+    #[test]
+    fn live_attempts_are_those_at_the_current_nonce() {
+        let mut r = record();
+        r.signed(attempt(3));
+        r.signed(attempt(3));
+        r.signed(attempt(8));
+        assert_eq!(r.live_attempts().count(), 1);
+        assert_eq!(depth(10, 10), 1);
+    }
+}

@@ -1,0 +1,86 @@
+//! Callers waiting on a settlement that is under way, by payment. A std `Mutex` (not tokio's):
+//! it is held only for map operations, never across an `.await`, and the claim takes it together
+//! with the ledger's compare-and-swap so that a duplicate sees either the waiter or the record.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+use ethers_core::types::H256;
+use tokio::sync::watch;
+
+use super::state::{Outcome, PaymentKey};
+
+/// What waiters learn about a settlement.
+#[derive(Debug, Clone)]
+pub enum Progress {
+    Signing,
+    /// Broadcast; the latest transaction hash (fee bumps and re-signing replace it).
+    Sent(H256),
+    Done(Outcome),
+    /// Nothing was sent and the claim is released: the payment may be settled again.
+    Abandoned(String),
+}
+
+impl Progress {
+    pub fn finished(&self) -> bool {
+        matches!(self, Progress::Done(_) | Progress::Abandoned(_))
+    }
+}
+
+pub struct Entry {
+    digest: H256,
+    sender: watch::Sender<Progress>,
+}
+
+#[derive(Default)]
+pub struct Waiters {
+    entries: Mutex<HashMap<PaymentKey, Entry>>,
+}
+
+pub type Registry<'a> = MutexGuard<'a, HashMap<PaymentKey, Entry>>;
+
+impl Waiters {
+    pub fn lock(&self) -> Registry<'_> {
+        self.entries.lock().expect("waiters lock")
+    }
+
+    /// The digest being settled under `key` and a receiver of its progress.
+    pub fn get(&self, key: &PaymentKey) -> Option<(H256, watch::Receiver<Progress>)> {
+        Self::find(&self.lock(), key)
+    }
+
+    pub fn find(
+        registry: &Registry<'_>,
+        key: &PaymentKey,
+    ) -> Option<(H256, watch::Receiver<Progress>)> {
+        registry.get(key).map(|e| (e.digest, e.sender.subscribe()))
+    }
+
+    pub fn register(
+        registry: &mut Registry<'_>,
+        key: PaymentKey,
+        digest: H256,
+        start: Progress,
+    ) -> watch::Receiver<Progress> {
+        let (sender, receiver) = watch::channel(start);
+        registry.insert(key, Entry { digest, sender });
+        receiver
+    }
+
+    pub fn sent(&self, key: &PaymentKey, hash: H256) {
+        if let Some(entry) = self.lock().get(key) {
+            entry.sender.send_replace(Progress::Sent(hash));
+        }
+    }
+
+    /// Hands the final answer to every waiter and forgets the settlement.
+    pub fn finish(&self, key: &PaymentKey, progress: Progress) {
+        if let Some(entry) = self.lock().remove(key) {
+            entry.sender.send_replace(progress);
+        }
+    }
+
+    pub fn count(&self) -> usize {
+        self.lock().len()
+    }
+}
