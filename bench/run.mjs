@@ -42,9 +42,11 @@ const BOUNDS = {
   routerConcurrent: { concurrency: 64, total: n(2000), maxMs: 20_000 },
   upstreamBatch: { total: n(1000), maxMs: 5_000 },
   idleWindowCapMs: 30_000,
+  startupRecords: n(100_000),
+  startupRuns: 3,
 };
 
-const results = { machine: {}, verify: {}, settle: {}, memory: {}, router: {}, ratios: {} };
+const results = { machine: {}, verify: {}, settle: {}, memory: {}, router: {}, startup: {}, ratios: {} };
 const log = (msg) => console.error(`bench: ${msg}`);
 
 // ---------------------------------------------------------------------------------------------
@@ -199,6 +201,40 @@ async function benchSettle() {
       firstError,
     };
     results.memory.settle.afterSettle = procMemory(pid);
+  } finally {
+    await stack.stop();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// e: start-up time against the ledger's history
+
+/**
+ * Start-up reads only the unfinished-settlement index, so it must not grow with finished records:
+ * the daemon is restarted on an empty store, then on the same store holding 100,000 finished
+ * records (written by the seed-ledger example), and each start is timed until /health answers.
+ */
+async function benchStartup() {
+  const seed = process.env.SEED_LEDGER_BIN;
+  if (!seed || !existsSync(seed)) throw new Error('SEED_LEDGER_BIN is not set (scripts/bench builds the seed-ledger example)');
+  log(`startup: restarts on an empty store, then with ${BOUNDS.startupRecords} finished records`);
+  const stack = await startFacilitatorStack({});
+  try {
+    const restarts = async () => {
+      const times = [];
+      for (let i = 0; i < BOUNDS.startupRuns; i += 1) {
+        await stack.routerd.stop();
+        const t0 = nowMs();
+        await stack.routerd.start();
+        times.push(nowMs() - t0);
+      }
+      return summarize(times);
+    };
+    const empty = await restarts();
+    await stack.routerd.stop();
+    execFileSync(seed, [join(stack.tmp.dir, 'routerd.db'), String(BOUNDS.startupRecords)], { stdio: ['ignore', 'ignore', 'inherit'] });
+    const seeded = await restarts();
+    results.startup = { records: BOUNDS.startupRecords, empty, seeded };
   } finally {
     await stack.stop();
   }
@@ -375,6 +411,10 @@ function table() {
   memRow('c routerd facilitator (after settle load)', mem.settle, 'afterSettle');
   memRow('c routerd router (after routing load)', mem.router, 'afterLoad');
   out.push('');
+  const st = results.startup;
+  lat('e start-up to /health, empty store', st.empty, { rps: false });
+  lat(`e start-up to /health, ${st.records} finished records`, st.seeded, { rps: false });
+  out.push('');
   const u = r.upstreamRequests;
   out.push('upstream requests (routerd_upstream_requests_total, all chains)');
   out.push(`  routed calls ${u.calls} in ${f(u.loadMs / 1000, 1)} s; raw delta ${u.raw}; idle ${u.idleCount} in ${f(u.idleWindowMs / 1000, 1)} s `
@@ -392,6 +432,7 @@ function table() {
   ratio('settle sequential p50 / block time (1 s)', ratios.settleOverBlock);
   ratio('settle concurrent max / block time (1 s)', ratios.burstMaxOverBlock);
   ratio('net upstream requests per routed call / chains', ratios.upstreamPerChain);
+  ratio('start-up p50 with finished records / empty store', ratios.startupGrowth);
   const failures = [v.c1, v.c32, v.anvilBatch, s.serial, s.burst, r.serial, r.concurrent, ...Object.values(r.upstream)]
     .reduce((sum, x) => sum + (x.failed ?? 0), 0);
   out.push('');
@@ -410,7 +451,8 @@ async function main() {
   await benchVerify();
   await benchSettle();
   await benchRouter();
-  const { verify: v, settle: s, router: r } = results;
+  await benchStartup();
+  const { verify: v, settle: s, router: r, startup: st } = results;
   results.ratios = {
     verifyOverAnvil: v.c1.p50 / v.anvilBatch.p50,
     verifyScaling: v.c32.rps / v.c1.rps,
@@ -419,6 +461,7 @@ async function main() {
     settleOverBlock: s.serial.p50 / 1000,
     burstMaxOverBlock: s.burst.max / 1000,
     upstreamPerChain: r.upstreamRequests.netPerCall / ROUTER_CHAINS.length,
+    startupGrowth: st.seeded.p50 / st.empty.p50,
   };
   results.totalSeconds = (nowMs() - started) / 1000;
   const { text, failures } = table();
