@@ -10,6 +10,8 @@ use sled::{Db, Tree};
 
 /// Version 2: settlement records with explicit states, and the unfinished/finished indexes.
 const SCHEMA_VERSION: &[u8] = b"2";
+/// Version 1 stores open, and the facilitator's ledger migrates their records at start.
+const SCHEMA_V1: &[u8] = b"1";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -65,7 +67,7 @@ impl Store {
             None => {
                 meta.insert("schema", SCHEMA_VERSION)?;
             }
-            Some(v) if v.as_ref() == SCHEMA_VERSION => {}
+            Some(v) if v.as_ref() == SCHEMA_VERSION || v.as_ref() == SCHEMA_V1 => {}
             Some(v) => {
                 return Err(StoreError::Schema(
                     path.display().to_string(),
@@ -106,6 +108,20 @@ impl Store {
         self.commit.physical.fetch_add(1, Ordering::Relaxed);
         *durable = covered;
         Ok(())
+    }
+
+    /// Whether the settlement records are still in version 1's shape.
+    pub fn is_v1(&self) -> Result<bool, StoreError> {
+        let meta = self.db.open_tree("meta")?;
+        Ok(meta.get("schema")?.is_some_and(|v| v.as_ref() == SCHEMA_V1))
+    }
+
+    /// Marks the store as version 2 once the ledger has migrated every record.
+    pub async fn finish_migration(&self) -> Result<(), StoreError> {
+        self.db
+            .open_tree("meta")?
+            .insert("schema", SCHEMA_VERSION)?;
+        self.flush().await
     }
 
     /// Physical flushes so far (each one covers every write before it).

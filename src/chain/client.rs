@@ -66,7 +66,10 @@ pub enum Refusal {
 impl RpcError {
     pub fn refusal(&self) -> Refusal {
         let m = self.message.to_lowercase();
-        if m.contains("already known") || m.contains("known transaction") {
+        if m.contains("already known")
+            || m.contains("known transaction")
+            || m.contains("already imported")
+        {
             Refusal::AlreadyKnown
         } else if m.contains("nonce too low") || m.contains("nonce is too low") {
             Refusal::NonceTooLow
@@ -275,5 +278,38 @@ fn short_error(error: &ClientError) -> String {
             let text = other.to_string();
             text.chars().take(200).collect()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(message: &str) -> Refusal {
+        RpcError {
+            code: -32000,
+            message: message.to_string(),
+            data: None,
+        }
+        .refusal()
+    }
+
+    #[test]
+    fn node_refusals_are_classified_across_node_dialects() {
+        assert_eq!(refusal("already known"), Refusal::AlreadyKnown);
+        assert_eq!(
+            refusal("transaction already imported"),
+            Refusal::AlreadyKnown
+        );
+        assert_eq!(refusal("nonce too low: next nonce 5"), Refusal::NonceTooLow);
+        assert_eq!(
+            refusal("replacement transaction underpriced"),
+            Refusal::Underpriced
+        );
+        assert_eq!(
+            refusal("Insufficient funds for gas * price + value"),
+            Refusal::InsufficientFunds
+        );
+        assert_eq!(refusal("intrinsic gas too low"), Refusal::Other);
     }
 }

@@ -199,6 +199,7 @@ pub fn route_label(path: &str) -> &'static str {
         "/health" => "/health",
         "/ready" => "/ready",
         "/metrics" => "/metrics",
+        p if p.starts_with("/settlements/") => "/settlements",
         _ => "other",
     }
 }

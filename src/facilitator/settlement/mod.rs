@@ -106,6 +106,10 @@ impl Settler {
     /// Resumes every unfinished settlement and starts the lane workers; returns once each lane
     /// has sent again what it resumes. Call before serving.
     pub async fn start(self: &Arc<Self>) -> Result<usize, SettleError> {
+        let migrated = self.ledger.migrate_v1().await?;
+        if migrated > 0 {
+            tracing::info!(migrated, "settlement records migrated from store version 1");
+        }
         let pruned = self.ledger.prune(self.prune_cutoff())?;
         if pruned > 0 {
             tracing::info!(pruned, "pruned finished settlement records");
@@ -242,7 +246,9 @@ impl Settler {
             .find(|n| n.name == key.network)
             .and_then(|n| n.chain.head.current())
             .map(|h| h.number);
+        // Records migrated from store version 1 know their transaction, not its block.
         let inclusion = record.state.inclusion();
+        let block = inclusion.filter(|i| !i.block_hash.is_zero());
         let transaction = inclusion
             .map(|i| i.transaction)
             .or_else(|| record.latest().map(|a| a.hash));
@@ -255,9 +261,9 @@ impl Settler {
             transaction: transaction.map(|h| format!("{h:?}")),
             signer: record.latest().map(|a| format!("{:?}", a.signer)),
             signer_nonce: record.latest().map(|a| a.nonce),
-            block: inclusion.map(|i| i.block),
-            block_hash: inclusion.map(|i| format!("{:?}", i.block_hash)),
-            confirmations: match (inclusion, head) {
+            block: block.map(|i| i.block),
+            block_hash: block.map(|i| format!("{:?}", i.block_hash)),
+            confirmations: match (block, head) {
                 (Some(i), Some(head)) => state::depth(head, i.block),
                 _ => 0,
             },
