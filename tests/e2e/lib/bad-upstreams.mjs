@@ -1,5 +1,6 @@
 // Upstream RPC URLs that misbehave, for fault tests: one that accepts connections and never
-// answers, one that answers HTTP 200 with something that is not JSON-RPC, and one where nothing listens.
+// answers, one that answers HTTP 200 with something that is not JSON-RPC, one where nothing listens,
+// and a proxy in front of a real node that hides or swallows chosen methods.
 import { createServer as createTcpServer } from 'node:net';
 import { createServer as createHttpServer } from 'node:http';
 import { freePort } from './util.mjs';
@@ -57,14 +58,19 @@ export async function deadUpstreamUrl() {
 /**
  * A JSON-RPC proxy in front of a real node that answers "method not found" for `blocked` methods
  * (also inside batches) and forwards everything else: a node without, say, eth_maxPriorityFeePerGas.
+ * Requests that call one of the `hanging` methods (alone or in a batch) are swallowed: never
+ * forwarded, never answered (a node that stalls on eth_sendRawTransaction, say). Both lists live in
+ * `state` and may be changed while the proxy runs; `state.hungCalls` counts the swallowed requests and `state.hung` keeps their bodies.
  * Set `target` (the node's URL) before the first request.
  */
-export async function startFilteringProxy({ blocked = [], target = null } = {}) {
-  const state = { target, blockedCalls: 0 };
+export async function startFilteringProxy({ blocked = [], hanging = [], target = null } = {}) {
+  const state = { target, blocked, hanging, blockedCalls: 0, hungCalls: 0, hung: [] };
   const refuse = (call) => {
     state.blockedCalls += 1;
     return { jsonrpc: '2.0', id: call.id ?? null, error: { code: -32601, message: `the method ${call.method} does not exist/is not available` } };
   };
+  const isBlocked = (call) => state.blocked.includes(call?.method);
+  const hangs = (body) => [body].flat().some((call) => state.hanging.includes(call?.method));
   const forward = async (payload) => {
     const res = await fetch(state.target, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(payload) });
     return res.json();
@@ -76,13 +82,18 @@ export async function startFilteringProxy({ blocked = [], target = null } = {}) 
       let answer;
       try {
         const body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+        if (hangs(body)) {
+          state.hungCalls += 1;
+          state.hung.push(body);
+          return; // never answered; close() ends the connection
+        }
         if (Array.isArray(body)) {
-          const allowed = body.filter((c) => !blocked.includes(c.method));
+          const allowed = body.filter((c) => !isBlocked(c));
           const forwarded = allowed.length ? await forward(allowed) : [];
           const byId = new Map(forwarded.map((r) => [JSON.stringify(r.id), r]));
-          answer = body.map((c) => (blocked.includes(c.method) ? refuse(c) : byId.get(JSON.stringify(c.id))));
+          answer = body.map((c) => (isBlocked(c) ? refuse(c) : byId.get(JSON.stringify(c.id))));
         } else {
-          answer = blocked.includes(body.method) ? refuse(body) : await forward(body);
+          answer = isBlocked(body) ? refuse(body) : await forward(body);
         }
       } catch (err) {
         answer = { jsonrpc: '2.0', id: null, error: { code: -32603, message: `proxy: ${err.message}` } };

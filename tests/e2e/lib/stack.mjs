@@ -3,6 +3,7 @@
 import { writeFileSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { getAddress } from 'viem';
+import { privateKeyToAccount } from 'viem/accounts';
 import { startAnvil } from './anvil.mjs';
 import { anvilKey, anvilAccount, freshAccount, ROLE } from './accounts.mjs';
 import { deployUsdc, walletFor, usdcAbi, mintUsdc, blacklistUsdc, USDC_EIP712 } from './deploy-usdc.mjs';
@@ -23,10 +24,13 @@ export const CHAIN_ID = 84532;
  * @param {string[]} [o.denyList]     addresses written to the KYT deny-list file
  * @param {object} [o.routerd]        routerdConfig options (settleTimeoutSecs, maxBatch, maxBodyBytes)
  * @param {string[]} [o.extraSignerKeys] more facilitator keys, after the signer role's
+ * @param {string} [o.chainExtra]     raw TOML added to the base-sepolia chain table (e.g. "confirmations = 3\n")
+ * @param {(name: string, anvilUrl: string) => string} [o.rpcUrlFor]  the RPC URL routerd is given for a
+ *   chain (default: the anvil URL itself; e.g. a lib/bad-upstreams.mjs proxy in front of it)
  */
 export async function startFacilitatorStack({
   anvil: anvilOpts = {}, extraChains = [], fundedPayers = 0, payerFunds = 1_000_000_000n, denyList = [], routerd: routerdOpts = {},
-  extraSignerKeys = [],
+  extraSignerKeys = [], chainExtra = '', rpcUrlFor = (name, url) => url,
 } = {}) {
   // Fail before starting chains when there is no daemon to test.
   if (!existsSync(routerdBin())) {
@@ -35,8 +39,9 @@ export async function startFacilitatorStack({
   const tmp = makeTempDir();
   const stack = new Stack(tmp);
   stack.signerKeys = [stack.signerKey, ...extraSignerKeys];
+  stack.signers = stack.signerKeys.map((key) => privateKeyToAccount(key).address); // every signer address, in key order
   try {
-    await stack.setup({ anvilOpts, extraChains, fundedPayers, payerFunds, denyList, routerdOpts });
+    await stack.setup({ anvilOpts, extraChains, fundedPayers, payerFunds, denyList, routerdOpts, chainExtra, rpcUrlFor });
   } catch (err) {
     await stack.stop();
     throw err;
@@ -55,7 +60,7 @@ class Stack {
     this.payers = [];
   }
 
-  async setup({ anvilOpts, extraChains, fundedPayers, payerFunds, denyList, routerdOpts }) {
+  async setup({ anvilOpts, extraChains, fundedPayers, payerFunds, denyList, routerdOpts, chainExtra, rpcUrlFor }) {
     this.payers = Array.from({ length: fundedPayers }, () => freshAccount());
     const fund = this.payers.map((p) => ({ address: p.address, amount: payerFunds }));
     await this.addChain({ name: NETWORK, chainId: CHAIN_ID, anvilOpts, usdc: true, fund });
@@ -70,20 +75,35 @@ class Stack {
     const denyListFile = join(this.tmp.dir, 'deny.txt');
     writeFileSync(denyListFile, denyList.map((a) => `${a}\n`).join(''));
     const port = await freePort();
-    const configToml = routerdConfig({
+    this.config = { port, served, denyListFile, routerdOpts, chainExtra, rpcUrlFor };
+    this.routerd = await startRouterd({
+      configToml: this.configToml(), dir: this.tmp.dir, port, env: { ROUTERD_SIGNER_KEY: this.signerKeys.join(',') },
+    });
+    this.url = this.routerd.url;
+  }
+
+  /** routerd's TOML config for this stack (same port and store), with `changes` to the setup options. */
+  configToml(changes = {}) {
+    const { port, served, denyListFile, routerdOpts, chainExtra, rpcUrlFor } = { ...this.config, ...changes };
+    return routerdConfig({
       port,
       storePath: join(this.tmp.dir, 'routerd.db'),
       chains: Object.entries(this.chains).map(([name, c]) => ({
-        name, chainId: c.anvil.chainId, rpcUrl: c.anvil.url, token: c.usdc,
+        name, chainId: c.anvil.chainId, rpcUrl: rpcUrlFor(name, c.anvil.url), token: c.usdc, extra: name === NETWORK ? chainExtra : '',
       })),
       networks: served,
       denyListFile,
       ...routerdOpts,
     });
-    this.routerd = await startRouterd({
-      configToml, dir: this.tmp.dir, port, env: { ROUTERD_SIGNER_KEY: this.signerKeys.join(',') },
-    });
-    this.url = this.routerd.url;
+  }
+
+  /**
+   * Rewrite routerd's config file with `changes` (e.g. {rpcUrlFor}) for its next (re)start; the
+   * running daemon is not touched. Later calls to configToml() keep the changes.
+   */
+  reconfigure(changes) {
+    this.config = { ...this.config, ...changes };
+    writeFileSync(this.routerd.configFile, this.configToml());
   }
 
   // A --no-mining chain is set up with automine on (deploys confirm at once), then switched off.
@@ -172,6 +192,14 @@ class Stack {
 
   settle(body) {
     return this.post('/settle', body);
+  }
+
+  /**
+   * GET /settlements/{network}/{asset}/{from}/{nonce} for payment `p` (as built by pay()); any
+   * part can be overridden, e.g. to change its case or to make it malformed.
+   */
+  settlementStatus(p, { network = p.payload.network, asset = p.requirements.asset, from = p.authorization.from, nonce = p.authorization.nonce } = {}) {
+    return this.request(`/settlements/${network}/${asset}/${from}/${nonce}`);
   }
 
   /** POST JSON (or a raw string) and return {status, body, text}; body is parsed JSON or undefined. */

@@ -1,0 +1,210 @@
+// Settled transactions taken away, and a crash between storing a transaction and broadcasting it
+// (spec/x402-facilitator.md section 3, States and Write-ahead), on anvil --block-time 1 with routerd
+// talking to it through a JSON-RPC proxy (lib/bad-upstreams.mjs) that can swallow a method:
+// - anvil_rollback removes the blocks holding answered settlements: routerd re-broadcasts the
+//   stored raw transactions, so each payment is mined on the canonical chain by exactly the hash its
+//   success answer named, once; the status route shows the new including block;
+// - the proxy swallows eth_sendRawTransaction, routerd is SIGKILLed with the settlement signed and
+//   stored but never broadcast, and restarted straight on the node with the same store: the
+//   payment settles by the transaction stored before the kill.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { keccak256 } from 'viem';
+import { startFacilitatorStack, withLogTail, NETWORK } from './lib/stack.mjs';
+import { freshAccount } from './lib/accounts.mjs';
+import { startFilteringProxy } from './lib/bad-upstreams.mjs';
+import { waitFor } from './lib/util.mjs';
+import { expectSettled } from './lib/expect.mjs';
+import {
+  chainMark, expectCleanSignerHistory, expectTransfersAuthorization, waitPoolEmpty,
+} from './lib/chain-audit.mjs';
+import { settleUntilDone, frozen } from './lib/settling.mjs';
+
+const PRICE = 1000n;
+
+let stack;
+let proxy;
+const it = (name, fn) => test(name, { timeout: 120_000 }, withLogTail(() => stack, fn));
+
+before(async () => {
+  proxy = await startFilteringProxy();
+  stack = await startFacilitatorStack({
+    anvil: { blockTime: 1 },
+    fundedPayers: 8,
+    rpcUrlFor: (name, url) => {
+      proxy.target = url;
+      return proxy.url;
+    },
+    routerd: { settleTimeoutSecs: 20 },
+  });
+});
+
+after(async () => {
+  await stack?.stop();
+  await proxy?.close();
+});
+
+let nextPayer = 0;
+async function newPayment() {
+  const account = stack.payers[nextPayer];
+  nextPayer += 1;
+  return stack.pay({ account, payTo: freshAccount().address, amount: PRICE });
+}
+
+const rpc = (method, params) => stack.anvil.rpc(method, params);
+
+/** Wait until every hash has a receipt on the canonical chain; returns the receipts. */
+async function waitMined(hashes, what) {
+  await waitFor(async () => {
+    const receipts = await Promise.all(hashes.map((h) => rpc('eth_getTransactionReceipt', [h])));
+    return receipts.every(Boolean);
+  }, { timeoutMs: 30_000, intervalMs: 250, what });
+  return Promise.all(hashes.map((hash) => stack.receipt(hash)));
+}
+
+/**
+ * Run `fn`; afterwards put back any of `hashes` (raw transactions read now) that is neither mined
+ * nor pooled. If routerd failed to re-broadcast them, the signer's nonces would have a gap that
+ * stalls every later test; this way each test checks its own rule.
+ */
+async function repairingGaps(hashes, fn) {
+  const raws = await Promise.all(hashes.map((h) => rpc('eth_getRawTransactionByHash', [h])));
+  try {
+    return await fn();
+  } finally {
+    for (const [i, hash] of hashes.entries()) {
+      if (raws[i] && !(await rpc('eth_getTransactionByHash', [hash]))) await rpc('eth_sendRawTransaction', [raws[i]]).catch(() => {});
+    }
+  }
+}
+
+/** Each payment was paid once, by the transaction its answer named. */
+async function expectPaidOnceBy(ps, hashes, receipts) {
+  for (const [i, p] of ps.entries()) {
+    assert.equal(receipts[i].status, 'success', `${hashes[i]} succeeded`);
+    expectTransfersAuthorization(receipts[i].logs, stack.usdc, p.authorization, hashes[i]);
+    assert.equal(await stack.balanceOf(p.authorization.to), PRICE, `payment ${i}: payee paid once`);
+    assert.equal(await stack.balanceOf(p.authorization.from), 1_000_000_000n - PRICE, `payment ${i}: payer paid once`);
+  }
+}
+
+/** The status route names `hash`, mined in the block `receipt` says (routerd may lag a block). */
+async function expectStatusIncluded(p, hash, receipt) {
+  let s;
+  await waitFor(async () => {
+    s = (await stack.settlementStatus(p)).body;
+    return s?.blockHash === receipt.blockHash;
+  }, { timeoutMs: 10_000, what: 'the status route naming the including block' }).catch(() => {});
+  assert.ok(['included', 'final'].includes(s?.state), `state: ${JSON.stringify(s)}`);
+  assert.equal(s.transaction, hash, JSON.stringify(s));
+  assert.equal(s.block, Number(receipt.blockNumber), JSON.stringify(s));
+  assert.equal(s.blockHash, receipt.blockHash, `the canonical including block: ${JSON.stringify(s)}`);
+  assert.equal(s.outcome?.success, true, JSON.stringify(s));
+  assert.equal(s.lost, false, JSON.stringify(s));
+}
+
+it('a reorganisation takes answered settlements away: the stored transactions are re-broadcast and mined once, by the answered hashes', async () => {
+  const ps = [await newPayment(), await newPayment(), await newPayment(), await newPayment()];
+  const mark = await chainMark(stack.anvil, stack.signer);
+  const answers = await Promise.all(ps.map((p) => settleUntilDone(stack, p.body, { mine: false })));
+  const hashes = answers.map((res, i) => expectSettled(res, { network: NETWORK, payer: ps[i].authorization.from }));
+  const before = await Promise.all(hashes.map((hash) => stack.receipt(hash)));
+  await repairingGaps(hashes, async () => {
+    // With the chain and routerd held still, take away every block from the lowest including one.
+    let depth;
+    await frozen(stack.routerd, async () => {
+      await rpc('evm_setIntervalMining', [0]);
+      try {
+        const head = Number(await rpc('eth_blockNumber'));
+        depth = head - Math.min(...before.map((r) => Number(r.blockNumber))) + 1;
+        await rpc('anvil_rollback', [depth]);
+        for (const hash of hashes) {
+          assert.equal(await rpc('eth_getTransactionReceipt', [hash]), null, `precondition: the reorg removed ${hash}`);
+          assert.equal(await rpc('eth_getTransactionByHash', [hash]), null, `precondition: the node did not keep ${hash} in its pool`);
+        }
+      } finally {
+        await rpc('evm_setIntervalMining', [1]);
+      }
+    });
+    console.log(`# rolled back ${depth} block(s) holding ${hashes.length} answered settlements`);
+
+    const receipts = await waitMined(hashes, 'every answered transaction mined again on the canonical chain');
+    await expectPaidOnceBy(ps, hashes, receipts);
+    for (const [i, p] of ps.entries()) {
+      await expectStatusIncluded(p, hashes[i], receipts[i]);
+      assert.equal(expectSettled(await stack.settle(p.body), { network: NETWORK, payer: p.authorization.from }), hashes[i], 'a replay names the same transaction');
+    }
+    await waitPoolEmpty(stack.anvil);
+    const history = await expectCleanSignerHistory(stack.anvil, { signer: stack.signer, usdc: stack.usdc, mark });
+    assert.deepEqual(history.settlements.map((t) => t.hash).sort(), [...hashes].sort(), 'the mined settlements are exactly the answered ones');
+  });
+});
+
+/** Roll back every block from the lowest one including `hashes` (the miner held for those few ms). */
+async function rollBackBlocksOf(hashes) {
+  await rpc('evm_setIntervalMining', [0]);
+  try {
+    const receipts = await Promise.all(hashes.map((h) => stack.receipt(h)));
+    const depth = Number(await rpc('eth_blockNumber')) - Math.min(...receipts.map((r) => Number(r.blockNumber))) + 1;
+    await rpc('anvil_rollback', [depth]);
+    const gone = await Promise.all(hashes.map(async (h) => (await rpc('eth_getTransactionReceipt', [h])) === null));
+    return { depth, removed: gone.filter(Boolean).length };
+  } finally {
+    await rpc('evm_setIntervalMining', [1]);
+  }
+}
+
+it('two reorganisations in a row with routerd running: the re-broadcast transactions are taken away again, and still mine once', async () => {
+  const ps = [await newPayment(), await newPayment()];
+  const mark = await chainMark(stack.anvil, stack.signer);
+  const answers = await Promise.all(ps.map((p) => settleUntilDone(stack, p.body, { mine: false })));
+  const hashes = answers.map((res, i) => expectSettled(res, { network: NETWORK, payer: ps[i].authorization.from }));
+  await repairingGaps(hashes, async () => {
+    for (const round of [1, 2]) {
+      await waitMined(hashes, `the settlements on the canonical chain before reorg ${round}`);
+      const { depth, removed } = await rollBackBlocksOf(hashes);
+      assert.equal(removed, hashes.length, `precondition: reorg ${round} (${depth} block(s)) removed the settlements`);
+      console.log(`# reorg ${round}: ${depth} block(s)`);
+    }
+    const receipts = await waitMined(hashes, 'every answered transaction on the canonical chain');
+    await expectPaidOnceBy(ps, hashes, receipts);
+    for (const [i, p] of ps.entries()) await expectStatusIncluded(p, hashes[i], receipts[i]);
+    await waitPoolEmpty(stack.anvil);
+    const history = await expectCleanSignerHistory(stack.anvil, { signer: stack.signer, usdc: stack.usdc, mark });
+    assert.deepEqual(history.settlements.map((t) => t.hash).sort(), [...hashes].sort());
+  });
+});
+
+it('SIGKILL with the settlement stored but never broadcast: restarted on the node directly, it settles by the stored transaction', async () => {
+  const p = await newPayment();
+  const mark = await chainMark(stack.anvil, stack.signer);
+  proxy.state.hanging = ['eth_sendRawTransaction'];
+  const inflight = stack.settle(p.body).catch((err) => err); // its connection dies with the daemon
+
+  // routerd tried to broadcast: the raw transaction it signed is in the swallowed request.
+  await waitFor(() => proxy.state.hung.length > 0, { timeoutMs: 15_000, what: 'a broadcast attempt (swallowed by the proxy)' });
+  const raw = [proxy.state.hung[0]].flat().find((c) => c.method === 'eth_sendRawTransaction').params[0];
+  const signed = keccak256(raw);
+  const before = (await stack.settlementStatus(p)).body; // looked at below, after the settlement checks
+  assert.equal(await rpc('eth_getTransactionByHash', [signed]), null, 'precondition: the node never got the transaction');
+  await stack.routerd.kill();
+  await inflight;
+
+  proxy.state.hanging = [];
+  stack.reconfigure({ rpcUrlFor: (name, url) => url }); // straight to the node from now on
+  await stack.routerd.restart();
+
+  const res = await settleUntilDone(stack, p.body, { mine: false });
+  const hash = expectSettled(res, { network: NETWORK, payer: p.authorization.from });
+  assert.equal(hash, signed, 'the payment settles by the transaction signed and stored before the kill');
+  const [receipt] = await waitMined([hash], 'the settlement mined');
+  await expectPaidOnceBy([p], [hash], [receipt]);
+  assert.equal(expectSettled(await stack.settle(p.body), { network: NETWORK, payer: p.authorization.from }), hash, 'a replay answers the same hash');
+  await waitPoolEmpty(stack.anvil);
+  const history = await expectCleanSignerHistory(stack.anvil, { signer: stack.signer, usdc: stack.usdc, mark });
+  assert.deepEqual(history.all.map((t) => t.hash), [hash], 'one transaction, no other nonce used');
+
+  assert.equal(before?.transaction, signed, `before the kill, the status route named the stored transaction: ${JSON.stringify(before)}`);
+  assert.equal(before.state, 'signed', `stored, never broadcast: ${JSON.stringify(before)}`);
+  await expectStatusIncluded(p, hash, receipt);
+});
