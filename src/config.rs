@@ -147,7 +147,7 @@ fn default_valid_before_margin() -> u64 {
     6
 }
 fn default_poll_interval() -> u64 {
-    500
+    100
 }
 fn default_request_timeout() -> u64 {
     5000

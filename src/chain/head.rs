@@ -95,12 +95,33 @@ impl HeadWatcher {
         tokio::spawn(async move {
             let mut ticker = tokio::time::interval(interval);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut light_polls = 0;
             loop {
                 ticker.tick().await;
                 let Some(sender) = poller_sender.upgrade() else {
                     return;
                 };
-                let last = sender.borrow().as_ref().map(|h: &Head| h.hash);
+                let last = sender.borrow().as_ref().map(|h: &Head| (h.number, h.hash));
+                // Most ticks see no new block: one `eth_blockNumber` says so. The whole head is
+                // read when the number moves, and every FULL_READ_EVERY ticks regardless, so a
+                // block replaced at the same height is seen too.
+                if let Some((number, _)) = last {
+                    if light_polls < FULL_READ_EVERY {
+                        match block_number(&poller_client).await {
+                            Ok(n) if n == number => {
+                                light_polls += 1;
+                                continue;
+                            }
+                            Ok(_) => {}
+                            Err(error) => {
+                                tracing::debug!(chain = %poller_client.name(), %error, "head poll failed");
+                                continue;
+                            }
+                        }
+                    }
+                }
+                light_polls = 0;
+                let last = last.map(|(_, hash)| hash);
                 match fetch_head(&poller_client, fee_model).await {
                     Ok(head) if Some(head.hash) != last => {
                         link(&poller_client, &poller_recent, &head).await;
@@ -154,6 +175,21 @@ impl HeadWatcher {
     pub fn subscribe(&self) -> watch::Receiver<Option<Head>> {
         self.latest.clone()
     }
+}
+
+/// Light polls between two full reads of the head block.
+const FULL_READ_EVERY: u32 = 10;
+
+async fn block_number(client: &ChainClient) -> Result<u64, Unreachable> {
+    let answer = client.call("eth_blockNumber", vec![]).await?;
+    answer
+        .ok()
+        .as_ref()
+        .and_then(parse_u64)
+        .ok_or_else(|| Unreachable {
+            chain: client.name().to_string(),
+            detail: "eth_blockNumber gave no number".to_string(),
+        })
 }
 
 /// Records `head` among the recent blocks; when it does not extend them, walks back by number
