@@ -7,10 +7,12 @@
 //! EIP-712 digest) and whose requirements that authorization meets: a success can never be given
 //! to a merchant whose payment it is not.
 
+mod follower;
 pub mod lane;
 pub mod ledger;
 pub mod state;
 pub mod waiters;
+mod worker;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -26,11 +28,11 @@ use super::verify::{check_terms, payer_of, Invalid, Payment, Verifier};
 use crate::chain::{self, Call, Unreachable};
 use crate::clock::unix_now;
 use crate::store::StoreError;
-use lane::Worker;
 pub use lane::{Lane, LaneSettings, Lanes};
 use ledger::{Claim, Ledger};
 pub use state::{LaneId, Outcome, PaymentKey, Record, State};
 use waiters::{Progress, Waiters};
+use worker::Worker;
 
 /// Gas assumed when a node answers an estimate it cannot parse (USDC's call uses about 80 000).
 const FALLBACK_GAS_LIMIT: u64 = 150_000;

@@ -1,0 +1,482 @@
+//! What a lane's worker does at each new head: read the chain's nonce for the signer, fetch
+//! receipts only for the nonces the chain says were used, follow inclusions until
+//! `finality_depth`, send again what a reorganisation or a forgetful node removed, replace only
+//! the transaction that blocks the lane, expire what can no longer land, and fill gaps, so the
+//! lane never stays wedged for long.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+
+use ethers_core::types::{Bytes, H256, U256};
+use serde_json::{json, Value};
+
+use super::lane::SETTLEMENT_GAS;
+use super::state::{Attempt, Inclusion, Lost, Outcome, Record, State};
+use super::waiters::Progress;
+use super::worker::{Slot, Worker, FILLER_GAS};
+use crate::chain::{self, Call, CallResult, Canonical, Chain, Head, TxFees};
+use crate::clock::unix_now;
+use crate::facilitator::erc3009;
+use crate::facilitator::types::Reason;
+
+/// Heads without the chain's nonce moving, with transactions waiting, before they are all sent
+/// again (the node may have forgotten its pool).
+const STALL_BEFORE_RESEND: u64 = 2;
+/// Heads a nonce may look used by somebody else before the settlement moves to a new nonce: a
+/// load-balanced endpoint may answer the nonce and the receipt from different nodes.
+const MISSES_BEFORE_MOVE: u8 = 2;
+
+impl Worker {
+    pub(super) async fn on_head(&mut self, head: &Head) {
+        let Some((chain_nonce, balance)) = self.read_lane(head).await else {
+            return;
+        };
+        let market = head.fees.for_transaction();
+        let needed = market
+            .max_fee_per_gas()
+            .saturating_mul(SETTLEMENT_GAS.into());
+        self.lane.funded.store(balance >= needed, Ordering::Relaxed);
+        if chain_nonce > self.next_nonce {
+            // Transactions sent with this key outside routerd: never hand those nonces out.
+            tracing::warn!(lane = %self.lane.id, chain_nonce, next = self.next_nonce, "signer nonce used outside routerd");
+            self.next_nonce = chain_nonce;
+            if let Err(e) = self.ledger.set_lane_nonce(&self.lane.id, chain_nonce).await {
+                tracing::error!(lane = %self.lane.id, error = %e, "could not store the lane nonce");
+            }
+        }
+        let mut resend = self.check_reorgs(head);
+        self.find_inclusions(head, chain_nonce).await;
+        self.confirm(head).await;
+        resend.extend(self.expire(head, chain_nonce, market).await);
+        resend.extend(self.unstick(head, chain_nonce, market).await);
+        self.fill_gaps(head, chain_nonce, market).await;
+        self.broadcast(&resend).await;
+        self.last_chain_nonce = Some(chain_nonce);
+        self.sign_waiting().await;
+    }
+
+    /// The chain's nonce for the signer (transactions mined) and its balance, in one batch.
+    async fn read_lane(&self, head: &Head) -> Option<(u64, U256)> {
+        let address = json!(format!("{:?}", self.lane.signer.address));
+        let block = json!(format!("{:#x}", head.number));
+        let calls = [
+            Call::new(
+                "eth_getTransactionCount",
+                vec![address.clone(), block.clone()],
+            ),
+            Call::new("eth_getBalance", vec![address, block]),
+        ];
+        let answers = self.lane.chain.client.batch(&calls).await.ok()?;
+        let nonce = answers[0].as_ref().ok().and_then(chain::parse_u64)?;
+        let balance = answers[1].as_ref().ok().and_then(chain::parse_quantity)?;
+        Some((nonce, balance))
+    }
+
+    /// Inclusions whose block left the canonical chain go back to `Sent`; answers their raw
+    /// transactions to send again (same nonce, same hash).
+    fn check_reorgs(&mut self, head: &Head) -> Vec<Bytes> {
+        let mut resend = Vec::new();
+        for slot in self.slots.values_mut() {
+            let Slot::Settlement { record, .. } = slot else {
+                continue;
+            };
+            let State::Included { inclusion, .. } = record.state else {
+                continue;
+            };
+            if self
+                .lane
+                .chain
+                .head
+                .canonical(inclusion.block, inclusion.block_hash)
+                != Canonical::No
+            {
+                continue;
+            }
+            tracing::warn!(payment = %record.key(), block = inclusion.block, head = head.number, "settlement's block left the canonical chain; sending it again");
+            record.reorged();
+            if let Some(attempt) = record
+                .attempts
+                .iter()
+                .find(|a| a.hash == inclusion.transaction)
+            {
+                resend.push(attempt.raw.clone());
+            }
+        }
+        resend
+    }
+
+    /// Receipts for the nonces the chain says were used and that are not known as included.
+    async fn find_inclusions(&mut self, head: &Head, chain_nonce: u64) {
+        let asked: Vec<(u64, H256)> = self
+            .slots
+            .range(..chain_nonce)
+            .filter(|(_, slot)| !slot.is_included())
+            .flat_map(|(nonce, slot)| slot.attempts().into_iter().map(|a| (*nonce, a.hash)))
+            .collect();
+        if asked.is_empty() {
+            return;
+        }
+        let calls: Vec<Call> = asked
+            .iter()
+            .map(|(_, hash)| {
+                Call::new(
+                    "eth_getTransactionReceipt",
+                    vec![json!(format!("{hash:?}"))],
+                )
+            })
+            .collect();
+        let Ok(answers) = self.lane.chain.client.batch(&calls).await else {
+            return;
+        };
+        let mut found: BTreeMap<u64, Inclusion> = BTreeMap::new();
+        for ((nonce, hash), answer) in asked.iter().zip(&answers) {
+            if let Some(inclusion) = inclusion_of(*hash, answer, head.number) {
+                found.insert(*nonce, inclusion);
+            }
+        }
+        let nonces: Vec<u64> = self.slots.range(..chain_nonce).map(|(n, _)| *n).collect();
+        let mut moved = Vec::new();
+        for nonce in nonces {
+            let inclusion = found.get(&nonce).copied();
+            match self.slots.get_mut(&nonce) {
+                Some(Slot::Filler { .. }) => {
+                    // Mined, or the nonce went to something else: either way it is used.
+                    self.slots.remove(&nonce);
+                }
+                Some(Slot::Settlement { record, misses })
+                    if !matches!(record.state, State::Included { .. }) =>
+                {
+                    match inclusion {
+                        Some(inclusion) => {
+                            record.included(inclusion);
+                            *misses = 0;
+                            if let Err(e) = self.ledger.save(record, false).await {
+                                tracing::error!(payment = %record.key(), error = %e, "could not store an inclusion");
+                            }
+                        }
+                        None => {
+                            *misses += 1;
+                            if *misses >= MISSES_BEFORE_MOVE {
+                                moved.push(nonce);
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        for nonce in moved {
+            if let Some(Slot::Settlement { record, .. }) = self.slots.remove(&nonce) {
+                self.nonce_taken(*record).await;
+            }
+        }
+    }
+
+    /// Our nonce was used by a transaction that is not ours. If the authorization is still
+    /// unused the settlement is signed again at a new nonce; otherwise somebody else settled it.
+    async fn nonce_taken(&mut self, mut record: Record) {
+        let key = record.key();
+        let call = chain::eth_call(
+            record.token,
+            &erc3009::authorization_state(record.payer, record.nonce),
+            "latest",
+        );
+        let used = match self.lane.chain.client.batch(&[call]).await {
+            Ok(answers) => answers[0].as_ref().ok().and_then(chain::parse_word),
+            Err(_) => None,
+        };
+        match used {
+            Some(word) if word.is_zero() => {
+                tracing::warn!(payment = %key, nonce = ?record.state.nonce(), "signer nonce used by another transaction; signing the settlement again at a new nonce");
+                self.to_sign.push(record);
+            }
+            Some(_) => {
+                tracing::error!(payment = %key, "authorization used by a transaction that is not routerd's");
+                record.expire(Lost::AuthorizationUsedElsewhere, unix_now());
+                self.finished(record).await;
+            }
+            None => {
+                // Cannot tell now: look again at the next head.
+                let nonce = record.state.nonce().expect("followed");
+                self.slots.insert(
+                    nonce,
+                    Slot::Settlement {
+                        record: Box::new(record),
+                        misses: 0,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Answers inclusions that are `confirmations` deep; stops following those past
+    /// `finality_depth`.
+    async fn confirm(&mut self, head: &Head) {
+        let settings = self.lane.settings.clone();
+        let mut done = Vec::new();
+        let nonces: Vec<u64> = self.slots.keys().copied().collect();
+        for nonce in nonces {
+            let Some(Slot::Settlement { record, .. }) = self.slots.get_mut(&nonce) else {
+                continue;
+            };
+            let State::Included { inclusion, .. } = record.state else {
+                continue;
+            };
+            let revert = if inclusion.succeeded || record.outcome.is_some() {
+                None
+            } else {
+                Some(diagnose_revert(&self.lane.chain, record, inclusion.transaction).await)
+            };
+            if record.confirm(head.number, settings.confirmations, || {
+                revert.expect("diagnosed above")
+            }) {
+                if let Err(e) = self.ledger.save(record, true).await {
+                    tracing::error!(payment = %record.key(), error = %e, "could not store a settlement outcome");
+                    continue;
+                }
+                let outcome = record.outcome.clone().expect("just confirmed");
+                tracing::info!(payment = %record.key(), success = outcome.success, transaction = ?outcome.transaction, "settlement answered");
+                self.lane.answered();
+                self.waiters.finish(&record.key(), Progress::Done(outcome));
+            }
+            if record.finalize(head.number, settings.finality_depth, unix_now()) {
+                done.push(nonce);
+            }
+        }
+        for nonce in done {
+            if let Some(Slot::Settlement { record, .. }) = self.slots.remove(&nonce) {
+                if let Err(e) = self.ledger.save(&record, false).await {
+                    tracing::error!(payment = %record.key(), error = %e, "could not store a final state");
+                }
+            }
+        }
+    }
+
+    /// Settlements not mined by the time the chain passed their `validBefore` can never land:
+    /// record that, and put a self-transfer in their nonce so the transaction that would revert
+    /// is replaced.
+    async fn expire(&mut self, head: &Head, chain_nonce: u64, market: TxFees) -> Vec<Bytes> {
+        let expired: Vec<u64> = self
+            .slots
+            .range(chain_nonce..)
+            .filter(|(_, slot)| match slot {
+                Slot::Settlement { record, .. } => {
+                    !slot.is_included() && head.timestamp >= record.valid_before
+                }
+                Slot::Filler { .. } => false,
+            })
+            .map(|(n, _)| *n)
+            .collect();
+        let mut resend = Vec::new();
+        for nonce in expired {
+            let Some(Slot::Settlement { mut record, .. }) = self.slots.remove(&nonce) else {
+                continue;
+            };
+            tracing::warn!(payment = %record.key(), nonce, "authorization expired before the settlement was mined");
+            let previous = record.latest().map(|a| a.fees).unwrap_or(market);
+            record.expire(Lost::ValidBeforePassed, unix_now());
+            let filler = self.filler(nonce, previous.replacement(market), head.number);
+            resend.push(filler.raw.clone());
+            self.slots.insert(
+                nonce,
+                Slot::Filler {
+                    attempts: vec![filler],
+                },
+            );
+            self.finished(*record).await;
+        }
+        resend
+    }
+
+    /// When the chain's nonce stops moving while transactions wait: send them all again (the
+    /// node may have dropped its pool), and after `bump_after_blocks` replace the one that
+    /// blocks the lane with higher fees, within the caps.
+    async fn unstick(&mut self, head: &Head, chain_nonce: u64, market: TxFees) -> Vec<Bytes> {
+        let waiting = self
+            .slots
+            .range(chain_nonce..)
+            .any(|(_, s)| !s.is_included());
+        if !waiting || self.last_chain_nonce != Some(chain_nonce) {
+            self.stalled = 0;
+            return Vec::new();
+        }
+        self.stalled += 1;
+        let mut resend = Vec::new();
+        if self.stalled.is_multiple_of(STALL_BEFORE_RESEND) {
+            resend.extend(
+                self.slots
+                    .range(chain_nonce..)
+                    .filter(|(_, s)| !s.is_included())
+                    .filter_map(|(_, s)| s.latest().map(|a| a.raw.clone())),
+            );
+        }
+        if self.stalled >= self.lane.settings.bump_after_blocks {
+            if let Some(raw) = self.bump(chain_nonce, head, market).await {
+                resend.push(raw);
+            }
+        }
+        resend
+    }
+
+    /// Replaces the transaction at `nonce` with higher fees if the caps allow it.
+    async fn bump(&mut self, nonce: u64, head: &Head, market: TxFees) -> Option<Bytes> {
+        let (latest, gas) = {
+            let slot = self.slots.get(&nonce)?;
+            let latest = slot.latest()?.clone();
+            let gas = match slot {
+                Slot::Settlement { record, .. } => record.gas_limit,
+                Slot::Filler { .. } => FILLER_GAS,
+            };
+            (latest, gas)
+        };
+        if head.number < latest.sent_at_block + self.lane.settings.bump_after_blocks {
+            return None;
+        }
+        let fees = latest
+            .fees
+            .replacement(market)
+            .capped(self.lane.settings.cap(gas));
+        if !fees.replaces(&latest.fees) {
+            tracing::warn!(lane = %self.lane.id, nonce, max_fee = %latest.fees.max_fee_per_gas(), "transaction cannot be mined under the configured fee caps; not bumped");
+            return None;
+        }
+        tracing::info!(lane = %self.lane.id, nonce, max_fee = %fees.max_fee_per_gas(), "replacing the transaction that blocks the lane with higher fees");
+        let call = match self.slots.get(&nonce)? {
+            Slot::Settlement { record, .. } => Some((record.token, record.calldata.clone())),
+            Slot::Filler { .. } => None,
+        };
+        let attempt = match &call {
+            Some((token, calldata)) => self.sign(nonce, *token, calldata, gas, fees, head.number),
+            None => self.filler(nonce, fees, head.number),
+        };
+        match self.slots.get_mut(&nonce)? {
+            Slot::Settlement { record, .. } => {
+                let raw = attempt.raw.clone();
+                record.signed(attempt);
+                record.sent();
+                let record = record.clone();
+                if let Err(e) = self.ledger.save(&record, true).await {
+                    tracing::error!(payment = %record.key(), error = %e, "could not store a replacement");
+                    return None;
+                }
+                self.waiters
+                    .sent(&record.key(), record.latest().expect("signed").hash);
+                Some(raw)
+            }
+            Slot::Filler { attempts } => {
+                let raw = attempt.raw.clone();
+                attempts.push(attempt);
+                Some(raw)
+            }
+        }
+    }
+
+    /// Nonces below `next_nonce` that nothing occupies, seen empty at two heads in a row (a
+    /// settlement arriving meanwhile takes them first), get a self-transfer.
+    async fn fill_gaps(&mut self, head: &Head, chain_nonce: u64, market: TxFees) {
+        let gaps: Vec<u64> = (chain_nonce..self.next_nonce)
+            .filter(|n| !self.slots.contains_key(n))
+            .collect();
+        let due: Vec<u64> = gaps
+            .iter()
+            .copied()
+            .filter(|n| self.gaps_seen.contains(n))
+            .collect();
+        self.gaps_seen = gaps;
+        if due.is_empty() || !self.lane.funded() {
+            return;
+        }
+        let fees = market.capped(self.lane.settings.cap(FILLER_GAS));
+        let mut raws = Vec::new();
+        for nonce in due {
+            tracing::info!(lane = %self.lane.id, nonce, "filling an unused signer nonce with a self-transfer");
+            let attempt = self.filler(nonce, fees, head.number);
+            raws.push(attempt.raw.clone());
+            self.slots.insert(
+                nonce,
+                Slot::Filler {
+                    attempts: vec![attempt],
+                },
+            );
+        }
+        self.broadcast(&raws).await;
+    }
+
+    pub(super) fn filler(&self, nonce: u64, fees: TxFees, block: u64) -> Attempt {
+        let fees = fees.capped(self.lane.settings.cap(FILLER_GAS));
+        self.sign(
+            nonce,
+            self.lane.signer.address,
+            &Bytes::default(),
+            FILLER_GAS,
+            fees,
+            block,
+        )
+    }
+
+    /// Stores a terminal state reached without inclusion and tells the waiters.
+    pub(super) async fn finished(&mut self, record: Record) {
+        let key = record.key();
+        if let Err(e) = self.ledger.save(&record, true).await {
+            tracing::error!(payment = %key, error = %e, "could not store a settlement's end");
+        }
+        if record.lost {
+            self.lanes.lost.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(payment = %key, "settlement answered as successful can no longer land: the payment is lost");
+        } else if let Some(outcome) = record.outcome.clone() {
+            self.lane.answered();
+            self.waiters.finish(&key, Progress::Done(outcome));
+        }
+    }
+}
+
+/// A receipt in a block at or below `head` (a node ahead of our head is asked again later).
+fn inclusion_of(hash: H256, answer: &CallResult, head: u64) -> Option<Inclusion> {
+    let receipt: &Value = answer.as_ref().ok()?;
+    let block = receipt.get("blockNumber").and_then(chain::parse_u64)?;
+    let block_hash = receipt.get("blockHash").and_then(chain::head::parse_hash)?;
+    (block <= head).then_some(Inclusion {
+        block,
+        block_hash,
+        transaction: hash,
+        succeeded: receipt.get("status").and_then(chain::parse_u64) == Some(1),
+    })
+}
+
+/// A mined settlement that reverted: find out why, for the payer.
+async fn diagnose_revert(chain: &Chain, record: &Record, hash: H256) -> Outcome {
+    let calls = [
+        chain::eth_call(
+            record.token,
+            &erc3009::authorization_state(record.payer, record.nonce),
+            "latest",
+        ),
+        chain::eth_call(record.token, &erc3009::balance_of(record.payer), "latest"),
+    ];
+    let answers = chain.client.batch(&calls).await.unwrap_or_default();
+    let word = |i: usize| {
+        answers
+            .get(i)
+            .and_then(|a| a.as_ref().ok())
+            .and_then(chain::parse_word)
+    };
+    let (reason, message) = if word(0).is_some_and(|w| !w.is_zero()) {
+        (
+            Reason::Payload,
+            "authorization nonce was used before the settlement was mined",
+        )
+    } else if word(1).is_some_and(|b| b < record.value) {
+        (
+            Reason::InsufficientFunds,
+            "payer balance fell before the settlement was mined",
+        )
+    } else {
+        (Reason::Payload, "settlement transaction reverted")
+    };
+    Outcome {
+        success: false,
+        reason: Some(reason),
+        message: Some(message.to_string()),
+        transaction: Some(hash),
+    }
+}
