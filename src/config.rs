@@ -694,6 +694,36 @@ networks = ["chainX"]
     }
 
     #[test]
+    fn settlement_keys_default_and_their_bad_values_name_the_key() {
+        let dir = temp_dir();
+        let path = write(&dir, "defaults.toml", BASE);
+        let settings = Settings::load_from(&[path], &HashMap::new()).unwrap();
+        let chain = &settings.chains["chainX"];
+        assert_eq!((chain.confirmations, chain.finality_depth), (1, 64));
+        assert_eq!(chain.max_settlement_cost(), None);
+        assert_eq!(settings.facilitator.as_ref().unwrap().retention_days, 30);
+        let chain_line = "rpc_urls = [\"http://127.0.0.1:8545\"]";
+        for (line, key) in [
+            ("confirmations = 0", "chains.chainX.confirmations"),
+            ("finality_depth = 0", "chains.chainX.finality_depth"),
+            ("finality_depth = 300", "chains.chainX.finality_depth"),
+            (
+                "max_settlement_cost_wei = \"0x10\"",
+                "chains.chainX.max_settlement_cost_wei",
+            ),
+        ] {
+            let body = BASE.replace(chain_line, &format!("{chain_line}\n{line}"));
+            let path = write(&dir, "bad-settlement.toml", &body);
+            let err = Settings::load_from(&[path], &HashMap::new()).unwrap_err();
+            assert_eq!(err.key, key, "{line}");
+        }
+        let body = format!("{BASE}retention_days = 0\n");
+        let path = write(&dir, "bad-retention.toml", &body);
+        let err = Settings::load_from(&[path], &HashMap::new()).unwrap_err();
+        assert_eq!(err.key, "facilitator.retention_days");
+    }
+
+    #[test]
     fn bad_value_names_the_key() {
         let dir = temp_dir();
         let path = write(
