@@ -130,10 +130,17 @@ pub struct ChainSettings {
     /// Bound on one upstream request to this chain.
     #[serde(default = "default_request_timeout")]
     pub request_timeout_ms: u64,
+    /// Upstream requests in flight at once per RPC URL; more wait their turn instead of piling
+    /// onto a saturated node (the wait does not count against `request_timeout_ms`).
+    #[serde(default = "default_max_concurrent_requests")]
+    pub max_concurrent_requests: usize,
     #[serde(default)]
     pub tokens: BTreeMap<String, TokenSettings>,
 }
 
+fn default_max_concurrent_requests() -> usize {
+    64
+}
 fn default_confirmations() -> u64 {
     1
 }
@@ -344,6 +351,12 @@ impl ChainSettings {
                         "not a decimal wei amount above 0",
                     )
                 })?;
+        }
+        if self.max_concurrent_requests == 0 {
+            return Err(ConfigError::new(
+                key("max_concurrent_requests"),
+                "must be at least 1",
+            ));
         }
         if self.confirmations == 0 {
             return Err(ConfigError::new(

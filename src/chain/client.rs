@@ -122,11 +122,19 @@ pub struct ChainClient {
 }
 
 impl ChainClient {
-    pub fn new(name: &str, urls: &[String], timeout: Duration) -> Result<Arc<Self>, String> {
+    /// `max_in_flight` bounds the requests to each URL at once: under load they queue, so a
+    /// saturated node slows answers down instead of timing them out.
+    pub fn new(
+        name: &str,
+        urls: &[String],
+        timeout: Duration,
+        max_in_flight: usize,
+    ) -> Result<Arc<Self>, String> {
         let mut upstreams = Vec::with_capacity(urls.len());
         for url in urls {
             let client = HttpClientBuilder::default()
                 .request_timeout(timeout)
+                .max_concurrent_requests(max_in_flight)
                 .max_response_size(32 * 1024 * 1024)
                 .build(url)
                 .map_err(|e| format!("{url}: {e}"))?;

@@ -30,6 +30,7 @@ impl Chain {
             name,
             &settings.rpc_urls,
             Duration::from_millis(settings.request_timeout_ms),
+            settings.max_concurrent_requests,
         )?;
         let head = HeadWatcher::spawn(
             client.clone(),

@@ -61,10 +61,13 @@ export async function deadUpstreamUrl() {
  * Requests that call one of the `hanging` methods (alone or in a batch) are swallowed: never
  * forwarded, never answered (a node that stalls on eth_sendRawTransaction, say). Both lists live in
  * `state` and may be changed while the proxy runs; `state.hungCalls` counts the swallowed requests and `state.hung` keeps their bodies.
+ * With `capacity`, it is a node that saturates: each request is held `delayMs`, and a request
+ * arriving while `capacity` are being served is refused with HTTP 503 (`state.overloaded` counts
+ * them; `state.peak` is the most served at once).
  * Set `target` (the node's URL) before the first request.
  */
-export async function startFilteringProxy({ blocked = [], hanging = [], target = null } = {}) {
-  const state = { target, blocked, hanging, blockedCalls: 0, hungCalls: 0, hung: [] };
+export async function startFilteringProxy({ blocked = [], hanging = [], target = null, capacity = Infinity, delayMs = 0 } = {}) {
+  const state = { target, blocked, hanging, blockedCalls: 0, hungCalls: 0, hung: [], capacity, delayMs, serving: 0, peak: 0, overloaded: 0 };
   const refuse = (call) => {
     state.blockedCalls += 1;
     return { jsonrpc: '2.0', id: call.id ?? null, error: { code: -32601, message: `the method ${call.method} does not exist/is not available` } };
@@ -79,29 +82,45 @@ export async function startFilteringProxy({ blocked = [], hanging = [], target =
     const chunks = [];
     req.on('data', (c) => chunks.push(c));
     req.on('end', async () => {
-      let answer;
-      try {
-        const body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
-        if (hangs(body)) {
-          state.hungCalls += 1;
-          state.hung.push(body);
-          return; // never answered; close() ends the connection
-        }
-        if (Array.isArray(body)) {
-          const allowed = body.filter((c) => !isBlocked(c));
-          const forwarded = allowed.length ? await forward(allowed) : [];
-          const byId = new Map(forwarded.map((r) => [JSON.stringify(r.id), r]));
-          answer = body.map((c) => (isBlocked(c) ? refuse(c) : byId.get(JSON.stringify(c.id))));
-        } else {
-          answer = isBlocked(body) ? refuse(body) : await forward(body);
-        }
-      } catch (err) {
-        answer = { jsonrpc: '2.0', id: null, error: { code: -32603, message: `proxy: ${err.message}` } };
+      if (state.serving >= state.capacity) {
+        state.overloaded += 1;
+        res.writeHead(503, { 'content-type': 'text/plain' });
+        res.end('node saturated');
+        return;
       }
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(answer));
+      state.serving += 1;
+      state.peak = Math.max(state.peak, state.serving);
+      try {
+        if (state.delayMs > 0) await new Promise((r) => setTimeout(r, state.delayMs));
+        await answerRequest(chunks, res);
+      } finally {
+        state.serving -= 1;
+      }
     });
   });
+  async function answerRequest(chunks, res) {
+    let answer;
+    try {
+      const body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+      if (hangs(body)) {
+        state.hungCalls += 1;
+        state.hung.push(body);
+        return; // never answered; close() ends the connection
+      }
+      if (Array.isArray(body)) {
+        const allowed = body.filter((c) => !isBlocked(c));
+        const forwarded = allowed.length ? await forward(allowed) : [];
+        const byId = new Map(forwarded.map((r) => [JSON.stringify(r.id), r]));
+        answer = body.map((c) => (isBlocked(c) ? refuse(c) : byId.get(JSON.stringify(c.id))));
+      } else {
+        answer = isBlocked(body) ? refuse(body) : await forward(body);
+      }
+    } catch (err) {
+      answer = { jsonrpc: '2.0', id: null, error: { code: -32603, message: `proxy: ${err.message}` } };
+    }
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify(answer));
+  }
   const port = await listen(server);
   return {
     url: `http://127.0.0.1:${port}`,
