@@ -124,6 +124,10 @@ pub struct ChainSettings {
     /// Blocks past inclusion a settlement is followed for reorganisations.
     #[serde(default = "default_finality_depth")]
     pub finality_depth: u64,
+    /// WebSocket URLs for an `eth_subscribe("newHeads")` subscription: a new block is known the
+    /// moment the node announces it (polling goes on as a fallback).
+    #[serde(default)]
+    pub ws_urls: Vec<String>,
     /// How often the head block is polled; receipts and fee data follow this cadence.
     #[serde(default = "default_poll_interval")]
     pub poll_interval_ms: u64,
@@ -321,6 +325,14 @@ impl ChainSettings {
                 return Err(ConfigError::new(
                     key("rpc_urls"),
                     format!("not an http(s) URL: {url}"),
+                ));
+            }
+        }
+        for url in &self.ws_urls {
+            if !(url.starts_with("ws://") || url.starts_with("wss://")) {
+                return Err(ConfigError::new(
+                    key("ws_urls"),
+                    format!("not a ws(s) URL: {url}"),
                 ));
             }
         }

@@ -8,12 +8,15 @@
 //! [`KEPT_BLOCKS`] is seen.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use ethers_core::types::{H256, U256};
+use jsonrpsee::core::client::{Subscription, SubscriptionClientT};
+use jsonrpsee::core::rpc_params;
+use jsonrpsee::ws_client::WsClientBuilder;
 use serde_json::{json, Value};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 use super::client::{Call, ChainClient, Unreachable};
 use super::fees::Fees;
@@ -84,20 +87,38 @@ pub struct HeadWatcher {
 }
 
 impl HeadWatcher {
-    /// Starts the poller; it stops when the watcher is dropped.
-    pub fn spawn(client: Arc<ChainClient>, fee_model: FeeModel, interval: Duration) -> Self {
+    /// Starts the poller, and with `ws_urls` a `newHeads` subscription that wakes it at once;
+    /// both stop when the watcher is dropped.
+    pub fn spawn(
+        client: Arc<ChainClient>,
+        fee_model: FeeModel,
+        interval: Duration,
+        ws_urls: Vec<String>,
+    ) -> Self {
         let (sender, latest) = watch::channel(None);
         let sender = Arc::new(sender);
         let poller_sender = Arc::downgrade(&sender);
         let poller_client = client.clone();
         let recent = Arc::new(Mutex::new(RecentBlocks::default()));
         let poller_recent = recent.clone();
+        let new_head = Arc::new(Notify::new());
+        if !ws_urls.is_empty() {
+            tokio::spawn(subscribe_new_heads(
+                client.name().to_string(),
+                ws_urls,
+                Arc::downgrade(&new_head),
+            ));
+        }
         tokio::spawn(async move {
             let mut ticker = tokio::time::interval(interval);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut light_polls = 0;
             loop {
-                ticker.tick().await;
+                // A subscribed new head skips the light poll: the block is known to have moved.
+                let announced = tokio::select! {
+                    _ = ticker.tick() => false,
+                    _ = new_head.notified() => true,
+                };
                 let Some(sender) = poller_sender.upgrade() else {
                     return;
                 };
@@ -105,7 +126,7 @@ impl HeadWatcher {
                 // Most ticks see no new block: one `eth_blockNumber` says so. The whole head is
                 // read when the number moves, and every FULL_READ_EVERY ticks regardless, so a
                 // block replaced at the same height is seen too.
-                if let Some((number, _)) = last {
+                if let Some((number, _)) = last.filter(|_| !announced) {
                     if light_polls < FULL_READ_EVERY {
                         match block_number(&poller_client).await {
                             Ok(n) if n == number => {
@@ -174,6 +195,57 @@ impl HeadWatcher {
     /// A receiver that is notified at every new block.
     pub fn subscribe(&self) -> watch::Receiver<Option<Head>> {
         self.latest.clone()
+    }
+}
+
+/// Pause before subscribing again after a WebSocket failure.
+const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(1);
+
+/// `eth_subscribe("newHeads")` on each WebSocket URL in turn; every announced head wakes the
+/// poller. A broken subscription is made again; polling goes on meanwhile.
+async fn subscribe_new_heads(chain: String, ws_urls: Vec<String>, wake: Weak<Notify>) {
+    // URLs are named by position: a provider's URL may carry an API key.
+    for (index, url) in ws_urls.iter().enumerate().cycle() {
+        if wake.strong_count() == 0 {
+            return;
+        }
+        match follow_subscription(url, &wake).await {
+            Ok(()) => {
+                tracing::info!(%chain, ws_url = index, "newHeads subscription ended; subscribing again")
+            }
+            Err(error) => {
+                tracing::warn!(%chain, ws_url = index, error = %short(&error), "newHeads subscription failed; polling meanwhile")
+            }
+        }
+        tokio::time::sleep(RESUBSCRIBE_AFTER).await;
+    }
+}
+
+async fn follow_subscription(
+    url: &str,
+    wake: &Weak<Notify>,
+) -> Result<(), jsonrpsee::core::ClientError> {
+    let client = WsClientBuilder::default().build(url).await?;
+    let mut heads: Subscription<Value> = client
+        .subscribe("eth_subscribe", rpc_params!["newHeads"], "eth_unsubscribe")
+        .await?;
+    while let Some(head) = heads.next().await {
+        head?;
+        match wake.upgrade() {
+            Some(wake) => wake.notify_one(),
+            None => return Ok(()),
+        }
+    }
+    Ok(())
+}
+
+/// A client error without the URL it may quote.
+fn short(error: &jsonrpsee::core::ClientError) -> String {
+    match error {
+        jsonrpsee::core::ClientError::Transport(_) => {
+            "cannot connect or the connection broke".to_string()
+        }
+        other => other.to_string().chars().take(200).collect(),
     }
 }
 

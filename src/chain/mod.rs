@@ -36,6 +36,7 @@ impl Chain {
             client.clone(),
             settings.fee_model,
             Duration::from_millis(settings.poll_interval_ms),
+            settings.ws_urls.clone(),
         );
         Ok(Arc::new(Self {
             name: name.to_string(),
