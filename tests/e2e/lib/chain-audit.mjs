@@ -59,10 +59,20 @@ export async function minedFrom(anvil, senders, { fromBlock, toBlock } = {}) {
   for (let n = fromBlock + 1; n <= head; n += 1) numbers.push(n);
   const out = [];
   const readBlock = async (n) => {
-    const block = await anvil.rpc('eth_getBlockByNumber', [hex(n), true]);
+    // A busy anvil that is mining at that moment may briefly answer null for a block at or under
+    // the head it reported: ask again rather than misread the history.
+    let block = null;
+    await waitFor(async () => {
+      block = await anvil.rpc('eth_getBlockByNumber', [hex(n), true]);
+      return block !== null;
+    }, { timeoutMs: 10_000, intervalMs: 100, what: `block ${n} (head ${head}) from the node` });
     const mine = block.transactions.filter((tx) => senders.some((s) => same(tx.from, s)));
     if (mine.length === 0) return;
-    const receipts = await anvil.rpc('eth_getBlockReceipts', [hex(n)]);
+    let receipts = null;
+    await waitFor(async () => {
+      receipts = await anvil.rpc('eth_getBlockReceipts', [hex(n)]);
+      return receipts !== null;
+    }, { timeoutMs: 10_000, intervalMs: 100, what: `receipts of block ${n} from the node` });
     const byHash = new Map(receipts.map((r) => [r.transactionHash, r]));
     for (const tx of mine) {
       const r = byHash.get(tx.hash);
