@@ -87,13 +87,22 @@ async function finish(inflight, body) {
 // ---------------------------------------------------------------------------------------------
 // Answers bound to the request: another authorization under the same nonce
 
-it('another authorization under a nonce whose settlement is in flight: verify and settle say invalid_payload, never the first hash', async () => {
+/**
+ * Two authorizations of one payer under the same ERC-3009 nonce: a1 moves 1 unit to the payer's own
+ * other address, a2 the full price to a merchant.
+ */
+async function conflictingPair() {
   const account = newPayer();
   const nonce = randomNonce();
-  const own = freshAccount().address; // the payer's own other address
+  const own = freshAccount().address;
   const merchant = freshAccount().address;
   const a1 = await stack.pay({ account, payTo: own, amount: 1n, auth: { nonce } });
   const a2 = await stack.pay({ account, payTo: merchant, amount: PRICE, auth: { nonce } });
+  return { account, own, merchant, a1, a2 };
+}
+
+it('another authorization under a nonce whose settlement is in flight: verify and settle say invalid_payload, never the first hash', async () => {
+  const { account, own, merchant, a1, a2 } = await conflictingPair();
   const mark = await chainMark(stack.anvil, stack.signer);
 
   const first = stack.settle(a1.body);
@@ -115,12 +124,7 @@ it('another authorization under a nonce whose settlement is in flight: verify an
 });
 
 it('another authorization under a nonce already settled: invalid_payload, not the first one\'s success', async () => {
-  const account = newPayer();
-  const nonce = randomNonce();
-  const own = freshAccount().address;
-  const merchant = freshAccount().address;
-  const a1 = await stack.pay({ account, payTo: own, amount: 1n, auth: { nonce } });
-  const a2 = await stack.pay({ account, payTo: merchant, amount: PRICE, auth: { nonce } });
+  const { account, own, merchant, a1, a2 } = await conflictingPair();
 
   const h1 = expectSettled(await settleUntilDone(stack, a1.body), { network: NETWORK, payer: account.address });
   const sent = await stack.signerNonce('pending');
@@ -135,12 +139,7 @@ it('another authorization under a nonce already settled: invalid_payload, not th
 });
 
 it('array bodies: a conflicting authorization gets invalid_payload in its own slot, the others their own results', async () => {
-  const account = newPayer();
-  const nonce = randomNonce();
-  const own = freshAccount().address;
-  const merchant = freshAccount().address;
-  const a1 = await stack.pay({ account, payTo: own, amount: 1n, auth: { nonce } });
-  const a2 = await stack.pay({ account, payTo: merchant, amount: PRICE, auth: { nonce } });
+  const { account, own, merchant, a1, a2 } = await conflictingPair();
   const b = await newPayment();
   const mark = await chainMark(stack.anvil, stack.signer);
 
