@@ -320,8 +320,7 @@ async fn fetch_block(client: &ChainClient, number: u64) -> Result<(H256, H256), 
 }
 
 pub fn parse_hash(value: &Value) -> Option<H256> {
-    let bytes = super::hex_decode(value.as_str()?)?;
-    (bytes.len() == 32).then(|| H256::from_slice(&bytes))
+    super::parse_h256(value.as_str()?)
 }
 
 /// One batch: the latest block and both fee hints; which hint applies depends on the block.

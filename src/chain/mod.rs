@@ -8,7 +8,7 @@ pub mod head;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ethers_core::types::{Address, U256};
+use ethers_core::types::{Address, H256, U256};
 use serde_json::{json, Value};
 
 use crate::config::ChainSettings;
@@ -96,6 +96,14 @@ pub fn parse_u64(value: &Value) -> Option<u64> {
     parse_quantity(value)
         .filter(|n| *n <= U256::from(u64::MAX))
         .map(|n| n.as_u64())
+}
+
+/// A 32-byte value written `0x` + 64 hex digits: a nonce, a digest, a block or transaction hash.
+pub fn parse_h256(s: &str) -> Option<H256> {
+    let digits = s.strip_prefix("0x")?;
+    (digits.len() == 64)
+        .then(|| hex_decode(s).map(|b| H256::from_slice(&b)))
+        .flatten()
 }
 
 /// Reads an ABI-encoded word answer of `eth_call` (`0x` + 64 hex digits).

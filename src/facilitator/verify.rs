@@ -417,7 +417,7 @@ fn check_payload(request: &PaymentRequest) -> Result<(TransferAuthorization, Vec
             .ok_or_else(|| bad("authorization.validAfter: not a decimal uint256"))?,
         valid_before: parse_decimal(&a.valid_before)
             .ok_or_else(|| bad("authorization.validBefore: not a decimal uint256"))?,
-        nonce: parse_bytes32(&a.nonce)
+        nonce: chain::parse_h256(&a.nonce)
             .ok_or_else(|| bad("authorization.nonce: not 0x + 64 hex digits"))?,
     };
     Ok((auth, signature))
@@ -445,13 +445,6 @@ pub fn parse_decimal(s: &str) -> Option<U256> {
         return None;
     }
     U256::from_dec_str(s).ok()
-}
-
-fn parse_bytes32(s: &str) -> Option<H256> {
-    let digits = s.strip_prefix("0x")?;
-    (digits.len() == 64)
-        .then(|| chain::hex_decode(s).map(|b| H256::from_slice(&b)))
-        .flatten()
 }
 
 #[cfg(test)]
@@ -488,7 +481,7 @@ mod tests {
         ] {
             assert!(parse_address(bad).is_none(), "{bad}");
         }
-        assert!(parse_bytes32(&format!("0x{}", "ab".repeat(32))).is_some());
-        assert!(parse_bytes32(&format!("0x{}", "ab".repeat(31))).is_none());
+        assert!(chain::parse_h256(&format!("0x{}", "ab".repeat(32))).is_some());
+        assert!(chain::parse_h256(&format!("0x{}", "ab".repeat(31))).is_none());
     }
 }

@@ -16,8 +16,6 @@ use tower::{Layer, Service};
 
 use super::wire_errors::{json_response, parse_body, parse_body_with, parse_value_with, WireError};
 use super::{ops, App, Surface};
-use ethers_core::types::H256;
-
 use crate::chain;
 use crate::facilitator::types::{PaymentRequest, SettleResponse};
 use crate::facilitator::verify::parse_address;
@@ -233,9 +231,7 @@ fn parse_status_path(rest: &str) -> Result<PaymentKey, WireError> {
         parse_address(value)
             .ok_or_else(|| WireError::bad_request(format!("{field}: not a 0x address")))
     };
-    let nonce = chain::hex_decode(nonce)
-        .filter(|b| b.len() == 32)
-        .map(|b| H256::from_slice(&b))
+    let nonce = chain::parse_h256(nonce)
         .ok_or_else(|| WireError::bad_request("nonce: not 0x + 64 hex digits"))?;
     if network.is_empty() {
         return Err(WireError::bad_request("network: empty"));
