@@ -192,8 +192,8 @@ impl Worker {
             }
             Some(_) => {
                 tracing::error!(payment = %key, "authorization used by a transaction that is not routerd's");
-                record.expire(Lost::AuthorizationUsedElsewhere, unix_now());
-                self.finished(record).await;
+                let answered_now = record.expire(Lost::AuthorizationUsedElsewhere, unix_now());
+                self.finished(record, answered_now).await;
             }
             None => {
                 // Cannot tell now: look again at the next head.
@@ -274,7 +274,7 @@ impl Worker {
             };
             tracing::warn!(payment = %record.key(), nonce, "authorization expired before the settlement was mined");
             let previous = record.latest().map(|a| a.fees).unwrap_or(market);
-            record.expire(Lost::ValidBeforePassed, unix_now());
+            let answered_now = record.expire(Lost::ValidBeforePassed, unix_now());
             let filler = self.filler(nonce, previous.replacement(market), head.number);
             resend.push(filler.raw.clone());
             self.slots.insert(
@@ -283,7 +283,7 @@ impl Worker {
                     attempts: vec![filler],
                 },
             );
-            self.finished(*record).await;
+            self.finished(*record, answered_now).await;
         }
         resend
     }
@@ -402,7 +402,7 @@ impl Worker {
         self.broadcast(&raws).await;
     }
 
-    pub(super) fn filler(&self, nonce: u64, fees: TxFees, block: u64) -> Attempt {
+    fn filler(&self, nonce: u64, fees: TxFees, block: u64) -> Attempt {
         let fees = fees.capped(self.lane.settings.cap(FILLER_GAS));
         self.sign(
             nonce,
@@ -414,8 +414,9 @@ impl Worker {
         )
     }
 
-    /// Stores a terminal state reached without inclusion and tells the waiters.
-    pub(super) async fn finished(&mut self, record: Record) {
+    /// Stores a terminal state reached without inclusion; tells the waiters when its failure is
+    /// their answer (`answered_now`), or reports a success already answered as lost.
+    async fn finished(&mut self, record: Record, answered_now: bool) {
         let key = record.key();
         if let Err(e) = self.ledger.save(&record, true).await {
             tracing::error!(payment = %key, error = %e, "could not store a settlement's end");
@@ -423,7 +424,8 @@ impl Worker {
         if record.lost {
             self.lanes.lost.fetch_add(1, Ordering::Relaxed);
             tracing::error!(payment = %key, "settlement answered as successful can no longer land: the payment is lost");
-        } else if let Some(outcome) = record.outcome.clone() {
+        }
+        if let Some(outcome) = record.outcome.clone().filter(|_| answered_now) {
             self.lane.answered();
             self.waiters.finish(&key, Progress::Done(outcome));
         }

@@ -90,10 +90,6 @@ impl Lane {
         self.funded.load(Ordering::Relaxed)
     }
 
-    pub fn chain(&self) -> &Arc<Chain> {
-        &self.chain
-    }
-
     /// Counts a settlement on this lane from the moment it is chosen, so a burst spreads over
     /// every key; the count drops when the settlement is answered or the reservation dropped.
     pub fn reserve(self: &Arc<Self>) -> Reservation {

@@ -252,13 +252,16 @@ impl Record {
         true
     }
 
-    /// It can no longer land. A success already answered becomes a loss to report.
-    pub fn expire(&mut self, why: Lost, now: u64) {
+    /// It can no longer land. A success already answered becomes a loss to report. Answers
+    /// whether the failure answer was set now (nothing had been answered yet).
+    pub fn expire(&mut self, why: Lost, now: u64) -> bool {
         self.state = State::Expired { why };
         self.finished_at = Some(now);
         match &self.outcome {
-            Some(outcome) if outcome.success => self.lost = true,
-            Some(_) => {}
+            Some(outcome) => {
+                self.lost = outcome.success;
+                false
+            }
             None => {
                 self.outcome = Some(Outcome {
                     success: false,
@@ -278,7 +281,8 @@ impl Record {
                         .to_string(),
                     ),
                     transaction: None,
-                })
+                });
+                true
             }
         }
     }
@@ -381,7 +385,7 @@ mod tests {
     fn expiring_after_a_success_answer_is_a_loss_and_before_it_a_failure() {
         let mut r = record();
         r.signed(attempt(3));
-        r.expire(Lost::ValidBeforePassed, 1);
+        assert!(r.expire(Lost::ValidBeforePassed, 1));
         assert!(!r.lost);
         assert_eq!(
             r.outcome.as_ref().unwrap().reason,
@@ -392,7 +396,7 @@ mod tests {
         r.included(inclusion(10, true));
         r.confirm(10, 1, no_revert);
         r.reorged();
-        r.expire(Lost::AuthorizationUsedElsewhere, 1);
+        assert!(!r.expire(Lost::AuthorizationUsedElsewhere, 1));
         assert!(r.lost);
         assert!(r.state.is_terminal());
     }

@@ -50,7 +50,10 @@ impl Slot {
     }
 
     pub(super) fn latest(&self) -> Option<&Attempt> {
-        self.attempts().last().copied()
+        match self {
+            Slot::Settlement { record, .. } => record.live_attempts().last(),
+            Slot::Filler { attempts } => attempts.last(),
+        }
     }
 
     pub(super) fn is_included(&self) -> bool {
