@@ -43,6 +43,7 @@ impl StartError {
 pub async fn run(settings: Settings) -> Result<(), StartError> {
     let store = Store::open(&settings.storage.path)?;
     let chains = connect_chains(&settings)?;
+    learn_read_modes(&chains);
     let facilitator = match &settings.facilitator {
         Some(f) => {
             let signers = load_signers(&f.signer_key_file)?
@@ -116,6 +117,19 @@ fn connect_chains(settings: &Settings) -> Result<BTreeMap<String, Arc<Chain>>, S
         chains.insert(name.clone(), chain);
     }
     Ok(chains)
+}
+
+/// Probes each chain for state overrides in the background, so a slow chain does not hold the
+/// start back; a verify that comes first probes for itself. Each probe logs the mode it found.
+fn learn_read_modes(chains: &BTreeMap<String, Arc<Chain>>) {
+    for chain in chains.values() {
+        let chain = chain.clone();
+        tokio::spawn(async move {
+            if let Err(e) = chain.learn_read_mode().await {
+                tracing::warn!(chain = %chain.name, error = %e, "verify read mode not known yet: chain unreachable");
+            }
+        });
+    }
 }
 
 fn log_banner(settings: &Settings, app: &App, listeners: &[server::Listener]) {

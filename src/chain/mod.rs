@@ -4,6 +4,7 @@
 pub mod client;
 pub mod fees;
 pub mod head;
+pub mod read_mode;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +16,8 @@ use crate::config::ChainSettings;
 pub use client::{Call, CallResult, ChainClient, Refusal, RpcError, Unreachable};
 pub use fees::{Fees, TxFees};
 pub use head::{Canonical, Head, HeadWatcher};
+pub use read_mode::ReadMode;
+use read_mode::ReadModeCell;
 
 /// A configured chain: its settings, its upstream client and its head cache.
 pub struct Chain {
@@ -22,6 +25,7 @@ pub struct Chain {
     pub settings: ChainSettings,
     pub client: Arc<ChainClient>,
     pub head: HeadWatcher,
+    read_mode: ReadModeCell,
 }
 
 impl Chain {
@@ -43,12 +47,38 @@ impl Chain {
             settings: settings.clone(),
             client,
             head,
+            read_mode: ReadModeCell::default(),
         }))
     }
 
     /// The latest head, asking the chain now if the cache has none yet.
     pub async fn latest_head(&self) -> Result<Head, Unreachable> {
         self.head.latest_or_fetch().await
+    }
+
+    pub fn read_mode(&self) -> ReadMode {
+        self.read_mode.get()
+    }
+
+    /// The read mode, probing the node first if it is not known yet.
+    pub async fn learn_read_mode(&self) -> Result<ReadMode, Unreachable> {
+        let known = self.read_mode.get();
+        if known != ReadMode::Unknown {
+            return Ok(known);
+        }
+        let mode = read_mode::probe(&self.client).await?;
+        self.read_mode.set(mode);
+        tracing::info!(chain = %self.name, read_mode = mode.as_str(), "verify read mode");
+        Ok(mode)
+    }
+
+    /// The node did not run an override it ran before (a failover URL of another make, say):
+    /// the next read probes again, and this one is sent in batch mode.
+    pub fn forget_read_mode(&self, why: &str) {
+        if self.read_mode.get() != ReadMode::Unknown {
+            self.read_mode.set(ReadMode::Unknown);
+            tracing::warn!(chain = %self.name, %why, "verify read mode to be probed again");
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! The x402 v1 `exact` facilitator: supported kinds, verify, settle. No HTTP in here.
 
 pub mod erc3009;
+pub mod lens;
 pub mod settlement;
 pub mod types;
 pub mod verify;

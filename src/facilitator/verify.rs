@@ -9,9 +9,10 @@ use ethers_core::utils::to_checksum;
 use serde_json::{json, Number, Value};
 
 use super::erc3009::{self, TransferAuthorization};
+use super::lens;
 use super::settlement::PaymentKey;
 use super::types::{PaymentRequest, Reason, VerifyResponse};
-use crate::chain::{self, Call, CallResult, Chain, Unreachable};
+use crate::chain::{self, Call, CallResult, Chain, ReadMode, Unreachable};
 use crate::clock::unix_now;
 
 /// A served network: its chain and the ERC-3009 tokens the facilitator may call there.
@@ -262,15 +263,77 @@ fn check_signature(payment: &Payment<'_>, facts: &ChainFacts) -> Result<(), Inva
     }
 }
 
+/// Reads the chain facts in the chain's read mode: one lens call where the node runs state
+/// overrides, a batch of plain reads where it does not. `extra` calls ride in the same request.
 async fn read_chain(
+    payment: &Payment<'_>,
+    extra: &[Call],
+) -> Result<(ChainFacts, Vec<CallResult>), Unreachable> {
+    let chain = &payment.network.chain;
+    // A probe that failed leaves the mode unknown and this request in batch mode.
+    if chain.learn_read_mode().await.ok() == Some(ReadMode::Lens) {
+        if let Some(read) = read_with_lens(payment, extra).await? {
+            return Ok(read);
+        }
+        chain.forget_read_mode("the node did not run the verify lens");
+    }
+    read_in_batch(payment, extra).await
+}
+
+/// ERC-1271 is asked only when the signature does not recover to `from` locally.
+fn asks_erc1271(payment: &Payment<'_>) -> bool {
+    payment.recovered != Some(payment.auth.from)
+}
+
+/// One `eth_call` of the lens (plus `extra`); `None` when the node did not run it.
+async fn read_with_lens(
+    payment: &Payment<'_>,
+    extra: &[Call],
+) -> Result<Option<(ChainFacts, Vec<CallResult>)>, Unreachable> {
+    let auth = &payment.auth;
+    let ask_erc1271 = asks_erc1271(payment);
+    let erc1271_call = match ask_erc1271 {
+        true => erc3009::is_valid_signature(payment.digest, &payment.signature).to_vec(),
+        false => Vec::new(),
+    };
+    let mut calls = Vec::with_capacity(1 + extra.len());
+    calls.push(lens::call(
+        payment.token.address,
+        auth.from,
+        payment.pay_to,
+        auth.nonce,
+        &erc1271_call,
+    ));
+    calls.extend_from_slice(extra);
+    let chain = &payment.network.chain;
+    let mut answers = chain.client.batch(&calls).await?;
+    let Some(read) = answers[0].as_ref().ok().and_then(lens::decode_answer) else {
+        return Ok(None);
+    };
+    let token_said = |value: Option<U256>, what: &str| {
+        value.ok_or_else(|| unreadable(chain, what, "the token did not answer".into()))
+    };
+    let facts = ChainFacts {
+        from_has_code: !read.from_code_size.is_zero(),
+        balance: token_said(read.balance, "balanceOf")?,
+        authorization_used: !token_said(read.authorization_state, "authorizationState")?.is_zero(),
+        from_blacklisted: read.from_blacklisted,
+        to_blacklisted: read.to_blacklisted,
+        erc1271_valid: ask_erc1271.then(|| erc1271_accepted(&read.erc1271_answer)),
+        block_timestamp: read.timestamp,
+    };
+    Ok(Some((facts, answers.split_off(1))))
+}
+
+/// The same facts as separate calls in one batch. The block time comes from the head watcher.
+async fn read_in_batch(
     payment: &Payment<'_>,
     extra: &[Call],
 ) -> Result<(ChainFacts, Vec<CallResult>), Unreachable> {
     let auth = &payment.auth;
     let token = payment.token.address;
-    let ask_erc1271 = payment.recovered != Some(auth.from);
+    let ask_erc1271 = asks_erc1271(payment);
     let mut calls = vec![
-        Call::new("eth_getBlockByNumber", vec![json!("latest"), json!(false)]),
         Call::new(
             "eth_getCode",
             vec![json!(format!("{:?}", auth.from)), json!("latest")],
@@ -295,15 +358,11 @@ async fn read_chain(
     calls.extend_from_slice(extra);
     let chain = &payment.network.chain;
     let mut answers = chain.client.batch(&calls).await?;
-    let unreadable = |what: &str, detail: String| Unreachable {
-        chain: chain.name.clone(),
-        detail: format!("{what}: {detail}"),
-    };
     let word = |i: usize, what: &str| -> Result<U256, Unreachable> {
         match &answers[i] {
             Ok(v) => chain::parse_word(v)
-                .ok_or_else(|| unreadable(what, format!("unexpected answer {v}"))),
-            Err(e) => Err(unreadable(what, e.to_string())),
+                .ok_or_else(|| unreadable(chain, what, format!("unexpected answer {v}"))),
+            Err(e) => Err(unreadable(chain, what, e.to_string())),
         }
     };
     // A token without a blacklist reverts `isBlacklisted`: nobody is blacklisted there.
@@ -314,36 +373,37 @@ async fn read_chain(
             .and_then(chain::parse_word)
             .is_some_and(|w| !w.is_zero())
     };
-    let block_timestamp = answers[0]
+    let code = answers[0]
         .as_ref()
-        .ok()
-        .and_then(|b| b.get("timestamp"))
-        .and_then(chain::parse_u64)
-        .unwrap_or(0);
-    let code = answers[1]
-        .as_ref()
-        .map_err(|e| unreadable("eth_getCode", e.to_string()))?;
+        .map_err(|e| unreadable(chain, "eth_getCode", e.to_string()))?;
+    let erc1271_answer = |answer: &CallResult| {
+        let bytes = answer
+            .as_ref()
+            .ok()
+            .and_then(|v| chain::hex_decode(v.as_str()?));
+        erc1271_accepted(&bytes.unwrap_or_default())
+    };
     let facts = ChainFacts {
         from_has_code: code.as_str().is_some_and(|c| c.len() > 2),
-        balance: word(2, "balanceOf")?,
-        authorization_used: !word(3, "authorizationState")?.is_zero(),
-        from_blacklisted: flag(4),
-        to_blacklisted: flag(5),
-        erc1271_valid: ask_erc1271.then(|| erc1271_accepted(&answers[6])),
-        block_timestamp,
+        balance: word(1, "balanceOf")?,
+        authorization_used: !word(2, "authorizationState")?.is_zero(),
+        from_blacklisted: flag(3),
+        to_blacklisted: flag(4),
+        erc1271_valid: ask_erc1271.then(|| erc1271_answer(&answers[5])),
+        block_timestamp: chain.head.current().map_or(0, |head| head.timestamp),
     };
     Ok((facts, answers.split_off(base)))
 }
 
-fn erc1271_accepted(answer: &CallResult) -> bool {
-    let Some(bytes) = answer
-        .as_ref()
-        .ok()
-        .and_then(|v| chain::hex_decode(v.as_str()?))
-    else {
-        return false;
-    };
-    bytes.len() >= 4 && bytes[..4] == erc3009::ERC1271_MAGIC
+fn unreadable(chain: &Chain, what: &str, detail: String) -> Unreachable {
+    Unreachable {
+        chain: chain.name.clone(),
+        detail: format!("{what}: {detail}"),
+    }
+}
+
+fn erc1271_accepted(answer: &[u8]) -> bool {
+    answer.len() >= 4 && answer[..4] == erc3009::ERC1271_MAGIC
 }
 
 fn is_one(version: &Number) -> bool {

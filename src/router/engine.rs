@@ -148,6 +148,7 @@ impl Router {
                         FeeModel::Legacy => "legacy",
                         FeeModel::OpStack => "op-stack",
                     },
+                    read_mode: chain.read_mode().as_str(),
                 }
             })
             .collect()

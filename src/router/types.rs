@@ -179,6 +179,8 @@ pub struct ChainStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_answer_ms_ago: Option<u64>,
     pub fee_model: &'static str,
+    /// How verify reads this chain: `lens` (one call), `batch`, or `unknown` until probed.
+    pub read_mode: &'static str,
 }
 
 #[cfg(test)]

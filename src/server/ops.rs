@@ -12,7 +12,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::wire_errors::{json_response, text_response};
 use super::App;
@@ -232,12 +232,21 @@ pub async fn ready(app: &App) -> HttpResponse {
             None => problems.push(json!({"signer": signer.address, "network": signer.network, "problem": "balance unknown: chain unreachable"})),
         }
     }
+    // Not a readiness condition: batch mode is slower, not wrong. Shown so operators see it.
+    let read_modes: serde_json::Map<String, Value> = app
+        .chains
+        .values()
+        .map(|c| (c.name.clone(), json!(c.read_mode().as_str())))
+        .collect();
     if problems.is_empty() {
-        json_response(StatusCode::OK, &json!({"ready": true}))
+        json_response(
+            StatusCode::OK,
+            &json!({"ready": true, "readModes": read_modes}),
+        )
     } else {
         json_response(
             StatusCode::SERVICE_UNAVAILABLE,
-            &json!({"ready": false, "problems": problems}),
+            &json!({"ready": false, "problems": problems, "readModes": read_modes}),
         )
     }
 }

@@ -1,5 +1,9 @@
 // POST /verify and GET /supported against real USDC on anvil: every row of the verify table in
 // spec/x402-facilitator.md section 2, the order in which the rows apply, and the `payer` rule.
+//
+// This file runs twice. On its own, its nodes run eth_call state overrides, and verify reads the
+// chain with one lens call. Imported by facilitator-verify-batch.test.mjs, its nodes ignore
+// overrides, and verify reads with a batch of plain calls. Every rule must hold both ways.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { getAddress } from 'viem';
@@ -8,6 +12,9 @@ import { freshAccount } from './lib/accounts.mjs';
 import { mintUsdc } from './lib/deploy-usdc.mjs';
 import { mutate, withV, highS, now, randomNonce } from './lib/x402.mjs';
 import { expectValid, expectInvalid, expectSettled } from './lib/expect.mjs';
+import { startFilteringProxy } from './lib/bad-upstreams.mjs';
+
+const READS = globalThis.VERIFY_READS ?? 'lens';
 
 // A second served chain (its USDC lands at the same address: same deployer, same nonces) and a
 // configured chain the facilitator does not serve.
@@ -25,18 +32,32 @@ let settlements = 0; // settlements this file makes on purpose; verify itself mu
 
 const it = (name, fn) => test(name, { timeout: 60_000 }, withLogTail(() => stack, fn));
 
+// Every chain is reached through a proxy that plays the node's support for state overrides and
+// lists the upstream requests.
+const proxies = {};
+
 before(async () => {
+  for (const name of [NETWORK, OTHER.name, UNSERVED.name]) {
+    proxies[name] = await startFilteringProxy({ overrides: READS === 'lens' ? 'run' : 'ignore' });
+  }
   stack = await startFacilitatorStack({
     extraChains: [OTHER, UNSERVED],
     // One entry in lower case: the deny list compares addresses, not spellings.
     denyList: [deniedPayer.address.toLowerCase(), deniedPayee],
+    rpcUrlFor: (name, url) => {
+      proxies[name].target = url;
+      return proxies[name].url;
+    },
   });
   alice = await stack.newPayer(1_000_000_000n);
   await stack.mint(deniedPayer.address, 1_000_000n);
   signerNonceAtStart = await stack.signerNonce();
 });
 
-after(() => stack?.stop());
+after(async () => {
+  await stack?.stop();
+  await Promise.all(Object.values(proxies).map((p) => p.close()));
+});
 
 /** A valid payment from alice (or `account`) for 1000 atomic units; `auth` overrides signed fields. */
 const payment = (opts = {}) => stack.pay({ account: alice, ...opts });
@@ -497,3 +518,53 @@ it('row 16: no balance at all -> insufficient_funds', async () => {
 it('verify never sent a transaction (signer nonce moved only for the deliberate settlement)', async () => {
   assert.equal(await stack.signerNonce('pending'), signerNonceAtStart + settlements);
 });
+
+// ---------------------------------------------------------------------------------------------
+// Upstream reads: how many, and in which mode
+
+/** The upstream requests verify made while `fn` ran (head polls and lane reads left out). */
+async function verifyReads(fn) {
+  const log = proxies[NETWORK].state.requests;
+  const from = log.length;
+  await fn();
+  return log.slice(from).filter((methods) => methods.some((m) => m === 'eth_call' || m === 'eth_getCode'));
+}
+
+it(`/ready names the read mode of every chain (${READS})`, async () => {
+  const res = await stack.request('/ready');
+  assert.equal(res.status, 200, res.text);
+  // The unserved chain is configured but used by nothing, so routerd never connects to it.
+  assert.deepEqual(res.body.readModes, { [NETWORK]: READS, [OTHER.name]: READS });
+});
+
+it(`each verify is one upstream request: ${READS === 'lens' ? 'one eth_call' : 'five plain reads, no block read'}`, async () => {
+  const bodies = await Promise.all(Array.from({ length: 4 }, () => payment()));
+  const wallet = await stack.smartWallet({ valid: true });
+  await stack.mint(wallet, 1_000_000n);
+  const smart = await payment({ account: freshAccount(), auth: { from: wallet } });
+  const reads = await verifyReads(async () => {
+    for (const p of bodies) expectValid(await verify(p.body));
+    expectValid(await verify(smart.body), { payer: wallet }); // ERC-1271 rides in the same request
+  });
+  const want = READS === 'lens'
+    ? [...bodies.map(() => ['eth_call']), ['eth_call']]
+    : [...bodies.map(() => ['eth_getCode', 'eth_call', 'eth_call', 'eth_call', 'eth_call']),
+      ['eth_getCode', 'eth_call', 'eth_call', 'eth_call', 'eth_call', 'eth_call']];
+  assert.deepEqual(reads, want);
+});
+
+if (READS === 'lens') {
+  it('a node that stops running overrides: verify still answers right, then reads in batch mode', async () => {
+    proxies[NETWORK].state.overrides = 'ignore';
+    try {
+      expectValid(await verify((await payment()).body));
+      const short = await stack.pay({ account: await stack.newPayer(999n), amount: 1000n });
+      expectInvalid(await verify(short.body), 'insufficient_funds');
+      const res = await stack.request('/ready');
+      assert.equal(res.body.readModes[NETWORK], 'batch', res.text);
+      assert.equal(res.body.readModes[OTHER.name], 'lens', res.text);
+    } finally {
+      proxies[NETWORK].state.overrides = 'run';
+    }
+  });
+}

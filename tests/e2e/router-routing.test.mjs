@@ -79,8 +79,13 @@ it('OP-stack chain: the routed transaction is charged the L1 fee router_quote na
   }
 });
 
-it('router_chains lists every chain with its kind, chain id, fee model and health', async () => {
-  const chains = await stack.routerChains();
+it('router_chains lists every chain with its kind, chain id, fee model, health and read mode', async () => {
+  // The read mode is probed in the background at start: give the probes a moment.
+  let chains = await stack.routerChains();
+  for (let i = 0; i < 50 && chains.some((c) => c.readMode === 'unknown'); i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    chains = await stack.routerChains();
+  }
   assert.equal(chains.length, 3, show(chains));
   for (const c of DEFAULT_CHAINS) {
     const entry = chains.find((x) => x.chain === c.name);
@@ -90,6 +95,7 @@ it('router_chains lists every chain with its kind, chain id, fee model and healt
     assert.equal(entry.feeModel, c.feeModel, show(entry));
     assert.equal(entry.healthy, true, show(entry));
     assert.ok(Number.isInteger(entry.headBlock), show(entry));
+    assert.equal(entry.readMode, 'lens', show(entry)); // anvil runs eth_call state overrides
   }
 });
 

@@ -64,18 +64,27 @@ export async function deadUpstreamUrl() {
  * With `capacity`, it is a node that saturates: each request is held `delayMs`, and a request
  * arriving while `capacity` are being served is refused with HTTP 503 (`state.overloaded` counts
  * them; `state.peak` is the most served at once).
+ * `overrides` plays a node's support for eth_call's state override (the third parameter):
+ * 'run' forwards it, 'ignore' drops it (the node runs the call against the real, empty account),
+ * 'refuse' answers "invalid params". `state.requests` lists the methods of every forwarded HTTP
+ * request, in order (a batch is one entry with several methods), for counting upstream calls.
  * Set `target` (the node's URL) before the first request.
  */
-export async function startFilteringProxy({ blocked = [], hanging = [], target = null, capacity = Infinity, delayMs = 0 } = {}) {
-  const state = { target, blocked, hanging, blockedCalls: 0, hungCalls: 0, hung: [], capacity, delayMs, serving: 0, peak: 0, overloaded: 0 };
+export async function startFilteringProxy({ blocked = [], hanging = [], target = null, capacity = Infinity, delayMs = 0, overrides = 'run' } = {}) {
+  const state = { target, blocked, hanging, blockedCalls: 0, hungCalls: 0, hung: [], capacity, delayMs, serving: 0, peak: 0, overloaded: 0, overrides, requests: [] };
+  const overridden = (call) => call?.method === 'eth_call' && call.params?.length > 2;
+  const withoutOverride = (call) => (overridden(call) && state.overrides === 'ignore' ? { ...call, params: call.params.slice(0, 2) } : call);
   const refuse = (call) => {
     state.blockedCalls += 1;
     return { jsonrpc: '2.0', id: call.id ?? null, error: { code: -32601, message: `the method ${call.method} does not exist/is not available` } };
   };
-  const isBlocked = (call) => state.blocked.includes(call?.method);
+  const refuseOverride = (call) => ({ jsonrpc: '2.0', id: call.id ?? null, error: { code: -32602, message: 'too many arguments, want at most 2' } });
+  const isBlocked = (call) => state.blocked.includes(call?.method) || (overridden(call) && state.overrides === 'refuse');
+  const refusal = (call) => (overridden(call) ? refuseOverride(call) : refuse(call));
   const hangs = (body) => [body].flat().some((call) => state.hanging.includes(call?.method));
   const forward = async (payload) => {
-    const res = await fetch(state.target, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(payload) });
+    state.requests.push([payload].flat().map((c) => c.method));
+    const res = await fetch(state.target, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(Array.isArray(payload) ? payload.map(withoutOverride) : withoutOverride(payload)) });
     return res.json();
   };
   const server = createHttpServer((req, res) => {
@@ -111,9 +120,9 @@ export async function startFilteringProxy({ blocked = [], hanging = [], target =
         const allowed = body.filter((c) => !isBlocked(c));
         const forwarded = allowed.length ? await forward(allowed) : [];
         const byId = new Map(forwarded.map((r) => [JSON.stringify(r.id), r]));
-        answer = body.map((c) => (isBlocked(c) ? refuse(c) : byId.get(JSON.stringify(c.id))));
+        answer = body.map((c) => (isBlocked(c) ? refusal(c) : byId.get(JSON.stringify(c.id))));
       } else {
-        answer = isBlocked(body) ? refuse(body) : await forward(body);
+        answer = isBlocked(body) ? refusal(body) : await forward(body);
       }
     } catch (err) {
       answer = { jsonrpc: '2.0', id: null, error: { code: -32603, message: `proxy: ${err.message}` } };

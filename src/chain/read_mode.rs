@@ -1,0 +1,94 @@
+//! Whether a chain's node runs `eth_call` with a state override (code placed at an address for
+//! that one call). With it, verify reads every fact it needs in one call through the lens
+//! (`facilitator/lens.rs`); without it, verify sends a batch of plain reads.
+//!
+//! Learnt per chain with a probe at start, or at the first read after a start during which the
+//! chain did not answer. When a node stops running the override (a failover URL of another make,
+//! say), that read is sent as a batch and the next one probes again: a wrong guess costs a round
+//! trip, never a wrong answer.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::LazyLock;
+
+use ethers_core::types::Address;
+use serde_json::json;
+
+use super::{hex_bytes, parse_word, Call, ChainClient, Unreachable};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadMode {
+    /// Not learnt yet: the chain has not answered the probe.
+    Unknown,
+    /// One `eth_call` with a state override per verify.
+    Lens,
+    /// A batch of plain reads per verify.
+    Batch,
+}
+
+impl ReadMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReadMode::Unknown => "unknown",
+            ReadMode::Lens => "lens",
+            ReadMode::Batch => "batch",
+        }
+    }
+}
+
+/// Where overridden code is placed, written as the node wants it: the last 20 bytes of
+/// keccak256("routerd.lens"), an address nobody holds a key or a contract for.
+static OVERRIDE_ADDRESS: LazyLock<String> = LazyLock::new(|| {
+    let hash = ethers_core::utils::keccak256(b"routerd.lens");
+    format!("{:?}", Address::from_slice(&hash[12..]))
+});
+
+/// The chain's read mode, shared by every verify on it.
+pub struct ReadModeCell(AtomicU8);
+
+impl Default for ReadModeCell {
+    fn default() -> Self {
+        Self(AtomicU8::new(ReadMode::Unknown as u8))
+    }
+}
+
+impl ReadModeCell {
+    pub fn get(&self) -> ReadMode {
+        match self.0.load(Ordering::Relaxed) {
+            x if x == ReadMode::Lens as u8 => ReadMode::Lens,
+            x if x == ReadMode::Batch as u8 => ReadMode::Batch,
+            _ => ReadMode::Unknown,
+        }
+    }
+
+    pub fn set(&self, mode: ReadMode) {
+        self.0.store(mode as u8, Ordering::Relaxed);
+    }
+}
+
+/// `eth_call` of `data` on `code` placed at [`OVERRIDE_ADDRESS`] for this call only.
+pub fn call_with_code(code: &str, data: &[u8]) -> Call {
+    let at = OVERRIDE_ADDRESS.as_str();
+    Call::new(
+        "eth_call",
+        vec![
+            json!({"to": at, "data": hex_bytes(data)}),
+            json!("latest"),
+            json!({ at: {"code": code} }),
+        ],
+    )
+}
+
+/// Code that returns the word 42: PUSH1 42, PUSH1 0, MSTORE, PUSH1 32, PUSH1 0, RETURN.
+const PROBE_CODE: &str = "0x602a60005260206000f3";
+
+/// Asks the node to run [`PROBE_CODE`] through an override. A node without overrides either
+/// refuses the third parameter or ignores it and runs the empty account (answer `0x`).
+pub async fn probe(client: &ChainClient) -> Result<ReadMode, Unreachable> {
+    let answer = client.batch(&[call_with_code(PROBE_CODE, &[])]).await?;
+    let ran = answer[0]
+        .as_ref()
+        .ok()
+        .and_then(parse_word)
+        .is_some_and(|w| w == 42.into());
+    Ok(if ran { ReadMode::Lens } else { ReadMode::Batch })
+}
