@@ -11,7 +11,7 @@ use ethers_core::types::{Bytes, H256, U256};
 use serde_json::{json, Value};
 
 use super::lane::SETTLEMENT_GAS;
-use super::state::{Attempt, Inclusion, Lost, Outcome, Record, State};
+use super::state::{Attempt, Inclusion, Lost, Outcome, PaymentKey, Record, State};
 use super::waiters::Progress;
 use super::worker::{Slot, Worker, FILLER_GAS};
 use crate::chain::{self, Call, CallResult, Canonical, Chain, Head, TxFees};
@@ -210,10 +210,13 @@ impl Worker {
     }
 
     /// Answers inclusions that are `confirmations` deep; stops following those past
-    /// `finality_depth`.
+    /// `finality_depth`. Every outcome reached at this head is stored with one flush before any
+    /// caller is told: a full block confirms hundreds at once, and one fsync each would hold
+    /// the lane (and its signing) for seconds.
     async fn confirm(&mut self, head: &Head) {
         let settings = self.lane.settings.clone();
         let mut done = Vec::new();
+        let mut answers = Vec::new();
         let nonces: Vec<u64> = self.slots.keys().copied().collect();
         for nonce in nonces {
             let Some(Slot::Settlement { record, .. }) = self.slots.get_mut(&nonce) else {
@@ -230,25 +233,43 @@ impl Worker {
             if record.confirm(head.number, settings.confirmations, || {
                 revert.expect("diagnosed above")
             }) {
-                if let Err(e) = self.ledger.save(record, true).await {
-                    tracing::error!(payment = %record.key(), error = %e, "could not store a settlement outcome");
-                    continue;
+                match self.ledger.save(record, false).await {
+                    Ok(()) => answers.push((record.key(), record.outcome.clone())),
+                    Err(e) => {
+                        tracing::error!(payment = %record.key(), error = %e, "could not store a settlement outcome")
+                    }
                 }
-                let outcome = record.outcome.clone().expect("just confirmed");
-                tracing::info!(payment = %record.key(), success = outcome.success, transaction = ?outcome.transaction, "settlement answered");
-                self.lane.answered();
-                self.waiters.finish(&record.key(), Progress::Done(outcome));
             }
             if record.finalize(head.number, settings.finality_depth, unix_now()) {
                 done.push(nonce);
             }
         }
+        self.answer(answers).await;
         for nonce in done {
             if let Some(Slot::Settlement { record, .. }) = self.slots.remove(&nonce) {
                 if let Err(e) = self.ledger.save(&record, false).await {
                     tracing::error!(payment = %record.key(), error = %e, "could not store a final state");
                 }
             }
+        }
+    }
+
+    /// Tells the callers their outcomes once the store holds them durably.
+    async fn answer(&self, answers: Vec<(PaymentKey, Option<Outcome>)>) {
+        if answers.is_empty() {
+            return;
+        }
+        if let Err(e) = self.ledger.flush().await {
+            // Callers are not told an outcome the store may forget; they time out as pending
+            // and the status route shows the outcome once a later flush holds it.
+            tracing::error!(error = %e, settlements = answers.len(), "could not store settlement outcomes");
+            return;
+        }
+        for (key, outcome) in answers {
+            let outcome = outcome.expect("confirm sets the outcome");
+            tracing::info!(payment = %key, success = outcome.success, transaction = ?outcome.transaction, "settlement answered");
+            self.lane.answered();
+            self.waiters.finish(&key, Progress::Done(outcome));
         }
     }
 

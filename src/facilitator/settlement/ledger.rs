@@ -104,6 +104,11 @@ impl Ledger {
         Ok(())
     }
 
+    /// Makes every save so far durable (one group commit).
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        self.store.flush().await
+    }
+
     /// Forgets a claim that never produced a transaction, so the payment can be settled again.
     pub async fn release(&self, key: &PaymentKey) -> Result<(), StoreError> {
         let id = key.to_string();
