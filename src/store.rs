@@ -1,7 +1,10 @@
 //! The sled database: one tree per kind of state, a schema version, and the flush that makes a
 //! write durable before anything depending on it leaves the process.
 
+use std::collections::HashMap;
+use std::ffi::OsString;
 use std::fs::File;
+use std::os::unix::fs::DirEntryExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -36,6 +39,8 @@ struct GroupCommit {
     /// The highest ticket known durable; the lock also serialises physical flushes.
     durable: tokio::sync::Mutex<u64>,
     physical: AtomicU64,
+    /// The entries (name, inode) each directory had when it was last `fsync`ed.
+    synced_dirs: std::sync::Mutex<HashMap<PathBuf, Vec<(OsString, u64)>>>,
 }
 
 #[derive(Clone)]
@@ -102,7 +107,8 @@ impl Store {
         let covered = self.commit.requested.load(Ordering::SeqCst);
         let db = self.db.clone();
         let path = self.path.clone();
-        tokio::task::spawn_blocking(move || sync_to_disk(&db, &path))
+        let commit = self.commit.clone();
+        tokio::task::spawn_blocking(move || sync_to_disk(&db, &path, &commit))
             .await
             .map_err(|e| StoreError::Io(e.to_string()))??;
         self.commit.physical.fetch_add(1, Ordering::Relaxed);
@@ -154,28 +160,38 @@ impl Store {
 
 /// sled's flush, then `fsync` of everything sled keeps in the store directory: `db` (the log),
 /// `conf`, `snap.*`, and `blobs/<lsn>` (pages too large for a log segment, which sled writes with
-/// no sync at all), then of `blobs/` and the store directory themselves, so that files sled
-/// created or renamed are found after a power loss. Every blob is synced on every flush: blobs
-/// are rare (a page over 128 KiB) and syncing a clean file costs next to nothing.
-fn sync_to_disk(db: &Db, path: &Path) -> Result<(), StoreError> {
+/// no sync at all), then of `blobs/` and the store directory themselves when their entries
+/// changed, so that files sled created or renamed are found after a power loss. Every file is
+/// synced on every flush: syncing a clean file costs next to nothing. A directory whose entries
+/// (names and inodes) are those it had at its last `fsync` is not synced again: that costs
+/// milliseconds on some filesystems, and its on-disk entries are already the current ones.
+fn sync_to_disk(db: &Db, path: &Path, commit: &GroupCommit) -> Result<(), StoreError> {
     db.flush()?;
     let blobs = path.join("blobs");
-    sync_files_in(path)?;
-    sync_files_in(&blobs)?;
-    sync_path(&blobs)?;
-    sync_path(path)
+    for dir in [blobs.as_path(), path] {
+        let entries = sync_files_in(dir)?;
+        let mut synced = commit.synced_dirs.lock().expect("no panics while held");
+        if synced.get(dir) != Some(&entries) {
+            sync_path(dir)?;
+            synced.insert(dir.to_path_buf(), entries);
+        }
+    }
+    Ok(())
 }
 
 fn io_error(path: &Path, e: std::io::Error) -> StoreError {
     StoreError::Io(format!("{}: {e}", path.display()))
 }
 
-/// `fsync` of each regular file in `dir`. A file sled removed or renamed since the listing (an
-/// old snapshot, a collected blob, `snap.*.generating`) needs none: sled syncs a snapshot before
-/// renaming it, and the directory's own `fsync` records the new name.
-fn sync_files_in(dir: &Path) -> Result<(), StoreError> {
+/// `fsync` of each regular file in `dir`; answers the directory's entries, sorted. A file sled
+/// removed or renamed since the listing (an old snapshot, a collected blob,
+/// `snap.*.generating`) needs none: sled syncs a snapshot before renaming it, and the
+/// directory's own `fsync` records the new name.
+fn sync_files_in(dir: &Path) -> Result<Vec<(OsString, u64)>, StoreError> {
+    let mut entries = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(|e| io_error(dir, e))? {
         let entry = entry.map_err(|e| io_error(dir, e))?;
+        entries.push((entry.file_name(), entry.ino()));
         let file = entry.path();
         let result = entry.file_type().and_then(|t| {
             if t.is_file() {
@@ -189,7 +205,8 @@ fn sync_files_in(dir: &Path) -> Result<(), StoreError> {
             _ => {}
         }
     }
-    Ok(())
+    entries.sort();
+    Ok(entries)
 }
 
 /// `fsync` of one file or directory that must exist.
