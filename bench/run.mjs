@@ -6,22 +6,23 @@
 //   ROUTERD_BIN=.../release/routerd node bench/run.mjs [--json PATH] [--quick]
 //
 // All traffic goes to 127.0.0.1. Every phase is bounded by a request count and a duration.
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { readFileSync, writeFileSync, existsSync } from 'node:fs';
 import { cpus, availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { encodeFunctionData, getAddress } from 'viem';
+import { encodeFunctionData, getAddress, keccak256, parseAbi, toHex } from 'viem';
+import { startFilteringProxy } from '../tests/e2e/lib/bad-upstreams.mjs';
 import { startFacilitatorStack } from '../tests/e2e/lib/stack.mjs';
 import { startAnvil, anvilBin } from '../tests/e2e/lib/anvil.mjs';
 import { startRouterd, routerdBin, SHUTDOWN_GRACE_SECS } from '../tests/e2e/lib/routerd.mjs';
 import { anvilAccount, freshAccount } from '../tests/e2e/lib/accounts.mjs';
 import { usdcAbi } from '../tests/e2e/lib/deploy-usdc.mjs';
-import { freePort, makeTempDir, sleep } from '../tests/e2e/lib/util.mjs';
+import { freePort, makeTempDir, sleep, waitFor } from '../tests/e2e/lib/util.mjs';
 import { nowMs, percentile, summarize, load, postJson, procMemory, metricSum } from './lib.mjs';
 
 const { values: opts } = parseArgs({
-  options: { json: { type: 'string' }, quick: { type: 'boolean', default: false } },
+  options: { json: { type: 'string' }, quick: { type: 'boolean', default: false }, only: { type: 'string' } },
 });
 // --quick: a smoke run of the script itself (small counts); its numbers are not for comparison.
 const Q = opts.quick ? 0.1 : 1;
@@ -32,11 +33,12 @@ process.env.RUST_LOG = process.env.BENCH_RUST_LOG ?? 'info';
 
 const BOUNDS = {
   verifyWarmup: n(100),
-  verifySerial: { total: n(2000), maxMs: 10_000 },
-  verifyConcurrent: { concurrency: 32, total: n(6000), maxMs: 10_000 },
-  anvilBatch: { total: n(2000), maxMs: 10_000 },
+  verifyCount: n(256),
+  verifySerial: { total: n(1000), maxMs: 10_000 },
+  // Distinct bodies, each sent once: a verify cached per body would measure the cache.
+  verifyConcurrent: { concurrency: 64, total: n(4096), maxMs: 20_000 },
   settleSerial: n(20),
-  settleBurst: n(50),
+  settleLoad: { total: n(2000), payers: n(250), concurrency: n(1000), maxMs: 60_000 },
   routerWarmup: n(50),
   routerSerial: { total: n(1000), maxMs: 10_000 },
   routerConcurrent: { concurrency: 64, total: n(2000), maxMs: 20_000 },
@@ -86,93 +88,182 @@ function machine() {
 // ---------------------------------------------------------------------------------------------
 // a+b+c: facilitator
 
-/** The batch routerd's verify sends for a valid EOA payment (src/facilitator/verify.rs read_chain). */
-function verifyShapedBatch(token, authorization, payTo) {
-  const call = (functionName, args) => ({
-    to: token, data: encodeFunctionData({ abi: usdcAbi, functionName, args }),
+/** The lens call routerd's verify sends (src/facilitator/lens.rs, src/chain/read_mode.rs). */
+const LENS_CODE = readFileSync(new URL('../src/facilitator/lens.hex', import.meta.url), 'utf8').trim();
+const LENS_AT = getAddress(`0x${keccak256(toHex('routerd.lens')).slice(-40)}`);
+const LENS_ABI = parseAbi(['function facts(address token, address from, address payTo, bytes32 nonce, bytes erc1271Call)']);
+function lensCall(token, authorization, payTo, id = 1) {
+  const data = encodeFunctionData({
+    abi: LENS_ABI, functionName: 'facts', args: [token, getAddress(authorization.from), getAddress(payTo), authorization.nonce, '0x'],
   });
-  const from = getAddress(authorization.from);
-  const calls = [
-    ['eth_getBlockByNumber', ['latest', false]],
-    ['eth_getCode', [from, 'latest']],
-    ['eth_call', [call('balanceOf', [from]), 'latest']],
-    ['eth_call', [call('authorizationState', [from, authorization.nonce]), 'latest']],
-    ['eth_call', [call('isBlacklisted', [from]), 'latest']],
-    ['eth_call', [call('isBlacklisted', [getAddress(payTo)]), 'latest']],
-  ];
-  return calls.map(([method, params], i) => ({ jsonrpc: '2.0', id: i + 1, method, params }));
+  return { jsonrpc: '2.0', id, method: 'eth_call', params: [{ to: LENS_AT, data }, 'latest', { [LENS_AT]: { code: LENS_CODE } }] };
 }
 
-const batchOk = (res, size) => res.status === 200 && Array.isArray(res.body) && res.body.length === size
-  && res.body.every((a) => a.error === undefined && a.result !== undefined);
+/** User plus system CPU seconds a process has used so far (/proc/<pid>/stat, clock ticks of 1/100 s). */
+function cpuSeconds(pid) {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
+}
+const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+
+/** Signs `count` distinct payments (each body is sent once), `per` at a time. */
+async function signPayments(stack, count, payTo) {
+  const out = [];
+  while (out.length < count) {
+    const batch = Math.min(256, count - out.length);
+    out.push(...await Promise.all(Array.from({ length: batch }, (_, i) => stack.pay({
+      account: stack.payers[(out.length + i) % stack.payers.length], payTo, amount: 1000n,
+    }))));
+  }
+  return out;
+}
 
 async function benchVerify() {
-  log('verify: starting an auto-mining anvil with USDC and routerd');
-  const stack = await startFacilitatorStack({ fundedPayers: 4 });
+  log('verify: starting an auto-mining anvil with USDC, a counting proxy and routerd');
+  const proxy = await startFilteringProxy();
+  let throughProxy = true;
+  const stack = await startFacilitatorStack({
+    fundedPayers: 16,
+    rpcUrlFor: (name, url) => {
+      proxy.target = url;
+      return throughProxy ? proxy.url : url;
+    },
+  });
   try {
-    const pid = stack.routerd.child.pid;
-    await sleep(1000);
-    results.memory.facilitator = { idle: procMemory(pid) };
-
-    // verify is read-only: a handful of signed bodies, reused round-robin.
     const payTo = freshAccount().address;
-    const payments = [];
-    for (let i = 0; i < 8; i += 1) payments.push(await stack.pay({ account: stack.payers[i % 4], payTo, amount: 1000n }));
-    const bodies = payments.map((p) => JSON.stringify(p.body));
-    const url = `${stack.url}/verify`;
-    const verifyOnce = async (i) => {
-      const res = await postJson(url, bodies[i % bodies.length]);
+    const { verifyCount, verifySerial, verifyConcurrent, verifyWarmup } = BOUNDS;
+    log(`verify: signing ${verifyCount + verifySerial.total + verifyConcurrent.total + verifyWarmup} distinct payments`);
+    const counted = await signPayments(stack, verifyCount, payTo);
+    const warm = await signPayments(stack, verifyWarmup, payTo);
+    const serialPool = await signPayments(stack, verifySerial.total, payTo);
+    const pool = await signPayments(stack, verifyConcurrent.total, payTo);
+    const url = () => `${stack.url}/verify`;
+    const verifier = (payments) => async (i) => {
+      const res = await postJson(url(), JSON.stringify(payments[i % payments.length].body));
       return res.status === 200 && res.body?.isValid === true;
     };
-    const first = await postJson(url, bodies[0]);
-    if (first.body?.isValid !== true) throw new Error(`verify of a valid payment failed: HTTP ${first.status} ${first.text}`);
 
-    log(`verify: warm-up (${BOUNDS.verifyWarmup}), then concurrency 1 and 32`);
-    await load({ concurrency: 4, total: BOUNDS.verifyWarmup, maxMs: 10_000, call: verifyOnce });
-    const c1 = await load({ concurrency: 1, ...BOUNDS.verifySerial, call: verifyOnce });
-    const c32 = await load({ ...BOUNDS.verifyConcurrent, call: verifyOnce });
+    // Upstream calls per verify, counted at the proxy: every JSON-RPC call that reached the node
+    // while the verifies ran, less the head polling seen over an idle window of the same length.
+    log(`verify: ${verifyCount} verifies through the counting proxy`);
+    const callsSince = (from) => proxy.state.requests.slice(from).reduce((n, methods) => n + methods.length, 0);
+    await waitFor(async () => (await stack.request('/ready')).body?.readModes?.[stack.network] === 'lens', { what: 'lens read mode' });
+    let mark = proxy.state.requests.length;
+    let t0 = nowMs();
+    const countRun = await load({ concurrency: 8, total: verifyCount, maxMs: 30_000, call: verifier(counted) });
+    const countMs = nowMs() - t0;
+    const during = callsSince(mark);
+    mark = proxy.state.requests.length;
+    t0 = nowMs();
+    await sleep(countMs);
+    const idle = (callsSince(mark) * countMs) / (nowMs() - t0);
+    const readMode = (await stack.request('/ready')).body?.readModes?.[stack.network];
 
-    log('verify: direct batched round trips to anvil of the same shape');
-    const batches = payments.map((p) => JSON.stringify(verifyShapedBatch(stack.usdc, p.authorization, payTo)));
-    const size = JSON.parse(batches[0]).length;
-    const anvilOnce = async (i) => batchOk(await postJson(stack.anvil.url, batches[i % batches.length]), size);
-    await load({ concurrency: 1, total: BOUNDS.verifyWarmup, maxMs: 10_000, call: anvilOnce });
-    const direct = await load({ concurrency: 1, ...BOUNDS.anvilBatch, call: anvilOnce });
-
-    results.verify = {
-      c1: { ...summarize(c1.latencies), rps: c1.rps, failed: c1.failed, firstError: c1.firstError },
-      c32: { ...summarize(c32.latencies), rps: c32.rps, failed: c32.failed, firstError: c32.firstError },
-      anvilBatch: { ...summarize(direct.latencies), rps: direct.rps, failed: direct.failed, calls: size },
-    };
+    log('verify: routerd restarted straight on anvil; warm-up, then concurrency 1 and 64');
+    throughProxy = false;
+    stack.reconfigure({});
+    await stack.routerd.stop();
+    await stack.routerd.start();
+    const pid = stack.routerd.child.pid;
+    await waitFor(async () => (await stack.request('/ready')).body?.readModes?.[stack.network] === 'lens', { what: 'lens read mode' });
+    results.memory.facilitator = { idle: procMemory(pid) };
+    await load({ concurrency: 4, total: verifyWarmup, maxMs: 10_000, call: verifier(warm) });
+    const c1 = await load({ concurrency: 1, ...verifySerial, call: verifier(serialPool) });
+    const cpu0 = cpuSeconds(pid);
+    const c64 = await load({ ...verifyConcurrent, call: verifier(pool) });
+    const cpu = cpuSeconds(pid) - cpu0;
     results.memory.facilitator.afterVerify = procMemory(pid);
+
+    log('verify: the same read (the lens eth_call) posted straight to anvil, concurrency 1 and 64');
+    const direct = pool.map((p) => JSON.stringify(lensCall(stack.usdc, p.authorization, payTo)));
+    const anvilOnce = async (i) => {
+      const res = await postJson(stack.anvil.url, direct[i % direct.length]);
+      return res.status === 200 && typeof res.body?.result === 'string' && res.body.result.length > 2;
+    };
+    await load({ concurrency: 4, total: verifyWarmup, maxMs: 10_000, call: anvilOnce });
+    const a1 = await load({ concurrency: 1, ...verifySerial, call: anvilOnce });
+    const a64 = await load({ ...verifyConcurrent, call: anvilOnce });
+
+    const stats = (r) => ({ ...summarize(r.latencies), rps: r.rps, failed: r.failed, firstError: r.firstError });
+    results.verify = {
+      readMode,
+      c1: stats(c1),
+      c64: stats(c64),
+      anvil1: stats(a1),
+      anvil64: stats(a64),
+      upstream: { verifies: countRun.latencies.length, failed: countRun.failed, calls: during, background: idle,
+        perVerify: (during - idle) / countRun.latencies.length },
+      cpuMicrosPerVerify: (cpu * 1e6) / c64.latencies.length,
+      cpuSeconds: cpu,
+    };
   } finally {
     await stack.stop();
+    await proxy.close();
   }
 }
 
+/**
+ * Records when each block number was first seen, in epoch milliseconds. The polling runs in a
+ * child process: the load generator's own event loop, busy with a thousand requests, would
+ * notice blocks late.
+ */
+function watchBlocks(url) {
+  const arrivals = new Map();
+  const script = `
+    const seen = new Set();
+    const body = '{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}';
+    (async () => {
+      for (;;) {
+        try {
+          const res = await fetch(${JSON.stringify(url)}, { method: 'POST', body, headers: { 'content-type': 'application/json' } });
+          const n = Number(BigInt((await res.json()).result));
+          if (!seen.has(n)) { seen.add(n); console.log(n + ' ' + (performance.timeOrigin + performance.now())); }
+        } catch {}
+        await new Promise((r) => setTimeout(r, 2));
+      }
+    })();`;
+  const child = spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
+  let rest = '';
+  child.stdout.on('data', (chunk) => {
+    const lines = (rest + chunk).split('\n');
+    rest = lines.pop();
+    for (const line of lines) {
+      const [n, at] = line.split(' ').map(Number);
+      arrivals.set(n, at);
+    }
+  });
+  return { arrivals, async stop() { child.kill(); await new Promise((r) => child.once('exit', r)); } };
+}
+
+/** Epoch milliseconds, comparable with watchBlocks' child process. */
+const epochMs = () => performance.timeOrigin + performance.now();
+
 async function benchSettle() {
-  const total = BOUNDS.settleSerial + BOUNDS.settleBurst;
-  log('settle: starting an anvil with --block-time 1, USDC and routerd');
-  const payers = 5;
-  const stack = await startFacilitatorStack({ anvil: { blockTime: 1 }, fundedPayers: payers, payerFunds: 1_000_000_000n });
+  const { settleSerial, settleLoad } = BOUNDS;
+  log(`settle: anvil with USDC and ${settleLoad.payers} funded payers, then 1 s interval mining; routerd`);
+  const stack = await startFacilitatorStack({ fundedPayers: settleLoad.payers, payerFunds: 1_000_000_000n });
   try {
+    await postJson(stack.anvil.url, '{"jsonrpc":"2.0","id":1,"method":"evm_setIntervalMining","params":[1]}');
+    // New heads by subscription, as an operator with a WebSocket URL runs it.
+    stack.reconfigure({ chainExtra: `ws_urls = ["${stack.anvil.url.replace(/^http/, 'ws')}"]\n` });
+    await stack.routerd.stop();
+    await stack.routerd.start();
     const pid = stack.routerd.child.pid;
     await sleep(1000);
     results.memory.settle = { idle: procMemory(pid) };
     const payTo = freshAccount().address;
-    const payments = [];
-    for (let i = 0; i < total; i += 1) payments.push(await stack.pay({ account: stack.payers[i % payers], payTo, amount: 1000n }));
-    const bodies = payments.map((p) => JSON.stringify(p.body));
+    const serialPayments = await signPayments(stack, settleSerial, payTo);
+    const loadPayments = await signPayments(stack, settleLoad.total, payTo);
     const url = `${stack.url}/settle`;
     const settled = (res) => res.status === 200 && res.body?.success === true && /^0x[0-9a-f]{64}$/i.test(res.body.transaction ?? '');
 
-    log(`settle: ${BOUNDS.settleSerial} sequential`);
+    log(`settle: ${settleSerial} sequential`);
     const serial = [];
     let serialFailed = 0;
     let firstError;
-    for (let i = 0; i < BOUNDS.settleSerial; i += 1) {
+    for (const p of serialPayments) {
       const t0 = nowMs();
-      const res = await postJson(url, bodies[i]);
+      const res = await postJson(url, JSON.stringify(p.body));
       serial.push(nowMs() - t0);
       if (!settled(res)) {
         serialFailed += 1;
@@ -180,27 +271,60 @@ async function benchSettle() {
       }
     }
 
-    log(`settle: ${BOUNDS.settleBurst} concurrent distinct payments`);
-    const burstStart = nowMs();
-    const burst = await Promise.all(bodies.slice(BOUNDS.settleSerial).map(async (raw) => {
-      const t0 = nowMs();
-      try {
-        const res = await postJson(url, raw);
-        return { ms: nowMs() - t0, ok: settled(res), text: `HTTP ${res.status} ${res.text.slice(0, 300)}` };
-      } catch (err) {
-        return { ms: nowMs() - t0, ok: false, text: err.message };
-      }
-    }));
-    const burstWall = nowMs() - burstStart;
-    const burstFailed = burst.filter((r) => !r.ok);
-    firstError ??= burstFailed[0]?.text;
+    log(`settle: ${settleLoad.total} distinct payments from ${settleLoad.payers} payers at concurrency ${settleLoad.concurrency}`);
+    const blocks = watchBlocks(stack.anvil.url);
+    await sleep(1100); // a block boundary seen before the load starts
+    const answers = [];
+    const loadStart = nowMs();
+    const loadStartEpoch = epochMs();
+    const run = await load({
+      concurrency: settleLoad.concurrency, total: settleLoad.total, maxMs: settleLoad.maxMs,
+      call: async (i) => {
+        const res = await postJson(url, JSON.stringify(loadPayments[i].body));
+        const ok = settled(res);
+        if (ok) answers.push({ at: epochMs(), tx: res.body.transaction });
+        else firstError ??= `HTTP ${res.status} ${res.text.slice(0, 300)}`;
+        return ok;
+      },
+    });
+    const wallMs = nowMs() - loadStart;
+    await sleep(1500);
+    await blocks.stop();
+    results.memory.settle.afterSettle = procMemory(pid);
+
+    log('settle: reading every receipt back from the chain');
+    const receipts = [];
+    for (let i = 0; i < answers.length; i += 200) {
+      receipts.push(...await Promise.all(answers.slice(i, i + 200).map((a) => stack.receipt(a.tx))));
+    }
+    const confirmed = receipts.filter((r) => r.status === 'success').length;
+    const blockToAnswer = answers.map((a, i) => a.at - blocks.arrivals.get(Number(receipts[i].blockNumber))).filter(Number.isFinite);
+    const gas = receipts.map((r) => Number(r.gasUsed)).sort((a, b) => a - b);
+    if (process.env.BENCH_TRACE) {
+      const byBlock = {};
+      receipts.forEach((r, i) => {
+        const b = Number(r.blockNumber);
+        byBlock[b] ??= { n: 0, arrived: blocks.arrivals.get(b) - loadStartEpoch, firstAnswer: Infinity, lastAnswer: 0 };
+        byBlock[b].n += 1;
+        byBlock[b].firstAnswer = Math.min(byBlock[b].firstAnswer, answers[i].at - loadStartEpoch);
+        byBlock[b].lastAnswer = Math.max(byBlock[b].lastAnswer, answers[i].at - loadStartEpoch);
+      });
+      console.error(JSON.stringify(byBlock));
+    }
+    const block = await stack.client.getBlock();
+    const perBlock = Math.floor(Number(block.gasLimit) / gas[Math.floor(gas.length / 2)]);
 
     results.settle = {
       serial: { ...summarize(serial), failed: serialFailed },
-      burst: { ...summarize(burst.map((r) => r.ms)), failed: burstFailed.length, wallMs: burstWall },
+      load: {
+        ...summarize(run.latencies), failed: run.failed, wallMs, rps: (run.ok / wallMs) * 1000,
+        confirmed, concurrency: settleLoad.concurrency, payers: settleLoad.payers,
+        blockToAnswer: summarize(blockToAnswer),
+        medianGas: gas[Math.floor(gas.length / 2)], gasLimit: Number(block.gasLimit), capacityPerSecond: perBlock,
+        blocksUsed: new Set(receipts.map((r) => r.blockNumber)).size,
+      },
       firstError,
     };
-    results.memory.settle.afterSettle = procMemory(pid);
   } finally {
     await stack.stop();
   }
@@ -269,6 +393,9 @@ const routerBody = (i) => JSON.stringify({
   jsonrpc: '2.0', id: i, method: 'eth_routerTransaction',
   params: [{ from: SENDERS[i % SENDERS.length], to: RECIPIENT, data: '0x', value: '1000' }],
 });
+
+const batchOk = (res, size) => res.status === 200 && Array.isArray(res.body) && res.body.length === size
+  && res.body.every((a) => a.error === undefined && a.result !== undefined);
 
 /** The per-chain batch routerd's probe sends for a plain ETH transfer (src/router/probe.rs ask). */
 const upstreamShapedBatch = (i) => {
@@ -393,14 +520,14 @@ function table() {
   const lat = (name, x, { rps = true } = {}) => out.push(row([
     name, f(x.p50), f(x.p99), f(x.max), rps && x.rps !== undefined ? f(x.rps, 0) : '', x.n, x.failed ?? '',
   ]));
-  lat('a verify, concurrency 1', v.c1);
-  lat('a verify, concurrency 32', v.c32);
-  lat(`a anvil batch (${v.anvilBatch.calls} calls, verify shape), conc 1`, v.anvilBatch);
+  lat(`a verify (${v.readMode} mode), concurrency 1`, v.c1);
+  lat(`a verify (${v.readMode} mode), concurrency 64`, v.c64);
+  lat('a the same read straight to anvil, conc 1', v.anvil1);
+  lat('a the same read straight to anvil, conc 64', v.anvil64);
   lat(`b settle, ${s.serial.n} sequential (block time 1 s)`, s.serial, { rps: false });
-  out.push(row([
-    `b settle, ${s.burst.n} concurrent distinct`, f(s.burst.p50), f(s.burst.p99), f(s.burst.max),
-    f((s.burst.n / s.burst.wallMs) * 1000, 1), s.burst.n, s.burst.failed,
-  ]));
+  const sl = s.load;
+  lat(`b settle, ${sl.n} distinct at concurrency ${sl.concurrency}`, sl);
+  lat('b   block-to-answer (answer - block arrival)', sl.blockToAnswer, { rps: false });
   lat('d eth_routerTransaction, concurrency 1', r.serial);
   lat('d eth_routerTransaction, concurrency 64', r.concurrent);
   for (const [name, x] of Object.entries(r.upstream)) lat(`d upstream batch ${name} (3 calls), conc 1`, x, { rps: false });
@@ -415,6 +542,14 @@ function table() {
   lat('e start-up to /health, empty store', st.empty, { rps: false });
   lat(`e start-up to /health, ${st.records} finished records`, st.seeded, { rps: false });
   out.push('');
+  const vu = v.upstream;
+  out.push(`verify: upstream JSON-RPC calls per verify ${f(vu.perVerify, 3)} (counted at a proxy: ${vu.calls} calls for `
+    + `${vu.verifies} verifies, less ${f(vu.background, 1)} of head polling over as long idle)`);
+  out.push(`verify: routerd CPU per verify ${f(v.cpuMicrosPerVerify, 1)} µs at concurrency 64 `
+    + `(${f(v.cpuSeconds, 2)} CPU s over ${v.c64.n} verifies, /proc/<pid>/stat)`);
+  out.push(`settle: ${sl.confirmed} of ${sl.n} confirmed on chain in ${sl.blocksUsed} blocks; ${f(sl.rps, 1)} settles/s over ${f(sl.wallMs / 1000, 2)} s; `
+    + `capacity ${sl.capacityPerSecond}/s (gas limit ${sl.gasLimit} / median ${sl.medianGas} gas per settlement, 1 s blocks)`);
+  out.push('');
   const u = r.upstreamRequests;
   out.push('upstream requests (routerd_upstream_requests_total, all chains)');
   out.push(`  routed calls ${u.calls} in ${f(u.loadMs / 1000, 1)} s; raw delta ${u.raw}; idle ${u.idleCount} in ${f(u.idleWindowMs / 1000, 1)} s `
@@ -425,19 +560,21 @@ function table() {
   const ratios = results.ratios;
   out.push('ratios (comparable run to run; see bench/README.md)');
   const ratio = (name, x) => out.push(`  ${pad(name, 52)}${lpad(f(x), 8)}`);
-  ratio('verify_p50 / anvil_batch_p50', ratios.verifyOverAnvil);
-  ratio('verify req/s at 32 / at 1', ratios.verifyScaling);
+  ratio('verify_p50 / same read straight to anvil p50 (conc 1)', ratios.verifyOverAnvil);
+  ratio('verify req/s / same read straight to anvil req/s (conc 64)', ratios.verifyRpsOverAnvil);
+  ratio('verify req/s at 64 / at 1', ratios.verifyScaling);
   ratio(`routing_p50 / slowest_chain_p50 (${r.slowestChain})`, ratios.routingOverSlowest);
   ratio('routing req/s at 64 / at 1', ratios.routingScaling);
   ratio('settle sequential p50 / block time (1 s)', ratios.settleOverBlock);
-  ratio('settle concurrent max / block time (1 s)', ratios.burstMaxOverBlock);
+  ratio(`settle/s at concurrency ${sl.concurrency} / chain capacity`, ratios.settleOverCapacity);
   ratio('net upstream requests per routed call / chains', ratios.upstreamPerChain);
   ratio('start-up p50 with finished records / empty store', ratios.startupGrowth);
-  const failures = [v.c1, v.c32, v.anvilBatch, s.serial, s.burst, r.serial, r.concurrent, ...Object.values(r.upstream)]
-    .reduce((sum, x) => sum + (x.failed ?? 0), 0);
+  const unconfirmed = sl.n - sl.failed - sl.confirmed;
+  const failures = [v.c1, v.c64, v.anvil1, v.anvil64, s.serial, sl, r.serial, r.concurrent, ...Object.values(r.upstream)]
+    .reduce((sum, x) => sum + (x.failed ?? 0), unconfirmed);
   out.push('');
   out.push(`failures: ${failures}`);
-  for (const e of [v.c1.firstError, v.c32.firstError, s.firstError, r.serial.firstError, r.concurrent.firstError]) {
+  for (const e of [v.c1.firstError, v.c64.firstError, s.firstError, r.serial.firstError, r.concurrent.firstError]) {
     if (e) out.push(`  first error: ${e}`);
   }
   return { text: out.join('\n'), failures };
@@ -448,18 +585,26 @@ async function main() {
   if (!process.env.ROUTERD_BIN?.includes('release')) log(`warning: ROUTERD_BIN=${routerdBin()} does not look like a release build`);
   results.machine = machine();
   const started = nowMs();
+  if (opts.only) {
+    // One phase, for working on it: prints its raw figures, not the table.
+    const phases = { verify: benchVerify, settle: benchSettle, router: benchRouter, startup: benchStartup };
+    await phases[opts.only]();
+    console.log(JSON.stringify({ [opts.only]: results[opts.only], memory: results.memory }, null, 2));
+    return;
+  }
   await benchVerify();
   await benchSettle();
   await benchRouter();
   await benchStartup();
   const { verify: v, settle: s, router: r, startup: st } = results;
   results.ratios = {
-    verifyOverAnvil: v.c1.p50 / v.anvilBatch.p50,
-    verifyScaling: v.c32.rps / v.c1.rps,
+    verifyOverAnvil: v.c1.p50 / v.anvil1.p50,
+    verifyRpsOverAnvil: v.c64.rps / v.anvil64.rps,
+    verifyScaling: v.c64.rps / v.c1.rps,
     routingOverSlowest: r.serial.p50 / r.upstream[r.slowestChain].p50,
     routingScaling: r.concurrent.rps / r.serial.rps,
     settleOverBlock: s.serial.p50 / 1000,
-    burstMaxOverBlock: s.burst.max / 1000,
+    settleOverCapacity: s.load.rps / s.load.capacityPerSecond,
     upstreamPerChain: r.upstreamRequests.netPerCall / ROUTER_CHAINS.length,
     startupGrowth: st.seeded.p50 / st.empty.p50,
   };
