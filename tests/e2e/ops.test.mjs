@@ -96,11 +96,12 @@ it('GET /health answers 200 {"status":"ok"}', async () => {
 });
 
 it('GET /ready answers 200 {"ready":true} when the chain answers and the signer has gas', async () => {
+  // The read mode is probed in the background at start; readiness does not wait for it.
   const res = await waitFor(async () => {
     const r = await getJson(`${stack.url}/ready`);
-    return r.status === 200 ? r : null;
+    return r.status === 200 && r.body?.readModes?.[stack.network] !== 'unknown' ? r : null;
   }, { timeoutMs: 10_000, what: '/ready = 200' });
-  assert.deepEqual(res.body, { ready: true });
+  assert.deepEqual(res.body, { ready: true, readModes: { [stack.network]: 'lens' } });
   assert.match(res.headers.get('content-type') ?? '', /application\/json/);
 });
 
@@ -406,12 +407,12 @@ networks = ["chainX"]
   let last;
   const ready = await waitFor(async () => {
     last = await getJson(`${jsonDaemon.url}/ready`);
-    return last.status === 200 ? last : null;
+    return last.status === 200 && last.body?.readModes?.chainX !== 'unknown' ? last : null;
   }, { timeoutMs: 10_000, what: '/ready = 200 on the env-configured daemon' }).catch((err) => {
     err.message += `\nlast /ready: HTTP ${last?.status} ${last?.text}\n--- JSON daemon log ---\n${jsonDaemon.tail(30)}`;
     throw err;
   });
-  assert.deepEqual(ready.body, { ready: true });
+  assert.deepEqual(ready.body, { ready: true, readModes: { chainX: 'lens' } });
   assert.equal((await fetch(`${jsonDaemon.url}/health`)).status, 200);
   assert.equal((await fetch(`${jsonDaemon.url}/supported`)).status, 200);
   const bad = await fetch(`${jsonDaemon.url}/verify`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{' });
