@@ -82,6 +82,9 @@ pub struct VerifyResponse {
 #[serde(rename_all = "camelCase")]
 pub struct SettleResponse {
     pub success: bool,
+    /// The typed reason behind `error_reason`, for the wire layer of each protocol version.
+    #[serde(skip)]
+    pub reason: Option<Reason>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error_reason: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -132,9 +135,14 @@ pub struct SupportedKind {
     pub network: String,
 }
 
+/// `GET /supported`. `extensions` and `signers` are x402 v2's fields: present when v2 is served.
 #[derive(Debug, Clone, Serialize)]
 pub struct SupportedResponse {
     pub kinds: Vec<SupportedKind>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub extensions: Option<Vec<&'static str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signers: Option<std::collections::BTreeMap<&'static str, Vec<String>>>,
 }
 
 /// Why a payment fails verification, in the order of the rules (x402-facilitator.md §2).
