@@ -160,11 +160,10 @@ impl Facilitator {
 
     pub async fn settle(&self, request: &PaymentRequest) -> Result<SettleResponse, SettleError> {
         match self.v1_refused() {
-            Some(refused) => Ok(refusal(
+            Some(refused) => Ok(SettleResponse::refused(
                 &refused,
                 verify::payer_of(request),
                 request.payment_requirements.network.clone(),
-                types::Reason::settle_name,
             )),
             None => self.settler.settle(request).await,
         }
@@ -193,44 +192,25 @@ impl Facilitator {
             Err(failure) => Err(failure),
             Ok(()) => self.verdict(&lowered.request).await?,
         };
-        let mut answer = Verifier::respond(&lowered.request, verdict.clone());
-        answer.invalid_reason = verdict
-            .err()
-            .map(|failure| protocol::v2::reason_name(failure.reason));
-        Ok(answer)
+        Ok(protocol::v2::verify_answer(&lowered.request, verdict))
     }
 
-    /// `/settle` in x402 v2: the one settlement path, answered in v2's names and network; an
-    /// outcome still unknown after broadcast is v2's `settlement_pending` with the hash.
+    /// `/settle` in x402 v2: v2's own rules, then the one settlement path, answered in v2's
+    /// names and network.
     pub async fn settle_v2(
         &self,
         request: &protocol::v2::PaymentRequest,
     ) -> Result<SettleResponse, SettleError> {
         let lowered = self.lower_v2(request);
-        let network = request.payment_requirements.network.clone();
-        let payer = verify::payer_of(&lowered.request);
-        if let Err(failure) = lowered.verdict {
-            return Ok(refusal(&failure, payer, network, protocol::v2::reason_name));
-        }
-        match self.settler.settle(&lowered.request).await {
-            Ok(mut answer) => {
-                answer.error_reason = answer
-                    .reason
-                    .map(|r| protocol::v2::reason_name(r).to_string());
-                answer.network = network;
-                Ok(answer)
-            }
-            Err(SettleError::Pending(Some(hash))) => Ok(SettleResponse {
-                success: false,
-                reason: None,
-                error_reason: Some(protocol::v2::SETTLEMENT_PENDING.to_string()),
-                error_message: Some(SettleError::Pending(Some(hash)).to_string()),
-                payer,
-                transaction: format!("{hash:?}"),
-                network,
-            }),
-            Err(other) => Err(other),
-        }
+        let outcome = match &lowered.verdict {
+            Err(failure) => Ok(SettleResponse::refused(
+                failure,
+                verify::payer_of(&lowered.request),
+                String::new(),
+            )),
+            Ok(()) => self.settler.settle(&lowered.request).await,
+        };
+        protocol::v2::settle_answer(request, &lowered.request, outcome)
     }
 
     fn lower_v2(&self, request: &protocol::v2::PaymentRequest) -> protocol::v2::Lowered {
@@ -257,24 +237,6 @@ impl Facilitator {
 
     pub fn pending_settlements(&self) -> usize {
         self.settler.pending_settlements()
-    }
-}
-
-/// A settle answer for a payment refused before the engine saw it.
-fn refusal(
-    failure: &Invalid,
-    payer: String,
-    network: String,
-    name: fn(types::Reason) -> &'static str,
-) -> SettleResponse {
-    SettleResponse {
-        success: false,
-        reason: Some(failure.reason),
-        error_reason: Some(name(failure.reason).to_string()),
-        error_message: Some(failure.message.clone()),
-        payer,
-        transaction: String::new(),
-        network,
     }
 }
 

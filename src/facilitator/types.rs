@@ -4,6 +4,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 
+use super::verify::Invalid;
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PaymentRequest {
@@ -92,6 +94,21 @@ pub struct SettleResponse {
     pub payer: String,
     pub transaction: String,
     pub network: String,
+}
+
+impl SettleResponse {
+    /// The answer for a payment refused before settlement, in v1's names.
+    pub fn refused(failure: &Invalid, payer: String, network: String) -> Self {
+        SettleResponse {
+            success: false,
+            reason: Some(failure.reason),
+            error_reason: Some(failure.reason.settle_name().to_string()),
+            error_message: Some(failure.message.clone()),
+            payer,
+            transaction: String::new(),
+            network,
+        }
+    }
 }
 
 /// `GET /settlements/{network}/{asset}/{from}/{nonce}`: what happened to one payment.

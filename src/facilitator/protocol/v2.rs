@@ -12,8 +12,9 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::{Map, Number, Value};
 
-use super::super::types::{self, ExactEvmPayload, Reason};
-use super::super::verify::Invalid;
+use super::super::settlement::SettleError;
+use super::super::types::{self, ExactEvmPayload, Reason, SettleResponse, VerifyResponse};
+use super::super::verify::{Invalid, Verifier};
 
 /// `eip155:<chain id>`: the CAIP-2 namespace of EVM chains.
 const EIP155: &str = "eip155:";
@@ -222,6 +223,48 @@ pub fn reason_name(reason: Reason) -> &'static str {
 
 /// The settle answer's reason while the transaction is broadcast and its outcome still unknown.
 pub const SETTLEMENT_PENDING: &str = "settlement_pending";
+
+/// The `/verify` answer for a verdict on a lowered request, in v2's names.
+pub fn verify_answer(
+    lowered: &types::PaymentRequest,
+    verdict: Result<(), Invalid>,
+) -> VerifyResponse {
+    let reason = verdict
+        .as_ref()
+        .err()
+        .map(|failure| reason_name(failure.reason));
+    let mut answer = Verifier::respond(lowered, verdict);
+    answer.invalid_reason = reason;
+    answer
+}
+
+/// The `/settle` outcome of a lowered request raised into v2: v2's reason names, the network as
+/// the request gave it, and an outcome still unknown after broadcast as `settlement_pending`
+/// with the hash (before broadcast there is no hash, and the error body stays).
+pub fn settle_answer(
+    request: &PaymentRequest,
+    lowered: &types::PaymentRequest,
+    outcome: Result<SettleResponse, SettleError>,
+) -> Result<SettleResponse, SettleError> {
+    let network = request.payment_requirements.network.clone();
+    match outcome {
+        Ok(answer) => Ok(SettleResponse {
+            error_reason: answer.reason.map(|r| reason_name(r).to_string()),
+            network,
+            ..answer
+        }),
+        Err(SettleError::Pending(Some(hash))) => Ok(SettleResponse {
+            success: false,
+            reason: None,
+            error_reason: Some(SETTLEMENT_PENDING.to_string()),
+            error_message: Some(SettleError::Pending(Some(hash)).to_string()),
+            payer: super::super::verify::payer_of(lowered),
+            transaction: format!("{hash:?}"),
+            network,
+        }),
+        Err(other) => Err(other),
+    }
+}
 
 #[cfg(test)]
 mod tests {
