@@ -146,9 +146,11 @@ it('v2 rule 4: no paymentPayload.resource -> invalid_payment_requirements', asyn
   expectInvalid(await stack.verify(await v2With((b) => { delete b.paymentPayload.resource; })), 'invalid_payment_requirements');
 });
 
-it('v2 rule 4: an http:// resource is refused by default -> invalid_payment_requirements', async () => {
+it('v2 rule 4: an http:// resource is refused by default -> invalid_payment_requirements naming resource.url', async () => {
   const body = await v2With((b) => { b.paymentPayload.resource.url = 'http://127.0.0.1:4021/weather'; });
-  expectInvalid(await stack.verify(body), 'invalid_payment_requirements');
+  const res = await stack.verify(body);
+  expectInvalid(res, 'invalid_payment_requirements');
+  assert.match(res.body.invalidMessage, /paymentPayload\.resource\.url/);
 });
 
 it('engine rule 4: an asset not configured for the network -> invalid_payment_requirements', async () => {

@@ -235,7 +235,19 @@ pub fn verify_answer(
         .map(|failure| reason_name(failure.reason));
     let mut answer = Verifier::respond(lowered, verdict);
     answer.invalid_reason = reason;
+    answer.invalid_message = answer.invalid_message.as_deref().map(message);
     answer
+}
+
+/// An engine message in v2's field names: the engine speaks of v1's fields where v2 moved or
+/// renamed them.
+fn message(engine: &str) -> String {
+    engine
+        .replace(
+            "paymentRequirements.resource",
+            "paymentPayload.resource.url",
+        )
+        .replace("maxAmountRequired", "amount")
 }
 
 /// The `/settle` outcome of a lowered request raised into v2: v2's reason names, the network as
@@ -250,6 +262,7 @@ pub fn settle_answer(
     match outcome {
         Ok(answer) => Ok(SettleResponse {
             error_reason: answer.reason.map(|r| reason_name(r).to_string()),
+            error_message: answer.error_message.as_deref().map(message),
             network,
             ..answer
         }),
@@ -293,6 +306,18 @@ mod tests {
             assert_eq!(served_network(other, &served), None, "{other}");
         }
         assert_eq!(network_id(84532), "eip155:84532");
+    }
+
+    #[test]
+    fn engine_messages_name_v2_fields() {
+        assert_eq!(
+            message("authorization.value is below maxAmountRequired"),
+            "authorization.value is below amount"
+        );
+        assert_eq!(
+            message("paymentRequirements.resource: not an https:// URL of 11 to 2048 characters"),
+            "paymentPayload.resource.url: not an https:// URL of 11 to 2048 characters"
+        );
     }
 
     #[test]
