@@ -218,6 +218,24 @@ pub struct FacilitatorSettings {
     /// Blocks a settlement may stay unmined before it is re-sent with bumped fees.
     #[serde(default = "default_bump_after_blocks")]
     pub bump_after_blocks: u64,
+    /// The x402 protocol versions served on the facilitator routes; a body's `x402Version`
+    /// picks its wire format.
+    #[serde(default = "default_x402_versions")]
+    pub x402_versions: Vec<u32>,
+    /// Accept `http://` resources (the spec asks for `https://`): for local development and
+    /// resource servers behind a TLS-terminating proxy, whose middleware states its own URL.
+    #[serde(default)]
+    pub allow_http_resource: bool,
+}
+
+impl FacilitatorSettings {
+    pub fn serves_version(&self, version: u32) -> bool {
+        self.x402_versions.contains(&version)
+    }
+}
+
+fn default_x402_versions() -> Vec<u32> {
+    vec![1]
 }
 
 fn default_retention_days() -> u64 {
@@ -474,6 +492,39 @@ impl FacilitatorSettings {
                 "facilitator.retention_days",
                 "must be at least 1",
             ));
+        }
+        self.validate_versions(chains)
+    }
+
+    fn validate_versions(
+        &self,
+        chains: &BTreeMap<String, ChainSettings>,
+    ) -> Result<(), ConfigError> {
+        let key = "facilitator.x402_versions";
+        if self.x402_versions.is_empty() {
+            return Err(ConfigError::new(key, "at least one version is required"));
+        }
+        if let Some(v) = self.x402_versions.iter().find(|v| !matches!(v, 1 | 2)) {
+            return Err(ConfigError::new(
+                key,
+                format!("version {v} is not one of 1, 2"),
+            ));
+        }
+        if self.serves_version(2) {
+            // v2 names a network by chain id (eip155:<id>): two served networks with one id
+            // would make that name ambiguous.
+            let mut seen = BTreeMap::new();
+            for name in &self.networks {
+                if let Some(other) = seen.insert(chains[name].chain_id, name) {
+                    return Err(ConfigError::new(
+                        key,
+                        format!(
+                            "x402 v2 names networks by chain id, and {other} and {name} share chain id {}",
+                            chains[name].chain_id
+                        ),
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -746,6 +797,24 @@ networks = ["chainX"]
         let path = write(&dir, "bad-retention.toml", &body);
         let err = Settings::load_from(&[path], &HashMap::new()).unwrap_err();
         assert_eq!(err.key, "facilitator.retention_days");
+    }
+
+    #[test]
+    fn x402_versions_default_to_v1_and_bad_lists_name_the_key() {
+        let dir = temp_dir();
+        let path = write(&dir, "versions.toml", BASE);
+        let settings = Settings::load_from(&[path], &HashMap::new()).unwrap();
+        let facilitator = settings.facilitator.unwrap();
+        assert_eq!(facilitator.x402_versions, vec![1]);
+        assert!(!facilitator.allow_http_resource);
+        for line in ["x402_versions = []", "x402_versions = [1, 3]"] {
+            let path = write(&dir, "bad-versions.toml", &format!("{BASE}{line}\n"));
+            let err = Settings::load_from(&[path], &HashMap::new()).unwrap_err();
+            assert_eq!(err.key, "facilitator.x402_versions", "{line}");
+        }
+        let path = write(&dir, "v2.toml", &format!("{BASE}x402_versions = [1, 2]\n"));
+        let settings = Settings::load_from(&[path], &HashMap::new()).unwrap();
+        assert!(settings.facilitator.unwrap().serves_version(2));
     }
 
     #[test]

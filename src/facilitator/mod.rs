@@ -1,7 +1,9 @@
-//! The x402 v1 `exact` facilitator: supported kinds, verify, settle. No HTTP in here.
+//! The x402 `exact` facilitator: supported kinds, verify, settle, for each served protocol
+//! version (`protocol` maps the versions onto one rule engine and one ledger). No HTTP in here.
 
 pub mod erc3009;
 pub mod lens;
+pub mod protocol;
 pub mod settlement;
 pub mod types;
 pub mod verify;
@@ -11,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ethers_core::types::Address;
+use ethers_core::utils::to_checksum;
 
 use crate::chain::Chain;
 use crate::config::{ChainSettings, FacilitatorSettings};
@@ -22,7 +25,7 @@ use types::{
     PaymentRequest, SettleResponse, SettlementStatus, SupportedKind, SupportedResponse,
     VerifyResponse,
 };
-use verify::{Network, TokenInfo, Verifier};
+use verify::{Invalid, Network, TokenInfo, Verifier};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
@@ -36,6 +39,10 @@ pub struct Facilitator {
     verifier: Arc<Verifier>,
     settler: Arc<settlement::Settler>,
     max_batch: usize,
+    serves_v1: bool,
+    /// Served chain ids and their configured network names, when x402 v2 is served.
+    v2_networks: Option<BTreeMap<u64, String>>,
+    signers: Vec<Address>,
 }
 
 impl Facilitator {
@@ -66,7 +73,16 @@ impl Facilitator {
                 tokens,
             });
         }
-        let verifier = Arc::new(Verifier::new(networks, deny_list));
+        let v2_networks = settings.serves_version(2).then(|| {
+            networks
+                .iter()
+                .map(|n| (n.chain.settings.chain_id, n.name.clone()))
+                .collect()
+        });
+        let signer_addresses = signers.iter().map(|s| s.address).collect();
+        let verifier = Arc::new(
+            Verifier::new(networks, deny_list).allow_http_resource(settings.allow_http_resource),
+        );
         let settler = settlement::Settler::new(
             verifier.clone(),
             Ledger::new(store),
@@ -78,6 +94,9 @@ impl Facilitator {
             verifier,
             settler,
             max_batch: settings.max_batch,
+            serves_v1: settings.serves_version(1),
+            v2_networks,
+            signers: signer_addresses,
         })
     }
 
@@ -87,36 +106,117 @@ impl Facilitator {
         self.settler.start().await
     }
 
+    /// v1's kinds name the configured networks; v2's name them by CAIP-2 id and come with v2's
+    /// `extensions` (routerd implements none) and `signers`.
     pub fn supported(&self) -> SupportedResponse {
-        let mut kinds: Vec<SupportedKind> = self
-            .verifier
-            .networks()
-            .map(|n| SupportedKind {
+        let mut kinds: Vec<SupportedKind> = Vec::new();
+        if self.serves_v1 {
+            kinds.extend(self.verifier.networks().map(|n| SupportedKind {
                 x402_version: 1,
                 scheme: "exact",
                 network: n.name.clone(),
-            })
-            .collect();
+            }));
+        }
         kinds.sort_by(|a, b| a.network.cmp(&b.network));
-        SupportedResponse { kinds }
+        let Some(v2_networks) = &self.v2_networks else {
+            return SupportedResponse {
+                kinds,
+                extensions: None,
+                signers: None,
+            };
+        };
+        kinds.extend(v2_networks.keys().map(|&chain_id| SupportedKind {
+            x402_version: 2,
+            scheme: "exact",
+            network: protocol::v2::network_id(chain_id),
+        }));
+        let signers = self.signers.iter().map(|a| to_checksum(a, None)).collect();
+        SupportedResponse {
+            kinds,
+            extensions: Some(Vec::new()),
+            signers: Some(BTreeMap::from([("eip155:*", signers)])),
+        }
     }
 
     /// Verify's rules, and one more: a nonce another authorization has claimed for settlement
     /// is not a payment a merchant may deliver on.
-    pub async fn verify(&self, request: &PaymentRequest) -> Result<VerifyResponse, SettleError> {
-        let verdict = match self.verifier.check_local(request) {
+    async fn verdict(&self, request: &PaymentRequest) -> Result<Result<(), Invalid>, SettleError> {
+        Ok(match self.verifier.check_local(request) {
             Err(failure) => Err(failure),
-            Ok(payment) if self.settler.claimed_by_another(&payment)? => Err(verify::Invalid {
+            Ok(payment) if self.settler.claimed_by_another(&payment)? => Err(Invalid {
                 reason: types::Reason::Payload,
                 message: "authorization nonce already claimed by another authorization".to_string(),
             }),
             Ok(payment) => self.verifier.check_on_chain(&payment, &[]).await?.0,
+        })
+    }
+
+    pub async fn verify(&self, request: &PaymentRequest) -> Result<VerifyResponse, SettleError> {
+        let verdict = match self.v1_refused() {
+            Some(refused) => Err(refused),
+            None => self.verdict(request).await?,
         };
         Ok(Verifier::respond(request, verdict))
     }
 
     pub async fn settle(&self, request: &PaymentRequest) -> Result<SettleResponse, SettleError> {
-        self.settler.settle(request).await
+        match self.v1_refused() {
+            Some(refused) => Ok(SettleResponse::refused(
+                &refused,
+                verify::payer_of(request),
+                request.payment_requirements.network.clone(),
+            )),
+            None => self.settler.settle(request).await,
+        }
+    }
+
+    /// With `x402_versions` lacking 1, a v1 body fails rule 1 as any other version would.
+    fn v1_refused(&self) -> Option<Invalid> {
+        (!self.serves_v1).then(|| Invalid {
+            reason: types::Reason::X402Version,
+            message: "x402Version 1 is not served (facilitator.x402_versions)".to_string(),
+        })
+    }
+
+    /// Whether a v2 request may be parsed as v2 at all (`facilitator.x402_versions`).
+    pub fn serves_v2(&self) -> bool {
+        self.v2_networks.is_some()
+    }
+
+    /// `/verify` in x402 v2: v2's own rules, then the engine's, answered in v2's names.
+    pub async fn verify_v2(
+        &self,
+        request: &protocol::v2::PaymentRequest,
+    ) -> Result<VerifyResponse, SettleError> {
+        let lowered = self.lower_v2(request);
+        let verdict = match lowered.verdict {
+            Err(failure) => Err(failure),
+            Ok(()) => self.verdict(&lowered.request).await?,
+        };
+        Ok(protocol::v2::verify_answer(&lowered.request, verdict))
+    }
+
+    /// `/settle` in x402 v2: v2's own rules, then the one settlement path, answered in v2's
+    /// names and network.
+    pub async fn settle_v2(
+        &self,
+        request: &protocol::v2::PaymentRequest,
+    ) -> Result<SettleResponse, SettleError> {
+        let lowered = self.lower_v2(request);
+        let outcome = match &lowered.verdict {
+            Err(failure) => Ok(SettleResponse::refused(
+                failure,
+                verify::payer_of(&lowered.request),
+                String::new(),
+            )),
+            Ok(()) => self.settler.settle(&lowered.request).await,
+        };
+        protocol::v2::settle_answer(request, &lowered.request, outcome)
+    }
+
+    fn lower_v2(&self, request: &protocol::v2::PaymentRequest) -> protocol::v2::Lowered {
+        let networks = self.v2_networks.as_ref().expect("checked by serves_v2");
+        protocol::v2::lower(request, networks)
     }
 
     /// What happened to one payment, or `None` if routerd never settled it.

@@ -4,6 +4,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 
+use super::verify::Invalid;
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PaymentRequest {
@@ -82,6 +84,9 @@ pub struct VerifyResponse {
 #[serde(rename_all = "camelCase")]
 pub struct SettleResponse {
     pub success: bool,
+    /// The typed reason behind `error_reason`, for the wire layer of each protocol version.
+    #[serde(skip)]
+    pub reason: Option<Reason>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error_reason: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -89,6 +94,21 @@ pub struct SettleResponse {
     pub payer: String,
     pub transaction: String,
     pub network: String,
+}
+
+impl SettleResponse {
+    /// The answer for a payment refused before settlement, in v1's names.
+    pub fn refused(failure: &Invalid, payer: String, network: String) -> Self {
+        SettleResponse {
+            success: false,
+            reason: Some(failure.reason),
+            error_reason: Some(failure.reason.settle_name().to_string()),
+            error_message: Some(failure.message.clone()),
+            payer,
+            transaction: String::new(),
+            network,
+        }
+    }
 }
 
 /// `GET /settlements/{network}/{asset}/{from}/{nonce}`: what happened to one payment.
@@ -132,9 +152,14 @@ pub struct SupportedKind {
     pub network: String,
 }
 
+/// `GET /supported`. `extensions` and `signers` are x402 v2's fields: present when v2 is served.
 #[derive(Debug, Clone, Serialize)]
 pub struct SupportedResponse {
     pub kinds: Vec<SupportedKind>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub extensions: Option<Vec<&'static str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signers: Option<std::collections::BTreeMap<&'static str, Vec<String>>>,
 }
 
 /// Why a payment fails verification, in the order of the rules (x402-facilitator.md §2).

@@ -83,6 +83,8 @@ struct ChainFacts {
 pub struct Verifier {
     networks: HashMap<String, Network>,
     deny_list: HashSet<Address>,
+    /// `facilitator.allow_http_resource`: rule 4 also accepts `http://` resources.
+    allow_http_resource: bool,
 }
 
 impl Verifier {
@@ -90,7 +92,13 @@ impl Verifier {
         Self {
             networks: networks.into_iter().map(|n| (n.name.clone(), n)).collect(),
             deny_list,
+            allow_http_resource: false,
         }
+    }
+
+    pub fn allow_http_resource(mut self, allow: bool) -> Self {
+        self.allow_http_resource = allow;
+        self
     }
 
     pub fn networks(&self) -> impl Iterator<Item = &Network> {
@@ -141,7 +149,8 @@ impl Verifier {
                 format!("network {:?} is not served", requirements.network),
             )
         })?;
-        let (token, pay_to, max_amount) = check_requirements(network, request)?;
+        let (token, pay_to, max_amount) =
+            check_requirements(network, request, self.allow_http_resource)?;
         let (auth, signature) = check_payload(request)?;
         if self.deny_list.contains(&auth.from) {
             return Err(invalid(Reason::FromKyt, "payer is on the deny list"));
@@ -414,6 +423,7 @@ fn is_one(version: &Number) -> bool {
 fn check_requirements<'a>(
     network: &'a Network,
     request: &PaymentRequest,
+    allow_http: bool,
 ) -> Result<(&'a TokenInfo, Address, U256), Invalid> {
     let r = &request.payment_requirements;
     let bad = |what: &str| {
@@ -425,10 +435,12 @@ fn check_requirements<'a>(
     let max_amount = parse_decimal(&r.max_amount_required)
         .filter(|v| !v.is_zero())
         .ok_or_else(|| bad("maxAmountRequired: not a decimal amount above 0"))?;
-    if !r.resource.starts_with("https://") || !(11..=2048).contains(&r.resource.len()) {
-        return Err(bad(
-            "resource: not an https:// URL of 11 to 2048 characters",
-        ));
+    if !resource_allowed(&r.resource, allow_http) {
+        return Err(bad(if allow_http {
+            "resource: not an http:// or https:// URL of 11 to 2048 characters"
+        } else {
+            "resource: not an https:// URL of 11 to 2048 characters"
+        }));
     }
     let pay_to = parse_address(&r.pay_to).ok_or_else(|| bad("payTo: not a 0x address"))?;
     let asset = parse_address(&r.asset).ok_or_else(|| bad("asset: not a 0x address"))?;
@@ -458,6 +470,12 @@ fn check_requirements<'a>(
         }
     }
     Ok((token, pay_to, max_amount))
+}
+
+fn resource_allowed(resource: &str, allow_http: bool) -> bool {
+    let scheme_ok = resource.starts_with("https://")
+        || (allow_http && resource.starts_with("http://") && resource.len() > "http://".len());
+    scheme_ok && (11..=2048).contains(&resource.len())
 }
 
 /// Rule 5: the payload's values.
@@ -527,6 +545,15 @@ mod tests {
             ),
             None
         );
+    }
+
+    #[test]
+    fn http_resources_only_when_allowed() {
+        assert!(resource_allowed("https://a.example/x", false));
+        assert!(!resource_allowed("http://127.0.0.1:3000/x", false));
+        assert!(resource_allowed("http://127.0.0.1:3000/x", true));
+        assert!(!resource_allowed("ftp://a.example/x", true));
+        assert!(!resource_allowed("https://", true));
     }
 
     #[test]

@@ -14,12 +14,13 @@ use jsonrpsee::core::BoxError;
 use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse};
 use tower::{Layer, Service};
 
-use super::wire_errors::{json_response, parse_body, parse_body_with, parse_value_with, WireError};
+use super::wire_errors::{json_response, parse_body, parse_value_with, WireError};
 use super::{ops, App, Surface};
 use crate::chain;
+use crate::facilitator::protocol::{self, v2};
 use crate::facilitator::types::{PaymentRequest, SettleResponse};
 use crate::facilitator::verify::parse_address;
-use crate::facilitator::{PaymentKey, SettleError};
+use crate::facilitator::{Facilitator, PaymentKey, SettleError};
 
 #[derive(Clone)]
 pub struct RestLayer {
@@ -185,9 +186,12 @@ async fn facilitator_route(
         ("/supported", &Method::GET) => Ok(json_response(StatusCode::OK, &facilitator.supported())),
         ("/verify", &Method::POST) => {
             let bytes = read_body(request.into_body(), app.max_body_bytes).await?;
-            let payment: PaymentRequest = parse_body_with(&bytes, PaymentRequest::OBJECTS)?;
-            note.payment = Some(payment_label(&payment));
-            let answer = facilitator.verify(&payment).await?;
+            let payment = parse_payment(facilitator, parse_body(&bytes)?, "")?;
+            note.payment = Some(payment.label());
+            let answer = match &payment {
+                Payment::V1(p) => facilitator.verify(p).await?,
+                Payment::V2(p) => facilitator.verify_v2(p).await?,
+            };
             note.outcome = Some(answer.invalid_reason.unwrap_or("valid").to_string());
             Ok(json_response(StatusCode::OK, &answer))
         }
@@ -259,12 +263,12 @@ async fn settle(app: &App, bytes: &[u8], note: &mut Note) -> Result<HttpResponse
         let payments = items
             .into_iter()
             .enumerate()
-            .map(|(i, item)| parse_value_with(item, PaymentRequest::OBJECTS, &format!("[{i}]")))
-            .collect::<Result<Vec<PaymentRequest>, _>>()?;
+            .map(|(i, item)| parse_payment(facilitator, item, &format!("[{i}]")))
+            .collect::<Result<Vec<Payment>, _>>()?;
         note.payment = Some(
             payments
                 .iter()
-                .map(payment_label)
+                .map(Payment::label)
                 .collect::<Vec<_>>()
                 .join(","),
         );
@@ -288,8 +292,8 @@ async fn settle(app: &App, bytes: &[u8], note: &mut Note) -> Result<HttpResponse
             .collect();
         return Ok(json_response(StatusCode::OK, &slots));
     }
-    let payment: PaymentRequest = parse_body_with(bytes, PaymentRequest::OBJECTS)?;
-    note.payment = Some(payment_label(&payment));
+    let payment = parse_payment(facilitator, parse_body(bytes)?, "")?;
+    note.payment = Some(payment.label());
     let answer = settle_one(app, &payment).await?;
     note.outcome = Some(settle_outcome(&answer));
     Ok(json_response(StatusCode::OK, &answer))
@@ -302,11 +306,15 @@ fn settle_outcome(answer: &SettleResponse) -> String {
     }
 }
 
-async fn settle_one(app: &App, payment: &PaymentRequest) -> Result<SettleResponse, WireError> {
+async fn settle_one(app: &App, payment: &Payment) -> Result<SettleResponse, WireError> {
     let facilitator = app.facilitator.as_ref().expect("checked by the caller");
-    let result = facilitator.settle(payment).await;
+    let result = match payment {
+        Payment::V1(p) => facilitator.settle(p).await,
+        Payment::V2(p) => facilitator.settle_v2(p).await,
+    };
     app.metrics.observe_settlement(match &result {
         Ok(answer) if answer.success => "success",
+        Ok(answer) if answer.error_reason.as_deref() == Some(v2::SETTLEMENT_PENDING) => "pending",
         Ok(_) => "failure",
         Err(SettleError::Pending(_)) => "pending",
         Err(_) => "error",
@@ -314,12 +322,43 @@ async fn settle_one(app: &App, payment: &PaymentRequest) -> Result<SettleRespons
     Ok(result?)
 }
 
-fn payment_label(p: &PaymentRequest) -> String {
-    let a = &p.payment_payload.payload.authorization;
-    format!(
-        "{}|{}|{}|{}",
-        p.payment_requirements.network, p.payment_requirements.asset, a.from, a.nonce
-    )
+/// A facilitator request in the wire format of its x402 version.
+enum Payment {
+    V1(PaymentRequest),
+    V2(v2::PaymentRequest),
+}
+
+/// A body speaking version 2 is read as v2 where v2 is served; every other body is read as v1,
+/// whose rule 1 refuses versions other than 1.
+fn parse_payment(
+    facilitator: &Facilitator,
+    body: serde_json::Value,
+    prefix: &str,
+) -> Result<Payment, WireError> {
+    if protocol::version_of(&body) == Some(2) && facilitator.serves_v2() {
+        parse_value_with(body, v2::PaymentRequest::OBJECTS, prefix).map(Payment::V2)
+    } else {
+        parse_value_with(body, PaymentRequest::OBJECTS, prefix).map(Payment::V1)
+    }
+}
+
+impl Payment {
+    /// network|asset|from|nonce, for the request's log line.
+    fn label(&self) -> String {
+        let (network, asset, a) = match self {
+            Payment::V1(p) => (
+                &p.payment_requirements.network,
+                &p.payment_requirements.asset,
+                &p.payment_payload.payload.authorization,
+            ),
+            Payment::V2(p) => (
+                &p.payment_requirements.network,
+                &p.payment_requirements.asset,
+                &p.payment_payload.payload.authorization,
+            ),
+        };
+        format!("{network}|{asset}|{}|{}", a.from, a.nonce)
+    }
 }
 
 pub async fn read_body(body: HttpBody, limit: u32) -> Result<Vec<u8>, WireError> {

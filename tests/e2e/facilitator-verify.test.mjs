@@ -11,7 +11,7 @@ import { startFacilitatorStack, withLogTail, NETWORK } from './lib/stack.mjs';
 import { freshAccount } from './lib/accounts.mjs';
 import { mintUsdc } from './lib/deploy-usdc.mjs';
 import { mutate, withV, highS, now, randomNonce } from './lib/x402.mjs';
-import { expectValid, expectInvalid, expectSettled } from './lib/expect.mjs';
+import { expectValid, expectInvalid, expectSettled, expectSettleFailed, expectErrorBody } from './lib/expect.mjs';
 import { startFilteringProxy } from './lib/bad-upstreams.mjs';
 
 const READS = globalThis.VERIFY_READS ?? 'lens';
@@ -129,6 +129,21 @@ it('row 1: paymentPayload.x402Version 2 -> invalid_x402_version', async () => {
 it('row 1: x402Version 0 -> invalid_x402_version', async () => {
   const p = await payment();
   expectInvalid(await verify(mutate(p.body, (b) => { b.x402Version = 0; b.paymentPayload.x402Version = 0; })), 'invalid_x402_version');
+});
+
+it('with the default x402_versions = [1], a v2 body is read as v1 as before: 400 naming its first v1 field', async () => {
+  const p = await stack.payV2({ account: alice });
+  for (const route of ['/verify', '/settle']) {
+    expectErrorBody(await stack.post(route, p.v2), 400, { error: 400, messageIncludes: 'paymentPayload.scheme: missing' });
+  }
+  // Even a body that says x402Version 2 in v1's shapes is refused by rule 1, on settle too.
+  const res = await stack.settle(mutate(p.body, (b) => { b.x402Version = 2; }));
+  expectSettleFailed(res, 'invalid_x402_version', { network: NETWORK, payer: alice.address });
+});
+
+it('with the default x402_versions = [1], /supported has no v2 fields', async () => {
+  const res = await stack.request('/supported');
+  assert.deepEqual(Object.keys(res.body), ['kinds'], res.text);
 });
 
 it('order 1 before 2: wrong version and wrong scheme -> invalid_x402_version', async () => {

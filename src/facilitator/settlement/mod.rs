@@ -467,6 +467,7 @@ impl Answer {
     fn failed(&self, failure: &Invalid) -> SettleResponse {
         SettleResponse {
             success: false,
+            reason: Some(failure.reason),
             error_reason: Some(failure.reason.settle_name().to_string()),
             error_message: Some(failure.message.clone()),
             payer: self.payer.clone(),
@@ -478,6 +479,7 @@ impl Answer {
     fn settled(&self, outcome: &Outcome) -> SettleResponse {
         SettleResponse {
             success: outcome.success,
+            reason: outcome.reason,
             error_reason: outcome.reason.map(|r| r.settle_name().to_string()),
             error_message: outcome.message.clone(),
             payer: self.payer.clone(),

@@ -8,7 +8,7 @@ import { startAnvil } from './anvil.mjs';
 import { anvilKey, anvilAccount, freshAccount, ROLE } from './accounts.mjs';
 import { deployUsdc, walletFor, usdcAbi, mintUsdc, blacklistUsdc, USDC_EIP712 } from './deploy-usdc.mjs';
 import { routerdConfig, startRouterd, routerdBin } from './routerd.mjs';
-import { buildPayment } from './x402.mjs';
+import { buildPayment, toV2 } from './x402.mjs';
 import { ERC1271_ALWAYS_VALID, ERC1271_ALWAYS_INVALID } from './wallets.mjs';
 import { freePort, makeTempDir, readAnswer } from './util.mjs';
 
@@ -182,6 +182,12 @@ class Stack {
   /** A valid payment on base-sepolia from `account` to a fresh payee (see buildPayment for overrides). */
   pay({ account, payTo = freshAccount().address, amount = 1000n, auth, network = NETWORK, chainId = CHAIN_ID, token = this.token }) {
     return buildPayment({ account, token, network, chainId, payTo: getAddress(payTo), amount, auth });
+  }
+
+  /** pay() with its body also in x402 v2's shapes (`v2`): one signed authorization, two wire formats. */
+  async payV2(opts) {
+    const p = await this.pay(opts);
+    return { ...p, v2: toV2(p, opts?.chainId ?? CHAIN_ID) };
   }
 
   // ---- HTTP ----

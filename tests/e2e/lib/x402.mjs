@@ -84,6 +84,33 @@ export async function buildPayment({ account, token, network, chainId, payTo, am
   return { body: { x402Version: 1, paymentPayload: payload, paymentRequirements: requirements }, authorization, signature, requirements, payload };
 }
 
+/**
+ * The same payment in x402 v2's shapes, as @x402/fetch and @x402/express build it: CAIP-2
+ * network, `amount`, the payload's `accepted` requirements and `resource`. The signed
+ * authorization is `p`'s own, so the v1 body `p.body` and this one carry one payment.
+ * @param {{authorization: object, signature: string, requirements: object}} p  from buildPayment
+ * @param {number} chainId
+ */
+export function toV2(p, chainId) {
+  const r = p.requirements;
+  const requirements = {
+    scheme: r.scheme,
+    network: `eip155:${chainId}`,
+    amount: r.maxAmountRequired,
+    asset: r.asset,
+    payTo: r.payTo,
+    maxTimeoutSeconds: r.maxTimeoutSeconds,
+    extra: r.extra,
+  };
+  const payload = {
+    x402Version: 2,
+    resource: { url: r.resource, description: r.description, mimeType: r.mimeType },
+    accepted: structuredClone(requirements),
+    payload: { signature: p.signature, authorization: p.authorization },
+  };
+  return { x402Version: 2, paymentPayload: payload, paymentRequirements: requirements };
+}
+
 /** Payment requirements as a resource server (x402-express) would state them. */
 export function paymentRequirements({ network, amount, payTo, asset, name = 'USD Coin', version = '2' }) {
   return {

@@ -1,0 +1,359 @@
+//! x402 version 2 on the wire: its request shapes, its CAIP-2 network names and its reason names.
+//! A v2 request is lowered into the engine's version-free request (the same fields v1 carries),
+//! after the rules only v2 has; answers are raised back into v2's names. Nothing past this module
+//! knows which version carried a payment, so the ledger binds a v2 payment and its v1 replay alike.
+//!
+//! Rule order, first failure wins: x402Version (1), scheme (2), network (3), then v2's own
+//! requirement rules (4: `accepted` agrees with `paymentRequirements`, a resource is named), then
+//! the engine's rules from its rule 4 on.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::{Map, Number, Value};
+
+use super::super::settlement::SettleError;
+use super::super::types::{self, ExactEvmPayload, Reason, SettleResponse, VerifyResponse};
+use super::super::verify::{Invalid, Verifier};
+
+/// `eip155:<chain id>`: the CAIP-2 namespace of EVM chains.
+const EIP155: &str = "eip155:";
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentRequest {
+    /// The spec's own examples leave it out; the official client sends it.
+    #[serde(default)]
+    pub x402_version: Option<Number>,
+    pub payment_payload: PaymentPayload,
+    pub payment_requirements: PaymentRequirements,
+}
+
+impl PaymentRequest {
+    /// Paths that must be JSON objects (see `parse_body_with`).
+    pub const OBJECTS: &'static [&'static str] = &[
+        "",
+        "paymentPayload",
+        "paymentPayload.resource",
+        "paymentPayload.accepted",
+        "paymentPayload.payload",
+        "paymentPayload.payload.authorization",
+        "paymentPayload.extensions",
+        "paymentRequirements",
+    ];
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentPayload {
+    pub x402_version: Number,
+    #[serde(default)]
+    pub resource: Option<ResourceInfo>,
+    pub accepted: PaymentRequirements,
+    pub payload: ExactEvmPayload,
+    /// Extensions the client echoes; routerd implements none (README: x402 v2 extensions).
+    #[serde(default)]
+    pub extensions: Option<Map<String, Value>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceInfo {
+    pub url: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub mime_type: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentRequirements {
+    pub scheme: String,
+    pub network: String,
+    pub amount: String,
+    pub asset: String,
+    pub pay_to: String,
+    pub max_timeout_seconds: Number,
+    #[serde(default)]
+    pub extra: Option<Map<String, Value>>,
+}
+
+/// The CAIP-2 name of a chain.
+pub fn network_id(chain_id: u64) -> String {
+    format!("{EIP155}{chain_id}")
+}
+
+/// The served network a CAIP-2 name stands for: `eip155:` and the decimal chain id of a served
+/// chain, nothing else (no leading zeros, no configured names).
+fn served_network<'a>(caip2: &str, by_chain_id: &'a BTreeMap<u64, String>) -> Option<&'a String> {
+    let id = caip2.strip_prefix(EIP155)?;
+    if id.is_empty() || id.starts_with('0') || !id.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    by_chain_id.get(&id.parse().ok()?)
+}
+
+/// A v2 request in the engine's terms, with the verdict of the rules only v2 has.
+pub struct Lowered {
+    pub request: types::PaymentRequest,
+    pub verdict: Result<(), Invalid>,
+}
+
+/// Lowers `request` into the engine's request. The engine's version rule is v1's; the version
+/// was checked here, so the lowered request carries the engine's version and the network's
+/// configured name. `by_chain_id` maps served chain ids to configured network names.
+pub fn lower(request: &PaymentRequest, by_chain_id: &BTreeMap<u64, String>) -> Lowered {
+    let payload = &request.payment_payload;
+    let required = &request.payment_requirements;
+    let network = served_network(&required.network, by_chain_id);
+    let resource = payload.resource.as_ref();
+    let engine_version = Number::from(1);
+    let lowered = types::PaymentRequest {
+        x402_version: engine_version.clone(),
+        payment_payload: types::PaymentPayload {
+            x402_version: engine_version,
+            scheme: payload.accepted.scheme.clone(),
+            network: network.cloned().unwrap_or_else(|| required.network.clone()),
+            payload: payload.payload.clone(),
+        },
+        payment_requirements: types::PaymentRequirements {
+            scheme: required.scheme.clone(),
+            network: network.cloned().unwrap_or_else(|| required.network.clone()),
+            max_amount_required: required.amount.clone(),
+            resource: resource.map(|r| r.url.clone()).unwrap_or_default(),
+            description: resource
+                .and_then(|r| r.description.clone())
+                .unwrap_or_default(),
+            mime_type: resource
+                .and_then(|r| r.mime_type.clone())
+                .unwrap_or_default(),
+            output_schema: None,
+            pay_to: required.pay_to.clone(),
+            max_timeout_seconds: required.max_timeout_seconds.clone(),
+            asset: required.asset.clone(),
+            extra: required.extra.clone(),
+        },
+    };
+    Lowered {
+        request: lowered,
+        verdict: check(request, network.is_some()),
+    }
+}
+
+/// Rules 1-3 in v2's terms and v2's own requirement rules.
+fn check(request: &PaymentRequest, network_served: bool) -> Result<(), Invalid> {
+    let payload = &request.payment_payload;
+    let accepted = &payload.accepted;
+    let required = &request.payment_requirements;
+    let is_two = |n: &Number| n.as_u64() == Some(2);
+    if !is_two(&payload.x402_version) || request.x402_version.as_ref().is_some_and(|n| !is_two(n)) {
+        return Err(invalid(Reason::X402Version, "x402Version must be 2"));
+    }
+    if accepted.scheme != "exact" || required.scheme != "exact" {
+        return Err(invalid(
+            Reason::Scheme,
+            "scheme must be \"exact\" in paymentPayload.accepted and paymentRequirements",
+        ));
+    }
+    if accepted.network != required.network {
+        return Err(invalid(
+            Reason::Network,
+            "paymentPayload.accepted and paymentRequirements name different networks",
+        ));
+    }
+    if !network_served {
+        return Err(invalid(
+            Reason::Network,
+            format!(
+                "network {:?} is not served (eip155:<chain id> of a served chain)",
+                required.network
+            ),
+        ));
+    }
+    let differs = |field: &str| {
+        invalid(
+            Reason::PaymentRequirements,
+            format!("paymentPayload.accepted.{field} differs from paymentRequirements.{field}"),
+        )
+    };
+    if accepted.amount != required.amount {
+        return Err(differs("amount"));
+    }
+    if !accepted.asset.eq_ignore_ascii_case(&required.asset) {
+        return Err(differs("asset"));
+    }
+    if !accepted.pay_to.eq_ignore_ascii_case(&required.pay_to) {
+        return Err(differs("payTo"));
+    }
+    if payload.resource.is_none() {
+        return Err(invalid(
+            Reason::PaymentRequirements,
+            "paymentPayload.resource: missing; routerd checks the resource URL it is paid for",
+        ));
+    }
+    Ok(())
+}
+
+fn invalid(reason: Reason, message: impl Into<String>) -> Invalid {
+    Invalid {
+        reason,
+        message: message.into(),
+    }
+}
+
+/// v2's name of a reason (x402 v2 specification §9), on verify and settle alike. v2 has no KYT
+/// reasons: a refused payer is an invalid payload, a refused payTo invalid requirements (the
+/// message says which).
+pub fn reason_name(reason: Reason) -> &'static str {
+    match reason {
+        Reason::X402Version => "invalid_x402_version",
+        Reason::Scheme => "invalid_scheme",
+        Reason::Network => "invalid_network",
+        Reason::PaymentRequirements | Reason::ToKyt => "invalid_payment_requirements",
+        Reason::Payload | Reason::FromKyt => "invalid_payload",
+        Reason::TypedDataMessage => "invalid_exact_evm_payload_recipient_mismatch",
+        Reason::ValueTooLow | Reason::Value => "invalid_exact_evm_payload_authorization_value",
+        Reason::ValidAfter => "invalid_exact_evm_payload_authorization_valid_after",
+        Reason::ValidBefore => "invalid_exact_evm_payload_authorization_valid_before",
+        Reason::Signature | Reason::SignatureAddress => "invalid_exact_evm_payload_signature",
+        Reason::InsufficientFunds => "insufficient_funds",
+    }
+}
+
+/// The settle answer's reason while the transaction is broadcast and its outcome still unknown.
+pub const SETTLEMENT_PENDING: &str = "settlement_pending";
+
+/// The `/verify` answer for a verdict on a lowered request, in v2's names.
+pub fn verify_answer(
+    lowered: &types::PaymentRequest,
+    verdict: Result<(), Invalid>,
+) -> VerifyResponse {
+    let reason = verdict
+        .as_ref()
+        .err()
+        .map(|failure| reason_name(failure.reason));
+    let mut answer = Verifier::respond(lowered, verdict);
+    answer.invalid_reason = reason;
+    answer.invalid_message = answer.invalid_message.as_deref().map(message);
+    answer
+}
+
+/// An engine message in v2's field names: the engine speaks of v1's fields where v2 moved or
+/// renamed them.
+fn message(engine: &str) -> String {
+    engine
+        .replace(
+            "paymentRequirements.resource",
+            "paymentPayload.resource.url",
+        )
+        .replace("maxAmountRequired", "amount")
+}
+
+/// The `/settle` outcome of a lowered request raised into v2: v2's reason names, the network as
+/// the request gave it, and an outcome still unknown after broadcast as `settlement_pending`
+/// with the hash (before broadcast there is no hash, and the error body stays).
+pub fn settle_answer(
+    request: &PaymentRequest,
+    lowered: &types::PaymentRequest,
+    outcome: Result<SettleResponse, SettleError>,
+) -> Result<SettleResponse, SettleError> {
+    let network = request.payment_requirements.network.clone();
+    match outcome {
+        Ok(answer) => Ok(SettleResponse {
+            error_reason: answer.reason.map(|r| reason_name(r).to_string()),
+            error_message: answer.error_message.as_deref().map(message),
+            network,
+            ..answer
+        }),
+        Err(SettleError::Pending(Some(hash))) => Ok(SettleResponse {
+            success: false,
+            reason: None,
+            error_reason: Some(SETTLEMENT_PENDING.to_string()),
+            error_message: Some(SettleError::Pending(Some(hash)).to_string()),
+            payer: super::super::verify::payer_of(lowered),
+            transaction: format!("{hash:?}"),
+            network,
+        }),
+        Err(other) => Err(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn served() -> BTreeMap<u64, String> {
+        BTreeMap::from([(84532, "base-sepolia".to_string())])
+    }
+
+    #[test]
+    fn caip2_names_only_served_chain_ids() {
+        let served = served();
+        assert_eq!(
+            served_network("eip155:84532", &served).map(String::as_str),
+            Some("base-sepolia")
+        );
+        for other in [
+            "eip155:1",
+            "eip155:084532",
+            "eip155:",
+            "eip155:84532 ",
+            "base-sepolia",
+            "solana:84532",
+            "EIP155:84532",
+        ] {
+            assert_eq!(served_network(other, &served), None, "{other}");
+        }
+        assert_eq!(network_id(84532), "eip155:84532");
+    }
+
+    #[test]
+    fn engine_messages_name_v2_fields() {
+        assert_eq!(
+            message("authorization.value is below maxAmountRequired"),
+            "authorization.value is below amount"
+        );
+        assert_eq!(
+            message("paymentRequirements.resource: not an https:// URL of 11 to 2048 characters"),
+            "paymentPayload.resource.url: not an https:// URL of 11 to 2048 characters"
+        );
+    }
+
+    #[test]
+    fn every_reason_has_a_name_from_the_v2_list() {
+        const V2_LIST: &[&str] = &[
+            "insufficient_funds",
+            "invalid_exact_evm_payload_authorization_valid_after",
+            "invalid_exact_evm_payload_authorization_valid_before",
+            "invalid_exact_evm_payload_authorization_value",
+            "invalid_exact_evm_payload_signature",
+            "invalid_exact_evm_payload_recipient_mismatch",
+            "invalid_network",
+            "invalid_payload",
+            "invalid_payment_requirements",
+            "invalid_scheme",
+            "invalid_x402_version",
+        ];
+        use Reason::*;
+        for reason in [
+            X402Version,
+            Scheme,
+            Network,
+            PaymentRequirements,
+            Payload,
+            FromKyt,
+            ToKyt,
+            TypedDataMessage,
+            ValueTooLow,
+            Value,
+            ValidAfter,
+            ValidBefore,
+            Signature,
+            SignatureAddress,
+            InsufficientFunds,
+        ] {
+            assert!(V2_LIST.contains(&reason_name(reason)), "{reason:?}");
+        }
+    }
+}
