@@ -197,6 +197,10 @@ pub fn parse_value_with<T: serde::de::DeserializeOwned>(
 
 /// Parses a JSON body into `T`, naming the field path of a failure.
 pub fn parse_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, WireError> {
+    // A good body skips the path tracking; a bad one is read again with it, for the message.
+    if let Ok(value) = serde_json::from_slice(bytes) {
+        return Ok(value);
+    }
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut deserializer)
         .map_err(|e| WireError::bad_request(describe_parse_error(e)))?;
