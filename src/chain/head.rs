@@ -225,7 +225,11 @@ async fn follow_subscription(
     url: &str,
     wake: &Weak<Notify>,
 ) -> Result<(), jsonrpsee::core::ClientError> {
-    let client = WsClientBuilder::default().build(url).await?;
+    // Without the logger middleware, as the HTTP clients (chain/client.rs says why).
+    let client = WsClientBuilder::default()
+        .set_rpc_middleware(jsonrpsee::core::middleware::RpcServiceBuilder::new())
+        .build(url)
+        .await?;
     let mut heads: Subscription<Value> = client
         .subscribe("eth_subscribe", rpc_params!["newHeads"], "eth_unsubscribe")
         .await?;
