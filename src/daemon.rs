@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use crate::chain::Chain;
 use crate::config::Settings;
+use crate::facilitator::settlement::LeaseSettings;
 use crate::facilitator::{Facilitator, SettleError, SetupError};
 use crate::router::nonces::NonceBook;
 use crate::router::Router;
 use crate::server::{self, App, Metrics};
 use crate::signer::{load_signers, SignerError};
-use crate::store::{Store, StoreError};
+use crate::store::{self, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -22,7 +23,7 @@ pub enum StartError {
     Setup(#[from] SetupError),
     #[error("chains.{0}.rpc_urls: {1}")]
     Chain(String, String),
-    #[error("storage.path: {0}")]
+    #[error("storage: {0}")]
     Store(#[from] StoreError),
     #[error("resuming settlements: {0}")]
     Recover(#[from] SettleError),
@@ -41,7 +42,7 @@ impl StartError {
 }
 
 pub async fn run(settings: Settings) -> Result<(), StartError> {
-    let store = Store::open(&settings.storage.path)?;
+    let store = store::open(&settings.storage).await?;
     let chains = connect_chains(&settings)?;
     let facilitator = match &settings.facilitator {
         Some(f) => {
@@ -49,8 +50,12 @@ pub async fn run(settings: Settings) -> Result<(), StartError> {
                 .into_iter()
                 .map(Arc::new)
                 .collect();
+            let lease = LeaseSettings {
+                holder: settings.storage.instance_id.clone(),
+                ttl: Duration::from_secs(settings.storage.lease_ttl_secs),
+            };
             let facilitator =
-                Facilitator::new(f, &settings.chains, &chains, signers, store.clone())?;
+                Facilitator::new(f, &settings.chains, &chains, signers, store.clone(), lease)?;
             let resumed = facilitator.start().await?;
             if resumed > 0 {
                 tracing::info!(resumed, "resumed unfinished settlements");
@@ -75,7 +80,7 @@ pub async fn run(settings: Settings) -> Result<(), StartError> {
         max_body_bytes: settings.server.max_body_bytes,
     });
     let listeners = server::start(&settings.server, app.clone()).await?;
-    log_banner(&settings, &app, &listeners);
+    log_banner(&settings, &app, &listeners, &store.describe());
     notify_systemd_ready();
 
     wait_for_shutdown_signal().await;
@@ -118,7 +123,7 @@ fn connect_chains(settings: &Settings) -> Result<BTreeMap<String, Arc<Chain>>, S
     Ok(chains)
 }
 
-fn log_banner(settings: &Settings, app: &App, listeners: &[server::Listener]) {
+fn log_banner(settings: &Settings, app: &App, listeners: &[server::Listener], store: &str) {
     let addresses: Vec<String> = listeners.iter().map(|l| l.address.to_string()).collect();
     let networks: Vec<&str> = settings
         .facilitator
@@ -144,7 +149,7 @@ fn log_banner(settings: &Settings, app: &App, listeners: &[server::Listener]) {
         networks = %networks.join(","),
         router_chains = %router_chains.join(","),
         signers = %signers.join(","),
-        store = %settings.storage.path.display(),
+        store = %store,
         "routerd listening"
     );
 }

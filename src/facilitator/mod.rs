@@ -14,8 +14,7 @@ use ethers_core::types::Address;
 use crate::chain::Chain;
 use crate::config::{ChainSettings, FacilitatorSettings};
 use crate::signer::Signer;
-use crate::store::{Store, StoreError};
-use settlement::ledger::Ledger;
+use crate::store::{Storage, StoreError};
 pub use settlement::{Lane, LaneSettings, PaymentKey, SettleError};
 use types::{
     PaymentRequest, SettleResponse, SettlementStatus, SupportedKind, SupportedResponse,
@@ -43,7 +42,8 @@ impl Facilitator {
         chain_settings: &BTreeMap<String, ChainSettings>,
         chains: &BTreeMap<String, Arc<Chain>>,
         signers: Vec<Arc<Signer>>,
-        store: Store,
+        store: Storage,
+        lease: settlement::LeaseSettings,
     ) -> Result<Self, SetupError> {
         let deny_list = load_deny_list(&settings.deny_list_file)?;
         let mut networks = Vec::new();
@@ -68,10 +68,11 @@ impl Facilitator {
         let verifier = Arc::new(Verifier::new(networks, deny_list));
         let settler = settlement::Settler::new(
             verifier.clone(),
-            Ledger::new(store),
+            store,
             lanes,
             Duration::from_secs(settings.settle_timeout_secs),
             Duration::from_secs(settings.retention_days * 86_400),
+            lease,
         );
         Ok(Self {
             verifier,
@@ -105,10 +106,13 @@ impl Facilitator {
     pub async fn verify(&self, request: &PaymentRequest) -> Result<VerifyResponse, SettleError> {
         let verdict = match self.verifier.check_local(request) {
             Err(failure) => Err(failure),
-            Ok(payment) if self.settler.claimed_by_another(&payment)? => Err(verify::Invalid {
-                reason: types::Reason::Payload,
-                message: "authorization nonce already claimed by another authorization".to_string(),
-            }),
+            Ok(payment) if self.settler.claimed_by_another(&payment).await? => {
+                Err(verify::Invalid {
+                    reason: types::Reason::Payload,
+                    message: "authorization nonce already claimed by another authorization"
+                        .to_string(),
+                })
+            }
             Ok(payment) => self.verifier.check_on_chain(&payment, &[]).await?.0,
         };
         Ok(Verifier::respond(request, verdict))
@@ -119,8 +123,8 @@ impl Facilitator {
     }
 
     /// What happened to one payment, or `None` if routerd never settled it.
-    pub fn status(&self, key: &PaymentKey) -> Result<Option<SettlementStatus>, StoreError> {
-        self.settler.status(key)
+    pub async fn status(&self, key: &PaymentKey) -> Result<Option<SettlementStatus>, StoreError> {
+        self.settler.status(key).await
     }
 
     pub fn lost_settlements(&self) -> u64 {

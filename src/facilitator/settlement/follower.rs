@@ -40,7 +40,7 @@ impl Worker {
             // Transactions sent with this key outside routerd: never hand those nonces out.
             tracing::warn!(lane = %self.lane.id, chain_nonce, next = self.next_nonce, "signer nonce used outside routerd");
             self.next_nonce = chain_nonce;
-            if let Err(e) = self.ledger.set_lane_nonce(&self.lane.id, chain_nonce).await {
+            if let Err(e) = self.ledger.set_lane_nonce(&self.lease, chain_nonce).await {
                 tracing::error!(lane = %self.lane.id, error = %e, "could not store the lane nonce");
             }
         }

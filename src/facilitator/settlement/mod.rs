@@ -9,7 +9,6 @@
 
 mod follower;
 pub mod lane;
-pub mod ledger;
 pub mod state;
 pub mod waiters;
 mod worker;
@@ -27,17 +26,28 @@ use super::types::{PaymentRequest, Reason, SettleResponse, SettlementStatus, Sta
 use super::verify::{check_terms, payer_of, Invalid, Payment, Verifier};
 use crate::chain::{self, Call, Unreachable};
 use crate::clock::unix_now;
-use crate::store::StoreError;
+use crate::store::{Claim, Storage, StoreError};
 pub use lane::{Lane, LaneSettings, Lanes};
-use ledger::{Claim, Ledger};
 pub use state::{LaneId, Outcome, PaymentKey, Record, State};
 use waiters::{Progress, Waiters};
 use worker::Worker;
+
+/// The settlement ledger, lanes and leases, in whichever backend is configured.
+pub type Ledger = Storage;
+
+/// Who this instance is when it holds a lane, and how long a lease lasts unrenewed.
+#[derive(Debug, Clone)]
+pub struct LeaseSettings {
+    pub holder: String,
+    pub ttl: Duration,
+}
 
 /// Gas assumed when a node answers an estimate it cannot parse (USDC's call uses about 80 000).
 const FALLBACK_GAS_LIMIT: u64 = 150_000;
 /// Gas added on top of the node's estimate for `transferWithAuthorization`.
 const GAS_HEADROOM_PERCENT: u64 = 25;
+/// How often a duplicate waiting on a settlement it does not run reads its record again.
+const STORED_POLL: Duration = Duration::from_millis(50);
 /// How often finished records older than the retention are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
@@ -76,6 +86,7 @@ pub struct Settler {
     queues: Mutex<Vec<(Arc<Lane>, mpsc::Receiver<Record>)>>,
     settle_timeout: Duration,
     retention: Duration,
+    lease: LeaseSettings,
 }
 
 impl Settler {
@@ -85,6 +96,7 @@ impl Settler {
         lanes: Vec<(Arc<Lane>, mpsc::Receiver<Record>)>,
         settle_timeout: Duration,
         retention: Duration,
+        lease: LeaseSettings,
     ) -> Arc<Self> {
         Arc::new(Self {
             verifier,
@@ -94,6 +106,7 @@ impl Settler {
             queues: Mutex::new(lanes),
             settle_timeout,
             retention,
+            lease,
         })
     }
 
@@ -108,19 +121,18 @@ impl Settler {
     /// Resumes every unfinished settlement and starts the lane workers; returns once each lane
     /// has sent again what it resumes. Call before serving.
     pub async fn start(self: &Arc<Self>) -> Result<usize, SettleError> {
-        let migrated = self.ledger.migrate_v1().await?;
-        if migrated > 0 {
-            tracing::info!(migrated, "settlement records migrated from store version 1");
-        }
-        let pruned = self.ledger.prune(self.prune_cutoff())?;
+        let pruned = self.ledger.prune(self.prune_cutoff()).await?;
         if pruned > 0 {
             tracing::info!(pruned, "pruned finished settlement records");
         }
         let mut by_lane: std::collections::HashMap<LaneId, Vec<Record>> = Default::default();
-        for record in self.ledger.unfinished()? {
+        for record in self.ledger.unfinished().await? {
             let Some(latest) = record.latest() else {
                 // Claimed but never signed: nothing reached the network; the caller may retry.
-                self.ledger.release(&record.key()).await?;
+                // In a shared store it may be another instance's claim in flight: left alone.
+                if !self.ledger.shared() {
+                    self.ledger.release(&record.key()).await?;
+                }
                 continue;
             };
             let lane = LaneId {
@@ -151,6 +163,7 @@ impl Settler {
                 self.lanes.clone(),
                 self.ledger.clone(),
                 self.waiters.clone(),
+                &self.lease,
                 records,
             )
             .await?;
@@ -169,7 +182,7 @@ impl Settler {
         ticker.tick().await;
         loop {
             ticker.tick().await;
-            match self.ledger.prune(self.prune_cutoff()) {
+            match self.ledger.prune(self.prune_cutoff()).await {
                 Ok(0) => {}
                 Ok(pruned) => tracing::info!(pruned, "pruned finished settlement records"),
                 Err(e) => tracing::error!(error = %e, "could not prune settlement records"),
@@ -188,7 +201,7 @@ impl Settler {
         };
         let deadline = Instant::now() + self.wait_bound(payment.auth.valid_before);
         let key = payment.key();
-        if let Some(known) = self.known(&key, &payment)? {
+        if let Some(known) = self.known(&key, &payment).await? {
             return self.answer_known(known, &answer, deadline).await;
         }
         let reservation = self
@@ -208,14 +221,14 @@ impl Settler {
             Err(failure) => {
                 // A concurrent duplicate may have settled this very authorization while we read
                 // the chain (its nonce then reads as used): its outcome is the answer.
-                if let Some(known) = self.known(&key, &payment)? {
+                if let Some(known) = self.known(&key, &payment).await? {
                     return self.answer_known(known, &answer, deadline).await;
                 }
                 return Ok(answer.failed(&failure));
             }
         };
         let record = new_record(&payment, calldata, gas_limit);
-        match self.claim(&key, &record, &payment)? {
+        match self.claim(&key, &record, &payment).await? {
             Ok(progress) => {
                 reservation.submit(record).await;
                 self.wait(progress, &answer, deadline).await
@@ -226,20 +239,21 @@ impl Settler {
 
     /// Whether another authorization holds this payment's nonce in the ledger: verify answers
     /// such a payment invalid rather than let a merchant deliver on it.
-    pub fn claimed_by_another(&self, payment: &Payment<'_>) -> Result<bool, StoreError> {
+    pub async fn claimed_by_another(&self, payment: &Payment<'_>) -> Result<bool, StoreError> {
         let key = payment.key();
         if let Some((digest, _)) = self.waiters.get(&key) {
             return Ok(digest != payment.digest);
         }
         Ok(self
             .ledger
-            .get(&key)?
+            .get(&key)
+            .await?
             .is_some_and(|r| r.digest != payment.digest))
     }
 
     /// What routerd knows of one payment, for the status route.
-    pub fn status(&self, key: &PaymentKey) -> Result<Option<SettlementStatus>, StoreError> {
-        let Some(record) = self.ledger.get(key)? else {
+    pub async fn status(&self, key: &PaymentKey) -> Result<Option<SettlementStatus>, StoreError> {
+        let Some(record) = self.ledger.get(key).await? else {
             return Ok(None);
         };
         let head = self
@@ -317,7 +331,11 @@ impl Settler {
 
     /// What a running settlement or the ledger already says of this payment, if anything,
     /// bound to this request.
-    fn known(&self, key: &PaymentKey, payment: &Payment<'_>) -> Result<Option<Known>, StoreError> {
+    async fn known(
+        &self,
+        key: &PaymentKey,
+        payment: &Payment<'_>,
+    ) -> Result<Option<Known>, StoreError> {
         if let Some((digest, progress)) = self.waiters.get(key) {
             return Ok(Some(
                 bind(digest, payment).unwrap_or(Known::Running(progress)),
@@ -325,27 +343,28 @@ impl Settler {
         }
         Ok(self
             .ledger
-            .get(key)?
+            .get(key)
+            .await?
             .map(|record| Known::from_record(record, payment)))
     }
 
-    /// Creates the ledger record and registers its waiters under one lock, so a concurrent
-    /// duplicate either sees the running settlement or the stored record, never neither.
-    fn claim(
+    /// Creates the ledger record, then registers its waiters. The store's claim is atomic (also
+    /// across instances), so exactly one caller registers; a duplicate arriving in between finds
+    /// the stored record and waits for its outcome (`await_stored`).
+    async fn claim(
         &self,
         key: &PaymentKey,
         record: &Record,
         payment: &Payment<'_>,
     ) -> Result<Result<watch::Receiver<Progress>, Known>, StoreError> {
-        let mut registry = self.waiters.lock();
-        if let Some((digest, progress)) = Waiters::find(&registry, key) {
+        if let Some((digest, progress)) = self.waiters.get(key) {
             return Ok(Err(
                 bind(digest, payment).unwrap_or(Known::Running(progress))
             ));
         }
-        match self.ledger.claim(key, record)? {
+        match self.ledger.claim(key, record).await? {
             Claim::Claimed => Ok(Ok(Waiters::register(
-                &mut registry,
+                &mut self.waiters.lock(),
                 key.clone(),
                 record.digest,
                 Progress::Signing,
@@ -363,9 +382,47 @@ impl Settler {
         match known {
             Known::Running(progress) => self.wait(progress, answer, deadline).await,
             Known::Finished(outcome) => Ok(answer.settled(&outcome)),
-            Known::Unfinished(hash) => Err(SettleError::Pending(hash)),
+            Known::Unfinished(record) => self.await_stored(*record, answer, deadline).await,
             Known::Unmet(failure) => Ok(answer.failed(&failure)),
         }
+    }
+
+    /// A bound, unfinished record this process is not waiting on: settled by another instance,
+    /// or claimed here a moment ago. Its outcome is read back from the store until the deadline.
+    /// A record of a lane no instance follows (a signer or network since removed, embedded
+    /// store) is answered pending at once.
+    async fn await_stored(
+        &self,
+        record: Record,
+        answer: &Answer,
+        deadline: Instant,
+    ) -> Result<SettleResponse, SettleError> {
+        let key = record.key();
+        let followed = self.ledger.shared()
+            || record.latest().is_none_or(|a| {
+                let lane = LaneId {
+                    network: record.network.clone(),
+                    signer: a.signer,
+                };
+                self.lanes.find(&lane).is_some()
+            });
+        let mut hash = record.latest().map(|a| a.hash);
+        while followed && Instant::now() + STORED_POLL < deadline {
+            tokio::time::sleep(STORED_POLL).await;
+            if let Some((_, progress)) = self.waiters.get(&key) {
+                return self.wait(progress, answer, deadline).await;
+            }
+            let Some(current) = self.ledger.get(&key).await? else {
+                return Err(SettleError::Abandoned(
+                    "the claim was released before anything was sent".to_string(),
+                ));
+            };
+            if let Some(outcome) = current.outcome {
+                return Ok(answer.settled(&outcome));
+            }
+            hash = current.latest().map(|a| a.hash);
+        }
+        Err(SettleError::Pending(hash))
     }
 
     async fn wait(
@@ -439,8 +496,8 @@ fn new_record(payment: &Payment<'_>, calldata: Bytes, gas_limit: u64) -> Record 
 enum Known {
     Running(watch::Receiver<Progress>),
     Finished(Outcome),
-    /// Stored without an outcome and followed by no lane (its signer or network is gone).
-    Unfinished(Option<H256>),
+    /// Stored without an outcome, and not running in this process.
+    Unfinished(Box<Record>),
     /// The request is not bound to what is known: judged on its own, it fails.
     Unmet(Invalid),
 }
@@ -452,7 +509,7 @@ impl Known {
         }
         match record.outcome {
             Some(outcome) => Known::Finished(outcome),
-            None => Known::Unfinished(record.latest().map(|a| a.hash)),
+            None => Known::Unfinished(Box::new(record)),
         }
     }
 }

@@ -18,11 +18,12 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use super::lane::{Lane, Lanes};
-use super::ledger::Ledger;
 use super::state::{Attempt, Record, State};
 use super::waiters::{Progress, Waiters};
+use super::{LeaseSettings, Ledger};
 use crate::chain::{self, Call, Refusal, TxFees};
 use crate::signer::UnsignedTx;
+use crate::store::{Lease, StoreError};
 
 /// Gas of a 0-value self-transfer that fills a nonce.
 pub(super) const FILLER_GAS: u64 = 21_000;
@@ -66,6 +67,9 @@ pub struct Worker {
     pub(super) lanes: Arc<Lanes>,
     pub(super) ledger: Ledger,
     pub(super) waiters: Arc<Waiters>,
+    /// The lane's lease: every signed write names it.
+    pub(super) lease: Lease,
+    lease_settings: LeaseSettings,
     pub(super) next_nonce: u64,
     pub(super) slots: BTreeMap<u64, Slot>,
     /// Records waiting for a nonce: new claims, and settlements whose nonce was taken.
@@ -84,15 +88,22 @@ impl Worker {
         lanes: Arc<Lanes>,
         ledger: Ledger,
         waiters: Arc<Waiters>,
+        lease_settings: &LeaseSettings,
         resumed: Vec<Record>,
-    ) -> Result<Self, crate::store::StoreError> {
-        let stored = ledger.lane_nonce(&lane.id)?.unwrap_or(0);
+    ) -> Result<Self, StoreError> {
+        let lease = ledger
+            .acquire(&lane.id, &lease_settings.holder, lease_settings.ttl)
+            .await?
+            .ok_or_else(|| StoreError::LeaseLost(lane.id.to_string()))?;
+        let stored = ledger.lane_nonce(&lane.id).await?.unwrap_or(0);
         let chain_pending = transaction_count(&lane, "pending").await.unwrap_or(0);
         let mut worker = Self {
             lane,
             lanes,
             ledger,
             waiters,
+            lease,
+            lease_settings: lease_settings.clone(),
             next_nonce: stored.max(chain_pending),
             slots: BTreeMap::new(),
             to_sign: Vec::new(),
@@ -130,8 +141,10 @@ impl Worker {
 
     pub async fn run(mut self, mut queue: mpsc::Receiver<Record>) {
         let mut heads = self.lane.chain.head.subscribe();
+        let mut renewal = tokio::time::interval(self.lease_settings.ttl / 3);
         loop {
             tokio::select! {
+                _ = renewal.tick() => self.renew_lease().await,
                 received = queue.recv() => {
                     let Some(record) = received else { return };
                     self.to_sign.push(record);
@@ -189,7 +202,7 @@ impl Worker {
         let refs: Vec<&Record> = signed.iter().collect();
         if let Err(e) = self
             .ledger
-            .commit_signed(&self.lane.id, self.next_nonce, &refs)
+            .commit_signed(&self.lease, self.next_nonce, &refs)
             .await
         {
             // Nothing left the process: the nonces can be given back.
@@ -328,6 +341,25 @@ impl Worker {
             Err(e) => {
                 tracing::warn!(lane = %self.lane.id, error = %e, "broadcast failed; sent again at the next blocks");
                 vec![None; raws.len()]
+            }
+        }
+    }
+
+    /// Renews the lease before it runs out. A failure to reach the store is only logged: the
+    /// fence, not the clock, keeps a lane from being signed on by two instances.
+    async fn renew_lease(&mut self) {
+        let settings = &self.lease_settings;
+        match self
+            .ledger
+            .acquire(&self.lane.id, &settings.holder, settings.ttl)
+            .await
+        {
+            Ok(Some(lease)) => self.lease = lease,
+            Ok(None) => {
+                tracing::warn!(lane = %self.lane.id, "lane lease taken by another instance")
+            }
+            Err(e) => {
+                tracing::warn!(lane = %self.lane.id, error = %e, "could not renew the lane lease")
             }
         }
     }
