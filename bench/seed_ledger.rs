@@ -21,7 +21,10 @@ async fn main() {
     let now = routerd::clock::unix_now();
     for i in 0..count {
         let record = finished_record(i, now);
-        store.claim(&record.key(), &record).await.expect("claim");
+        store
+            .claim(&record.key(), &record, None)
+            .await
+            .expect("claim");
         store.save(&record, false).await.expect("save");
     }
     store.flush().await.expect("flush");

@@ -78,12 +78,12 @@ async fn claims_once_and_releases(a: &Storage, b: &Storage) {
     let first = record(1);
     let key = first.key();
     assert!(matches!(
-        a.claim(&key, &first).await.unwrap(),
+        a.claim(&key, &first, None).await.unwrap(),
         Claim::Claimed
     ));
     let mut other = record(1);
     other.digest = H256::repeat_byte(0xee);
-    match b.claim(&key, &other).await.unwrap() {
+    match b.claim(&key, &other, None).await.unwrap() {
         Claim::Exists(stored) => assert_eq!(stored.digest, first.digest, "the first claim stays"),
         Claim::Claimed => panic!("a payment was claimed twice"),
     }
@@ -94,7 +94,7 @@ async fn claims_once_and_releases(a: &Storage, b: &Storage) {
     assert!(b.get(&key).await.unwrap().is_none());
     assert!(!b.unfinished().await.unwrap().iter().any(|r| r.key() == key));
     assert!(matches!(
-        b.claim(&key, &other).await.unwrap(),
+        b.claim(&key, &other, None).await.unwrap(),
         Claim::Claimed
     ));
 }
@@ -108,7 +108,10 @@ async fn concurrent_claims_have_one_winner(a: &Storage, b: &Storage) {
         candidate.digest = H256::repeat_byte(i);
         let key = key.clone();
         tasks.push(tokio::spawn(async move {
-            matches!(store.claim(&key, &candidate).await.unwrap(), Claim::Claimed)
+            matches!(
+                store.claim(&key, &candidate, None).await.unwrap(),
+                Claim::Claimed
+            )
         }));
     }
     let mut winners = 0;
@@ -121,7 +124,7 @@ async fn concurrent_claims_have_one_winner(a: &Storage, b: &Storage) {
 async fn terminal_records_leave_unfinished_and_are_pruned(a: &Storage, b: &Storage) {
     let claimed = record(3);
     let key = claimed.key();
-    a.claim(&key, &claimed).await.unwrap();
+    a.claim(&key, &claimed, None).await.unwrap();
     a.save(&signed(claimed.clone(), 0), true).await.unwrap();
     assert_eq!(
         b.get(&key).await.unwrap().unwrap().state,
@@ -198,6 +201,72 @@ async fn router_nonces_are_consecutive_across_handles(a: &Storage, b: &Storage) 
     }
     handed.sort_unstable();
     assert_eq!(handed, (100..120).collect::<Vec<_>>());
+}
+
+fn other_lane() -> LaneId {
+    LaneId {
+        network: "net".to_string(),
+        signer: Address::repeat_byte(8),
+    }
+}
+
+/// Shared stores only (sled has one instance, which signs what it claims).
+async fn the_work_queue_hands_each_claim_to_one_lane_and_a_takeover_inherits(
+    a: &Storage,
+    b: &Storage,
+) {
+    let one = a.acquire(&lane(), "one", LONG).await.unwrap().unwrap();
+    let two = b
+        .acquire(&other_lane(), "two", LONG)
+        .await
+        .unwrap()
+        .unwrap();
+    // A free claim: exactly one of two lanes polling together takes it.
+    let free = record(10);
+    a.claim(&free.key(), &free, None).await.unwrap();
+    let (by_one, by_two) = tokio::join!(a.take_queued(&one, 10), b.take_queued(&two, 10));
+    let (by_one, by_two) = (by_one.unwrap(), by_two.unwrap());
+    assert_eq!(by_one.len() + by_two.len(), 1, "{by_one:?} {by_two:?}");
+    assert!(a.take_queued(&one, 10).await.unwrap().is_empty());
+    assert!(b.take_queued(&two, 10).await.unwrap().is_empty());
+    // A claim taken by its claimer's lane stays with it...
+    let mine = record(11);
+    a.claim(&mine.key(), &mine, Some(&one)).await.unwrap();
+    assert!(b.take_queued(&two, 10).await.unwrap().is_empty());
+    assert!(a.take_queued(&one, 10).await.unwrap().is_empty());
+    // ...until the lane changes hands: the next holder inherits it.
+    a.acquire(&lane(), "one", Duration::ZERO).await.unwrap();
+    let three = b.acquire(&lane(), "three", LONG).await.unwrap().unwrap();
+    let inherited = b.take_queued(&three, 10).await.unwrap();
+    assert!(
+        inherited.iter().any(|r| r.key() == mine.key()),
+        "{inherited:?}"
+    );
+    // The old holder can take nothing more.
+    let late = record(12);
+    a.claim(&late.key(), &late, None).await.unwrap();
+    assert!(a.take_queued(&one, 10).await.unwrap().is_empty());
+    // Given back, it is free again; once signed, it leaves the queue.
+    b.requeue(&[late.key()]).await.unwrap();
+    let taken = b.take_queued(&two, 10).await.unwrap();
+    assert!(taken.iter().any(|r| r.key() == late.key()));
+    b.commit_signed(&two, 1, &[&signed(late.clone(), 0)])
+        .await
+        .unwrap();
+    b.requeue(&[late.key()]).await.unwrap();
+    assert!(b.take_queued(&three, 10).await.unwrap().is_empty());
+    // A released claim leaves the queue with its record.
+    let dropped = record(13);
+    a.claim(&dropped.key(), &dropped, None).await.unwrap();
+    a.release(&dropped.key()).await.unwrap();
+    assert!(b.take_queued(&three, 10).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a server: scripts/test-postgres runs it"]
+async fn postgres_work_queue() {
+    let (a, b) = open_postgres("queue").await;
+    the_work_queue_hands_each_claim_to_one_lane_and_a_takeover_inherits(&a, &b).await;
 }
 
 /// Every case, each on a fresh store from `open` (called twice per store: two handles).

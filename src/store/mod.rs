@@ -5,7 +5,10 @@
 //! - signed attempts and their lane's next nonce are written together, and only under the lane's
 //!   current lease (fencing token): an instance that lost its lease cannot store a signature, so
 //!   it never broadcasts one;
-//! - a write a caller waits on (`durable`) is on disk when the call returns.
+//! - a write a caller waits on (`durable`) is on disk when the call returns;
+//! - a claimed settlement is in the work queue until its first signed attempt is stored: taken
+//!   by the lane that claimed it (under that lane's fence), or free for any lane of its network.
+//!   A lane's next holder (a larger fence) takes over what the previous holder had taken.
 
 mod conformance;
 pub mod postgres;
@@ -70,7 +73,14 @@ pub struct Lease {
 pub trait SettlementStore: Send + Sync {
     async fn get(&self, key: &PaymentKey) -> Result<Option<Record>, StoreError>;
     /// Creates the record only if none exists: the single point where duplicates are told apart.
-    async fn claim(&self, key: &PaymentKey, record: &Record) -> Result<Claim, StoreError>;
+    /// The new claim enters the work queue taken by `taken_by` (the claiming instance signs it)
+    /// or, with `None`, free for whichever instance holds a lane of its network.
+    async fn claim(
+        &self,
+        key: &PaymentKey,
+        record: &Record,
+        taken_by: Option<&Lease>,
+    ) -> Result<Claim, StoreError>;
     /// Stores a state change; a terminal one leaves the unfinished index for the finished one.
     /// `durable` waits until the write is on disk (answers depend on it).
     async fn save(&self, record: &Record, durable: bool) -> Result<(), StoreError>;
@@ -108,6 +118,12 @@ pub trait LaneStore: Send + Sync {
         next_nonce: u64,
         records: &[&Record],
     ) -> Result<(), StoreError>;
+    /// Takes up to `limit` claims from the work queue for `lease`'s lane: free ones of its
+    /// network, and those its lane took under an older fence (a previous holder's). `SKIP
+    /// LOCKED`: instances polling together never take the same claim.
+    async fn take_queued(&self, lease: &Lease, limit: usize) -> Result<Vec<Record>, StoreError>;
+    /// Frees queued claims a lane took but will not sign (it lost its lease).
+    async fn requeue(&self, keys: &[PaymentKey]) -> Result<(), StoreError>;
 }
 
 /// The router's last nonce handed out per (chain, sender).

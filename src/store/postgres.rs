@@ -27,9 +27,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const MIGRATION_LOCK: i64 = 0x0072_6f75_7465_7264;
 
 /// Schema versions in order; each runs once, in one transaction, and is never edited.
-const MIGRATIONS: &[(i32, &str)] = &[(
-    1,
-    "CREATE TABLE settlements (
+const MIGRATIONS: &[(i32, &str)] = &[
+    (
+        1,
+        "CREATE TABLE settlements (
          payment_key text PRIMARY KEY,
          record text NOT NULL,
          unfinished boolean NOT NULL,
@@ -50,7 +51,21 @@ const MIGRATIONS: &[(i32, &str)] = &[(
          last_nonce bigint NOT NULL,
          handed_at bigint NOT NULL
      );",
-)];
+    ),
+    (
+        2,
+        // The work queue: a claim until its first signed attempt is stored. `lane` and `fence`
+        // say who took it (NULL: free for any lane of `network`).
+        "CREATE TABLE settlement_queue (
+             payment_key text PRIMARY KEY REFERENCES settlements ON DELETE CASCADE,
+             network text NOT NULL,
+             lane text,
+             fence bigint,
+             queued_at timestamptz NOT NULL DEFAULT now()
+         );
+         CREATE INDEX settlement_queue_network ON settlement_queue (network, queued_at);",
+    ),
+];
 
 pub struct PgStore {
     pool: Pool,
@@ -277,16 +292,29 @@ impl SettlementStore for PgStore {
         row.map(|r| decode(&id, r.get(0))).transpose()
     }
 
-    async fn claim(&self, key: &PaymentKey, record: &Record) -> Result<Claim, StoreError> {
+    async fn claim(
+        &self,
+        key: &PaymentKey,
+        record: &Record,
+        taken_by: Option<&Lease>,
+    ) -> Result<Claim, StoreError> {
         let id = key.to_string();
         let text = encode(record);
+        let lane = taken_by.map(|l| l.lane.to_string());
+        let fence = taken_by.map(|l| int(l.fence)).transpose()?;
         let client = self.client().await?;
         loop {
+            // One statement: the record and its queue entry, or nothing if the payment exists.
             let inserted = client
                 .execute(
-                    "INSERT INTO settlements (payment_key, record, unfinished)
-                     VALUES ($1, $2, true) ON CONFLICT (payment_key) DO NOTHING",
-                    &[&id, &text],
+                    "WITH claimed AS (
+                         INSERT INTO settlements (payment_key, record, unfinished)
+                         VALUES ($1, $2, true) ON CONFLICT (payment_key) DO NOTHING
+                         RETURNING payment_key
+                     )
+                     INSERT INTO settlement_queue (payment_key, network, lane, fence)
+                     SELECT payment_key, $3, $4, $5 FROM claimed",
+                    &[&id, &text, &key.network, &lane, &fence],
                 )
                 .await
                 .map_err(pg)?;
@@ -447,8 +475,58 @@ impl LaneStore for PgStore {
             tx.execute(UPSERT_RECORDS, &[&keys, &texts, &unfinished, &finished])
                 .await
                 .map_err(pg)?;
+            // Signed: from now on the lane's unfinished records carry it, not the queue.
+            tx.execute(
+                "DELETE FROM settlement_queue WHERE payment_key = ANY($1)",
+                &[&keys],
+            )
+            .await
+            .map_err(pg)?;
         }
         tx.commit().await.map_err(pg)
+    }
+
+    async fn take_queued(&self, lease: &Lease, limit: usize) -> Result<Vec<Record>, StoreError> {
+        let lane = lease.lane.to_string();
+        let rows = self
+            .client()
+            .await?
+            .query(
+                "UPDATE settlement_queue q SET lane = $2, fence = $3
+                 FROM (SELECT payment_key FROM settlement_queue
+                       WHERE network = $1 AND (lane IS NULL OR (lane = $2 AND fence < $3))
+                       ORDER BY queued_at
+                       FOR UPDATE SKIP LOCKED
+                       LIMIT $4) picked,
+                      settlements s
+                 WHERE q.payment_key = picked.payment_key AND s.payment_key = q.payment_key
+                   AND EXISTS (SELECT 1 FROM signer_lanes
+                               WHERE signer_lanes.lane = $2 AND holder = $5 AND fence = $3)
+                 RETURNING q.payment_key, s.record",
+                &[
+                    &lease.lane.network,
+                    &lane,
+                    &int(lease.fence)?,
+                    &int(limit as u64)?,
+                    &lease.holder,
+                ],
+            )
+            .await
+            .map_err(pg)?;
+        rows.iter().map(|r| decode(r.get(0), r.get(1))).collect()
+    }
+
+    async fn requeue(&self, keys: &[PaymentKey]) -> Result<(), StoreError> {
+        let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+        self.client()
+            .await?
+            .execute(
+                "UPDATE settlement_queue SET lane = NULL, fence = NULL WHERE payment_key = ANY($1)",
+                &[&keys],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(())
     }
 }
 

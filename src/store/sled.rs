@@ -239,7 +239,13 @@ impl SettlementStore for Store {
         Store::get_json(&self.settlements, &key.to_string())
     }
 
-    async fn claim(&self, key: &PaymentKey, record: &Record) -> Result<Claim, StoreError> {
+    /// One instance: the claimer always signs, so nothing is queued.
+    async fn claim(
+        &self,
+        key: &PaymentKey,
+        record: &Record,
+        _taken_by: Option<&Lease>,
+    ) -> Result<Claim, StoreError> {
         let id = key.to_string();
         let encoded = Store::encode(record);
         let existing = (&self.settlements, &self.unfinished)
@@ -413,6 +419,14 @@ impl LaneStore for Store {
             })
             .map_err(transaction_error)?;
         self.flush().await
+    }
+
+    async fn take_queued(&self, _lease: &Lease, _limit: usize) -> Result<Vec<Record>, StoreError> {
+        Ok(Vec::new())
+    }
+
+    async fn requeue(&self, _keys: &[PaymentKey]) -> Result<(), StoreError> {
+        Ok(())
     }
 }
 

@@ -28,6 +28,9 @@ const MISSES_BEFORE_MOVE: u8 = 2;
 
 impl Worker {
     pub(super) async fn on_head(&mut self, head: &Head) {
+        if self.current_lease().await.is_none() {
+            return; // standby: the holder follows this lane
+        }
         let Some((chain_nonce, balance)) = self.read_lane(head).await else {
             return;
         };
@@ -40,8 +43,10 @@ impl Worker {
             // Transactions sent with this key outside routerd: never hand those nonces out.
             tracing::warn!(lane = %self.lane.id, chain_nonce, next = self.next_nonce, "signer nonce used outside routerd");
             self.next_nonce = chain_nonce;
-            if let Err(e) = self.ledger.set_lane_nonce(&self.lease, chain_nonce).await {
-                tracing::error!(lane = %self.lane.id, error = %e, "could not store the lane nonce");
+            if let Some(lease) = &self.lease {
+                if let Err(e) = self.ledger.set_lane_nonce(lease, chain_nonce).await {
+                    tracing::error!(lane = %self.lane.id, error = %e, "could not store the lane nonce");
+                }
             }
         }
         let mut resend = self.check_reorgs(head);

@@ -9,6 +9,7 @@
 
 mod follower;
 pub mod lane;
+mod lease;
 pub mod state;
 pub mod waiters;
 mod worker;
@@ -26,7 +27,7 @@ use super::types::{PaymentRequest, Reason, SettleResponse, SettlementStatus, Sta
 use super::verify::{check_terms, payer_of, Invalid, Payment, Verifier};
 use crate::chain::{self, Call, Unreachable};
 use crate::clock::unix_now;
-use crate::store::{Claim, Storage, StoreError};
+use crate::store::{Claim, Lease, Storage, StoreError};
 pub use lane::{Lane, LaneSettings, Lanes};
 pub use state::{LaneId, Outcome, PaymentKey, Record, State};
 use waiters::{Progress, Waiters};
@@ -119,7 +120,8 @@ impl Settler {
     }
 
     /// Resumes every unfinished settlement and starts the lane workers; returns once each lane
-    /// has sent again what it resumes. Call before serving.
+    /// has sent again what it resumes. Call before serving. A lane another live instance holds
+    /// starts in standby, and takes its settlements over if that instance stops renewing.
     pub async fn start(self: &Arc<Self>) -> Result<usize, SettleError> {
         let pruned = self.ledger.prune(self.prune_cutoff()).await?;
         if pruned > 0 {
@@ -142,15 +144,6 @@ impl Settler {
             if self.lanes.find(&lane).is_none() {
                 tracing::warn!(payment = %record.key(), %lane, "settlement of a signer or network no longer configured; left in the store");
                 continue;
-            }
-            if record.outcome.is_none() {
-                let mut registry = self.waiters.lock();
-                Waiters::register(
-                    &mut registry,
-                    record.key(),
-                    record.digest,
-                    Progress::Sent(latest.hash),
-                );
             }
             by_lane.entry(lane).or_default().push(record);
         }
@@ -202,7 +195,7 @@ impl Settler {
         let deadline = Instant::now() + self.wait_bound(payment.auth.valid_before);
         let key = payment.key();
         if let Some(known) = self.known(&key, &payment).await? {
-            return self.answer_known(known, &answer, deadline).await;
+            return self.answer_known(known, &key, &answer, deadline).await;
         }
         let reservation = self
             .lanes
@@ -222,18 +215,23 @@ impl Settler {
                 // A concurrent duplicate may have settled this very authorization while we read
                 // the chain (its nonce then reads as used): its outcome is the answer.
                 if let Some(known) = self.known(&key, &payment).await? {
-                    return self.answer_known(known, &answer, deadline).await;
+                    return self.answer_known(known, &key, &answer, deadline).await;
                 }
                 return Ok(answer.failed(&failure));
             }
         };
         let record = new_record(&payment, calldata, gas_limit);
-        match self.claim(&key, &record, &payment).await? {
-            Ok(progress) => {
+        let lease = reservation.lane().lease();
+        match self.claim(&key, &record, &payment, lease.as_ref()).await? {
+            Claimed::Here(progress) => {
                 reservation.submit(record).await;
-                self.wait(progress, &answer, deadline).await
+                self.wait(progress, &key, &answer, deadline).await
             }
-            Err(known) => self.answer_known(known, &answer, deadline).await,
+            Claimed::Queued => {
+                drop(reservation);
+                self.await_stored(record, &answer, deadline).await
+            }
+            Claimed::Known(known) => self.answer_known(known, &key, &answer, deadline).await,
         }
     }
 
@@ -350,37 +348,41 @@ impl Settler {
 
     /// Creates the ledger record, then registers its waiters. The store's claim is atomic (also
     /// across instances), so exactly one caller registers; a duplicate arriving in between finds
-    /// the stored record and waits for its outcome (`await_stored`).
+    /// the stored record and waits for its outcome (`await_stored`). Without `lease` (no lane of
+    /// this network is held here) the claim is queued for an instance that holds one.
     async fn claim(
         &self,
         key: &PaymentKey,
         record: &Record,
         payment: &Payment<'_>,
-    ) -> Result<Result<watch::Receiver<Progress>, Known>, StoreError> {
+        lease: Option<&Lease>,
+    ) -> Result<Claimed, StoreError> {
         if let Some((digest, progress)) = self.waiters.get(key) {
-            return Ok(Err(
-                bind(digest, payment).unwrap_or(Known::Running(progress))
+            return Ok(Claimed::Known(
+                bind(digest, payment).unwrap_or(Known::Running(progress)),
             ));
         }
-        match self.ledger.claim(key, record).await? {
-            Claim::Claimed => Ok(Ok(Waiters::register(
+        match self.ledger.claim(key, record, lease).await? {
+            Claim::Claimed if lease.is_none() => Ok(Claimed::Queued),
+            Claim::Claimed => Ok(Claimed::Here(Waiters::register(
                 &mut self.waiters.lock(),
                 key.clone(),
                 record.digest,
                 Progress::Signing,
             ))),
-            Claim::Exists(existing) => Ok(Err(Known::from_record(*existing, payment))),
+            Claim::Exists(existing) => Ok(Claimed::Known(Known::from_record(*existing, payment))),
         }
     }
 
     async fn answer_known(
         &self,
         known: Known,
+        key: &PaymentKey,
         answer: &Answer,
         deadline: Instant,
     ) -> Result<SettleResponse, SettleError> {
         match known {
-            Known::Running(progress) => self.wait(progress, answer, deadline).await,
+            Known::Running(progress) => self.wait(progress, key, answer, deadline).await,
             Known::Finished(outcome) => Ok(answer.settled(&outcome)),
             Known::Unfinished(record) => self.await_stored(*record, answer, deadline).await,
             Known::Unmet(failure) => Ok(answer.failed(&failure)),
@@ -409,9 +411,6 @@ impl Settler {
         let mut hash = record.latest().map(|a| a.hash);
         while followed && Instant::now() + STORED_POLL < deadline {
             tokio::time::sleep(STORED_POLL).await;
-            if let Some((_, progress)) = self.waiters.get(&key) {
-                return self.wait(progress, answer, deadline).await;
-            }
             let Some(current) = self.ledger.get(&key).await? else {
                 return Err(SettleError::Abandoned(
                     "the claim was released before anything was sent".to_string(),
@@ -428,6 +427,7 @@ impl Settler {
     async fn wait(
         &self,
         mut progress: watch::Receiver<Progress>,
+        key: &PaymentKey,
         answer: &Answer,
         deadline: Instant,
     ) -> Result<SettleResponse, SettleError> {
@@ -437,6 +437,13 @@ impl Settler {
         match settled {
             Ok(Ok(Progress::Done(outcome))) => Ok(answer.settled(&outcome)),
             Ok(Ok(Progress::Abandoned(reason))) => Err(SettleError::Abandoned(reason)),
+            // This instance lost the lane: another one settles it, and the store tells how.
+            Ok(Ok(Progress::Elsewhere)) => match self.ledger.get(key).await? {
+                Some(record) => self.await_stored(record, answer, deadline).await,
+                None => Err(SettleError::Abandoned(
+                    "the claim was released before anything was sent".to_string(),
+                )),
+            },
             // Out of time (or shutting down): the ledger keeps the record and the lane goes on.
             _ => match &*progress.borrow() {
                 Progress::Sent(hash) => Err(SettleError::Pending(Some(*hash))),
@@ -491,6 +498,15 @@ fn new_record(payment: &Payment<'_>, calldata: Bytes, gas_limit: u64) -> Record 
         lost: false,
         finished_at: None,
     }
+}
+
+/// What claiming a payment led to.
+enum Claimed {
+    /// Claimed, and a lane here signs it.
+    Here(watch::Receiver<Progress>),
+    /// Claimed and queued for an instance holding a lane of its network.
+    Queued,
+    Known(Known),
 }
 
 enum Known {
