@@ -97,6 +97,9 @@ pub async fn run(settings: Settings) -> Result<(), StartError> {
     if drained.is_err() {
         tracing::warn!("grace period over with requests in flight; their settlements are stored and resume on start");
     }
+    if let Some(facilitator) = &app.facilitator {
+        facilitator.surrender_lanes().await;
+    }
     store.flush().await?;
     tracing::info!("stopped");
     Ok(())

@@ -127,6 +127,10 @@ impl Facilitator {
         self.settler.status(key).await
     }
 
+    pub async fn surrender_lanes(&self) {
+        self.settler.surrender_lanes().await
+    }
+
     pub fn lost_settlements(&self) -> u64 {
         self.settler.lost_settlements()
     }

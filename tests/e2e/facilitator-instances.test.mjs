@@ -2,7 +2,8 @@
 // signer key: one lane, held by one instance at a time through its lease. A payment sent to two
 // instances at once is settled by one transaction that both answers name; when the instance
 // holding the lane is SIGKILLed mid-burst another takes the lane over and finishes its
-// settlements; an instance paused past its lease (SIGSTOP, then SIGCONT) signs nothing more.
+// settlements; an instance paused past its lease (SIGSTOP, then SIGCONT) signs nothing more;
+// PostgreSQL restarted mid-burst makes settle answer 503 while it is down and loses nothing.
 // Every run ends with the signer's history audited from the chain: one transaction per payment,
 // consecutive nonces, none reverted, none wasted.
 import { describe, test, before, after } from 'node:test';
@@ -186,6 +187,43 @@ describe('three instances, one key, one PostgreSQL', () => {
     settled.push(...await Promise.all(after.map(async (p) => ({ p, res: await settleSomewhere([holder, other], p.body, { tries: 80 }) }))));
     assert.match(log(other), /taking the lane over/);
     assert.match(log(holder), /lane lease (taken by another instance|lost before signing)/);
+    await audit(mark, settled);
+  });
+
+  it('PostgreSQL restarted mid-burst: settle answers HTTP 400 {error: 503} while it is down, nothing is lost, work resumes', async () => {
+    const mark = await chainMark(stack.anvil, stack.signer);
+    const live = instances.filter((r) => r.running);
+    assert.equal(live.length, 2);
+    const ps = await payments(60);
+    const [early, whileDown] = [ps.slice(0, 40), ps.slice(40)];
+    const burst = Promise.all(early.map((p, k) => post(live[k % 2], p.body)));
+    execFileSync(pgCluster, ['stop', pgDir], { stdio: 'ignore' });
+    let restarted = false;
+    try {
+      const answers = await Promise.all(whileDown.map((p, k) => post(live[k % 2], p.body)));
+      for (const res of answers) {
+        assert.equal(res.status, 400, JSON.stringify(res.body));
+        assert.equal(res.body.error, 503, JSON.stringify(res.body));
+        assert.match(res.body.message, /PostgreSQL/, JSON.stringify(res.body));
+      }
+      await burst;
+      execFileSync(pgCluster, ['start', pgDir], { stdio: 'ignore', timeout: 120_000 });
+      restarted = true;
+    } finally {
+      if (!restarted) spawnSync(pgCluster, ['start', pgDir], { stdio: 'ignore' });
+    }
+    // Back: every payment is asked again (as its resource server would) until it is answered;
+    // blocks are mined meanwhile so that the lane sees new heads.
+    const settled = await Promise.all(ps.map(async (p, k) => {
+      let res;
+      for (let i = 0; i < 60; i += 1) {
+        res = await post(live[(k + i) % 2], p.body);
+        if (res.status === 200) break;
+        await stack.anvil.mine();
+        await sleep(200);
+      }
+      return { p, res };
+    }));
     await audit(mark, settled);
   });
 });

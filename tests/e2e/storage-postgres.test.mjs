@@ -1,7 +1,8 @@
 // routerd on PostgreSQL (storage.backend = "postgres"): a throwaway cluster (scripts/pg-cluster,
 // Debian's postgresql package, initdb in a temp dir as the postgres user). check-config connects
 // and says whether it could, never showing the URL's password; the daemon creates its schema at
-// start (versioned migrations) and serves.
+// start (versioned migrations) and serves; router nonce reservations are shared, so back-to-back
+// calls that reach different instances get consecutive nonces.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
@@ -78,7 +79,7 @@ function checkConfig(postgresUrl) {
 test('check-config connects to PostgreSQL, shows no password, and says the schema is not created yet', () => {
   const r = checkConfig(withPassword(url));
   assert.equal(r.status, 0, r.all);
-  assert.match(r.stdout, /^# storage: connected to postgres:127\.0\.0\.1:\d+\/postgres \(PostgreSQL [\d.]+.*\); schema version 0, this routerd migrates to 1$/m, r.all);
+  assert.match(r.stdout, /^# storage: connected to postgres:127\.0\.0\.1:\d+\/postgres \(PostgreSQL [\d.]+.*\); schema version 0, this routerd migrates to [1-9]\d*$/m, r.all);
   assert.match(r.stdout, /^postgres_url = "<redacted>"$/m, r.all);
   assert.ok(!r.all.includes(PASSWORD), r.all);
 });
@@ -103,7 +104,8 @@ test('the daemon creates its schema at start, serves, and logs no password; a se
   }
   const r = checkConfig(url);
   assert.equal(r.status, 0, r.all);
-  assert.match(r.stdout, /schema version 1, this routerd migrates to 1$/m, r.all);
+  const [, found, latest] = r.stdout.match(/schema version (\d+), this routerd migrates to (\d+)$/m) ?? [];
+  assert.ok(found && found === latest, `the schema is at the latest version: ${r.all}`);
   const again = await startRouterd({ configToml: routerConfig(port), env });
   await again.stop();
   for (const daemon of [routerd, again]) {
@@ -113,4 +115,35 @@ test('the daemon creates its schema at start, serves, and logs no password; a se
   }
   assert.match(readFileSync(routerd.logFile, 'utf8'), /database schema migrated/);
   assert.doesNotMatch(readFileSync(again.logFile, 'utf8'), /database schema migrated/);
+});
+
+async function routerTransaction(port, from) {
+  const res = await fetch(`http://127.0.0.1:${port}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      jsonrpc: '2.0', id: 1, method: 'eth_routerTransaction',
+      params: [{ from, to: '0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC', data: '0x', value: '1000' }],
+    }),
+  });
+  const body = await res.json();
+  assert.ok(body.result, JSON.stringify(body));
+  return Number(BigInt(body.result.nonce));
+}
+
+test('router: back-to-back and concurrent calls reaching two instances get consecutive nonces', async () => {
+  const env = { ROUTERD__STORAGE__POSTGRES_URL: url };
+  const ports = [await freePort(), await freePort()];
+  const daemons = [];
+  for (const port of ports) daemons.push(await startRouterd({ configToml: routerConfig(port), env }));
+  try {
+    const from = '0x90F79bf6EB2c4f870365E785982E1f101E93b906';
+    const sequential = [];
+    for (let i = 0; i < 6; i += 1) sequential.push(await routerTransaction(ports[i % 2], from));
+    assert.deepEqual(sequential, [0, 1, 2, 3, 4, 5]);
+    const concurrent = await Promise.all(Array.from({ length: 20 }, (_, i) => routerTransaction(ports[i % 2], from)));
+    assert.deepEqual([...concurrent].sort((a, b) => a - b), Array.from({ length: 20 }, (_, i) => 6 + i));
+  } finally {
+    await Promise.all(daemons.map((d) => d.stop()));
+  }
 });

@@ -236,7 +236,10 @@ impl Worker {
                 revert.expect("diagnosed above")
             }) {
                 if let Err(e) = self.ledger.save(record, true).await {
+                    // Answered only once stored: confirmed again at the next head (a shared
+                    // database may be back by then).
                     tracing::error!(payment = %record.key(), error = %e, "could not store a settlement outcome");
+                    record.outcome = None;
                     continue;
                 }
                 let outcome = record.outcome.clone().expect("just confirmed");
