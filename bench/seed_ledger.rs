@@ -5,9 +5,9 @@
 
 use ethers_core::types::{Address, Bytes, H256};
 use routerd::chain::TxFees;
-use routerd::facilitator::settlement::ledger::Ledger;
 use routerd::facilitator::settlement::state::{Attempt, Inclusion, Outcome, Record, State};
-use routerd::store::Store;
+use routerd::store::sled::Store;
+use routerd::store::SettlementStore;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
@@ -18,12 +18,14 @@ async fn main() {
         std::process::exit(2);
     };
     let store = Store::open(std::path::Path::new(&path)).expect("open the store");
-    let ledger = Ledger::new(store.clone());
     let now = routerd::clock::unix_now();
     for i in 0..count {
         let record = finished_record(i, now);
-        ledger.claim(&record.key(), &record).expect("claim");
-        ledger.save(&record, false).await.expect("save");
+        store
+            .claim(&record.key(), &record, None)
+            .await
+            .expect("claim");
+        store.save(&record, false).await.expect("save");
     }
     store.flush().await.expect("flush");
     println!("{count} finished records in {path}");

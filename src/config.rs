@@ -69,7 +69,15 @@ impl Default for ServerSettings {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StorageSettings {
+    pub backend: StorageBackend,
+    /// The sled directory (backend "sled").
     pub path: PathBuf,
+    /// The database (backend "postgres"); also `$CREDENTIALS_DIRECTORY/postgres-url`.
+    pub postgres_url: Option<Secret>,
+    /// How long a signer lane stays with an instance that stopped renewing its lease.
+    pub lease_ttl_secs: u64,
+    /// This instance's name in lane leases.
+    pub instance_id: String,
 }
 
 impl Default for StorageSettings {
@@ -78,7 +86,108 @@ impl Default for StorageSettings {
             Some(dir) => PathBuf::from(dir).join("routerd.db"),
             None => PathBuf::from("data/routerd.db"),
         };
-        Self { path }
+        Self {
+            backend: StorageBackend::Sled,
+            path,
+            postgres_url: None,
+            lease_ttl_secs: 10,
+            instance_id: default_instance_id(),
+        }
+    }
+}
+
+impl StorageSettings {
+    /// The credential file systemd hands over (`LoadCredential=postgres-url:...`), when the URL
+    /// is not in the files or the environment.
+    fn resolve_url(&mut self, env: &HashMap<String, String>) -> Result<(), ConfigError> {
+        if self.backend != StorageBackend::Postgres || self.postgres_url.is_some() {
+            return Ok(());
+        }
+        let Some(dir) = env.get("CREDENTIALS_DIRECTORY") else {
+            return Ok(());
+        };
+        let file = Path::new(dir).join("postgres-url");
+        match std::fs::read_to_string(&file) {
+            Ok(url) => self.postgres_url = Some(Secret(url.trim().to_string())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(ConfigError::new(
+                    "storage.postgres_url",
+                    format!("cannot read {}: {e}", file.display()),
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.backend == StorageBackend::Postgres {
+            match &self.postgres_url {
+                None => return Err(ConfigError::new(
+                    "storage.postgres_url",
+                    "required with storage.backend = \"postgres\" (or ROUTERD__STORAGE__POSTGRES_URL, or $CREDENTIALS_DIRECTORY/postgres-url)",
+                )),
+                Some(url) if url.0.parse::<tokio_postgres::Config>().is_err() => {
+                    // The parser's message may quote the URL: it is not repeated.
+                    return Err(ConfigError::new(
+                        "storage.postgres_url",
+                        "not a PostgreSQL connection URL (postgres://user:password@host:port/database)",
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        if self.lease_ttl_secs == 0 {
+            return Err(ConfigError::new(
+                "storage.lease_ttl_secs",
+                "must be at least 1",
+            ));
+        }
+        if self.instance_id.trim().is_empty() {
+            return Err(ConfigError::new("storage.instance_id", "must not be empty"));
+        }
+        Ok(())
+    }
+}
+
+/// Host name plus process id: unique among the instances of one deployment.
+fn default_instance_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "routerd".to_string());
+    format!("{host}-{}", std::process::id())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StorageBackend {
+    /// Embedded, one instance.
+    #[default]
+    Sled,
+    /// Shared by several instances.
+    Postgres,
+}
+
+/// A value never shown: `Debug` and the rendered configuration print `<redacted>`.
+#[derive(Clone, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str("<redacted>")
     }
 }
 
@@ -276,10 +385,11 @@ impl Settings {
                 .set_override(key.clone(), value)
                 .map_err(|e| ConfigError::new(key, e.to_string()))?;
         }
-        let settings: Settings = builder
+        let mut settings: Settings = builder
             .build()
             .and_then(|c| c.try_deserialize())
             .map_err(|e| ConfigError::new(config_error_key(&e), e.to_string()))?;
+        settings.storage.resolve_url(env)?;
         settings.validate()?;
         Ok(settings)
     }
@@ -297,6 +407,7 @@ impl Settings {
                 "must be at least 1024",
             ));
         }
+        self.storage.validate()?;
         for (name, chain) in &self.chains {
             chain.validate(name)?;
         }
@@ -309,8 +420,8 @@ impl Settings {
         Ok(())
     }
 
-    /// The effective configuration as TOML. Settings hold no secret values (keys live in files
-    /// or the environment), so only paths are shown.
+    /// The effective configuration as TOML. Secrets (the database URL) show as `<redacted>`;
+    /// signer keys live in files, so only their paths are shown.
     pub fn render(&self) -> String {
         toml_render(self)
     }
@@ -815,6 +926,69 @@ networks = ["chainX"]
         let path = write(&dir, "v2.toml", &format!("{BASE}x402_versions = [1, 2]\n"));
         let settings = Settings::load_from(&[path], &HashMap::new()).unwrap();
         assert!(settings.facilitator.unwrap().serves_version(2));
+    }
+
+    #[test]
+    fn storage_keys_default_read_the_credential_file_and_never_show_the_url() {
+        let dir = temp_dir();
+        let path = write(&dir, "storage-defaults.toml", BASE);
+        let settings = Settings::load_from(&[path], &HashMap::new()).unwrap();
+        assert_eq!(settings.storage.backend, StorageBackend::Sled);
+        assert_eq!(settings.storage.lease_ttl_secs, 10);
+        assert!(settings
+            .storage
+            .instance_id
+            .ends_with(&format!("-{}", std::process::id())));
+        let body = format!("[storage]\nbackend = \"postgres\"\n{BASE}");
+        let path = write(&dir, "storage-pg.toml", &body);
+        let err = Settings::load_from(std::slice::from_ref(&path), &HashMap::new()).unwrap_err();
+        assert_eq!(err.key, "storage.postgres_url");
+        let url = "postgres://routerd:s3cret-pw@db.internal:5433/routerd";
+        let credentials = dir.join("credentials");
+        std::fs::create_dir_all(&credentials).unwrap();
+        std::fs::write(credentials.join("postgres-url"), format!("{url}\n")).unwrap();
+        let env = HashMap::from([(
+            "CREDENTIALS_DIRECTORY".to_string(),
+            credentials.display().to_string(),
+        )]);
+        let settings = Settings::load_from(std::slice::from_ref(&path), &env).unwrap();
+        assert_eq!(
+            settings.storage.postgres_url.as_ref().unwrap().expose(),
+            url
+        );
+        assert!(
+            !settings.render().contains("s3cret"),
+            "{}",
+            settings.render()
+        );
+        assert!(!format!("{settings:?}").contains("s3cret"));
+        // The environment wins over the credential file.
+        let env = HashMap::from([(
+            "ROUTERD__STORAGE__POSTGRES_URL".to_string(),
+            "postgres://other@h/db".to_string(),
+        )]);
+        let settings = Settings::load_from(std::slice::from_ref(&path), &env).unwrap();
+        assert_eq!(
+            settings.storage.postgres_url.unwrap().expose(),
+            "postgres://other@h/db"
+        );
+        for (line, key) in [
+            ("postgres_url = \"not a url\"", "storage.postgres_url"),
+            (
+                "postgres_url = \"postgres://a@h/d\"\nlease_ttl_secs = 0",
+                "storage.lease_ttl_secs",
+            ),
+            (
+                "postgres_url = \"postgres://a@h/d\"\ninstance_id = \" \"",
+                "storage.instance_id",
+            ),
+        ] {
+            let body = format!("[storage]\nbackend = \"postgres\"\n{line}\n{BASE}");
+            let path = write(&dir, "storage-bad.toml", &body);
+            let err = Settings::load_from(&[path], &HashMap::new()).unwrap_err();
+            assert_eq!(err.key, key, "{line}");
+            assert!(!err.to_string().contains("not a url"), "{err}");
+        }
     }
 
     #[test]

@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use crate::chain::Chain;
 use crate::config::Settings;
+use crate::facilitator::settlement::LeaseSettings;
 use crate::facilitator::{Facilitator, SettleError, SetupError};
 use crate::router::nonces::NonceBook;
 use crate::router::Router;
 use crate::server::{self, App, Metrics};
 use crate::signer::{load_signers, SignerError};
-use crate::store::{Store, StoreError};
+use crate::store::{self, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -22,7 +23,7 @@ pub enum StartError {
     Setup(#[from] SetupError),
     #[error("chains.{0}.rpc_urls: {1}")]
     Chain(String, String),
-    #[error("storage.path: {0}")]
+    #[error("storage: {0}")]
     Store(#[from] StoreError),
     #[error("resuming settlements: {0}")]
     Recover(#[from] SettleError),
@@ -41,7 +42,7 @@ impl StartError {
 }
 
 pub async fn run(settings: Settings) -> Result<(), StartError> {
-    let store = Store::open(&settings.storage.path)?;
+    let store = store::open(&settings.storage).await?;
     let chains = connect_chains(&settings)?;
     learn_read_modes(&chains);
     let facilitator = match &settings.facilitator {
@@ -50,8 +51,12 @@ pub async fn run(settings: Settings) -> Result<(), StartError> {
                 .into_iter()
                 .map(Arc::new)
                 .collect();
+            let lease = LeaseSettings {
+                holder: settings.storage.instance_id.clone(),
+                ttl: Duration::from_secs(settings.storage.lease_ttl_secs),
+            };
             let facilitator =
-                Facilitator::new(f, &settings.chains, &chains, signers, store.clone())?;
+                Facilitator::new(f, &settings.chains, &chains, signers, store.clone(), lease)?;
             let resumed = facilitator.start().await?;
             if resumed > 0 {
                 tracing::info!(resumed, "resumed unfinished settlements");
@@ -76,7 +81,7 @@ pub async fn run(settings: Settings) -> Result<(), StartError> {
         max_body_bytes: settings.server.max_body_bytes,
     });
     let listeners = server::start(&settings.server, app.clone()).await?;
-    log_banner(&settings, &app, &listeners);
+    log_banner(&settings, &app, &listeners, &store.describe());
     notify_systemd_ready();
 
     wait_for_shutdown_signal().await;
@@ -92,6 +97,9 @@ pub async fn run(settings: Settings) -> Result<(), StartError> {
     .await;
     if drained.is_err() {
         tracing::warn!("grace period over with requests in flight; their settlements are stored and resume on start");
+    }
+    if let Some(facilitator) = &app.facilitator {
+        facilitator.surrender_lanes().await;
     }
     store.flush().await?;
     tracing::info!("stopped");
@@ -132,7 +140,7 @@ fn learn_read_modes(chains: &BTreeMap<String, Arc<Chain>>) {
     }
 }
 
-fn log_banner(settings: &Settings, app: &App, listeners: &[server::Listener]) {
+fn log_banner(settings: &Settings, app: &App, listeners: &[server::Listener], store: &str) {
     let addresses: Vec<String> = listeners.iter().map(|l| l.address.to_string()).collect();
     let networks: Vec<&str> = settings
         .facilitator
@@ -158,7 +166,7 @@ fn log_banner(settings: &Settings, app: &App, listeners: &[server::Listener]) {
         networks = %networks.join(","),
         router_chains = %router_chains.join(","),
         signers = %signers.join(","),
-        store = %settings.storage.path.display(),
+        store = %store,
         "routerd listening"
     );
 }

@@ -4,8 +4,9 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use routerd::config::{default_config_path, Settings};
+use routerd::config::{default_config_path, Settings, StorageBackend};
 use routerd::signer::load_signers;
+use routerd::store::postgres::PgStore;
 
 const USAGE: &str = "usage: routerd [check-config] [--config PATH]... [--log-format text|json]";
 
@@ -89,7 +90,33 @@ fn check_config(settings: &Settings) -> ExitCode {
             }
         }
     }
-    ExitCode::SUCCESS
+    check_storage(settings)
+}
+
+/// With a shared database: connects (changing nothing) and says whether it could.
+fn check_storage(settings: &Settings) -> ExitCode {
+    let (StorageBackend::Postgres, Some(url)) =
+        (settings.storage.backend, &settings.storage.postgres_url)
+    else {
+        return ExitCode::SUCCESS;
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("starting the tokio runtime");
+    match runtime.block_on(PgStore::probe(url.expose())) {
+        Ok((database, server, schema)) => {
+            println!(
+                "\n# storage: connected to {database} (PostgreSQL {server}); schema version {schema}, this routerd migrates to {}",
+                PgStore::schema_version()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("routerd: storage.postgres_url: cannot connect: {error}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 fn main() -> ExitCode {

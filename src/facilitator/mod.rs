@@ -18,8 +18,7 @@ use ethers_core::utils::to_checksum;
 use crate::chain::Chain;
 use crate::config::{ChainSettings, FacilitatorSettings};
 use crate::signer::Signer;
-use crate::store::{Store, StoreError};
-use settlement::ledger::Ledger;
+use crate::store::{Storage, StoreError};
 pub use settlement::{Lane, LaneSettings, PaymentKey, SettleError};
 use types::{
     PaymentRequest, SettleResponse, SettlementStatus, SupportedKind, SupportedResponse,
@@ -51,7 +50,8 @@ impl Facilitator {
         chain_settings: &BTreeMap<String, ChainSettings>,
         chains: &BTreeMap<String, Arc<Chain>>,
         signers: Vec<Arc<Signer>>,
-        store: Store,
+        store: Storage,
+        lease: settlement::LeaseSettings,
     ) -> Result<Self, SetupError> {
         let deny_list = load_deny_list(&settings.deny_list_file)?;
         let mut networks = Vec::new();
@@ -85,10 +85,11 @@ impl Facilitator {
         );
         let settler = settlement::Settler::new(
             verifier.clone(),
-            Ledger::new(store),
+            store,
             lanes,
             Duration::from_secs(settings.settle_timeout_secs),
             Duration::from_secs(settings.retention_days * 86_400),
+            lease,
         );
         Ok(Self {
             verifier,
@@ -143,7 +144,7 @@ impl Facilitator {
     async fn verdict(&self, request: &PaymentRequest) -> Result<Result<(), Invalid>, SettleError> {
         Ok(match self.verifier.check_local(request) {
             Err(failure) => Err(failure),
-            Ok(payment) if self.settler.claimed_by_another(&payment)? => Err(Invalid {
+            Ok(payment) if self.settler.claimed_by_another(&payment).await? => Err(Invalid {
                 reason: types::Reason::Payload,
                 message: "authorization nonce already claimed by another authorization".to_string(),
             }),
@@ -220,8 +221,12 @@ impl Facilitator {
     }
 
     /// What happened to one payment, or `None` if routerd never settled it.
-    pub fn status(&self, key: &PaymentKey) -> Result<Option<SettlementStatus>, StoreError> {
-        self.settler.status(key)
+    pub async fn status(&self, key: &PaymentKey) -> Result<Option<SettlementStatus>, StoreError> {
+        self.settler.status(key).await
+    }
+
+    pub async fn surrender_lanes(&self) {
+        self.settler.surrender_lanes().await
     }
 
     pub fn lost_settlements(&self) -> u64 {

@@ -142,7 +142,7 @@ where
             if m != Method::GET {
                 return Err(WireError::method_not_allowed(&method, &path, "GET"));
             }
-            settlement_status(&app, &path, note)
+            settlement_status(&app, &path, note).await
         }
         ("/", &Method::POST) if surface.rpc => {
             let (mut parts, body) = request.into_parts();
@@ -207,11 +207,15 @@ async fn facilitator_route(
 const STATUS_PREFIX: &str = "/settlements/";
 
 /// `GET /settlements/{network}/{asset}/{from}/{nonce}`: 200 with the settlement's state, or 404.
-fn settlement_status(app: &App, path: &str, note: &mut Note) -> Result<HttpResponse, WireError> {
+async fn settlement_status(
+    app: &App,
+    path: &str,
+    note: &mut Note,
+) -> Result<HttpResponse, WireError> {
     let facilitator = app.facilitator.as_ref().expect("checked by the caller");
     let key = parse_status_path(&path[STATUS_PREFIX.len()..])?;
     note.payment = Some(key.to_string());
-    match facilitator.status(&key).map_err(SettleError::from)? {
+    match facilitator.status(&key).await.map_err(SettleError::from)? {
         Some(status) => {
             note.outcome = Some(status.state.to_string());
             Ok(json_response(StatusCode::OK, &status))

@@ -266,7 +266,7 @@ it('check-config: [storage] path defaults to $STATE_DIRECTORY/routerd.db (system
   const file = writeConfig('state.toml', chainXConfig());
   const r = runRouterd(['check-config', '--config', file], { ROUTERD_SIGNER_KEY: stack.signerKey, STATE_DIRECTORY: '/var/lib/routerd' });
   assert.equal(r.status, 0, show(r));
-  assert.match(r.stdout, /^\[storage\]\npath = "\/var\/lib\/routerd\/routerd\.db"$/m, show(r));
+  assert.match(r.stdout, /^\[storage\]\nbackend = "sled"\n(?:\w+ = .*\n)*path = "\/var\/lib\/routerd\/routerd\.db"$/m, show(r));
 });
 
 it('ROUTERD__CHAINS__CHAINX__RPC_URLS overrides the file (comma-separated list), as check-config shows', async () => {

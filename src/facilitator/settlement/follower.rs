@@ -11,7 +11,7 @@ use ethers_core::types::{Bytes, H256, U256};
 use serde_json::{json, Value};
 
 use super::lane::SETTLEMENT_GAS;
-use super::state::{Attempt, Inclusion, Lost, Outcome, PaymentKey, Record, State};
+use super::state::{Attempt, Inclusion, Lost, Outcome, Record, State};
 use super::waiters::Progress;
 use super::worker::{Slot, Worker, FILLER_GAS};
 use crate::chain::{self, Call, CallResult, Canonical, Chain, Head, TxFees};
@@ -28,6 +28,9 @@ const MISSES_BEFORE_MOVE: u8 = 2;
 
 impl Worker {
     pub(super) async fn on_head(&mut self, head: &Head) {
+        if self.current_lease().await.is_none() {
+            return; // standby: the holder follows this lane
+        }
         let Some((chain_nonce, balance)) = self.read_lane(head).await else {
             return;
         };
@@ -40,8 +43,10 @@ impl Worker {
             // Transactions sent with this key outside routerd: never hand those nonces out.
             tracing::warn!(lane = %self.lane.id, chain_nonce, next = self.next_nonce, "signer nonce used outside routerd");
             self.next_nonce = chain_nonce;
-            if let Err(e) = self.ledger.set_lane_nonce(&self.lane.id, chain_nonce).await {
-                tracing::error!(lane = %self.lane.id, error = %e, "could not store the lane nonce");
+            if let Some(lease) = &self.lease {
+                if let Err(e) = self.ledger.set_lane_nonce(lease, chain_nonce).await {
+                    tracing::error!(lane = %self.lane.id, error = %e, "could not store the lane nonce");
+                }
             }
         }
         let mut resend = self.check_reorgs(head);
@@ -234,9 +239,13 @@ impl Worker {
                 revert.expect("diagnosed above")
             }) {
                 match self.ledger.save(record, false).await {
-                    Ok(()) => answers.push((record.key(), record.outcome.clone())),
+                    Ok(()) => answers.push(nonce),
                     Err(e) => {
-                        tracing::error!(payment = %record.key(), error = %e, "could not store a settlement outcome")
+                        // Answered only once stored: confirmed again at the next head (a shared
+                        // database may be back by then).
+                        tracing::error!(payment = %record.key(), error = %e, "could not store a settlement outcome");
+                        record.outcome = None;
+                        continue;
                     }
                 }
             }
@@ -244,8 +253,8 @@ impl Worker {
                 done.push(nonce);
             }
         }
-        self.answer(answers).await;
-        for nonce in done {
+        let unanswered = self.answer(answers).await;
+        for nonce in done.into_iter().filter(|n| !unanswered.contains(n)) {
             if let Some(Slot::Settlement { record, .. }) = self.slots.remove(&nonce) {
                 if let Err(e) = self.ledger.save(&record, false).await {
                     tracing::error!(payment = %record.key(), error = %e, "could not store a final state");
@@ -254,23 +263,33 @@ impl Worker {
         }
     }
 
-    /// Tells the callers their outcomes once the store holds them durably.
-    async fn answer(&self, answers: Vec<(PaymentKey, Option<Outcome>)>) {
-        if answers.is_empty() {
-            return;
+    /// Tells the callers of the settlements in `nonces` their outcomes once the store holds them
+    /// durably. When it cannot, nobody is told and those outcomes are dropped, to be confirmed
+    /// again at the next head; answers the nonces left unanswered.
+    async fn answer(&mut self, nonces: Vec<u64>) -> Vec<u64> {
+        if nonces.is_empty() {
+            return nonces;
         }
         if let Err(e) = self.ledger.flush().await {
-            // Callers are not told an outcome the store may forget; they time out as pending
-            // and the status route shows the outcome once a later flush holds it.
-            tracing::error!(error = %e, settlements = answers.len(), "could not store settlement outcomes");
-            return;
+            tracing::error!(error = %e, settlements = nonces.len(), "could not store settlement outcomes");
+            for nonce in &nonces {
+                if let Some(Slot::Settlement { record, .. }) = self.slots.get_mut(nonce) {
+                    record.outcome = None;
+                }
+            }
+            return nonces;
         }
-        for (key, outcome) in answers {
-            let outcome = outcome.expect("confirm sets the outcome");
+        for nonce in nonces {
+            let Some(Slot::Settlement { record, .. }) = self.slots.get(&nonce) else {
+                continue;
+            };
+            let key = record.key();
+            let outcome = record.outcome.clone().expect("confirm sets the outcome");
             tracing::info!(payment = %key, success = outcome.success, transaction = ?outcome.transaction, "settlement answered");
             self.lane.answered();
             self.waiters.finish(&key, Progress::Done(outcome));
         }
+        Vec::new()
     }
 
     /// Settlements not mined by the time the chain passed their `validBefore` can never land:

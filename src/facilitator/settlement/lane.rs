@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use ethers_core::types::{Address, U256};
 use tokio::sync::mpsc;
@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use super::state::{LaneId, Record};
 use crate::chain::Chain;
 use crate::signer::Signer;
+use crate::store::Lease;
 
 /// Gas a signer must afford at the current price to be chosen for a settlement.
 pub const SETTLEMENT_GAS: u64 = 150_000;
@@ -48,6 +49,8 @@ pub struct Lane {
     pub(super) queue: mpsc::Sender<Record>,
     pub(super) under_way: AtomicUsize,
     pub(super) funded: AtomicBool,
+    /// The lease while this instance holds the lane (set by its worker).
+    lease: Mutex<Option<Lease>>,
 }
 
 impl Lane {
@@ -68,6 +71,7 @@ impl Lane {
             queue,
             under_way: AtomicUsize::new(0),
             funded: AtomicBool::new(true),
+            lease: Mutex::new(None),
         });
         (lane, receiver)
     }
@@ -83,6 +87,15 @@ impl Lane {
     /// Settlements chosen for this lane and not answered yet.
     pub fn under_way(&self) -> usize {
         self.under_way.load(Ordering::Relaxed)
+    }
+
+    /// The lane's lease, while this instance holds it.
+    pub fn lease(&self) -> Option<Lease> {
+        self.lease.lock().expect("lease lock").clone()
+    }
+
+    pub(super) fn set_lease(&self, lease: Option<Lease>) {
+        *self.lease.lock().expect("lease lock") = lease;
     }
 
     /// Whether the signer could pay for a settlement at the last head.
@@ -166,7 +179,8 @@ impl Lanes {
             .find(|l| l.id == *id)
     }
 
-    /// The funded lane with the fewest settlements under way (any lane when none is funded).
+    /// The funded lane held here with the fewest settlements under way (a lane not held here
+    /// only when none is; any lane when none is funded).
     pub fn pick(&self, network: &str, except: Option<&LaneId>) -> Option<&Arc<Lane>> {
         let candidates = self
             .by_network
@@ -174,7 +188,7 @@ impl Lanes {
             .iter()
             .filter(|l| Some(&l.id) != except);
         candidates
-            .min_by_key(|l| (!l.funded(), l.under_way()))
+            .min_by_key(|l| (l.lease().is_none(), !l.funded(), l.under_way()))
             .filter(|l| except.is_none() || l.funded())
     }
 

@@ -9,7 +9,7 @@
 
 mod follower;
 pub mod lane;
-pub mod ledger;
+mod lease;
 pub mod state;
 pub mod waiters;
 mod worker;
@@ -27,17 +27,28 @@ use super::types::{PaymentRequest, Reason, SettleResponse, SettlementStatus, Sta
 use super::verify::{check_terms, payer_of, Invalid, Payment, Verifier};
 use crate::chain::{self, Call, Unreachable};
 use crate::clock::unix_now;
-use crate::store::StoreError;
+use crate::store::{Claim, Lease, Storage, StoreError};
 pub use lane::{Lane, LaneSettings, Lanes};
-use ledger::{Claim, Ledger};
 pub use state::{LaneId, Outcome, PaymentKey, Record, State};
 use waiters::{Progress, Waiters};
 use worker::Worker;
+
+/// The settlement ledger, lanes and leases, in whichever backend is configured.
+pub type Ledger = Storage;
+
+/// Who this instance is when it holds a lane, and how long a lease lasts unrenewed.
+#[derive(Debug, Clone)]
+pub struct LeaseSettings {
+    pub holder: String,
+    pub ttl: Duration,
+}
 
 /// Gas assumed when a node answers an estimate it cannot parse (USDC's call uses about 80 000).
 const FALLBACK_GAS_LIMIT: u64 = 150_000;
 /// Gas added on top of the node's estimate for `transferWithAuthorization`.
 const GAS_HEADROOM_PERCENT: u64 = 25;
+/// How often a duplicate waiting on a settlement it does not run reads its record again.
+const STORED_POLL: Duration = Duration::from_millis(50);
 /// How often finished records older than the retention are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
@@ -76,6 +87,7 @@ pub struct Settler {
     queues: Mutex<Vec<(Arc<Lane>, mpsc::Receiver<Record>)>>,
     settle_timeout: Duration,
     retention: Duration,
+    lease: LeaseSettings,
 }
 
 impl Settler {
@@ -85,6 +97,7 @@ impl Settler {
         lanes: Vec<(Arc<Lane>, mpsc::Receiver<Record>)>,
         settle_timeout: Duration,
         retention: Duration,
+        lease: LeaseSettings,
     ) -> Arc<Self> {
         Arc::new(Self {
             verifier,
@@ -94,6 +107,7 @@ impl Settler {
             queues: Mutex::new(lanes),
             settle_timeout,
             retention,
+            lease,
         })
     }
 
@@ -106,21 +120,21 @@ impl Settler {
     }
 
     /// Resumes every unfinished settlement and starts the lane workers; returns once each lane
-    /// has sent again what it resumes. Call before serving.
+    /// has sent again what it resumes. Call before serving. A lane another live instance holds
+    /// starts in standby, and takes its settlements over if that instance stops renewing.
     pub async fn start(self: &Arc<Self>) -> Result<usize, SettleError> {
-        let migrated = self.ledger.migrate_v1().await?;
-        if migrated > 0 {
-            tracing::info!(migrated, "settlement records migrated from store version 1");
-        }
-        let pruned = self.ledger.prune(self.prune_cutoff())?;
+        let pruned = self.ledger.prune(self.prune_cutoff()).await?;
         if pruned > 0 {
             tracing::info!(pruned, "pruned finished settlement records");
         }
         let mut by_lane: std::collections::HashMap<LaneId, Vec<Record>> = Default::default();
-        for record in self.ledger.unfinished()? {
+        for record in self.ledger.unfinished().await? {
             let Some(latest) = record.latest() else {
                 // Claimed but never signed: nothing reached the network; the caller may retry.
-                self.ledger.release(&record.key()).await?;
+                // In a shared store it may be another instance's claim in flight: left alone.
+                if !self.ledger.shared() {
+                    self.ledger.release(&record.key()).await?;
+                }
                 continue;
             };
             let lane = LaneId {
@@ -130,15 +144,6 @@ impl Settler {
             if self.lanes.find(&lane).is_none() {
                 tracing::warn!(payment = %record.key(), %lane, "settlement of a signer or network no longer configured; left in the store");
                 continue;
-            }
-            if record.outcome.is_none() {
-                let mut registry = self.waiters.lock();
-                Waiters::register(
-                    &mut registry,
-                    record.key(),
-                    record.digest,
-                    Progress::Sent(latest.hash),
-                );
             }
             by_lane.entry(lane).or_default().push(record);
         }
@@ -151,6 +156,7 @@ impl Settler {
                 self.lanes.clone(),
                 self.ledger.clone(),
                 self.waiters.clone(),
+                &self.lease,
                 records,
             )
             .await?;
@@ -169,7 +175,7 @@ impl Settler {
         ticker.tick().await;
         loop {
             ticker.tick().await;
-            match self.ledger.prune(self.prune_cutoff()) {
+            match self.ledger.prune(self.prune_cutoff()).await {
                 Ok(0) => {}
                 Ok(pruned) => tracing::info!(pruned, "pruned finished settlement records"),
                 Err(e) => tracing::error!(error = %e, "could not prune settlement records"),
@@ -188,8 +194,8 @@ impl Settler {
         };
         let deadline = Instant::now() + self.wait_bound(payment.auth.valid_before);
         let key = payment.key();
-        if let Some(known) = self.known(&key, &payment)? {
-            return self.answer_known(known, &answer, deadline).await;
+        if let Some(known) = self.known(&key, &payment).await? {
+            return self.answer_known(known, &key, &answer, deadline).await;
         }
         let reservation = self
             .lanes
@@ -208,38 +214,44 @@ impl Settler {
             Err(failure) => {
                 // A concurrent duplicate may have settled this very authorization while we read
                 // the chain (its nonce then reads as used): its outcome is the answer.
-                if let Some(known) = self.known(&key, &payment)? {
-                    return self.answer_known(known, &answer, deadline).await;
+                if let Some(known) = self.known(&key, &payment).await? {
+                    return self.answer_known(known, &key, &answer, deadline).await;
                 }
                 return Ok(answer.failed(&failure));
             }
         };
         let record = new_record(&payment, calldata, gas_limit);
-        match self.claim(&key, &record, &payment)? {
-            Ok(progress) => {
+        let lease = reservation.lane().lease();
+        match self.claim(&key, &record, &payment, lease.as_ref()).await? {
+            Claimed::Here(progress) => {
                 reservation.submit(record).await;
-                self.wait(progress, &answer, deadline).await
+                self.wait(progress, &key, &answer, deadline).await
             }
-            Err(known) => self.answer_known(known, &answer, deadline).await,
+            Claimed::Queued => {
+                drop(reservation);
+                self.await_stored(record, &answer, deadline).await
+            }
+            Claimed::Known(known) => self.answer_known(known, &key, &answer, deadline).await,
         }
     }
 
     /// Whether another authorization holds this payment's nonce in the ledger: verify answers
     /// such a payment invalid rather than let a merchant deliver on it.
-    pub fn claimed_by_another(&self, payment: &Payment<'_>) -> Result<bool, StoreError> {
+    pub async fn claimed_by_another(&self, payment: &Payment<'_>) -> Result<bool, StoreError> {
         let key = payment.key();
         if let Some((digest, _)) = self.waiters.get(&key) {
             return Ok(digest != payment.digest);
         }
         Ok(self
             .ledger
-            .get(&key)?
+            .get(&key)
+            .await?
             .is_some_and(|r| r.digest != payment.digest))
     }
 
     /// What routerd knows of one payment, for the status route.
-    pub fn status(&self, key: &PaymentKey) -> Result<Option<SettlementStatus>, StoreError> {
-        let Some(record) = self.ledger.get(key)? else {
+    pub async fn status(&self, key: &PaymentKey) -> Result<Option<SettlementStatus>, StoreError> {
+        let Some(record) = self.ledger.get(key).await? else {
             return Ok(None);
         };
         let head = self
@@ -277,6 +289,16 @@ impl Settler {
             }),
             lost: record.lost,
         }))
+    }
+
+    /// Gives up the lanes held here (clean shutdown), so that another instance takes them over
+    /// at once instead of after the lease TTL. Anything still signed here is fenced anyway.
+    pub async fn surrender_lanes(&self) {
+        for lease in self.lanes.all().filter_map(|lane| lane.lease()) {
+            if let Err(e) = self.ledger.surrender(&lease).await {
+                tracing::warn!(lane = %lease.lane, error = %e, "could not give the lane lease up");
+            }
+        }
     }
 
     /// Settlements answered as successful whose transaction can no longer land.
@@ -317,7 +339,11 @@ impl Settler {
 
     /// What a running settlement or the ledger already says of this payment, if anything,
     /// bound to this request.
-    fn known(&self, key: &PaymentKey, payment: &Payment<'_>) -> Result<Option<Known>, StoreError> {
+    async fn known(
+        &self,
+        key: &PaymentKey,
+        payment: &Payment<'_>,
+    ) -> Result<Option<Known>, StoreError> {
         if let Some((digest, progress)) = self.waiters.get(key) {
             return Ok(Some(
                 bind(digest, payment).unwrap_or(Known::Running(progress)),
@@ -325,52 +351,93 @@ impl Settler {
         }
         Ok(self
             .ledger
-            .get(key)?
+            .get(key)
+            .await?
             .map(|record| Known::from_record(record, payment)))
     }
 
-    /// Creates the ledger record and registers its waiters under one lock, so a concurrent
-    /// duplicate either sees the running settlement or the stored record, never neither.
-    fn claim(
+    /// Creates the ledger record, then registers its waiters. The store's claim is atomic (also
+    /// across instances), so exactly one caller registers; a duplicate arriving in between finds
+    /// the stored record and waits for its outcome (`await_stored`). Without `lease` (no lane of
+    /// this network is held here) the claim is queued for an instance that holds one.
+    async fn claim(
         &self,
         key: &PaymentKey,
         record: &Record,
         payment: &Payment<'_>,
-    ) -> Result<Result<watch::Receiver<Progress>, Known>, StoreError> {
-        let mut registry = self.waiters.lock();
-        if let Some((digest, progress)) = Waiters::find(&registry, key) {
-            return Ok(Err(
-                bind(digest, payment).unwrap_or(Known::Running(progress))
+        lease: Option<&Lease>,
+    ) -> Result<Claimed, StoreError> {
+        if let Some((digest, progress)) = self.waiters.get(key) {
+            return Ok(Claimed::Known(
+                bind(digest, payment).unwrap_or(Known::Running(progress)),
             ));
         }
-        match self.ledger.claim(key, record)? {
-            Claim::Claimed => Ok(Ok(Waiters::register(
-                &mut registry,
+        match self.ledger.claim(key, record, lease).await? {
+            Claim::Claimed if lease.is_none() => Ok(Claimed::Queued),
+            Claim::Claimed => Ok(Claimed::Here(Waiters::register(
+                &mut self.waiters.lock(),
                 key.clone(),
                 record.digest,
                 Progress::Signing,
             ))),
-            Claim::Exists(existing) => Ok(Err(Known::from_record(*existing, payment))),
+            Claim::Exists(existing) => Ok(Claimed::Known(Known::from_record(*existing, payment))),
         }
     }
 
     async fn answer_known(
         &self,
         known: Known,
+        key: &PaymentKey,
         answer: &Answer,
         deadline: Instant,
     ) -> Result<SettleResponse, SettleError> {
         match known {
-            Known::Running(progress) => self.wait(progress, answer, deadline).await,
+            Known::Running(progress) => self.wait(progress, key, answer, deadline).await,
             Known::Finished(outcome) => Ok(answer.settled(&outcome)),
-            Known::Unfinished(hash) => Err(SettleError::Pending(hash)),
+            Known::Unfinished(record) => self.await_stored(*record, answer, deadline).await,
             Known::Unmet(failure) => Ok(answer.failed(&failure)),
         }
+    }
+
+    /// A bound, unfinished record this process is not waiting on: settled by another instance,
+    /// or claimed here a moment ago. Its outcome is read back from the store until the deadline.
+    /// A record of a lane no instance follows (a signer or network since removed, embedded
+    /// store) is answered pending at once.
+    async fn await_stored(
+        &self,
+        record: Record,
+        answer: &Answer,
+        deadline: Instant,
+    ) -> Result<SettleResponse, SettleError> {
+        let key = record.key();
+        let followed = self.ledger.shared()
+            || record.latest().is_none_or(|a| {
+                let lane = LaneId {
+                    network: record.network.clone(),
+                    signer: a.signer,
+                };
+                self.lanes.find(&lane).is_some()
+            });
+        let mut hash = record.latest().map(|a| a.hash);
+        while followed && Instant::now() + STORED_POLL < deadline {
+            tokio::time::sleep(STORED_POLL).await;
+            let Some(current) = self.ledger.get(&key).await? else {
+                return Err(SettleError::Abandoned(
+                    "the claim was released before anything was sent".to_string(),
+                ));
+            };
+            if let Some(outcome) = current.outcome {
+                return Ok(answer.settled(&outcome));
+            }
+            hash = current.latest().map(|a| a.hash);
+        }
+        Err(SettleError::Pending(hash))
     }
 
     async fn wait(
         &self,
         mut progress: watch::Receiver<Progress>,
+        key: &PaymentKey,
         answer: &Answer,
         deadline: Instant,
     ) -> Result<SettleResponse, SettleError> {
@@ -380,6 +447,13 @@ impl Settler {
         match settled {
             Ok(Ok(Progress::Done(outcome))) => Ok(answer.settled(&outcome)),
             Ok(Ok(Progress::Abandoned(reason))) => Err(SettleError::Abandoned(reason)),
+            // This instance lost the lane: another one settles it, and the store tells how.
+            Ok(Ok(Progress::Elsewhere)) => match self.ledger.get(key).await? {
+                Some(record) => self.await_stored(record, answer, deadline).await,
+                None => Err(SettleError::Abandoned(
+                    "the claim was released before anything was sent".to_string(),
+                )),
+            },
             // Out of time (or shutting down): the ledger keeps the record and the lane goes on.
             _ => match &*progress.borrow() {
                 Progress::Sent(hash) => Err(SettleError::Pending(Some(*hash))),
@@ -436,11 +510,20 @@ fn new_record(payment: &Payment<'_>, calldata: Bytes, gas_limit: u64) -> Record 
     }
 }
 
+/// What claiming a payment led to.
+enum Claimed {
+    /// Claimed, and a lane here signs it.
+    Here(watch::Receiver<Progress>),
+    /// Claimed and queued for an instance holding a lane of its network.
+    Queued,
+    Known(Known),
+}
+
 enum Known {
     Running(watch::Receiver<Progress>),
     Finished(Outcome),
-    /// Stored without an outcome and followed by no lane (its signer or network is gone).
-    Unfinished(Option<H256>),
+    /// Stored without an outcome, and not running in this process.
+    Unfinished(Box<Record>),
     /// The request is not bound to what is known: judged on its own, it fails.
     Unmet(Invalid),
 }
@@ -452,7 +535,7 @@ impl Known {
         }
         match record.outcome {
             Some(outcome) => Known::Finished(outcome),
-            None => Known::Unfinished(record.latest().map(|a| a.hash)),
+            None => Known::Unfinished(Box::new(record)),
         }
     }
 }

@@ -19,11 +19,16 @@ pub enum Progress {
     Done(Outcome),
     /// Nothing was sent and the claim is released: the payment may be settled again.
     Abandoned(String),
+    /// This instance lost the lane's lease: another instance settles it (see the store).
+    Elsewhere,
 }
 
 impl Progress {
     pub fn finished(&self) -> bool {
-        matches!(self, Progress::Done(_) | Progress::Abandoned(_))
+        matches!(
+            self,
+            Progress::Done(_) | Progress::Abandoned(_) | Progress::Elsewhere
+        )
     }
 }
 

@@ -16,18 +16,22 @@ use std::sync::Arc;
 use ethers_core::types::{Address, Bytes};
 use serde_json::json;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use super::lane::{Lane, Lanes};
-use super::ledger::Ledger;
 use super::state::{Attempt, Record, State};
 use super::waiters::{Progress, Waiters};
+use super::{LeaseSettings, Ledger};
 use crate::chain::{self, Call, Refusal, TxFees};
 use crate::signer::UnsignedTx;
+use crate::store::{Lease, StoreError};
 
 /// Gas of a 0-value self-transfer that fills a nonce.
 pub(super) const FILLER_GAS: u64 = 21_000;
 /// Settlements signed together at most, sharing one flush and one broadcast batch.
-const MAX_BATCH: usize = 256;
+pub(super) const MAX_BATCH: usize = 256;
+/// How often a lane held here looks for claims queued by other instances (shared store only).
+const QUEUE_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// What occupies one nonce of the lane.
 pub(super) enum Slot {
@@ -66,6 +70,12 @@ pub struct Worker {
     pub(super) lanes: Arc<Lanes>,
     pub(super) ledger: Ledger,
     pub(super) waiters: Arc<Waiters>,
+    /// The lane's lease while this instance holds it: every signed write names it.
+    pub(super) lease: Option<Lease>,
+    pub(super) lease_settings: LeaseSettings,
+    /// Until when the lease is surely still ours (by this process's clock): past it, the lease
+    /// is renewed before anything more is signed.
+    pub(super) lease_fresh_until: Instant,
     pub(super) next_nonce: u64,
     pub(super) slots: BTreeMap<u64, Slot>,
     /// Records waiting for a nonce: new claims, and settlements whose nonce was taken.
@@ -77,43 +87,68 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// Loads the lane's nonce and the settlements it had under way, and sends them all again
-    /// before returning: the daemon serves only after this.
+    /// Takes the lane's lease and, holding it, loads the lane's nonce and the settlements it had
+    /// under way and sends them all again before returning: the daemon serves only after this.
+    /// A lane another live instance holds starts in standby (lease.rs).
     pub async fn start(
         lane: Arc<Lane>,
         lanes: Arc<Lanes>,
         ledger: Ledger,
         waiters: Arc<Waiters>,
+        lease_settings: &LeaseSettings,
         resumed: Vec<Record>,
-    ) -> Result<Self, crate::store::StoreError> {
-        let stored = ledger.lane_nonce(&lane.id)?.unwrap_or(0);
-        let chain_pending = transaction_count(&lane, "pending").await.unwrap_or(0);
+    ) -> Result<Self, StoreError> {
+        let asked_at = Instant::now();
+        let lease = ledger
+            .acquire(&lane.id, &lease_settings.holder, lease_settings.ttl)
+            .await?;
         let mut worker = Self {
             lane,
             lanes,
             ledger,
             waiters,
-            next_nonce: stored.max(chain_pending),
+            lease: None,
+            lease_settings: lease_settings.clone(),
+            lease_fresh_until: asked_at,
+            next_nonce: 0,
             slots: BTreeMap::new(),
             to_sign: Vec::new(),
             last_chain_nonce: None,
             stalled: 0,
             gaps_seen: Vec::new(),
         };
+        match lease {
+            Some(lease) => worker.take_over(lease, resumed, asked_at).await?,
+            None => {
+                tracing::info!(lane = %worker.lane.id, "lane held by another instance; standing by")
+            }
+        }
+        Ok(worker)
+    }
+
+    /// Resumes stored settlements of this lane: registers their waiters, occupies their nonces
+    /// and sends their latest transactions again.
+    pub(super) async fn adopt(&mut self, resumed: Vec<Record>) {
         let mut raws = Vec::new();
         for mut record in resumed {
             // Inclusions are found again from receipts: the block may have changed while down.
             record.reorged();
             match record.state.nonce() {
                 Some(nonce) => {
-                    worker.next_nonce = worker.next_nonce.max(nonce + 1);
+                    self.next_nonce = self.next_nonce.max(nonce + 1);
                     if let Some(latest) = record.latest() {
                         raws.push(latest.raw.clone());
+                        if record.outcome.is_none() {
+                            self.lane.under_way.fetch_add(1, Ordering::Relaxed);
+                            Waiters::register(
+                                &mut self.waiters.lock(),
+                                record.key(),
+                                record.digest,
+                                Progress::Sent(latest.hash),
+                            );
+                        }
                     }
-                    if record.outcome.is_none() {
-                        worker.lane.under_way.fetch_add(1, Ordering::Relaxed);
-                    }
-                    worker.slots.insert(
+                    self.slots.insert(
                         nonce,
                         Slot::Settlement {
                             record: Box::new(record),
@@ -121,17 +156,29 @@ impl Worker {
                         },
                     );
                 }
-                None => worker.to_sign.push(record),
+                None => self.to_sign.push(record),
             }
         }
-        worker.broadcast(&raws).await;
-        Ok(worker)
+        self.broadcast(&raws).await;
     }
 
     pub async fn run(mut self, mut queue: mpsc::Receiver<Record>) {
         let mut heads = self.lane.chain.head.subscribe();
+        let mut renewal = tokio::time::interval(self.lease_settings.ttl / 3);
+        let mut shared_queue = tokio::time::interval(QUEUE_POLL);
+        let shared = self.ledger.shared();
         loop {
             tokio::select! {
+                _ = renewal.tick() => {
+                    self.keep_lease().await;
+                    // What a takeover queued must not wait for a head: an idle chain has none.
+                    self.sign_waiting().await;
+                }
+                _ = shared_queue.tick(), if shared && self.lease.is_some() => {
+                    if self.take_queued().await {
+                        self.sign_waiting().await;
+                    }
+                }
                 received = queue.recv() => {
                     let Some(record) = received else { return };
                     self.to_sign.push(record);
@@ -164,11 +211,22 @@ impl Worker {
         if self.to_sign.is_empty() {
             return;
         }
+        let Some(lease) = self.current_lease().await else {
+            let records = std::mem::take(&mut self.to_sign);
+            self.hand_over(records).await;
+            return;
+        };
         let Ok(head) = self.lane.chain.latest_head().await else {
             return; // they wait for the next head
         };
         let market = head.fees.for_transaction();
         let records = std::mem::take(&mut self.to_sign);
+        // Kept to sign again if a shared database is briefly out of reach.
+        let unsigned = if self.ledger.shared() {
+            records.clone()
+        } else {
+            Vec::new()
+        };
         let before = self.next_nonce;
         let mut signed = Vec::with_capacity(records.len());
         let mut gaps = self.gaps();
@@ -189,15 +247,30 @@ impl Worker {
         let refs: Vec<&Record> = signed.iter().collect();
         if let Err(e) = self
             .ledger
-            .commit_signed(&self.lane.id, self.next_nonce, &refs)
+            .commit_signed(&lease, self.next_nonce, &refs)
             .await
         {
             // Nothing left the process: the nonces can be given back.
-            tracing::error!(lane = %self.lane.id, error = %e, "could not store signed settlements");
             self.next_nonce = before;
-            for record in signed {
-                self.abandon(record, format!("could not store the settlement: {e}"))
-                    .await;
+            match e {
+                StoreError::LeaseLost(_) => {
+                    tracing::warn!(lane = %self.lane.id, "lane lease lost before signing; its settlements go to the new holder");
+                    self.hand_over(signed).await;
+                    self.step_down().await;
+                }
+                // A shared database out of reach: the claims stay, and are signed again at the
+                // next head (callers see pending meanwhile, and their retries find the claim).
+                e if e.is_unavailable() && self.ledger.shared() => {
+                    tracing::error!(lane = %self.lane.id, error = %e, "could not store signed settlements; signing them again at the next head");
+                    self.to_sign = unsigned;
+                }
+                e => {
+                    tracing::error!(lane = %self.lane.id, error = %e, "could not store signed settlements");
+                    for record in signed {
+                        self.abandon(record, format!("could not store the settlement: {e}"))
+                            .await;
+                    }
+                }
             }
             return;
         }
@@ -344,7 +417,7 @@ impl Worker {
     }
 }
 
-async fn transaction_count(lane: &Lane, block: &str) -> Option<u64> {
+pub(super) async fn transaction_count(lane: &Lane, block: &str) -> Option<u64> {
     let answer = lane
         .chain
         .client

@@ -1,0 +1,377 @@
+//! One suite, every backend: what the daemon relies on from its store. sled runs with the unit
+//! tests; PostgreSQL runs against a real server when `ROUTERD_TEST_POSTGRES_URL` names one
+//! (scripts/test-postgres starts a throwaway cluster and sets it). Each case gets two handles
+//! on one store, as two instances would have.
+#![cfg(test)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ethers_core::types::{Address, Bytes, H256, U256};
+
+use super::{Claim, Storage, StoreError};
+use crate::chain::TxFees;
+use crate::facilitator::settlement::state::{Attempt, Inclusion, LaneId, Outcome, Record, State};
+
+const LONG: Duration = Duration::from_secs(600);
+
+fn record(nonce: u8) -> Record {
+    Record {
+        network: "net".to_string(),
+        token: Address::repeat_byte(1),
+        payer: Address::repeat_byte(2),
+        pay_to: Address::repeat_byte(3),
+        value: U256::from(1000),
+        nonce: H256::repeat_byte(nonce),
+        valid_before: u64::MAX / 2,
+        digest: H256::repeat_byte(0xd0),
+        calldata: Bytes::from(vec![1, 2, 3]),
+        gas_limit: 90_000,
+        state: State::Claimed,
+        attempts: Vec::new(),
+        outcome: None,
+        lost: false,
+        finished_at: None,
+    }
+}
+
+fn lane() -> LaneId {
+    LaneId {
+        network: "net".to_string(),
+        signer: Address::repeat_byte(9),
+    }
+}
+
+fn signed(mut record: Record, nonce: u64) -> Record {
+    record.signed(Attempt {
+        signer: lane().signer,
+        nonce,
+        hash: H256::from_low_u64_be(nonce + 1),
+        raw: Bytes::from(vec![0xf8]),
+        fees: TxFees::Legacy {
+            gas_price: U256::from(1),
+        },
+        sent_at_block: 1,
+    });
+    record
+}
+
+fn finished(mut record: Record, at: u64) -> Record {
+    let inclusion = Inclusion {
+        block: 5,
+        block_hash: H256::repeat_byte(5),
+        transaction: H256::repeat_byte(6),
+        succeeded: true,
+    };
+    record.state = State::Final { inclusion };
+    record.outcome = Some(Outcome {
+        success: true,
+        reason: None,
+        message: None,
+        transaction: Some(inclusion.transaction),
+    });
+    record.finished_at = Some(at);
+    record
+}
+
+async fn claims_once_and_releases(a: &Storage, b: &Storage) {
+    let first = record(1);
+    let key = first.key();
+    assert!(matches!(
+        a.claim(&key, &first, None).await.unwrap(),
+        Claim::Claimed
+    ));
+    let mut other = record(1);
+    other.digest = H256::repeat_byte(0xee);
+    match b.claim(&key, &other, None).await.unwrap() {
+        Claim::Exists(stored) => assert_eq!(stored.digest, first.digest, "the first claim stays"),
+        Claim::Claimed => panic!("a payment was claimed twice"),
+    }
+    assert_eq!(b.get(&key).await.unwrap().unwrap().digest, first.digest);
+    let unfinished = b.unfinished().await.unwrap();
+    assert!(unfinished.iter().any(|r| r.key() == key));
+    a.release(&key).await.unwrap();
+    assert!(b.get(&key).await.unwrap().is_none());
+    assert!(!b.unfinished().await.unwrap().iter().any(|r| r.key() == key));
+    assert!(matches!(
+        b.claim(&key, &other, None).await.unwrap(),
+        Claim::Claimed
+    ));
+}
+
+async fn concurrent_claims_have_one_winner(a: &Storage, b: &Storage) {
+    let key = record(2).key();
+    let mut tasks = Vec::new();
+    for i in 0..24u8 {
+        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let mut candidate = record(2);
+        candidate.digest = H256::repeat_byte(i);
+        let key = key.clone();
+        tasks.push(tokio::spawn(async move {
+            matches!(
+                store.claim(&key, &candidate, None).await.unwrap(),
+                Claim::Claimed
+            )
+        }));
+    }
+    let mut winners = 0;
+    for task in tasks {
+        winners += usize::from(task.await.unwrap());
+    }
+    assert_eq!(winners, 1);
+}
+
+async fn terminal_records_leave_unfinished_and_are_pruned(a: &Storage, b: &Storage) {
+    let claimed = record(3);
+    let key = claimed.key();
+    a.claim(&key, &claimed, None).await.unwrap();
+    a.save(&signed(claimed.clone(), 0), true).await.unwrap();
+    assert_eq!(
+        b.get(&key).await.unwrap().unwrap().state,
+        State::Signed { nonce: 0 }
+    );
+    a.save(&finished(signed(claimed, 0), 1_000), true)
+        .await
+        .unwrap();
+    assert!(!b.unfinished().await.unwrap().iter().any(|r| r.key() == key));
+    assert_eq!(
+        b.prune(1_000).await.unwrap(),
+        0,
+        "finished at the cutoff: kept"
+    );
+    assert!(b.get(&key).await.unwrap().unwrap().outcome.unwrap().success);
+    assert_eq!(b.prune(1_001).await.unwrap(), 1);
+    assert!(a.get(&key).await.unwrap().is_none());
+}
+
+async fn one_holder_per_lane_and_the_fence_stops_the_old_one(a: &Storage, b: &Storage) {
+    let lane = lane();
+    let first = a.acquire(&lane, "one", LONG).await.unwrap().unwrap();
+    assert!(b.acquire(&lane, "two", LONG).await.unwrap().is_none());
+    let renewed = a.acquire(&lane, "one", LONG).await.unwrap().unwrap();
+    assert_eq!(renewed.fence, first.fence, "renewal keeps the fence");
+    a.commit_signed(&first, 5, &[&signed(record(4), 4)])
+        .await
+        .unwrap();
+    assert_eq!(b.lane_nonce(&lane).await.unwrap(), Some(5));
+    // "one" stops renewing: a zero TTL is a lease that has already run out.
+    a.acquire(&lane, "one", Duration::ZERO).await.unwrap();
+    let second = b.acquire(&lane, "two", LONG).await.unwrap().unwrap();
+    assert!(second.fence > first.fence);
+    // The old holder wakes up and signs: nothing it writes is stored.
+    let stale = signed(record(5), 5);
+    match a.commit_signed(&first, 6, &[&stale]).await {
+        Err(StoreError::LeaseLost(_)) => {}
+        other => panic!("a stale lease wrote: {other:?}"),
+    }
+    assert!(matches!(
+        a.set_lane_nonce(&first, 9).await,
+        Err(StoreError::LeaseLost(_))
+    ));
+    assert!(b.get(&stale.key()).await.unwrap().is_none());
+    assert_eq!(b.lane_nonce(&lane).await.unwrap(), Some(5));
+    b.commit_signed(&second, 6, &[&stale]).await.unwrap();
+    assert_eq!(a.lane_nonce(&lane).await.unwrap(), Some(6));
+    assert!(a.acquire(&lane, "one", LONG).await.unwrap().is_none());
+    // A clean shutdown hands the lane over at once.
+    b.surrender(&second).await.unwrap();
+    let third = a.acquire(&lane, "one", LONG).await.unwrap().unwrap();
+    assert!(third.fence > second.fence);
+}
+
+async fn router_nonces_are_consecutive_across_handles(a: &Storage, b: &Storage) {
+    assert_eq!(a.reserve_router_nonce("c|s", 3, 10, 120).await.unwrap(), 3);
+    assert_eq!(b.reserve_router_nonce("c|s", 3, 11, 120).await.unwrap(), 4);
+    assert_eq!(a.reserve_router_nonce("c|s", 9, 12, 120).await.unwrap(), 9);
+    assert_eq!(b.reserve_router_nonce("c|s", 3, 500, 120).await.unwrap(), 3);
+    assert_eq!(a.reserve_router_nonce("c|t", 0, 500, 120).await.unwrap(), 0);
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+        tasks.push(tokio::spawn(async move {
+            store
+                .reserve_router_nonce("c|burst", 100, 1000, 120)
+                .await
+                .unwrap()
+        }));
+    }
+    let mut handed: Vec<u64> = Vec::new();
+    for task in tasks {
+        handed.push(task.await.unwrap());
+    }
+    handed.sort_unstable();
+    assert_eq!(handed, (100..120).collect::<Vec<_>>());
+}
+
+fn other_lane() -> LaneId {
+    LaneId {
+        network: "net".to_string(),
+        signer: Address::repeat_byte(8),
+    }
+}
+
+/// Shared stores only (sled has one instance, which signs what it claims).
+async fn the_work_queue_hands_each_claim_to_one_lane_and_a_takeover_inherits(
+    a: &Storage,
+    b: &Storage,
+) {
+    let one = a.acquire(&lane(), "one", LONG).await.unwrap().unwrap();
+    let two = b
+        .acquire(&other_lane(), "two", LONG)
+        .await
+        .unwrap()
+        .unwrap();
+    // A free claim: exactly one of two lanes polling together takes it.
+    let free = record(10);
+    a.claim(&free.key(), &free, None).await.unwrap();
+    let (by_one, by_two) = tokio::join!(a.take_queued(&one, 10), b.take_queued(&two, 10));
+    let (by_one, by_two) = (by_one.unwrap(), by_two.unwrap());
+    assert_eq!(by_one.len() + by_two.len(), 1, "{by_one:?} {by_two:?}");
+    assert!(a.take_queued(&one, 10).await.unwrap().is_empty());
+    assert!(b.take_queued(&two, 10).await.unwrap().is_empty());
+    // A claim taken by its claimer's lane stays with it...
+    let mine = record(11);
+    a.claim(&mine.key(), &mine, Some(&one)).await.unwrap();
+    assert!(b.take_queued(&two, 10).await.unwrap().is_empty());
+    assert!(a.take_queued(&one, 10).await.unwrap().is_empty());
+    // ...until the lane changes hands: the next holder inherits it.
+    a.acquire(&lane(), "one", Duration::ZERO).await.unwrap();
+    let three = b.acquire(&lane(), "three", LONG).await.unwrap().unwrap();
+    let inherited = b.take_queued(&three, 10).await.unwrap();
+    assert!(
+        inherited.iter().any(|r| r.key() == mine.key()),
+        "{inherited:?}"
+    );
+    // The old holder can take nothing more.
+    let late = record(12);
+    a.claim(&late.key(), &late, None).await.unwrap();
+    assert!(a.take_queued(&one, 10).await.unwrap().is_empty());
+    // Given back, it is free again; once signed, it leaves the queue.
+    b.requeue(&[late.key()]).await.unwrap();
+    let taken = b.take_queued(&two, 10).await.unwrap();
+    assert!(taken.iter().any(|r| r.key() == late.key()));
+    b.commit_signed(&two, 1, &[&signed(late.clone(), 0)])
+        .await
+        .unwrap();
+    b.requeue(&[late.key()]).await.unwrap();
+    assert!(b.take_queued(&three, 10).await.unwrap().is_empty());
+    // A released claim leaves the queue with its record.
+    let dropped = record(13);
+    a.claim(&dropped.key(), &dropped, None).await.unwrap();
+    a.release(&dropped.key()).await.unwrap();
+    assert!(b.take_queued(&three, 10).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a server: scripts/test-postgres runs it"]
+async fn postgres_work_queue() {
+    let (a, b) = open_postgres("queue").await;
+    the_work_queue_hands_each_claim_to_one_lane_and_a_takeover_inherits(&a, &b).await;
+}
+
+/// Every case, each on a fresh store from `open` (called twice per store: two handles).
+macro_rules! conformance {
+    ($module:ident, $open:path $(, $attr:meta)?) => {
+        mod $module {
+            use super::*;
+
+            async fn run<F, Fut>(name: &str, case: F)
+            where
+                F: FnOnce(Storage, Storage) -> Fut,
+                Fut: std::future::Future<Output = ()>,
+            {
+                let (a, b) = $open(name).await;
+                case(a, b).await;
+            }
+
+            $(#[$attr])?
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn claims_once_and_releases() {
+                run("claims", |a, b| async move { super::claims_once_and_releases(&a, &b).await }).await;
+            }
+
+            $(#[$attr])?
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn concurrent_claims_have_one_winner() {
+                run("concurrent", |a, b| async move { super::concurrent_claims_have_one_winner(&a, &b).await }).await;
+            }
+
+            $(#[$attr])?
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn terminal_records_leave_unfinished_and_are_pruned() {
+                run("terminal", |a, b| async move { super::terminal_records_leave_unfinished_and_are_pruned(&a, &b).await }).await;
+            }
+
+            $(#[$attr])?
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn one_holder_per_lane_and_the_fence_stops_the_old_one() {
+                run("leases", |a, b| async move { super::one_holder_per_lane_and_the_fence_stops_the_old_one(&a, &b).await }).await;
+            }
+
+            $(#[$attr])?
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn router_nonces_are_consecutive_across_handles() {
+                run("router", |a, b| async move { super::router_nonces_are_consecutive_across_handles(&a, &b).await }).await;
+            }
+        }
+    };
+}
+
+/// sled allows one process per directory: both handles are the same store.
+async fn open_sled(name: &str) -> (Storage, Storage) {
+    let dir =
+        std::env::temp_dir().join(format!("routerd-conformance-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let store: Storage = Arc::new(super::sled::Store::open_migrated(&dir).await.unwrap());
+    (store.clone(), store)
+}
+
+/// A fresh database per case on the server `ROUTERD_TEST_POSTGRES_URL` names, and two
+/// connection pools to it.
+async fn open_postgres(name: &str) -> (Storage, Storage) {
+    let admin_url = std::env::var("ROUTERD_TEST_POSTGRES_URL")
+        .expect("ROUTERD_TEST_POSTGRES_URL: scripts/test-postgres sets it");
+    let database = format!("routerd_conformance_{name}");
+    let (admin, connection) = tokio_postgres::connect(&admin_url, tokio_postgres::NoTls)
+        .await
+        .expect("connecting to the test server");
+    tokio::spawn(connection);
+    // CREATE DATABASE copies template1, which must not be in use: one at a time.
+    static CREATING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let creating = CREATING.lock().await;
+    for statement in [
+        format!("DROP DATABASE IF EXISTS {database}"),
+        format!("CREATE DATABASE {database}"),
+    ] {
+        admin.batch_execute(&statement).await.unwrap();
+    }
+    drop(creating);
+    let mut config: tokio_postgres::Config = admin_url.parse().unwrap();
+    config.dbname(&database);
+    let url = postgres_url(&config);
+    let a: Storage = Arc::new(super::postgres::PgStore::connect(&url).await.unwrap());
+    let b: Storage = Arc::new(super::postgres::PgStore::connect(&url).await.unwrap());
+    (a, b)
+}
+
+/// The URL of `config` (host, port, user, database: the test cluster trusts local users).
+fn postgres_url(config: &tokio_postgres::Config) -> String {
+    let host = match &config.get_hosts()[0] {
+        tokio_postgres::config::Host::Tcp(h) => h.clone(),
+        tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
+    };
+    format!(
+        "postgres://{}@{}:{}/{}",
+        config.get_user().unwrap_or("postgres"),
+        host,
+        config.get_ports().first().copied().unwrap_or(5432),
+        config.get_dbname().unwrap_or("postgres")
+    )
+}
+
+conformance!(sled_backend, open_sled);
+conformance!(
+    postgres_backend,
+    open_postgres,
+    ignore = "needs a server: scripts/test-postgres runs it"
+);

@@ -1,0 +1,576 @@
+//! The PostgreSQL backend: several routerd instances share one database. Every write is one
+//! statement or one transaction, committed durably (PostgreSQL's `synchronous_commit` default:
+//! the commit is fsynced before it returns). Invariants:
+//! - a claim is one `INSERT ... ON CONFLICT DO NOTHING` keyed by payment, so two instances never
+//!   both own a payment;
+//! - a lane's lease is taken with one conditional upsert, and every signed write first updates
+//!   the lane row where the fence still matches, in the same transaction: the row lock orders a
+//!   takeover against an old holder's write, and after the takeover that write matches nothing;
+//! - lease expiry is judged by the database's clock, never by the instances' clocks;
+//! - the schema is created and migrated by routerd at start, under an advisory lock, so
+//!   instances starting together migrate once. The URL never appears in errors or logs.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::NoTls;
+
+use super::{Backend, Claim, LaneStore, Lease, RouterNonceStore, SettlementStore, StoreError};
+use crate::facilitator::settlement::state::{LaneId, PaymentKey, Record};
+
+/// Connections per instance: the operator provisions instances x this on the server.
+pub const POOL_SIZE: usize = 16;
+/// How long a request waits to connect, or for a free connection, before failing clearly.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The advisory lock instances take while migrating ("routerd" in ASCII).
+const MIGRATION_LOCK: i64 = 0x0072_6f75_7465_7264;
+
+/// Schema versions in order; each runs once, in one transaction, and is never edited.
+const MIGRATIONS: &[(i32, &str)] = &[
+    (
+        1,
+        "CREATE TABLE settlements (
+         payment_key text PRIMARY KEY,
+         record text NOT NULL,
+         unfinished boolean NOT NULL,
+         finished_at bigint
+     );
+     CREATE INDEX settlements_unfinished ON settlements (payment_key) WHERE unfinished;
+     CREATE INDEX settlements_finished_at ON settlements (finished_at)
+         WHERE finished_at IS NOT NULL;
+     CREATE TABLE signer_lanes (
+         lane text PRIMARY KEY,
+         next_nonce bigint,
+         holder text NOT NULL,
+         fence bigint NOT NULL,
+         expires_at timestamptz NOT NULL
+     );
+     CREATE TABLE router_nonces (
+         key text PRIMARY KEY,
+         last_nonce bigint NOT NULL,
+         handed_at bigint NOT NULL
+     );",
+    ),
+    (
+        2,
+        // The work queue: a claim until its first signed attempt is stored. `lane` and `fence`
+        // say who took it (NULL: free for any lane of `network`).
+        "CREATE TABLE settlement_queue (
+             payment_key text PRIMARY KEY REFERENCES settlements ON DELETE CASCADE,
+             network text NOT NULL,
+             lane text,
+             fence bigint,
+             queued_at timestamptz NOT NULL DEFAULT now()
+         );
+         CREATE INDEX settlement_queue_network ON settlement_queue (network, queued_at);",
+    ),
+];
+
+pub struct PgStore {
+    pool: Pool,
+    described: String,
+}
+
+/// The error and its causes ("db error" alone says nothing; the server's message is a cause).
+fn pg(e: impl std::error::Error) -> StoreError {
+    let mut message = e.to_string();
+    let mut cause = e.source();
+    while let Some(inner) = cause {
+        message.push_str(": ");
+        message.push_str(&inner.to_string());
+        cause = inner.source();
+    }
+    StoreError::Postgres(message)
+}
+
+fn int(value: u64) -> Result<i64, StoreError> {
+    i64::try_from(value).map_err(|_| StoreError::Postgres(format!("{value} exceeds bigint")))
+}
+
+fn uint(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+fn decode(id: &str, text: &str) -> Result<Record, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
+        key: id.to_string(),
+        detail: e.to_string(),
+    })
+}
+
+fn encode(record: &Record) -> String {
+    serde_json::to_string(record).expect("store records serialize")
+}
+
+/// The columns a record is stored with: unfinished unless terminal with a finish time.
+fn columns(record: &Record) -> Result<(String, String, bool, Option<i64>), StoreError> {
+    let finished_at = record
+        .finished_at
+        .filter(|_| record.state.is_terminal())
+        .map(int)
+        .transpose()?;
+    Ok((
+        record.key().to_string(),
+        encode(record),
+        finished_at.is_none(),
+        finished_at,
+    ))
+}
+
+/// host:port/database, for the banner and `check-config`: never the user or password.
+fn describe(config: &tokio_postgres::Config) -> String {
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .map(|h| match h {
+            tokio_postgres::config::Host::Tcp(name) => name.clone(),
+            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+        })
+        .collect();
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    format!(
+        "postgres:{}:{port}/{}",
+        hosts.join(","),
+        config.get_dbname().unwrap_or("")
+    )
+}
+
+fn parse(url: &str) -> Result<tokio_postgres::Config, StoreError> {
+    let mut config: tokio_postgres::Config = url.parse().map_err(|_| {
+        StoreError::Postgres("storage.postgres_url is not a connection URL".to_string())
+    })?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if config.get_application_name().is_none() {
+        config.application_name("routerd");
+    }
+    Ok(config)
+}
+
+impl PgStore {
+    /// Connects and brings the schema to this routerd's version.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let store = Self::pool(url)?;
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    fn pool(url: &str) -> Result<Self, StoreError> {
+        let config = parse(url)?;
+        let described = describe(&config);
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(CONNECT_TIMEOUT))
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .build()
+            .map_err(pg)?;
+        Ok(Self { pool, described })
+    }
+
+    /// Connects without changing anything: the server version and the schema version found
+    /// (0 before the first start), for `check-config`.
+    pub async fn probe(url: &str) -> Result<(String, String, i32), StoreError> {
+        let store = Self::pool(url)?;
+        let client = store.client().await?;
+        let server: String = client
+            .query_one("SHOW server_version", &[])
+            .await
+            .map_err(pg)?
+            .get(0);
+        let created: bool = client
+            .query_one("SELECT to_regclass('routerd_migrations') IS NOT NULL", &[])
+            .await
+            .map_err(pg)?
+            .get(0);
+        let schema: i32 = if created {
+            client
+                .query_one(
+                    "SELECT coalesce(max(version), 0) FROM routerd_migrations",
+                    &[],
+                )
+                .await
+                .map_err(pg)?
+                .get(0)
+        } else {
+            0
+        };
+        Ok((store.described.clone(), server, schema))
+    }
+
+    /// The schema version this routerd writes.
+    pub fn schema_version() -> i32 {
+        MIGRATIONS.last().map(|(v, _)| *v).unwrap_or(0)
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
+        self.pool.get().await.map_err(pg)
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg)?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+            .await
+            .map_err(pg)?;
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS routerd_migrations (
+                 version integer PRIMARY KEY,
+                 applied_at timestamptz NOT NULL DEFAULT now()
+             )",
+        )
+        .await
+        .map_err(pg)?;
+        let current: i32 = tx
+            .query_one(
+                "SELECT coalesce(max(version), 0) FROM routerd_migrations",
+                &[],
+            )
+            .await
+            .map_err(pg)?
+            .get(0);
+        if current > Self::schema_version() {
+            return Err(StoreError::NewerSchema(current, Self::schema_version()));
+        }
+        for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
+            tx.batch_execute(sql).await.map_err(pg)?;
+            tx.execute(
+                "INSERT INTO routerd_migrations (version) VALUES ($1)",
+                &[version],
+            )
+            .await
+            .map_err(pg)?;
+            tracing::info!(version, "database schema migrated");
+        }
+        tx.commit().await.map_err(pg)
+    }
+}
+
+const UPSERT_RECORDS: &str =
+    "INSERT INTO settlements (payment_key, record, unfinished, finished_at)
+     SELECT * FROM unnest($1::text[], $2::text[], $3::boolean[], $4::bigint[])
+     ON CONFLICT (payment_key) DO UPDATE SET record = EXCLUDED.record,
+         unfinished = EXCLUDED.unfinished, finished_at = EXCLUDED.finished_at";
+
+/// The four arrays `UPSERT_RECORDS` takes.
+type RecordColumns = (Vec<String>, Vec<String>, Vec<bool>, Vec<Option<i64>>);
+
+fn record_columns(records: &[&Record]) -> Result<RecordColumns, StoreError> {
+    let mut out: RecordColumns = Default::default();
+    for record in records {
+        let (key, text, unfinished, finished_at) = columns(record)?;
+        out.0.push(key);
+        out.1.push(text);
+        out.2.push(unfinished);
+        out.3.push(finished_at);
+    }
+    Ok(out)
+}
+
+#[async_trait]
+impl SettlementStore for PgStore {
+    async fn get(&self, key: &PaymentKey) -> Result<Option<Record>, StoreError> {
+        let id = key.to_string();
+        let row = self
+            .client()
+            .await?
+            .query_opt(
+                "SELECT record FROM settlements WHERE payment_key = $1",
+                &[&id],
+            )
+            .await
+            .map_err(pg)?;
+        row.map(|r| decode(&id, r.get(0))).transpose()
+    }
+
+    async fn claim(
+        &self,
+        key: &PaymentKey,
+        record: &Record,
+        taken_by: Option<&Lease>,
+    ) -> Result<Claim, StoreError> {
+        let id = key.to_string();
+        let text = encode(record);
+        let lane = taken_by.map(|l| l.lane.to_string());
+        let fence = taken_by.map(|l| int(l.fence)).transpose()?;
+        let client = self.client().await?;
+        loop {
+            // One statement: the record and its queue entry, or nothing if the payment exists.
+            let inserted = client
+                .execute(
+                    "WITH claimed AS (
+                         INSERT INTO settlements (payment_key, record, unfinished)
+                         VALUES ($1, $2, true) ON CONFLICT (payment_key) DO NOTHING
+                         RETURNING payment_key
+                     )
+                     INSERT INTO settlement_queue (payment_key, network, lane, fence)
+                     SELECT payment_key, $3, $4, $5 FROM claimed",
+                    &[&id, &text, &key.network, &lane, &fence],
+                )
+                .await
+                .map_err(pg)?;
+            if inserted == 1 {
+                return Ok(Claim::Claimed);
+            }
+            let row = client
+                .query_opt(
+                    "SELECT record FROM settlements WHERE payment_key = $1",
+                    &[&id],
+                )
+                .await
+                .map_err(pg)?;
+            // None: released between the two statements; claim again.
+            if let Some(row) = row {
+                return Ok(Claim::Exists(Box::new(decode(&id, row.get(0))?)));
+            }
+        }
+    }
+
+    async fn save(&self, record: &Record, _durable: bool) -> Result<(), StoreError> {
+        let (keys, texts, unfinished, finished) = record_columns(&[record])?;
+        self.client()
+            .await?
+            .execute(UPSERT_RECORDS, &[&keys, &texts, &unfinished, &finished])
+            .await
+            .map_err(pg)?;
+        Ok(())
+    }
+
+    async fn release(&self, key: &PaymentKey) -> Result<(), StoreError> {
+        self.client()
+            .await?
+            .execute(
+                "DELETE FROM settlements WHERE payment_key = $1",
+                &[&key.to_string()],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(())
+    }
+
+    async fn unfinished(&self) -> Result<Vec<Record>, StoreError> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                "SELECT payment_key, record FROM settlements WHERE unfinished",
+                &[],
+            )
+            .await
+            .map_err(pg)?;
+        rows.iter().map(|r| decode(r.get(0), r.get(1))).collect()
+    }
+
+    async fn prune(&self, cutoff: u64) -> Result<usize, StoreError> {
+        let pruned = self
+            .client()
+            .await?
+            .execute(
+                "DELETE FROM settlements WHERE NOT unfinished AND finished_at < $1",
+                &[&int(cutoff)?],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(pruned as usize)
+    }
+}
+
+/// Moves the lane's next nonce under the lease; the row lock it takes orders it against a
+/// takeover.
+const FENCED_NONCE: &str =
+    "UPDATE signer_lanes SET next_nonce = $4 WHERE lane = $1 AND holder = $2 AND fence = $3";
+
+#[async_trait]
+impl LaneStore for PgStore {
+    async fn acquire(
+        &self,
+        lane: &LaneId,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<Lease>, StoreError> {
+        let row = self
+            .client()
+            .await?
+            .query_opt(
+                "INSERT INTO signer_lanes (lane, holder, fence, expires_at)
+                 VALUES ($1, $2, 1, now() + make_interval(secs => $3::float8))
+                 ON CONFLICT (lane) DO UPDATE SET
+                     fence = CASE WHEN signer_lanes.holder = EXCLUDED.holder
+                                  THEN signer_lanes.fence ELSE signer_lanes.fence + 1 END,
+                     holder = EXCLUDED.holder,
+                     expires_at = EXCLUDED.expires_at
+                 WHERE signer_lanes.holder = EXCLUDED.holder OR signer_lanes.expires_at <= now()
+                 RETURNING fence",
+                &[&lane.to_string(), &holder, &ttl.as_secs_f64()],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(row.map(|r| Lease {
+            lane: lane.clone(),
+            holder: holder.to_string(),
+            fence: uint(r.get(0)),
+        }))
+    }
+
+    async fn surrender(&self, lease: &Lease) -> Result<(), StoreError> {
+        self.client()
+            .await?
+            .execute(
+                "UPDATE signer_lanes SET expires_at = now()
+                 WHERE lane = $1 AND holder = $2 AND fence = $3",
+                &[&lease.lane.to_string(), &lease.holder, &int(lease.fence)?],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(())
+    }
+
+    async fn lane_nonce(&self, lane: &LaneId) -> Result<Option<u64>, StoreError> {
+        let row = self
+            .client()
+            .await?
+            .query_opt(
+                "SELECT next_nonce FROM signer_lanes WHERE lane = $1",
+                &[&lane.to_string()],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(row.and_then(|r| r.get::<_, Option<i64>>(0)).map(uint))
+    }
+
+    async fn set_lane_nonce(&self, lease: &Lease, next: u64) -> Result<(), StoreError> {
+        self.commit_signed(lease, next, &[]).await
+    }
+
+    async fn commit_signed(
+        &self,
+        lease: &Lease,
+        next_nonce: u64,
+        records: &[&Record],
+    ) -> Result<(), StoreError> {
+        let lane = lease.lane.to_string();
+        let (keys, texts, unfinished, finished) = record_columns(records)?;
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg)?;
+        let fenced = tx
+            .execute(
+                FENCED_NONCE,
+                &[&lane, &lease.holder, &int(lease.fence)?, &int(next_nonce)?],
+            )
+            .await
+            .map_err(pg)?;
+        if fenced == 0 {
+            return Err(StoreError::LeaseLost(lane)); // the transaction rolls back on drop
+        }
+        if !keys.is_empty() {
+            tx.execute(UPSERT_RECORDS, &[&keys, &texts, &unfinished, &finished])
+                .await
+                .map_err(pg)?;
+            // Signed: from now on the lane's unfinished records carry it, not the queue.
+            tx.execute(
+                "DELETE FROM settlement_queue WHERE payment_key = ANY($1)",
+                &[&keys],
+            )
+            .await
+            .map_err(pg)?;
+        }
+        tx.commit().await.map_err(pg)
+    }
+
+    async fn take_queued(&self, lease: &Lease, limit: usize) -> Result<Vec<Record>, StoreError> {
+        let lane = lease.lane.to_string();
+        let rows = self
+            .client()
+            .await?
+            .query(
+                "UPDATE settlement_queue q SET lane = $2, fence = $3
+                 FROM (SELECT payment_key FROM settlement_queue
+                       WHERE network = $1 AND (lane IS NULL OR (lane = $2 AND fence < $3))
+                       ORDER BY queued_at
+                       FOR UPDATE SKIP LOCKED
+                       LIMIT $4) picked,
+                      settlements s
+                 WHERE q.payment_key = picked.payment_key AND s.payment_key = q.payment_key
+                   AND EXISTS (SELECT 1 FROM signer_lanes
+                               WHERE signer_lanes.lane = $2 AND holder = $5 AND fence = $3)
+                 RETURNING q.payment_key, s.record",
+                &[
+                    &lease.lane.network,
+                    &lane,
+                    &int(lease.fence)?,
+                    &int(limit as u64)?,
+                    &lease.holder,
+                ],
+            )
+            .await
+            .map_err(pg)?;
+        rows.iter().map(|r| decode(r.get(0), r.get(1))).collect()
+    }
+
+    async fn requeue(&self, keys: &[PaymentKey]) -> Result<(), StoreError> {
+        let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+        self.client()
+            .await?
+            .execute(
+                "UPDATE settlement_queue SET lane = NULL, fence = NULL WHERE payment_key = ANY($1)",
+                &[&keys],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl RouterNonceStore for PgStore {
+    async fn reserve_router_nonce(
+        &self,
+        key: &str,
+        pending: u64,
+        now: u64,
+        ttl_secs: u64,
+    ) -> Result<u64, StoreError> {
+        // store::next_router_nonce, in one statement: concurrent reservations queue on the row.
+        let row = self
+            .client()
+            .await?
+            .query_one(
+                "INSERT INTO router_nonces (key, last_nonce, handed_at) VALUES ($1, $2, $3)
+                 ON CONFLICT (key) DO UPDATE SET
+                     last_nonce = CASE WHEN $3 - router_nonces.handed_at < $4
+                                       THEN greatest($2, router_nonces.last_nonce + 1)
+                                       ELSE $2 END,
+                     handed_at = $3
+                 RETURNING last_nonce",
+                &[&key, &int(pending)?, &int(now)?, &int(ttl_secs)?],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(uint(row.get(0)))
+    }
+}
+
+#[async_trait]
+impl Backend for PgStore {
+    fn shared(&self) -> bool {
+        true
+    }
+
+    /// Every commit is already durable.
+    async fn flush(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        self.described.clone()
+    }
+}
