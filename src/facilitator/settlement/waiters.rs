@@ -1,6 +1,7 @@
-//! Callers waiting on a settlement that is under way, by payment. A std `Mutex` (not tokio's):
-//! it is held only for map operations, never across an `.await`, and the claim takes it together
-//! with the ledger's compare-and-swap so that a duplicate sees either the waiter or the record.
+//! Callers waiting on a settlement that is under way in this process, by payment. A std `Mutex`
+//! (not tokio's): it is held only for map operations, never across an `.await`. A duplicate that
+//! finds no waiter here reads the stored record instead (settled by another instance, or claimed
+//! here a moment before its waiter was registered).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};

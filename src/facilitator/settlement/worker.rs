@@ -170,9 +170,16 @@ impl Worker {
         loop {
             tokio::select! {
                 _ = renewal.tick() => {
+                    let standing_by = self.lease.is_none();
                     self.keep_lease().await;
-                    // What a takeover queued must not wait for a head: an idle chain has none.
-                    self.sign_waiting().await;
+                    match self.lane.chain.head.current() {
+                        // Just taken over: follow the chain from where it is now. What the
+                        // previous holder sent may all be mined already, and an idle chain
+                        // brings no new head to find those inclusions at.
+                        Some(head) if standing_by && self.lease.is_some() => self.on_head(&head).await,
+                        // What is waiting must not wait for a head either.
+                        _ => self.sign_waiting().await,
+                    }
                 }
                 _ = shared_queue.tick(), if shared && self.lease.is_some() => {
                     if self.take_queued().await {
