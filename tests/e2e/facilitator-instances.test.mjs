@@ -145,14 +145,15 @@ describe('three instances, one key, one PostgreSQL', () => {
     await audit(mark, settled);
   });
 
-  it('the instance holding the lane is SIGKILLed mid-burst: the others take it over and finish, nothing reverts, no nonce wasted', async () => {
+  it(`the instance holding the lane is SIGKILLed mid-burst of ${PAYMENTS}: the others take it over and finish, nothing reverts, no nonce wasted`, async () => {
     const mark = await chainMark(stack.anvil, stack.signer);
     const holder = instances[0];
     assert.doesNotMatch(log(holder), /standing by/, 'the first instance holds the lane');
-    const ps = await payments(150);
+    const ps = await payments(PAYMENTS);
     let answered = 0;
+    const killAfter = Math.ceil(PAYMENTS / 5);
     const killed = (async () => {
-      await waitFor(() => answered >= 30, { timeoutMs: 120_000, what: '30 answers before the kill' });
+      await waitFor(() => answered >= killAfter, { timeoutMs: 120_000, what: `${killAfter} answers before the kill` });
       await holder.kill();
     })();
     const settled = await Promise.all(ps.map(async (p, k) => {
@@ -163,7 +164,9 @@ describe('three instances, one key, one PostgreSQL', () => {
     }));
     await killed;
     const took = instances.slice(1).filter((r) => /taking the lane over/.test(log(r)));
-    assert.equal(took.length, 1, 'one surviving instance took the lane over');
+    // Under this load the lane may change hands again between the survivors (a holder whose
+    // renewal runs late loses it, safely, to the fence); what matters is the audit below.
+    assert.ok(took.length >= 1, 'a surviving instance took the lane over');
     await audit(mark, settled);
   });
 
