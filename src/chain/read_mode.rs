@@ -13,7 +13,7 @@ use std::sync::LazyLock;
 use ethers_core::types::Address;
 use serde_json::json;
 
-use super::{hex_bytes, parse_word, Call, ChainClient, Unreachable};
+use super::{eth_call, parse_word, Call, ChainClient, Unreachable};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReadMode {
@@ -35,11 +35,11 @@ impl ReadMode {
     }
 }
 
-/// Where overridden code is placed, written as the node wants it: the last 20 bytes of
-/// keccak256("routerd.lens"), an address nobody holds a key or a contract for.
-static OVERRIDE_ADDRESS: LazyLock<String> = LazyLock::new(|| {
+/// Where overridden code is placed: the last 20 bytes of keccak256("routerd.lens"), an address
+/// nobody holds a key or a contract for.
+static OVERRIDE_ADDRESS: LazyLock<Address> = LazyLock::new(|| {
     let hash = ethers_core::utils::keccak256(b"routerd.lens");
-    format!("{:?}", Address::from_slice(&hash[12..]))
+    Address::from_slice(&hash[12..])
 });
 
 /// The chain's read mode, shared by every verify on it.
@@ -67,15 +67,10 @@ impl ReadModeCell {
 
 /// `eth_call` of `data` on `code` placed at [`OVERRIDE_ADDRESS`] for this call only.
 pub fn call_with_code(code: &str, data: &[u8]) -> Call {
-    let at = OVERRIDE_ADDRESS.as_str();
-    Call::new(
-        "eth_call",
-        vec![
-            json!({"to": at, "data": hex_bytes(data)}),
-            json!("latest"),
-            json!({ at: {"code": code} }),
-        ],
-    )
+    let mut call = eth_call(*OVERRIDE_ADDRESS, data, "latest");
+    call.params
+        .push(json!({ format!("{:?}", *OVERRIDE_ADDRESS): {"code": code} }));
+    call
 }
 
 /// Code that returns the word 42: PUSH1 42, PUSH1 0, MSTORE, PUSH1 32, PUSH1 0, RETURN.
