@@ -106,7 +106,7 @@ function cpuSeconds(pid) {
 }
 const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
 
-/** Signs `count` distinct payments (each body is sent once), `per` at a time. */
+/** Signs `count` distinct payments (each body is sent once), 256 at a time. */
 async function signPayments(stack, count, payTo) {
   const out = [];
   while (out.length < count) {
