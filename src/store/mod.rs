@@ -108,7 +108,9 @@ pub trait LaneStore: Send + Sync {
     async fn surrender(&self, lease: &Lease) -> Result<(), StoreError>;
     async fn lane_nonce(&self, lane: &LaneId) -> Result<Option<u64>, StoreError>;
     /// Stores the lane's next nonce under `lease`; `LeaseLost` if the lease has moved.
-    async fn set_lane_nonce(&self, lease: &Lease, next: u64) -> Result<(), StoreError>;
+    async fn set_lane_nonce(&self, lease: &Lease, next: u64) -> Result<(), StoreError> {
+        self.commit_signed(lease, next, &[]).await
+    }
     /// Stores freshly signed attempts and the lane's next nonce in one durable transaction under
     /// `lease`: after it returns, a crash can neither lose the transactions nor reuse their
     /// nonces; `LeaseLost` (and nothing written) if the lease has moved.

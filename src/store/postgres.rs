@@ -447,10 +447,6 @@ impl LaneStore for PgStore {
         Ok(row.and_then(|r| r.get::<_, Option<i64>>(0)).map(uint))
     }
 
-    async fn set_lane_nonce(&self, lease: &Lease, next: u64) -> Result<(), StoreError> {
-        self.commit_signed(lease, next, &[]).await
-    }
-
     async fn commit_signed(
         &self,
         lease: &Lease,

@@ -399,10 +399,6 @@ impl LaneStore for Store {
             .and_then(|v| Some(u64::from_be_bytes(v.as_ref().try_into().ok()?))))
     }
 
-    async fn set_lane_nonce(&self, lease: &Lease, next: u64) -> Result<(), StoreError> {
-        self.commit_signed(lease, next, &[]).await
-    }
-
     async fn commit_signed(
         &self,
         lease: &Lease,
