@@ -183,6 +183,26 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason, for tests that check each has a name.
+    #[cfg(test)]
+    pub const ALL: [Reason; 15] = [
+        Reason::X402Version,
+        Reason::Scheme,
+        Reason::Network,
+        Reason::PaymentRequirements,
+        Reason::Payload,
+        Reason::FromKyt,
+        Reason::ToKyt,
+        Reason::TypedDataMessage,
+        Reason::ValueTooLow,
+        Reason::Value,
+        Reason::ValidAfter,
+        Reason::ValidBefore,
+        Reason::Signature,
+        Reason::SignatureAddress,
+        Reason::InsufficientFunds,
+    ];
+
     pub fn verify_name(self) -> &'static str {
         match self {
             Reason::X402Version => "invalid_x402_version",
@@ -237,23 +257,7 @@ mod tests {
             "invalid_exact_evm_payload_signature_address",
         ];
         use Reason::*;
-        for reason in [
-            X402Version,
-            Scheme,
-            Network,
-            PaymentRequirements,
-            Payload,
-            FromKyt,
-            ToKyt,
-            TypedDataMessage,
-            ValueTooLow,
-            Value,
-            ValidAfter,
-            ValidBefore,
-            Signature,
-            SignatureAddress,
-            InsufficientFunds,
-        ] {
+        for reason in Reason::ALL {
             assert!(SETTLE_LIST.contains(&reason.settle_name()), "{reason:?}");
         }
         assert_eq!(

@@ -335,24 +335,7 @@ mod tests {
             "invalid_scheme",
             "invalid_x402_version",
         ];
-        use Reason::*;
-        for reason in [
-            X402Version,
-            Scheme,
-            Network,
-            PaymentRequirements,
-            Payload,
-            FromKyt,
-            ToKyt,
-            TypedDataMessage,
-            ValueTooLow,
-            Value,
-            ValidAfter,
-            ValidBefore,
-            Signature,
-            SignatureAddress,
-            InsufficientFunds,
-        ] {
+        for reason in Reason::ALL {
             assert!(V2_LIST.contains(&reason_name(reason)), "{reason:?}");
         }
     }
