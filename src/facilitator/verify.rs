@@ -279,8 +279,9 @@ async fn read_chain(
     extra: &[Call],
 ) -> Result<(ChainFacts, Vec<CallResult>), Unreachable> {
     let chain = &payment.network.chain;
-    // A probe that failed leaves the mode unknown and this request in batch mode.
-    if chain.learn_read_mode().await.ok() == Some(ReadMode::Lens) {
+    // A node that does not answer the probe would not answer the batch either: its one timeout
+    // is this request's answer, so a hanging node costs one timeout, not two.
+    if chain.learn_read_mode().await? == ReadMode::Lens {
         if let Some(read) = read_with_lens(payment, extra).await? {
             return Ok(read);
         }

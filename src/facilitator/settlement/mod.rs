@@ -316,13 +316,18 @@ impl Settler {
         let smart_wallet = payment.recovered != Some(payment.auth.from);
         let calldata =
             erc3009::transfer_with_authorization(&payment.auth, &payment.signature, smart_wallet);
+        // At `latest`, as verify reads: without a block some nodes (anvil) estimate on a pending
+        // block, which first executes every transaction in their pool, once per estimate.
         let estimate = Call::new(
             "eth_estimateGas",
-            vec![json!({
-                "from": format!("{:?}", lane.signer_address()),
-                "to": format!("{:?}", payment.token.address),
-                "data": chain::hex_bytes(&calldata),
-            })],
+            vec![
+                json!({
+                    "from": format!("{:?}", lane.signer_address()),
+                    "to": format!("{:?}", payment.token.address),
+                    "data": chain::hex_bytes(&calldata),
+                }),
+                json!("latest"),
+            ],
         );
         let (verdict, extra) = self.verifier.check_on_chain(payment, &[estimate]).await?;
         Ok(verdict.and_then(|()| match &extra[0] {
