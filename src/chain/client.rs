@@ -1,9 +1,16 @@
 //! One chain's upstream: a jsonrpsee HTTP client per URL, batched requests, failover to the next
 //! URL on transport errors or timeouts, and a cool-down for URLs that keep failing.
+//!
+//! Small batches that are ready at the same moment (the reads of concurrent verifies, say) go
+//! out together as one HTTP request: each call is still its own JSON-RPC call, but the HTTP
+//! round trip, its parsing on both ends and its syscalls are paid once per moment instead of
+//! once per request.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
 
 use jsonrpsee::core::client::{BatchResponse, ClientT, Error as ClientError};
 use jsonrpsee::core::params::BatchRequestBuilder;
@@ -18,6 +25,12 @@ use jsonrpsee::http_client::{
 type HttpClient = LoggedHttpClient<RpcService<HttpBackend>>;
 use serde_json::value::RawValue;
 use serde_json::Value;
+
+/// Batches of at most this many calls are sent together with the other small batches ready at
+/// the same moment; larger ones (a block's receipts, a lane's broadcasts) go out on their own.
+const COALESCE_MAX_CALLS: usize = 8;
+/// Most calls in one coalesced HTTP request (providers commonly refuse batches over 100).
+const COALESCED_REQUEST_CALLS: usize = 64;
 
 /// Consecutive failures after which a URL is skipped for [`COOL_DOWN`].
 const FAILURES_BEFORE_COOL_DOWN: u32 = 3;
@@ -126,6 +139,20 @@ pub struct ChainClient {
     epoch: Instant,
     stats: Vec<(AtomicU64, AtomicU64)>,
     last_success: AtomicU64,
+    /// HTTP requests under way: a small batch waits for company only while there are some.
+    in_flight: AtomicUsize,
+    /// Small batches waiting for the next coalesced request.
+    queue: Mutex<Vec<Queued>>,
+    /// This client, for the task that sends the queue.
+    me: Weak<ChainClient>,
+}
+
+type Answers = Result<Vec<CallResult>, Unreachable>;
+
+/// A small batch waiting in the queue, and where its answers go.
+struct Queued {
+    calls: Vec<Call>,
+    reply: oneshot::Sender<Answers>,
 }
 
 impl ChainClient {
@@ -157,12 +184,15 @@ impl ChainClient {
             .iter()
             .map(|_| (AtomicU64::new(0), AtomicU64::new(0)))
             .collect();
-        Ok(Arc::new(Self {
+        Ok(Arc::new_cyclic(|me| Self {
             name: name.to_string(),
             upstreams,
             epoch: Instant::now(),
             stats,
             last_success: AtomicU64::new(u64::MAX),
+            in_flight: AtomicUsize::new(0),
+            queue: Mutex::new(Vec::new()),
+            me: me.clone(),
         }))
     }
 
@@ -170,8 +200,86 @@ impl ChainClient {
         &self.name
     }
 
-    /// Sends `calls` as one JSON-RPC batch; answers per call in order.
-    pub async fn batch(&self, calls: &[Call]) -> Result<Vec<CallResult>, Unreachable> {
+    /// Sends `calls` as one JSON-RPC batch; answers per call in order. A small batch may share
+    /// its HTTP request with others ready at the same moment.
+    pub async fn batch(&self, calls: &[Call]) -> Answers {
+        // An idle chain gets the request at once: waiting for company would only add latency.
+        if calls.len() > COALESCE_MAX_CALLS || self.in_flight.load(Ordering::Relaxed) == 0 {
+            return self.send(calls.to_vec()).await;
+        }
+        let (reply, answer) = oneshot::channel();
+        let first = {
+            let mut queue = self.queue.lock().expect("queue lock");
+            queue.push(Queued {
+                calls: calls.to_vec(),
+                reply,
+            });
+            queue.len() == 1
+        };
+        if first {
+            // A task, not this caller, sends the queue: a caller that gives up must not take
+            // the other callers' answers with it.
+            let client = self.me.upgrade().expect("a client is used through its Arc");
+            tokio::spawn(async move { client.send_queue().await });
+        }
+        answer.await.unwrap_or_else(|_| {
+            Err(Unreachable {
+                chain: self.name.clone(),
+                detail: "the coalesced request was dropped".to_string(),
+            })
+        })
+    }
+
+    /// Sends what is queued once every task ready now has had its turn to add to it, in
+    /// requests of at most [`COALESCED_REQUEST_CALLS`] calls, at once.
+    async fn send_queue(&self) {
+        tokio::task::yield_now().await;
+        let queued = std::mem::take(&mut *self.queue.lock().expect("queue lock"));
+        let mut groups: Vec<Vec<Queued>> = Vec::new();
+        let mut calls_in_last = 0;
+        for entry in queued {
+            match groups.last_mut() {
+                Some(group) if calls_in_last + entry.calls.len() <= COALESCED_REQUEST_CALLS => {
+                    calls_in_last += entry.calls.len();
+                    group.push(entry);
+                }
+                _ => {
+                    calls_in_last = entry.calls.len();
+                    groups.push(vec![entry]);
+                }
+            }
+        }
+        futures::future::join_all(groups.into_iter().map(|group| self.send_group(group))).await;
+    }
+
+    /// One HTTP request for every call of `group`; each caller gets its own answers back.
+    async fn send_group(&self, group: Vec<Queued>) {
+        let sizes: Vec<usize> = group.iter().map(|entry| entry.calls.len()).collect();
+        let (calls, replies): (Vec<Vec<Call>>, Vec<oneshot::Sender<Answers>>) = group
+            .into_iter()
+            .map(|entry| (entry.calls, entry.reply))
+            .unzip();
+        let answers = self.send(calls.into_iter().flatten().collect()).await;
+        match answers {
+            Ok(answers) => {
+                let mut answers = answers.into_iter();
+                for (reply, size) in replies.into_iter().zip(sizes) {
+                    let _ = reply.send(Ok(answers.by_ref().take(size).collect()));
+                }
+            }
+            Err(unreachable) => {
+                for reply in replies {
+                    let _ = reply.send(Err(unreachable.clone()));
+                }
+            }
+        }
+    }
+
+    /// One HTTP request carrying `calls` as a JSON-RPC batch.
+    async fn send(&self, calls: Vec<Call>) -> Answers {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        let _in_flight = InFlight(&self.in_flight);
+        let calls = &calls;
         self.with_failover(|client| async move {
             let mut batch = BatchRequestBuilder::new();
             for call in calls {
@@ -274,6 +382,15 @@ impl ChainClient {
                 errors: errors.load(Ordering::Relaxed),
             })
             .collect()
+    }
+}
+
+/// Counts one HTTP request down when it ends, answered or dropped.
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -1,12 +1,14 @@
 // Backpressure: a node that saturates (the proxy refuses requests beyond its capacity with HTTP 503)
 // must slow routerd's answers down, not turn payments into 502s. With
 // chains.<name>.max_concurrent_requests at the node's capacity, requests beyond it wait their turn
-// inside routerd, and a burst of verifies and settles is all answered.
+// inside routerd, and a burst of verifies and settles is all answered. Small batches that wait
+// together share one HTTP request, and each caller still gets its own answers.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startFacilitatorStack, withLogTail } from './lib/stack.mjs';
 import { startFilteringProxy } from './lib/bad-upstreams.mjs';
-import { TX_HASH } from './lib/expect.mjs';
+import { TX_HASH, expectValid, expectInvalid } from './lib/expect.mjs';
+import { freshAccount } from './lib/accounts.mjs';
 
 const CAPACITY = 2;
 let stack;
@@ -42,4 +44,24 @@ it(`40 concurrent verifies and 12 concurrent settles through a node that serves 
   }
   assert.equal(proxy.state.overloaded - before, 0, 'routerd sent the node more requests at once than it allows');
   assert.ok(proxy.state.peak <= CAPACITY, `peak ${proxy.state.peak} requests in flight`);
+});
+
+it('48 concurrent verifies, funded and unfunded payers interleaved, share HTTP requests to the node and each gets its own answer', async () => {
+  const funded = await Promise.all(stack.payers.map((account) => stack.pay({ account, amount: 7n })));
+  const unfunded = await Promise.all(Array.from({ length: 24 }, () => stack.pay({ account: freshAccount() })));
+  const payments = Array.from({ length: 48 }, (_, i) => (i % 2 === 0 ? { p: funded[(i / 2) % funded.length], ok: true } : { p: unfunded[(i - 1) / 2], ok: false }));
+  const sentBefore = proxy.state.requests.length;
+  const answers = await Promise.all(payments.map(({ p }) => stack.verify(p.body)));
+  answers.forEach((res, i) => {
+    const { p, ok } = payments[i];
+    if (ok) expectValid(res, { payer: p.authorization.from });
+    else expectInvalid(res, 'insufficient_funds', { payer: p.authorization.from });
+  });
+  const requests = proxy.state.requests.slice(sentBefore);
+  const lensCalls = requests.flat().filter((m) => m === 'eth_call').length;
+  assert.equal(lensCalls, 48, `one eth_call per verify: ${JSON.stringify(requests)}`);
+  // The node serves two requests at once for 20 ms each: the verifies that arrive meanwhile wait
+  // in routerd and go out together.
+  const carrying = requests.filter((methods) => methods.includes('eth_call')).length;
+  assert.ok(carrying <= 24, `48 verifies took ${carrying} HTTP requests`);
 });
