@@ -52,6 +52,23 @@ pub struct ServerSettings {
     pub max_body_bytes: u32,
     pub shutdown_grace_secs: u64,
     pub max_connections: u32,
+    /// Threads of the async runtime; unset: [`ServerSettings::default_worker_threads`].
+    pub worker_threads: Option<usize>,
+}
+
+impl ServerSettings {
+    /// Half the host's cores, at least one. routerd mostly waits on its chains, and a node
+    /// usually runs on the same host: measured on 2 cores beside anvil (`scripts/bench`), one
+    /// thread answered more verifies and settlements, with less CPU each, than two.
+    pub fn default_worker_threads() -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        (cores / 2).max(1)
+    }
+
+    pub fn worker_threads(&self) -> usize {
+        self.worker_threads
+            .unwrap_or_else(Self::default_worker_threads)
+    }
 }
 
 impl Default for ServerSettings {
@@ -62,6 +79,7 @@ impl Default for ServerSettings {
             max_body_bytes: 65536,
             shutdown_grace_secs: 30,
             max_connections: 1024,
+            worker_threads: None,
         }
     }
 }
@@ -405,6 +423,12 @@ impl Settings {
             return Err(ConfigError::new(
                 "server.max_body_bytes",
                 "must be at least 1024",
+            ));
+        }
+        if self.server.worker_threads == Some(0) {
+            return Err(ConfigError::new(
+                "server.worker_threads",
+                "must be at least 1",
             ));
         }
         self.storage.validate()?;
@@ -836,6 +860,25 @@ networks = ["chainX"]
         ));
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    #[test]
+    fn worker_threads_default_to_half_the_cores_and_zero_is_refused() {
+        let dir = temp_dir();
+        let path = write(&dir, "threads.toml", BASE);
+        let settings = Settings::load_from(&[path], &HashMap::new()).unwrap();
+        assert_eq!(
+            settings.server.worker_threads(),
+            ServerSettings::default_worker_threads()
+        );
+        let body = BASE.replace("[server]\n", "[server]\nworker_threads = 0\n");
+        let path = write(&dir, "zero-threads.toml", &body);
+        let error = Settings::load_from(&[path], &HashMap::new()).unwrap_err();
+        assert_eq!(error.key, "server.worker_threads");
+        let body = BASE.replace("[server]\n", "[server]\nworker_threads = 3\n");
+        let path = write(&dir, "three-threads.toml", &body);
+        let settings = Settings::load_from(&[path], &HashMap::new()).unwrap();
+        assert_eq!(settings.server.worker_threads(), 3);
     }
 
     #[test]

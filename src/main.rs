@@ -140,6 +140,7 @@ fn main() -> ExitCode {
     }
     init_tracing(cli.json_logs);
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(settings.server.worker_threads())
         .enable_all()
         .build()
         .expect("starting the tokio runtime");
