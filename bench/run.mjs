@@ -442,6 +442,12 @@ async function benchRouter() {
       const r = await load({ concurrency: 1, ...BOUNDS.upstreamBatch, call: once });
       upstream[c.name] = { ...summarize(r.latencies), failed: r.failed };
     }
+    // What routerd's probe does: the three batches at once. On a small machine the three nodes
+    // share its cores, so this is slower than any one alone; it is the floor for a routed call.
+    const allAtOnce = async (i) => (await Promise.all(chains.map(async (c) => batchOk(await postJson(c.anvil.url, upstreamShapedBatch(i)), 3)))).every(Boolean);
+    await load({ concurrency: 1, total: 50, maxMs: 5_000, call: allAtOnce });
+    const together = await load({ concurrency: 1, ...BOUNDS.upstreamBatch, call: allAtOnce });
+    const upstreamTogether = { ...summarize(together.latencies), failed: together.failed };
 
     log(`router: warm-up (${BOUNDS.routerWarmup}), then sequential and 64 concurrent callers`);
     await load({ concurrency: 4, total: BOUNDS.routerWarmup, maxMs: 10_000, call: routeOnce });
@@ -472,6 +478,7 @@ async function benchRouter() {
       serial: { ...summarize(serial.latencies), rps: serial.rps, failed: serial.failed, firstError: serial.firstError },
       concurrent: { ...summarize(conc.latencies), rps: conc.rps, failed: conc.failed, firstError: conc.firstError },
       upstream,
+      upstreamTogether,
       slowestChain: slowest[0],
       chosen: Object.fromEntries(Object.entries(chosen).map(([id, count]) => [
         chains.find((c) => c.chainId === Number(id))?.name ?? id, count,
@@ -531,6 +538,7 @@ function table() {
   lat('d eth_routerTransaction, concurrency 1', r.serial);
   lat('d eth_routerTransaction, concurrency 64', r.concurrent);
   for (const [name, x] of Object.entries(r.upstream)) lat(`d upstream batch ${name} (3 calls), conc 1`, x, { rps: false });
+  lat('d the three batches at once, straight, conc 1', r.upstreamTogether, { rps: false });
   out.push('');
   out.push(pad('memory (MiB)', 44) + lpad('idle RSS', 10) + lpad('peak (VmHWM)', 14) + lpad('RSS after', 11));
   const memRow = (name, x, after) => out.push(pad(name, 44) + lpad(f(x.idle.rssMiB, 1), 10) + lpad(f(x[after].hwmMiB, 1), 14) + lpad(f(x[after].rssMiB, 1), 11));
@@ -564,6 +572,7 @@ function table() {
   ratio('verify req/s / same read straight to anvil req/s (conc 64)', ratios.verifyRpsOverAnvil);
   ratio('verify req/s at 64 / at 1', ratios.verifyScaling);
   ratio(`routing_p50 / slowest_chain_p50 (${r.slowestChain})`, ratios.routingOverSlowest);
+  ratio('routing_p50 / the three batches at once p50', ratios.routingOverTogether);
   ratio('routing req/s at 64 / at 1', ratios.routingScaling);
   ratio('settle sequential p50 / block time (1 s)', ratios.settleOverBlock);
   ratio(`settle/s at concurrency ${sl.concurrency} / chain capacity`, ratios.settleOverCapacity);
@@ -602,6 +611,7 @@ async function main() {
     verifyRpsOverAnvil: v.c64.rps / v.anvil64.rps,
     verifyScaling: v.c64.rps / v.c1.rps,
     routingOverSlowest: r.serial.p50 / r.upstream[r.slowestChain].p50,
+    routingOverTogether: r.serial.p50 / r.upstreamTogether.p50,
     routingScaling: r.concurrent.rps / r.serial.rps,
     settleOverBlock: s.serial.p50 / 1000,
     settleOverCapacity: s.load.rps / s.load.capacityPerSecond,
