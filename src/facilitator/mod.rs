@@ -215,6 +215,15 @@ impl Facilitator {
         protocol::v2::settle_answer(request, &lowered.request, outcome)
     }
 
+    /// The configured name of a network given by that name or, when v2 is served, by its CAIP-2
+    /// name (`eip155:84532`); anything else is returned as given (and matches no payment).
+    pub fn network_name<'a>(&'a self, given: &'a str) -> &'a str {
+        self.v2_networks
+            .as_ref()
+            .and_then(|networks| protocol::v2::served_network(given, networks))
+            .map_or(given, String::as_str)
+    }
+
     fn lower_v2(&self, request: &protocol::v2::PaymentRequest) -> protocol::v2::Lowered {
         let networks = self.v2_networks.as_ref().expect("checked by serves_v2");
         protocol::v2::lower(request, networks)

@@ -207,13 +207,15 @@ async fn facilitator_route(
 const STATUS_PREFIX: &str = "/settlements/";
 
 /// `GET /settlements/{network}/{asset}/{from}/{nonce}`: 200 with the settlement's state, or 404.
+/// `network` is the configured name, or with v2 served its CAIP-2 name.
 async fn settlement_status(
     app: &App,
     path: &str,
     note: &mut Note,
 ) -> Result<HttpResponse, WireError> {
     let facilitator = app.facilitator.as_ref().expect("checked by the caller");
-    let key = parse_status_path(&path[STATUS_PREFIX.len()..])?;
+    let mut key = parse_status_path(&path[STATUS_PREFIX.len()..])?;
+    key.network = facilitator.network_name(&key.network).to_string();
     note.payment = Some(key.to_string());
     match facilitator.status(&key).await.map_err(SettleError::from)? {
         Some(status) => {

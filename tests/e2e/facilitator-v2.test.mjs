@@ -292,6 +292,11 @@ it('a v1 replay of a v2 payment answers the same transaction, in v1 shape', asyn
   assert.equal(expectSettled(await stack.settle(p.body), { network: NETWORK, payer: payer.address }), hash);
   const status = await stack.settlementStatus(p);
   assert.equal(status.body?.transaction, hash, status.text);
+  // The status route also takes the network's CAIP-2 name; another chain id names nothing.
+  const byCaip2 = await stack.settlementStatus(p, { network: CAIP2 });
+  assert.equal(byCaip2.status, 200, byCaip2.text);
+  assert.deepEqual(byCaip2.body, status.body);
+  assert.equal((await stack.settlementStatus(p, { network: 'eip155:1' })).status, 404);
   assert.equal(await stack.signerNonce('pending'), nonce + 1, 'one transaction');
   assert.equal(await stack.balanceOf(payer.address), 4000n);
   // Verify now sees the authorization used, in either version.

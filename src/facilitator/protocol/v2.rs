@@ -86,7 +86,10 @@ pub fn network_id(chain_id: u64) -> String {
 
 /// The served network a CAIP-2 name stands for: `eip155:` and the decimal chain id of a served
 /// chain, nothing else (no leading zeros, no configured names).
-fn served_network<'a>(caip2: &str, by_chain_id: &'a BTreeMap<u64, String>) -> Option<&'a String> {
+pub fn served_network<'a>(
+    caip2: &str,
+    by_chain_id: &'a BTreeMap<u64, String>,
+) -> Option<&'a String> {
     let id = caip2.strip_prefix(EIP155)?;
     if id.is_empty() || id.starts_with('0') || !id.bytes().all(|b| b.is_ascii_digit()) {
         return None;
