@@ -146,6 +146,13 @@ fn parse(url: &str) -> Result<tokio_postgres::Config, StoreError> {
     if config.get_application_name().is_none() {
         config.application_name("routerd");
     }
+    // The schema's `IF NOT EXISTS` statements raise NOTICEs, which tokio-postgres logs at INFO
+    // on every start; warnings and errors still reach the log.
+    let options = match config.get_options() {
+        Some(given) => format!("{given} -c client_min_messages=warning"),
+        None => "-c client_min_messages=warning".to_string(),
+    };
+    config.options(&options);
     Ok(config)
 }
 

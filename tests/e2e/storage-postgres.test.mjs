@@ -112,6 +112,7 @@ test('the daemon creates its schema at start, serves, and logs no password; a se
     const log = readFileSync(daemon.logFile, 'utf8');
     assert.match(log, /routerd listening/);
     assert.ok(!log.includes(PASSWORD), 'the log shows the password');
+    assert.doesNotMatch(log, /NOTICE/, 'the server\'s notices about existing relations reach the log');
   }
   assert.match(readFileSync(routerd.logFile, 'utf8'), /database schema migrated/);
   assert.doesNotMatch(readFileSync(again.logFile, 'utf8'), /database schema migrated/);
