@@ -49,11 +49,13 @@ impl Call {
     }
 }
 
-struct Params(Vec<Value>);
+/// Positional params, serialized straight from the caller's values: a retry on the next URL
+/// serializes them again instead of copying them first.
+struct Params<'a>(&'a [Value]);
 
-impl ToRpcParams for Params {
+impl ToRpcParams for Params<'_> {
     fn to_rpc_params(self) -> Result<Option<Box<RawValue>>, serde_json::Error> {
-        serde_json::value::to_raw_value(&self.0).map(Some)
+        serde_json::value::to_raw_value(self.0).map(Some)
     }
 }
 
@@ -205,7 +207,7 @@ impl ChainClient {
     pub async fn batch(&self, calls: &[Call]) -> Answers {
         // An idle chain gets the request at once: waiting for company would only add latency.
         if calls.len() > COALESCE_MAX_CALLS || self.in_flight.load(Ordering::Relaxed) == 0 {
-            return self.send(calls.to_vec()).await;
+            return self.send(calls).await;
         }
         let (reply, answer) = oneshot::channel();
         let first = {
@@ -259,7 +261,8 @@ impl ChainClient {
             .into_iter()
             .map(|entry| (entry.calls, entry.reply))
             .unzip();
-        let answers = self.send(calls.into_iter().flatten().collect()).await;
+        let calls: Vec<Call> = calls.into_iter().flatten().collect();
+        let answers = self.send(&calls).await;
         match answers {
             Ok(answers) => {
                 let mut answers = answers.into_iter();
@@ -276,15 +279,14 @@ impl ChainClient {
     }
 
     /// One HTTP request carrying `calls` as a JSON-RPC batch.
-    async fn send(&self, calls: Vec<Call>) -> Answers {
+    async fn send(&self, calls: &[Call]) -> Answers {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         let _in_flight = InFlight(&self.in_flight);
-        let calls = &calls;
         self.with_failover(|client| async move {
             let mut batch = BatchRequestBuilder::new();
             for call in calls {
                 batch
-                    .insert(call.method, Params(call.params.clone()))
+                    .insert(call.method, Params(&call.params))
                     .map_err(|e| ClientError::Custom(e.to_string()))?;
             }
             let response: BatchResponse<Value> = client.batch_request(batch).await?;
@@ -302,14 +304,12 @@ impl ChainClient {
         method: &'static str,
         params: Vec<Value>,
     ) -> Result<CallResult, Unreachable> {
-        self.with_failover(|client| {
-            let params = params.clone();
-            async move {
-                match client.request::<Value, _>(method, Params(params)).await {
-                    Ok(value) => Ok(Ok(value)),
-                    Err(ClientError::Call(e)) => Ok(Err(rpc_error(&e))),
-                    Err(other) => Err(other),
-                }
+        let params = &params;
+        self.with_failover(|client| async move {
+            match client.request::<Value, _>(method, Params(params)).await {
+                Ok(value) => Ok(Ok(value)),
+                Err(ClientError::Call(e)) => Ok(Err(rpc_error(&e))),
+                Err(other) => Err(other),
             }
         })
         .await
