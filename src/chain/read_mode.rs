@@ -12,6 +12,7 @@ use std::sync::LazyLock;
 
 use ethers_core::types::Address;
 use serde_json::json;
+use serde_json::value::RawValue;
 
 use super::{eth_call, parse_word, Call, ChainClient, Unreachable};
 
@@ -65,11 +66,17 @@ impl ReadModeCell {
     }
 }
 
-/// `eth_call` of `data` on `code` placed at [`OVERRIDE_ADDRESS`] for this call only.
-pub fn call_with_code(code: &str, data: &[u8]) -> Call {
+/// The state override that places `code` at [`OVERRIDE_ADDRESS`], as JSON: built once per
+/// code, since it is the same in every call.
+pub fn code_override(code: &str) -> Box<RawValue> {
+    serde_json::value::to_raw_value(&json!({ format!("{:?}", *OVERRIDE_ADDRESS): {"code": code} }))
+        .expect("a JSON object of strings")
+}
+
+/// `eth_call` of `data` on the code that `code_override` places, for this call only.
+pub fn call_with_code(code_override: &'static RawValue, data: &[u8]) -> Call {
     let mut call = eth_call(*OVERRIDE_ADDRESS, data, "latest");
-    call.params
-        .push(json!({ format!("{:?}", *OVERRIDE_ADDRESS): {"code": code} }));
+    call.raw_param = Some(code_override);
     call
 }
 
@@ -79,7 +86,8 @@ const PROBE_CODE: &str = "0x602a60005260206000f3";
 /// Asks the node to run [`PROBE_CODE`] through an override. A node without overrides either
 /// refuses the third parameter or ignores it and runs the empty account (answer `0x`).
 pub async fn probe(client: &ChainClient) -> Result<ReadMode, Unreachable> {
-    let answer = client.batch(&[call_with_code(PROBE_CODE, &[])]).await?;
+    static PROBE: LazyLock<Box<RawValue>> = LazyLock::new(|| code_override(PROBE_CODE));
+    let answer = client.batch(&[call_with_code(&PROBE, &[])]).await?;
     let ran = answer[0]
         .as_ref()
         .ok()

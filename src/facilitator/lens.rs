@@ -7,6 +7,7 @@ use std::sync::LazyLock;
 use ethers_core::abi::{decode, encode, ParamType, Token};
 use ethers_core::types::{Address, H256, U256};
 use ethers_core::utils::id;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::chain::{self, read_mode, Call};
@@ -43,7 +44,9 @@ pub fn call(
         Token::FixedBytes(nonce.as_bytes().to_vec()),
         Token::Bytes(erc1271_call.to_vec()),
     ]));
-    read_mode::call_with_code(CODE.trim(), &data)
+    static OVERRIDE: LazyLock<Box<RawValue>> =
+        LazyLock::new(|| read_mode::code_override(CODE.trim()));
+    read_mode::call_with_code(&OVERRIDE, &data)
 }
 
 /// Decodes the lens's `Facts` struct; `None` for anything else (a node that ignored the
