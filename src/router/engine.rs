@@ -110,7 +110,7 @@ impl Router {
             .nonces
             .reserve(
                 &chain.name,
-                &format!("{:?}", tx.from),
+                &crate::chain::hex_bytes(tx.from),
                 priced.estimate.pending_nonce,
                 unix_now(),
             )

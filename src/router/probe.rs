@@ -108,10 +108,10 @@ async fn ask(
         .latest_head()
         .await
         .map_err(|e| Infeasible::Unreachable(e.detail))?;
-    let from = json!(format!("{:?}", tx.from));
+    let from = json!(chain::hex_bytes(tx.from));
     let mut call = json!({"from": from, "data": chain::hex_bytes(&tx.data), "value": chain::hex_u256(tx.value)});
     if let Some(to) = tx.to {
-        call["to"] = json!(format!("{to:?}"));
+        call["to"] = json!(chain::hex_bytes(to));
     }
     let op_stack = chain.settings.fee_model == FeeModel::OpStack;
     let mut calls = vec![
@@ -127,7 +127,7 @@ async fn ask(
         calls.push(Call::new(
             "eth_getCode",
             vec![
-                json!(format!("{:?}", tx.to.expect("checked"))),
+                json!(chain::hex_bytes(tx.to.expect("checked"))),
                 json!("latest"),
             ],
         ));

@@ -62,7 +62,7 @@ impl Worker {
 
     /// The chain's nonce for the signer (transactions mined) and its balance, in one batch.
     async fn read_lane(&self, head: &Head) -> Option<(u64, U256)> {
-        let address = json!(format!("{:?}", self.lane.signer.address));
+        let address = json!(chain::hex_bytes(self.lane.signer.address));
         let block = json!(format!("{:#x}", head.number));
         let calls = [
             Call::new(
@@ -126,7 +126,7 @@ impl Worker {
             .map(|(_, hash)| {
                 Call::new(
                     "eth_getTransactionReceipt",
-                    vec![json!(format!("{hash:?}"))],
+                    vec![json!(chain::hex_bytes(hash))],
                 )
             })
             .collect();

@@ -268,9 +268,9 @@ impl Settler {
             .or_else(|| record.latest().map(|a| a.hash));
         Ok(Some(SettlementStatus {
             network: record.network.clone(),
-            asset: format!("{:?}", record.token),
-            payer: format!("{:?}", record.payer),
-            nonce: format!("{:?}", record.nonce),
+            asset: chain::hex_bytes(record.token),
+            payer: chain::hex_bytes(record.payer),
+            nonce: chain::hex_bytes(record.nonce),
             state: record.state.name(),
             transaction: transaction.map(|h| format!("{h:?}")),
             signer: record.latest().map(|a| format!("{:?}", a.signer)),
@@ -322,8 +322,8 @@ impl Settler {
             "eth_estimateGas",
             vec![
                 json!({
-                    "from": format!("{:?}", lane.signer_address()),
-                    "to": format!("{:?}", payment.token.address),
+                    "from": chain::hex_bytes(lane.signer_address()),
+                    "to": chain::hex_bytes(payment.token.address),
                     "data": chain::hex_bytes(&calldata),
                 }),
                 json!("latest"),

@@ -11,7 +11,7 @@ use std::fmt;
 use ethers_core::types::{Address, Bytes, H256, U256};
 use serde::{Deserialize, Serialize};
 
-use crate::chain::TxFees;
+use crate::chain::{hex_bytes, TxFees};
 use crate::facilitator::types::Reason;
 
 /// A payment, as x402-facilitator.md §3 identifies it: (network, asset, from, nonce).
@@ -27,8 +27,11 @@ impl fmt::Display for PaymentKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}|{:?}|{:?}|{:?}",
-            self.network, self.asset, self.from, self.nonce
+            "{}|{}|{}|{}",
+            self.network,
+            hex_bytes(self.asset),
+            hex_bytes(self.from),
+            hex_bytes(self.nonce)
         )
     }
 }
