@@ -265,11 +265,18 @@ pub struct ChainSettings {
     /// onto a saturated node (the wait does not count against `request_timeout_ms`).
     #[serde(default = "default_max_concurrent_requests")]
     pub max_concurrent_requests: usize,
+    /// Most calls routerd puts in one HTTP request when it sends small batches together (a
+    /// provider that refuses larger batches needs its limit here; 1 sends each on its own).
+    #[serde(default = "default_max_batch_calls")]
+    pub max_batch_calls: usize,
     #[serde(default)]
     pub tokens: BTreeMap<String, TokenSettings>,
 }
 
 fn default_max_concurrent_requests() -> usize {
+    64
+}
+fn default_max_batch_calls() -> usize {
     64
 }
 fn default_confirmations() -> u64 {
@@ -520,6 +527,12 @@ impl ChainSettings {
         if self.max_concurrent_requests == 0 {
             return Err(ConfigError::new(
                 key("max_concurrent_requests"),
+                "must be at least 1",
+            ));
+        }
+        if self.max_batch_calls == 0 {
+            return Err(ConfigError::new(
+                key("max_batch_calls"),
                 "must be at least 1",
             ));
         }
@@ -860,6 +873,18 @@ networks = ["chainX"]
         ));
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    #[test]
+    fn max_batch_calls_defaults_to_64_and_zero_is_refused() {
+        let dir = temp_dir();
+        let path = write(&dir, "batch.toml", BASE);
+        let settings = Settings::load_from(&[path], &HashMap::new()).unwrap();
+        assert_eq!(settings.chains["chainX"].max_batch_calls, 64);
+        let body = BASE.replace("chain_id = 1\n", "chain_id = 1\nmax_batch_calls = 0\n");
+        let path = write(&dir, "zero-batch.toml", &body);
+        let error = Settings::load_from(&[path], &HashMap::new()).unwrap_err();
+        assert_eq!(error.key, "chains.chainX.max_batch_calls");
     }
 
     #[test]

@@ -26,11 +26,10 @@ type HttpClient = LoggedHttpClient<RpcService<HttpBackend>>;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-/// Batches of at most this many calls are sent together with the other small batches ready at
-/// the same moment; larger ones (a block's receipts, a lane's broadcasts) go out on their own.
+/// Batches of at most this many calls (and at most half of `max_batch_calls`) are sent together
+/// with the other small batches ready at the same moment; larger ones (a block's receipts, a
+/// lane's broadcasts) go out on their own.
 const COALESCE_MAX_CALLS: usize = 8;
-/// Most calls in one coalesced HTTP request (providers commonly refuse batches over 100).
-const COALESCED_REQUEST_CALLS: usize = 64;
 
 /// Consecutive failures after which a URL is skipped for [`COOL_DOWN`].
 const FAILURES_BEFORE_COOL_DOWN: u32 = 3;
@@ -162,6 +161,8 @@ pub struct ChainClient {
     last_success: AtomicU64,
     /// HTTP requests under way: a small batch waits for company only while there are some.
     in_flight: AtomicUsize,
+    /// Most calls in one coalesced request (`chains.<name>.max_batch_calls`).
+    max_batch_calls: usize,
     /// Small batches waiting for the next coalesced request.
     queue: Mutex<Vec<Queued>>,
     /// This client, for the task that sends the queue.
@@ -184,6 +185,7 @@ impl ChainClient {
         urls: &[String],
         timeout: Duration,
         max_in_flight: usize,
+        max_batch_calls: usize,
     ) -> Result<Arc<Self>, String> {
         let mut upstreams = Vec::with_capacity(urls.len());
         for url in urls {
@@ -212,6 +214,7 @@ impl ChainClient {
             stats,
             last_success: AtomicU64::new(u64::MAX),
             in_flight: AtomicUsize::new(0),
+            max_batch_calls,
             queue: Mutex::new(Vec::new()),
             me: me.clone(),
         }))
@@ -225,7 +228,9 @@ impl ChainClient {
     /// its HTTP request with others ready at the same moment.
     pub async fn batch(&self, calls: &[Call]) -> Answers {
         // An idle chain gets the request at once: waiting for company would only add latency.
-        if calls.len() > COALESCE_MAX_CALLS || self.in_flight.load(Ordering::Relaxed) == 0 {
+        if calls.len() > COALESCE_MAX_CALLS.min(self.max_batch_calls / 2)
+            || self.in_flight.load(Ordering::Relaxed) == 0
+        {
             return self.send(calls).await;
         }
         let (reply, answer) = oneshot::channel();
@@ -252,7 +257,7 @@ impl ChainClient {
     }
 
     /// Sends what is queued once every task ready now has had its turn to add to it, in
-    /// requests of at most [`COALESCED_REQUEST_CALLS`] calls, at once.
+    /// requests of at most `max_batch_calls` calls, at once.
     async fn send_queue(&self) {
         tokio::task::yield_now().await;
         let queued = std::mem::take(&mut *self.queue.lock().expect("queue lock"));
@@ -260,7 +265,7 @@ impl ChainClient {
         let mut calls_in_last = 0;
         for entry in queued {
             match groups.last_mut() {
-                Some(group) if calls_in_last + entry.calls.len() <= COALESCED_REQUEST_CALLS => {
+                Some(group) if calls_in_last + entry.calls.len() <= self.max_batch_calls => {
                     calls_in_last += entry.calls.len();
                     group.push(entry);
                 }

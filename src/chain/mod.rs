@@ -35,6 +35,7 @@ impl Chain {
             &settings.rpc_urls,
             Duration::from_millis(settings.request_timeout_ms),
             settings.max_concurrent_requests,
+            settings.max_batch_calls,
         )?;
         let head = HeadWatcher::spawn(
             client.clone(),

@@ -11,6 +11,7 @@ import { TX_HASH, expectValid, expectInvalid } from './lib/expect.mjs';
 import { freshAccount } from './lib/accounts.mjs';
 
 const CAPACITY = 2;
+const MAX_BATCH_CALLS = 8;
 let stack;
 let proxy;
 const it = (name, fn) => test(name, { timeout: 120_000 }, withLogTail(() => stack, fn));
@@ -19,7 +20,7 @@ before(async () => {
   proxy = await startFilteringProxy({ capacity: CAPACITY, delayMs: 20 });
   stack = await startFacilitatorStack({
     fundedPayers: 12,
-    chainExtra: `max_concurrent_requests = ${CAPACITY}\n`,
+    chainExtra: `max_concurrent_requests = ${CAPACITY}\nmax_batch_calls = ${MAX_BATCH_CALLS}\n`,
     rpcUrlFor: (name, url) => {
       proxy.target = url;
       return proxy.url;
@@ -46,7 +47,7 @@ it(`40 concurrent verifies and 12 concurrent settles through a node that serves 
   assert.ok(proxy.state.peak <= CAPACITY, `peak ${proxy.state.peak} requests in flight`);
 });
 
-it('48 concurrent verifies, funded and unfunded payers interleaved, share HTTP requests to the node and each gets its own answer', async () => {
+it(`48 concurrent verifies, funded and unfunded payers interleaved, share HTTP requests of at most ${MAX_BATCH_CALLS} calls and each gets its own answer`, async () => {
   const funded = await Promise.all(stack.payers.map((account) => stack.pay({ account, amount: 7n })));
   const unfunded = await Promise.all(Array.from({ length: 24 }, () => stack.pay({ account: freshAccount() })));
   const payments = Array.from({ length: 48 }, (_, i) => (i % 2 === 0 ? { p: funded[(i / 2) % funded.length], ok: true } : { p: unfunded[(i - 1) / 2], ok: false }));
@@ -62,6 +63,7 @@ it('48 concurrent verifies, funded and unfunded payers interleaved, share HTTP r
   assert.equal(lensCalls, 48, `one eth_call per verify: ${JSON.stringify(requests)}`);
   // The node serves two requests at once for 20 ms each: the verifies that arrive meanwhile wait
   // in routerd and go out together.
-  const carrying = requests.filter((methods) => methods.includes('eth_call')).length;
-  assert.ok(carrying <= 24, `48 verifies took ${carrying} HTTP requests`);
+  const carrying = requests.filter((methods) => methods.includes('eth_call'));
+  assert.ok(carrying.length <= 24, `48 verifies took ${carrying.length} HTTP requests`);
+  for (const methods of carrying) assert.ok(methods.length <= MAX_BATCH_CALLS, `${methods.length} calls in one request, over max_batch_calls`);
 });
