@@ -109,7 +109,7 @@ impl Metrics {
         );
         registry.register(
             "upstream_requests",
-            "Upstream JSON-RPC requests by chain and URL",
+            "Upstream HTTP requests (each one JSON-RPC batch, which may carry the calls of several callers) by chain and URL",
             upstream_requests.clone(),
         );
         registry.register(
