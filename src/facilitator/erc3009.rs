@@ -53,12 +53,11 @@ pub fn digest(domain_separator: H256, auth: &TransferAuthorization) -> H256 {
 }
 
 /// Half the secp256k1 order: signatures with a larger `s` are malleable and the token rejects them.
+/// Derived from k256's curve order rather than written out.
 static HALF_ORDER: LazyLock<U256> = LazyLock::new(|| {
-    U256::from_str_radix(
-        "7fffffffffffffffffffffffffffffff5d576e7357a4501ddfe92f46681b20a0",
-        16,
-    )
-    .expect("constant")
+    use k256::elliptic_curve::bigint::ArrayEncoding;
+    use k256::elliptic_curve::Curve;
+    U256::from_big_endian(&k256::Secp256k1::ORDER.to_be_byte_array()) >> 1
 });
 
 /// Splits a 65-byte `r || s || v` signature the way the token's `ECRecover` accepts it
@@ -242,6 +241,7 @@ mod tests {
             16,
         )
         .unwrap();
+        assert_eq!(*HALF_ORDER, n >> 1);
         let s = U256::from_big_endian(&bytes[32..64]);
         (n - s).to_big_endian(&mut bytes[32..64]);
         bytes[64] ^= 1;
