@@ -875,34 +875,33 @@ networks = ["chainX"]
         dir
     }
 
+    /// Writes `body` to `name` in this test's directory and loads it alone, without environment.
+    fn load(name: &str, body: &str) -> Result<Settings, ConfigError> {
+        let path = write(&temp_dir(), name, body);
+        Settings::load_from(&[path], &HashMap::new())
+    }
+
     #[test]
     fn max_batch_calls_defaults_to_64_and_zero_is_refused() {
-        let dir = temp_dir();
-        let path = write(&dir, "batch.toml", BASE);
-        let settings = Settings::load_from(&[path], &HashMap::new()).unwrap();
+        let settings = load("batch.toml", BASE).unwrap();
         assert_eq!(settings.chains["chainX"].max_batch_calls, 64);
         let body = BASE.replace("chain_id = 1\n", "chain_id = 1\nmax_batch_calls = 0\n");
-        let path = write(&dir, "zero-batch.toml", &body);
-        let error = Settings::load_from(&[path], &HashMap::new()).unwrap_err();
+        let error = load("zero-batch.toml", &body).unwrap_err();
         assert_eq!(error.key, "chains.chainX.max_batch_calls");
     }
 
     #[test]
     fn worker_threads_default_to_half_the_cores_and_zero_is_refused() {
-        let dir = temp_dir();
-        let path = write(&dir, "threads.toml", BASE);
-        let settings = Settings::load_from(&[path], &HashMap::new()).unwrap();
+        let settings = load("threads.toml", BASE).unwrap();
         assert_eq!(
             settings.server.worker_threads(),
             ServerSettings::default_worker_threads()
         );
         let body = BASE.replace("[server]\n", "[server]\nworker_threads = 0\n");
-        let path = write(&dir, "zero-threads.toml", &body);
-        let error = Settings::load_from(&[path], &HashMap::new()).unwrap_err();
+        let error = load("zero-threads.toml", &body).unwrap_err();
         assert_eq!(error.key, "server.worker_threads");
         let body = BASE.replace("[server]\n", "[server]\nworker_threads = 3\n");
-        let path = write(&dir, "three-threads.toml", &body);
-        let settings = Settings::load_from(&[path], &HashMap::new()).unwrap();
+        let settings = load("three-threads.toml", &body).unwrap();
         assert_eq!(settings.server.worker_threads(), 3);
     }
 
@@ -950,9 +949,7 @@ networks = ["chainX"]
 
     #[test]
     fn settlement_keys_default_and_their_bad_values_name_the_key() {
-        let dir = temp_dir();
-        let path = write(&dir, "defaults.toml", BASE);
-        let settings = Settings::load_from(&[path], &HashMap::new()).unwrap();
+        let settings = load("defaults.toml", BASE).unwrap();
         let chain = &settings.chains["chainX"];
         assert_eq!((chain.confirmations, chain.finality_depth), (1, 64));
         assert_eq!(chain.max_settlement_cost(), None);
@@ -968,39 +965,32 @@ networks = ["chainX"]
             ),
         ] {
             let body = BASE.replace(chain_line, &format!("{chain_line}\n{line}"));
-            let path = write(&dir, "bad-settlement.toml", &body);
-            let err = Settings::load_from(&[path], &HashMap::new()).unwrap_err();
+            let err = load("bad-settlement.toml", &body).unwrap_err();
             assert_eq!(err.key, key, "{line}");
         }
         let body = format!("{BASE}retention_days = 0\n");
-        let path = write(&dir, "bad-retention.toml", &body);
-        let err = Settings::load_from(&[path], &HashMap::new()).unwrap_err();
+        let err = load("bad-retention.toml", &body).unwrap_err();
         assert_eq!(err.key, "facilitator.retention_days");
     }
 
     #[test]
     fn x402_versions_default_to_v1_and_bad_lists_name_the_key() {
-        let dir = temp_dir();
-        let path = write(&dir, "versions.toml", BASE);
-        let settings = Settings::load_from(&[path], &HashMap::new()).unwrap();
+        let settings = load("versions.toml", BASE).unwrap();
         let facilitator = settings.facilitator.unwrap();
         assert_eq!(facilitator.x402_versions, vec![1]);
         assert!(!facilitator.allow_http_resource);
         for line in ["x402_versions = []", "x402_versions = [1, 3]"] {
-            let path = write(&dir, "bad-versions.toml", &format!("{BASE}{line}\n"));
-            let err = Settings::load_from(&[path], &HashMap::new()).unwrap_err();
+            let err = load("bad-versions.toml", &format!("{BASE}{line}\n")).unwrap_err();
             assert_eq!(err.key, "facilitator.x402_versions", "{line}");
         }
-        let path = write(&dir, "v2.toml", &format!("{BASE}x402_versions = [1, 2]\n"));
-        let settings = Settings::load_from(&[path], &HashMap::new()).unwrap();
+        let settings = load("v2.toml", &format!("{BASE}x402_versions = [1, 2]\n")).unwrap();
         assert!(settings.facilitator.unwrap().serves_version(2));
     }
 
     #[test]
     fn storage_keys_default_read_the_credential_file_and_never_show_the_url() {
         let dir = temp_dir();
-        let path = write(&dir, "storage-defaults.toml", BASE);
-        let settings = Settings::load_from(&[path], &HashMap::new()).unwrap();
+        let settings = load("storage-defaults.toml", BASE).unwrap();
         assert_eq!(settings.storage.backend, StorageBackend::Sled);
         assert_eq!(settings.storage.lease_ttl_secs, 10);
         assert!(settings
@@ -1052,8 +1042,7 @@ networks = ["chainX"]
             ),
         ] {
             let body = format!("[storage]\nbackend = \"postgres\"\n{line}\n{BASE}");
-            let path = write(&dir, "storage-bad.toml", &body);
-            let err = Settings::load_from(&[path], &HashMap::new()).unwrap_err();
+            let err = load("storage-bad.toml", &body).unwrap_err();
             assert_eq!(err.key, key, "{line}");
             assert!(!err.to_string().contains("not a url"), "{err}");
         }
@@ -1085,19 +1074,15 @@ networks = ["chainX"]
 
     #[test]
     fn served_network_needs_tokens() {
-        let dir = temp_dir();
         let body = BASE
             .replace("[chains.chainX.tokens.USDC]", "[other]")
             .replace("address =", "x =");
-        let path = write(&dir, "notoken.toml", &body);
-        assert!(Settings::load_from(&[path], &HashMap::new()).is_err());
+        assert!(load("notoken.toml", &body).is_err());
     }
 
     #[test]
     fn neither_router_nor_facilitator_is_an_error() {
-        let dir = temp_dir();
-        let path = write(&dir, "empty.toml", "[server]\nlisten = \"127.0.0.1:1\"\n");
-        let err = Settings::load_from(&[path], &HashMap::new()).unwrap_err();
+        let err = load("empty.toml", "[server]\nlisten = \"127.0.0.1:1\"\n").unwrap_err();
         assert_eq!(err.key, "router");
     }
 }
