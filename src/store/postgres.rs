@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
 
 use super::{Backend, Claim, LaneStore, Lease, RouterNonceStore, SettlementStore, StoreError};
@@ -223,6 +224,16 @@ impl PgStore {
         self.pool.get().await.map_err(pg)
     }
 
+    /// One statement on a pooled connection, outside any transaction.
+    async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<(), StoreError> {
+        self.client()
+            .await?
+            .execute(sql, params)
+            .await
+            .map_err(pg)?;
+        Ok(())
+    }
+
     async fn migrate(&self) -> Result<(), StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg)?;
@@ -344,24 +355,16 @@ impl SettlementStore for PgStore {
 
     async fn save(&self, record: &Record, _durable: bool) -> Result<(), StoreError> {
         let (keys, texts, unfinished, finished) = record_columns(&[record])?;
-        self.client()
-            .await?
-            .execute(UPSERT_RECORDS, &[&keys, &texts, &unfinished, &finished])
+        self.execute(UPSERT_RECORDS, &[&keys, &texts, &unfinished, &finished])
             .await
-            .map_err(pg)?;
-        Ok(())
     }
 
     async fn release(&self, key: &PaymentKey) -> Result<(), StoreError> {
-        self.client()
-            .await?
-            .execute(
-                "DELETE FROM settlements WHERE payment_key = $1",
-                &[&key.to_string()],
-            )
-            .await
-            .map_err(pg)?;
-        Ok(())
+        self.execute(
+            "DELETE FROM settlements WHERE payment_key = $1",
+            &[&key.to_string()],
+        )
+        .await
     }
 
     async fn unfinished(&self) -> Result<Vec<Record>, StoreError> {
@@ -429,16 +432,12 @@ impl LaneStore for PgStore {
     }
 
     async fn surrender(&self, lease: &Lease) -> Result<(), StoreError> {
-        self.client()
-            .await?
-            .execute(
-                "UPDATE signer_lanes SET expires_at = now()
+        self.execute(
+            "UPDATE signer_lanes SET expires_at = now()
                  WHERE lane = $1 AND holder = $2 AND fence = $3",
-                &[&lease.lane.to_string(), &lease.holder, &int(lease.fence)?],
-            )
-            .await
-            .map_err(pg)?;
-        Ok(())
+            &[&lease.lane.to_string(), &lease.holder, &int(lease.fence)?],
+        )
+        .await
     }
 
     async fn lane_nonce(&self, lane: &LaneId) -> Result<Option<u64>, StoreError> {
@@ -521,15 +520,11 @@ impl LaneStore for PgStore {
 
     async fn requeue(&self, keys: &[PaymentKey]) -> Result<(), StoreError> {
         let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
-        self.client()
-            .await?
-            .execute(
-                "UPDATE settlement_queue SET lane = NULL, fence = NULL WHERE payment_key = ANY($1)",
-                &[&keys],
-            )
-            .await
-            .map_err(pg)?;
-        Ok(())
+        self.execute(
+            "UPDATE settlement_queue SET lane = NULL, fence = NULL WHERE payment_key = ANY($1)",
+            &[&keys],
+        )
+        .await
     }
 }
 
