@@ -77,8 +77,10 @@ fn check_config(settings: &Settings) -> ExitCode {
     if let Some(facilitator) = &settings.facilitator {
         match load_signers(&facilitator.signer_key_file) {
             Ok(signers) => {
-                let addresses: Vec<String> =
-                    signers.iter().map(|s| format!("{:?}", s.address)).collect();
+                let addresses: Vec<String> = signers
+                    .iter()
+                    .map(|s| routerd::chain::hex_bytes(s.address))
+                    .collect();
                 println!(
                     "\n# signer keys: redacted; signer addresses: {}",
                     addresses.join(", ")

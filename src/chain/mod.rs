@@ -93,10 +93,6 @@ pub fn hex_bytes(bytes: impl AsRef<[u8]>) -> String {
     const_hex::encode_prefixed(bytes)
 }
 
-pub fn hex_encode(bytes: &[u8]) -> String {
-    const_hex::encode(bytes)
-}
-
 /// Decodes `0x`-prefixed hex with an even number of digits.
 pub fn hex_decode(s: &str) -> Option<Vec<u8>> {
     let digits = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X"))?;

@@ -69,7 +69,7 @@ impl ReadModeCell {
 /// The state override that places `code` at [`OVERRIDE_ADDRESS`], as JSON: built once per
 /// code, since it is the same in every call.
 pub fn code_override(code: &str) -> Box<RawValue> {
-    serde_json::value::to_raw_value(&json!({ format!("{:?}", *OVERRIDE_ADDRESS): {"code": code} }))
+    serde_json::value::to_raw_value(&json!({ super::hex_bytes(*OVERRIDE_ADDRESS): {"code": code} }))
         .expect("a JSON object of strings")
 }
 

@@ -251,7 +251,7 @@ mod tests {
     #[test]
     fn recovery_agrees_with_k256_on_many_signatures() {
         for i in 1..=64u8 {
-            let key = format!("0x{}", crate::chain::hex_encode(&[i; 32]));
+            let key = crate::chain::hex_bytes([i; 32]);
             let signer = Signer::from_hex(&key).unwrap();
             let digest = H256::from(keccak256([i, 7, i]));
             let bytes = signer.sign_hash(digest).to_vec();

@@ -346,7 +346,7 @@ async fn read_in_batch(
     let mut calls = vec![
         Call::new(
             "eth_getCode",
-            vec![json!(format!("{:?}", auth.from)), json!("latest")],
+            vec![json!(chain::hex_bytes(auth.from)), json!("latest")],
         ),
         chain::eth_call(token, &erc3009::balance_of(auth.from), "latest"),
         chain::eth_call(

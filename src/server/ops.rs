@@ -346,7 +346,7 @@ pub async fn signer_states(app: &App) -> Vec<SignerState> {
             };
             states.push(SignerState {
                 network: chain.name.clone(),
-                address: format!("{:?}", lane.signer_address()),
+                address: crate::chain::hex_bytes(lane.signer_address()),
                 balance: pick(0).as_ref().and_then(chain::parse_quantity),
                 nonce: pick(1).as_ref().and_then(chain::parse_u64),
                 needed: price.saturating_mul(SETTLEMENT_GAS.into()),
@@ -362,7 +362,7 @@ async fn probe_signers(
 ) -> Option<Vec<chain::CallResult>> {
     let calls: Vec<Call> = signers
         .flat_map(|a| {
-            let address = json!(format!("{a:?}"));
+            let address = json!(crate::chain::hex_bytes(a));
             [
                 Call::new("eth_getBalance", vec![address.clone(), json!("latest")]),
                 Call::new("eth_getTransactionCount", vec![address, json!("pending")]),

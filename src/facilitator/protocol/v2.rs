@@ -275,7 +275,7 @@ pub fn settle_answer(
             error_reason: Some(SETTLEMENT_PENDING.to_string()),
             error_message: Some(SettleError::Pending(Some(hash)).to_string()),
             payer: super::super::verify::payer_of(lowered),
-            transaction: format!("{hash:?}"),
+            transaction: crate::chain::hex_bytes(hash),
             network,
         }),
         Err(other) => Err(other),

@@ -272,18 +272,18 @@ impl Settler {
             payer: chain::hex_bytes(record.payer),
             nonce: chain::hex_bytes(record.nonce),
             state: record.state.name(),
-            transaction: transaction.map(|h| format!("{h:?}")),
-            signer: record.latest().map(|a| format!("{:?}", a.signer)),
+            transaction: transaction.map(chain::hex_bytes),
+            signer: record.latest().map(|a| chain::hex_bytes(a.signer)),
             signer_nonce: record.latest().map(|a| a.nonce),
             block: block.map(|i| i.block),
-            block_hash: block.map(|i| format!("{:?}", i.block_hash)),
+            block_hash: block.map(|i| chain::hex_bytes(i.block_hash)),
             confirmations: match (block, head) {
                 (Some(i), Some(head)) => state::depth(head, i.block),
                 _ => 0,
             },
             outcome: record.outcome.as_ref().map(|o| StatusOutcome {
                 success: o.success,
-                transaction: o.transaction.map(|h| format!("{h:?}")),
+                transaction: o.transaction.map(chain::hex_bytes),
                 error_reason: o.reason.map(Reason::settle_name),
                 error_message: o.message.clone(),
             }),
@@ -573,7 +573,7 @@ impl Answer {
             payer: self.payer.clone(),
             transaction: outcome
                 .transaction
-                .map(|h| format!("{h:?}"))
+                .map(chain::hex_bytes)
                 .unwrap_or_default(),
             network: self.network.clone(),
         }

@@ -430,7 +430,10 @@ pub(super) async fn transaction_count(lane: &Lane, block: &str) -> Option<u64> {
         .client
         .call(
             "eth_getTransactionCount",
-            vec![json!(format!("{:?}", lane.signer.address)), json!(block)],
+            vec![
+                json!(crate::chain::hex_bytes(lane.signer.address)),
+                json!(block),
+            ],
         )
         .await
         .ok()?
