@@ -99,10 +99,10 @@ function lensCall(token, authorization, payTo, id = 1) {
   return { jsonrpc: '2.0', id, method: 'eth_call', params: [{ to: LENS_AT, data }, 'latest', { [LENS_AT]: { code: LENS_CODE } }] };
 }
 
-/** User plus system CPU seconds a process has used so far (/proc/<pid>/stat, clock ticks of 1/100 s). */
+/** User and system CPU seconds a process has used so far (/proc/<pid>/stat, in clock ticks). */
 function cpuSeconds(pid) {
   const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-  return (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
+  return { user: Number(fields[11]) / CLK_TCK, system: Number(fields[12]) / CLK_TCK };
 }
 const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
 
@@ -171,7 +171,8 @@ async function benchVerify() {
     const c1 = await load({ concurrency: 1, ...verifySerial, call: verifier(serialPool) });
     const cpu0 = cpuSeconds(pid);
     const c64 = await load({ ...verifyConcurrent, call: verifier(pool) });
-    const cpu = cpuSeconds(pid) - cpu0;
+    const cpu1 = cpuSeconds(pid);
+    const cpu = { user: cpu1.user - cpu0.user, system: cpu1.system - cpu0.system };
     results.memory.facilitator.afterVerify = procMemory(pid);
 
     log('verify: the same read (the lens eth_call) posted straight to anvil, concurrency 1 and 64');
@@ -193,8 +194,10 @@ async function benchVerify() {
       anvil64: stats(a64),
       upstream: { verifies: countRun.latencies.length, failed: countRun.failed, calls: during, background: idle,
         perVerify: (during - idle) / countRun.latencies.length },
-      cpuMicrosPerVerify: (cpu * 1e6) / c64.latencies.length,
-      cpuSeconds: cpu,
+      cpuMicrosPerVerify: ((cpu.user + cpu.system) * 1e6) / c64.latencies.length,
+      cpuSeconds: cpu.user + cpu.system,
+      userMicrosPerVerify: (cpu.user * 1e6) / c64.latencies.length,
+      systemMicrosPerVerify: (cpu.system * 1e6) / c64.latencies.length,
     };
   } finally {
     await stack.stop();
@@ -554,7 +557,8 @@ function table() {
   out.push(`verify: upstream JSON-RPC calls per verify ${f(vu.perVerify, 3)} (counted at a proxy: ${vu.calls} calls for `
     + `${vu.verifies} verifies, less ${f(vu.background, 1)} of head polling over as long idle)`);
   out.push(`verify: routerd CPU per verify ${f(v.cpuMicrosPerVerify, 1)} µs at concurrency 64 `
-    + `(${f(v.cpuSeconds, 2)} CPU s over ${v.c64.n} verifies, /proc/<pid>/stat)`);
+    + `(user ${f(v.userMicrosPerVerify, 1)} + system ${f(v.systemMicrosPerVerify, 1)}; `
+    + `${f(v.cpuSeconds, 2)} CPU s over ${v.c64.n} verifies, /proc/<pid>/stat)`);
   out.push(`settle: ${sl.confirmed} of ${sl.n} confirmed on chain in ${sl.blocksUsed} blocks; ${f(sl.rps, 1)} settles/s over ${f(sl.wallMs / 1000, 2)} s; `
     + `capacity ${sl.capacityPerSecond}/s (gas limit ${sl.gasLimit} / median ${sl.medianGas} gas per settlement, 1 s blocks)`);
   out.push('');
