@@ -186,7 +186,7 @@ async fn facilitator_route(
         ("/supported", &Method::GET) => Ok(json_response(StatusCode::OK, &facilitator.supported())),
         ("/verify", &Method::POST) => {
             let bytes = read_body(request.into_body(), app.max_body_bytes).await?;
-            let payment = parse_payment(facilitator, parse_body(&bytes)?, "")?;
+            let payment = parse_payment_body(facilitator, &bytes)?;
             note.payment = Some(payment.label());
             let answer = match &payment {
                 Payment::V1(p) => facilitator.verify(p).await?,
@@ -269,7 +269,7 @@ async fn settle(app: &App, bytes: &[u8], note: &mut Note) -> Result<HttpResponse
         let payments = items
             .into_iter()
             .enumerate()
-            .map(|(i, item)| parse_payment(facilitator, item, &format!("[{i}]")))
+            .map(|(i, item)| parse_payment(facilitator.serves_v2(), item, &format!("[{i}]")))
             .collect::<Result<Vec<Payment>, _>>()?;
         note.payment = Some(
             payments
@@ -298,7 +298,7 @@ async fn settle(app: &App, bytes: &[u8], note: &mut Note) -> Result<HttpResponse
             .collect();
         return Ok(json_response(StatusCode::OK, &slots));
     }
-    let payment = parse_payment(facilitator, parse_body(bytes)?, "")?;
+    let payment = parse_payment_body(facilitator, bytes)?;
     note.payment = Some(payment.label());
     let answer = settle_one(app, &payment).await?;
     note.outcome = Some(settle_outcome(&answer));
@@ -334,14 +334,45 @@ enum Payment {
     V2(v2::PaymentRequest),
 }
 
+/// One payment body, as its version's wire type.
+fn parse_payment_body(facilitator: &Facilitator, bytes: &[u8]) -> Result<Payment, WireError> {
+    match parse_payment_direct(facilitator.serves_v2(), bytes) {
+        Some(payment) => Ok(payment),
+        None => parse_payment(facilitator.serves_v2(), parse_body(bytes)?, ""),
+    }
+}
+
+/// The common body, read straight into its wire type without building a JSON tree first; `None`
+/// sends it the checked way, which reads it the same and names the field of any failure.
+///
+/// Only a body that says its version at the top level, as a number, is read here: then it is
+/// the version [`protocol::version_of`] reads. A body with no `[` anywhere cannot hold an array
+/// where an object belongs, which serde's derive would otherwise read as a tuple of fields.
+fn parse_payment_direct(serves_v2: bool, bytes: &[u8]) -> Option<Payment> {
+    #[derive(serde::Deserialize)]
+    struct Version {
+        #[serde(rename = "x402Version")]
+        version: Option<u64>,
+    }
+    if bytes.contains(&b'[') {
+        return None;
+    }
+    let version = serde_json::from_slice::<Version>(bytes).ok()?.version?;
+    if version == 2 && serves_v2 {
+        serde_json::from_slice(bytes).ok().map(Payment::V2)
+    } else {
+        serde_json::from_slice(bytes).ok().map(Payment::V1)
+    }
+}
+
 /// A body speaking version 2 is read as v2 where v2 is served; every other body is read as v1,
 /// whose rule 1 refuses versions other than 1.
 fn parse_payment(
-    facilitator: &Facilitator,
+    serves_v2: bool,
     body: serde_json::Value,
     prefix: &str,
 ) -> Result<Payment, WireError> {
-    if protocol::version_of(&body) == Some(2) && facilitator.serves_v2() {
+    if protocol::version_of(&body) == Some(2) && serves_v2 {
         parse_value_with(body, v2::PaymentRequest::OBJECTS, prefix).map(Payment::V2)
     } else {
         parse_value_with(body, PaymentRequest::OBJECTS, prefix).map(Payment::V1)
@@ -401,6 +432,70 @@ fn is_json_rpc(bytes: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const V1: &str = r#"{"x402Version":1,"paymentPayload":{"x402Version":1,"scheme":"exact","network":"base","payload":{"signature":"0x01","authorization":{"from":"0xa","to":"0xb","value":"1","validAfter":"0","validBefore":"9","nonce":"0xc"}}},"paymentRequirements":{"scheme":"exact","network":"base","maxAmountRequired":"1","resource":"https://r","description":"d \"q\"","mimeType":"m","payTo":"0xb","maxTimeoutSeconds":60,"asset":"0xd","extra":{"name":"USDC","version":"2"}}}"#;
+    const V2: &str = r#"{"x402Version":2,"paymentPayload":{"x402Version":2,"resource":{"url":"https://r"},"accepted":{"scheme":"exact","network":"eip155:8453","amount":"1","asset":"0xd","payTo":"0xb","maxTimeoutSeconds":60},"payload":{"signature":"0x01","authorization":{"from":"0xa","to":"0xb","value":"1","validAfter":"0","validBefore":"9","nonce":"0xc"}}},"paymentRequirements":{"scheme":"exact","network":"eip155:8453","amount":"1","asset":"0xd","payTo":"0xb","maxTimeoutSeconds":60}}"#;
+
+    /// What the checked path makes of a body, as text to compare.
+    fn checked(serves_v2: bool, body: &str) -> Result<String, String> {
+        parse_body(body.as_bytes())
+            .and_then(|value| parse_payment(serves_v2, value, ""))
+            .map(|p| describe(&p))
+            .map_err(|e| e.message)
+    }
+
+    fn describe(payment: &Payment) -> String {
+        match payment {
+            Payment::V1(p) => format!("v1 {p:?}"),
+            Payment::V2(p) => format!("v2 {p:?}"),
+        }
+    }
+
+    #[test]
+    fn the_direct_read_agrees_with_the_checked_one_or_declines() {
+        let bodies = [
+            V1.to_string(),
+            V2.to_string(),
+            // duplicate keys: the checked read keeps the last one, the direct one declines
+            V1.replacen(r#""x402Version":1,"#, r#""x402Version":2,"x402Version":1,"#, 1),
+            // versions that are not a top-level number are for the checked read
+            V2.replacen(r#""x402Version":2,"#, "", 1),
+            V2.replacen(r#""x402Version":2"#, r#""x402Version":null"#, 1),
+            V1.replacen(r#""x402Version":1"#, r#""x402Version":"1""#, 1),
+            V1.replacen(r#""x402Version":1"#, r#""x402Version":1.0"#, 1),
+            // an object given as an array, which serde's derive would read as a tuple
+            V1.replacen(
+                r#""authorization":{"from":"0xa","to":"0xb","value":"1","validAfter":"0","validBefore":"9","nonce":"0xc"}"#,
+                r#""authorization":["0xa","0xb","1","0","9","0xc"]"#,
+                1,
+            ),
+            // a `[` in a string: the direct read declines what it cannot tell apart
+            V1.replacen(r#"\"q\""#, "[q]", 1),
+            V1.replacen(r#""value":"1""#, r#""value":1"#, 1),
+            V1.replacen(r#""payTo":"0xb","#, "", 1),
+            format!("{V1} x"),
+            "7".to_string(),
+            "{}".to_string(),
+        ];
+        let mut direct_reads = 0;
+        for body in &bodies {
+            for serves_v2 in [false, true] {
+                let Some(direct) = parse_payment_direct(serves_v2, body.as_bytes()) else {
+                    continue;
+                };
+                direct_reads += 1;
+                assert_eq!(Ok(describe(&direct)), checked(serves_v2, body), "{body}");
+            }
+        }
+        // V1 with and without v2 served, V2 where v2 is served, and no other body
+        assert_eq!(direct_reads, 3);
+        let tuple = &bodies[7];
+        assert!(parse_payment_direct(true, tuple.as_bytes()).is_none());
+        assert_eq!(
+            checked(true, tuple).unwrap_err(),
+            "paymentPayload.payload.authorization: invalid type: array, expected an object"
+        );
+    }
 
     #[test]
     fn tells_json_rpc_from_rest() {
