@@ -50,8 +50,8 @@ impl Worker {
             }
         }
         let mut resend = self.check_reorgs(head);
-        self.find_inclusions(head, chain_nonce).await;
-        self.confirm(head).await;
+        let included = self.find_inclusions(head, chain_nonce).await;
+        self.confirm(head, &included).await;
         resend.extend(self.expire(head, chain_nonce, market).await);
         resend.extend(self.unstick(head, chain_nonce, market).await);
         self.fill_gaps(head, chain_nonce, market).await;
@@ -111,7 +111,8 @@ impl Worker {
     }
 
     /// Receipts for the nonces the chain says were used and that are not known as included.
-    async fn find_inclusions(&mut self, head: &Head, chain_nonce: u64) {
+    /// Answers the nonces of the settlements included now, in order; `confirm` stores them.
+    async fn find_inclusions(&mut self, head: &Head, chain_nonce: u64) -> Vec<u64> {
         let asked: Vec<(u64, H256)> = self
             .slots
             .range(..chain_nonce)
@@ -119,7 +120,7 @@ impl Worker {
             .flat_map(|(nonce, slot)| slot.attempts().into_iter().map(|a| (*nonce, a.hash)))
             .collect();
         if asked.is_empty() {
-            return;
+            return Vec::new();
         }
         let calls: Vec<Call> = asked
             .iter()
@@ -131,7 +132,7 @@ impl Worker {
             })
             .collect();
         let Ok(answers) = self.lane.chain.client.batch(&calls).await else {
-            return;
+            return Vec::new();
         };
         let mut found: BTreeMap<u64, Inclusion> = BTreeMap::new();
         for ((nonce, hash), answer) in asked.iter().zip(&answers) {
@@ -141,6 +142,7 @@ impl Worker {
         }
         let nonces: Vec<u64> = self.slots.range(..chain_nonce).map(|(n, _)| *n).collect();
         let mut moved = Vec::new();
+        let mut included = Vec::new();
         for nonce in nonces {
             let inclusion = found.get(&nonce).copied();
             match self.slots.get_mut(&nonce) {
@@ -155,9 +157,7 @@ impl Worker {
                         Some(inclusion) => {
                             record.included(inclusion);
                             *misses = 0;
-                            if let Err(e) = self.ledger.save(record, false).await {
-                                tracing::error!(payment = %record.key(), error = %e, "could not store an inclusion");
-                            }
+                            included.push(nonce);
                         }
                         None => {
                             *misses += 1;
@@ -175,6 +175,7 @@ impl Worker {
                 self.nonce_taken(*record).await;
             }
         }
+        included
     }
 
     /// Our nonce was used by a transaction that is not ours. If the authorization is still
@@ -218,7 +219,12 @@ impl Worker {
     /// `finality_depth`. Every outcome reached at this head is stored with one flush before any
     /// caller is told: a full block confirms hundreds at once, and one fsync each would hold
     /// the lane (and its signing) for seconds.
-    async fn confirm(&mut self, head: &Head) {
+    ///
+    /// `included` (sorted) were found included at this head. Each changed record is stored once:
+    /// with one confirmation, a settlement is included and confirmed at the same head, and a
+    /// second write of it would only add to the flush. An inclusion not stored before a crash is
+    /// found again from its receipt.
+    async fn confirm(&mut self, head: &Head, included: &[u64]) {
         let settings = self.lane.settings.clone();
         let mut done = Vec::new();
         let mut answers = Vec::new();
@@ -235,17 +241,22 @@ impl Worker {
             } else {
                 Some(diagnose_revert(&self.lane.chain, record, inclusion.transaction).await)
             };
-            if record.confirm(head.number, settings.confirmations, || {
+            let confirmed = record.confirm(head.number, settings.confirmations, || {
                 revert.expect("diagnosed above")
-            }) {
+            });
+            if confirmed || included.binary_search(&nonce).is_ok() {
                 match self.ledger.save(record, false).await {
-                    Ok(()) => answers.push(nonce),
-                    Err(e) => {
+                    Ok(()) if confirmed => answers.push(nonce),
+                    Ok(()) => {}
+                    Err(e) if confirmed => {
                         // Answered only once stored: confirmed again at the next head (a shared
                         // database may be back by then).
                         tracing::error!(payment = %record.key(), error = %e, "could not store a settlement outcome");
                         record.outcome = None;
                         continue;
+                    }
+                    Err(e) => {
+                        tracing::error!(payment = %record.key(), error = %e, "could not store an inclusion");
                     }
                 }
             }
