@@ -25,7 +25,7 @@ async fn main() {
             .claim(&record.key(), &record, None)
             .await
             .expect("claim");
-        store.save(&record, false).await.expect("save");
+        store.save(&[&record], false).await.expect("save");
     }
     store.flush().await.expect("flush");
     println!("{count} finished records in {path}");

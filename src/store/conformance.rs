@@ -121,19 +121,41 @@ async fn concurrent_claims_have_one_winner(a: &Storage, b: &Storage) {
     assert_eq!(winners, 1);
 }
 
+/// Records saved together: the one that ended leaves the unfinished index, the other stays.
 async fn terminal_records_leave_unfinished_and_are_pruned(a: &Storage, b: &Storage) {
     let claimed = record(3);
     let key = claimed.key();
+    let other = record(4);
     a.claim(&key, &claimed, None).await.unwrap();
-    a.save(&signed(claimed.clone(), 0), true).await.unwrap();
+    a.claim(&other.key(), &other, None).await.unwrap();
+    a.save(
+        &[&signed(claimed.clone(), 0), &signed(other.clone(), 1)],
+        true,
+    )
+    .await
+    .unwrap();
     assert_eq!(
         b.get(&key).await.unwrap().unwrap().state,
         State::Signed { nonce: 0 }
     );
-    a.save(&finished(signed(claimed, 0), 1_000), true)
-        .await
-        .unwrap();
-    assert!(!b.unfinished().await.unwrap().iter().any(|r| r.key() == key));
+    assert_eq!(
+        b.get(&other.key()).await.unwrap().unwrap().state,
+        State::Signed { nonce: 1 }
+    );
+    a.save(
+        &[
+            &finished(signed(claimed, 0), 1_000),
+            &signed(other.clone(), 2),
+        ],
+        true,
+    )
+    .await
+    .unwrap();
+    let unfinished = b.unfinished().await.unwrap();
+    assert!(!unfinished.iter().any(|r| r.key() == key));
+    assert!(unfinished
+        .iter()
+        .any(|r| r.key() == other.key() && r.state == State::Signed { nonce: 2 }));
     assert_eq!(
         b.prune(1_000).await.unwrap(),
         0,

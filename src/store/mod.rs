@@ -81,9 +81,9 @@ pub trait SettlementStore: Send + Sync {
         record: &Record,
         taken_by: Option<&Lease>,
     ) -> Result<Claim, StoreError>;
-    /// Stores a state change; a terminal one leaves the unfinished index for the finished one.
-    /// `durable` waits until the write is on disk (answers depend on it).
-    async fn save(&self, record: &Record, durable: bool) -> Result<(), StoreError>;
+    /// Stores state changes, all of them or none; a terminal one leaves the unfinished index for
+    /// the finished one. `durable` waits until the write is on disk (answers depend on it).
+    async fn save(&self, records: &[&Record], durable: bool) -> Result<(), StoreError>;
     /// Forgets a claim that never produced a transaction, so the payment can be settled again.
     async fn release(&self, key: &PaymentKey) -> Result<(), StoreError>;
     /// Every record not in a terminal state.

@@ -353,8 +353,8 @@ impl SettlementStore for PgStore {
         }
     }
 
-    async fn save(&self, record: &Record, _durable: bool) -> Result<(), StoreError> {
-        let (keys, texts, unfinished, finished) = record_columns(&[record])?;
+    async fn save(&self, records: &[&Record], _durable: bool) -> Result<(), StoreError> {
+        let (keys, texts, unfinished, finished) = record_columns(records)?;
         self.execute(UPSERT_RECORDS, &[&keys, &texts, &unfinished, &finished])
             .await
     }

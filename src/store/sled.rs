@@ -226,6 +226,32 @@ fn transaction_error(e: TransactionError<StoreError>) -> StoreError {
     }
 }
 
+/// A record as `save` writes it: its key, its encoding and, once it has ended, its key in the
+/// finished index.
+struct SavedRow {
+    id: String,
+    encoded: Vec<u8>,
+    terminal: bool,
+    finished: Option<Vec<u8>>,
+}
+
+impl SavedRow {
+    fn of(record: &Record) -> Self {
+        let id = record.key().to_string();
+        let terminal = record.state.is_terminal();
+        let finished = record
+            .finished_at
+            .filter(|_| terminal)
+            .map(|at| finished_key(at, &id));
+        SavedRow {
+            encoded: Store::encode(record),
+            id,
+            terminal,
+            finished,
+        }
+    }
+}
+
 fn finished_key(at: u64, id: &str) -> Vec<u8> {
     let mut key = at.to_be_bytes().to_vec();
     key.extend_from_slice(id.as_bytes());
@@ -270,21 +296,18 @@ impl SettlementStore for Store {
         }
     }
 
-    async fn save(&self, record: &Record, durable: bool) -> Result<(), StoreError> {
-        let id = record.key().to_string();
-        let encoded = Store::encode(record);
-        let finished = record
-            .finished_at
-            .filter(|_| record.state.is_terminal())
-            .map(|at| finished_key(at, &id));
+    async fn save(&self, records: &[&Record], durable: bool) -> Result<(), StoreError> {
+        let rows: Vec<SavedRow> = records.iter().map(|r| SavedRow::of(r)).collect();
         (&self.settlements, &self.unfinished, &self.finished)
             .transaction(|(settlements, unfinished, done)| {
-                settlements.insert(id.as_bytes(), encoded.as_slice())?;
-                if let Some(finished) = &finished {
-                    unfinished.remove(id.as_bytes())?;
-                    done.insert(finished.as_slice(), &[])?;
-                } else if !record.state.is_terminal() {
-                    unfinished.insert(id.as_bytes(), &[])?;
+                for row in &rows {
+                    settlements.insert(row.id.as_bytes(), row.encoded.as_slice())?;
+                    if let Some(finished) = &row.finished {
+                        unfinished.remove(row.id.as_bytes())?;
+                        done.insert(finished.as_slice(), &[])?;
+                    } else if !row.terminal {
+                        unfinished.insert(row.id.as_bytes(), &[])?;
+                    }
                 }
                 Ok::<_, ConflictableTransactionError<StoreError>>(())
             })

@@ -24,7 +24,7 @@ pub async fn migrate(store: &Store) -> Result<usize, StoreError> {
                 store.settlements.remove(id.as_bytes())?;
             }
             Some(record) => {
-                store.save(&record, false).await?;
+                store.save(&[&record], false).await?;
                 migrated += 1;
             }
         }

@@ -18,6 +18,7 @@ use crate::chain::{self, Call, CallResult, Canonical, Chain, Head, TxFees};
 use crate::clock::unix_now;
 use crate::facilitator::erc3009;
 use crate::facilitator::types::Reason;
+use crate::store::StoreError;
 
 /// Heads without the chain's nonce moving, with transactions waiting, before they are all sent
 /// again (the node may have forgotten its pool).
@@ -216,17 +217,16 @@ impl Worker {
     }
 
     /// Answers inclusions that are `confirmations` deep; stops following those past
-    /// `finality_depth`. Every outcome reached at this head is stored with one flush before any
-    /// caller is told: a full block confirms hundreds at once, and one fsync each would hold
-    /// the lane (and its signing) for seconds.
+    /// `finality_depth`. Every record changed at this head (included, confirmed) is stored in one
+    /// write and one flush before any caller is told: a full block confirms hundreds at once,
+    /// and a write and an fsync each would hold the lane (and its signing) for seconds. With one
+    /// confirmation a settlement is included and confirmed at the same head, and stored once.
+    /// An inclusion not stored before a crash is found again from its receipt.
     ///
-    /// `included` (sorted) were found included at this head. Each changed record is stored once:
-    /// with one confirmation, a settlement is included and confirmed at the same head, and a
-    /// second write of it would only add to the flush. An inclusion not stored before a crash is
-    /// found again from its receipt.
+    /// `included` (sorted) are the nonces found included at this head.
     async fn confirm(&mut self, head: &Head, included: &[u64]) {
         let settings = self.lane.settings.clone();
-        let mut done = Vec::new();
+        let mut changed = Vec::new();
         let mut answers = Vec::new();
         let nonces: Vec<u64> = self.slots.keys().copied().collect();
         for nonce in nonces {
@@ -244,54 +244,68 @@ impl Worker {
             let confirmed = record.confirm(head.number, settings.confirmations, || {
                 revert.expect("diagnosed above")
             });
-            if confirmed || included.binary_search(&nonce).is_ok() {
-                match self.ledger.save(record, false).await {
-                    Ok(()) if confirmed => answers.push(nonce),
-                    Ok(()) => {}
-                    Err(e) if confirmed => {
-                        // Answered only once stored: confirmed again at the next head (a shared
-                        // database may be back by then).
-                        tracing::error!(payment = %record.key(), error = %e, "could not store a settlement outcome");
-                        record.outcome = None;
-                        continue;
-                    }
-                    Err(e) => {
-                        tracing::error!(payment = %record.key(), error = %e, "could not store an inclusion");
-                    }
-                }
+            if confirmed {
+                answers.push(nonce);
             }
-            if record.finalize(head.number, settings.finality_depth, unix_now()) {
-                done.push(nonce);
+            if confirmed || included.binary_search(&nonce).is_ok() {
+                changed.push(nonce);
             }
         }
-        let unanswered = self.answer(answers).await;
-        for nonce in done.into_iter().filter(|n| !unanswered.contains(n)) {
-            if let Some(Slot::Settlement { record, .. }) = self.slots.remove(&nonce) {
-                if let Err(e) = self.ledger.save(&record, false).await {
-                    tracing::error!(payment = %record.key(), error = %e, "could not store a final state");
+        if !self.store_and_answer(&changed, &answers).await {
+            return; // finality waits for the next head too
+        }
+        let mut finals = Vec::new();
+        for (nonce, slot) in self.slots.iter_mut() {
+            if let Slot::Settlement { record, .. } = slot {
+                if record.finalize(head.number, settings.finality_depth, unix_now()) {
+                    finals.push(*nonce);
                 }
             }
+        }
+        if let Err(e) = self.store(&finals).await {
+            tracing::error!(error = %e, settlements = finals.len(), "could not store final states");
+        }
+        for nonce in finals {
+            self.slots.remove(&nonce);
         }
     }
 
-    /// Tells the callers of the settlements in `nonces` their outcomes once the store holds them
-    /// durably. When it cannot, nobody is told and those outcomes are dropped, to be confirmed
-    /// again at the next head; answers the nonces left unanswered.
-    async fn answer(&mut self, nonces: Vec<u64>) -> Vec<u64> {
+    /// The settlement records of `nonces`, in one write (not flushed).
+    async fn store(&self, nonces: &[u64]) -> Result<(), StoreError> {
         if nonces.is_empty() {
-            return nonces;
+            return Ok(());
         }
-        if let Err(e) = self.ledger.flush().await {
-            tracing::error!(error = %e, settlements = nonces.len(), "could not store settlement outcomes");
-            for nonce in &nonces {
+        let records: Vec<&Record> = nonces
+            .iter()
+            .filter_map(|nonce| match self.slots.get(nonce) {
+                Some(Slot::Settlement { record, .. }) => Some(&**record),
+                _ => None,
+            })
+            .collect();
+        self.ledger.save(&records, false).await
+    }
+
+    /// Stores the records of `changed` and tells the callers of `answers` (some of them) their
+    /// outcomes once the store holds them durably. When it cannot, nobody is told and those
+    /// outcomes are dropped, to be confirmed again at the next head (a shared database may be
+    /// back by then); answers whether the store took them.
+    async fn store_and_answer(&mut self, changed: &[u64], answers: &[u64]) -> bool {
+        let stored = match self.store(changed).await {
+            Ok(()) if answers.is_empty() => return true,
+            Ok(()) => self.ledger.flush().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = stored {
+            tracing::error!(error = %e, settlements = changed.len(), "could not store settlement outcomes");
+            for nonce in answers {
                 if let Some(Slot::Settlement { record, .. }) = self.slots.get_mut(nonce) {
                     record.outcome = None;
                 }
             }
-            return nonces;
+            return false;
         }
-        for nonce in nonces {
-            let Some(Slot::Settlement { record, .. }) = self.slots.get(&nonce) else {
+        for nonce in answers {
+            let Some(Slot::Settlement { record, .. }) = self.slots.get(nonce) else {
                 continue;
             };
             let key = record.key();
@@ -300,7 +314,7 @@ impl Worker {
             self.lane.answered();
             self.waiters.finish(&key, Progress::Done(outcome));
         }
-        Vec::new()
+        true
     }
 
     /// Settlements not mined by the time the chain passed their `validBefore` can never land:
@@ -406,7 +420,7 @@ impl Worker {
                 record.signed(attempt);
                 record.sent();
                 let record = record.clone();
-                if let Err(e) = self.ledger.save(&record, true).await {
+                if let Err(e) = self.ledger.save(&[&record], true).await {
                     tracing::error!(payment = %record.key(), error = %e, "could not store a replacement");
                     return None;
                 }
@@ -469,7 +483,7 @@ impl Worker {
     /// their answer (`answered_now`), or reports a success already answered as lost.
     async fn finished(&mut self, record: Record, answered_now: bool) {
         let key = record.key();
-        if let Err(e) = self.ledger.save(&record, true).await {
+        if let Err(e) = self.ledger.save(&[&record], true).await {
             tracing::error!(payment = %key, error = %e, "could not store a settlement's end");
         }
         if record.lost {

@@ -318,7 +318,7 @@ impl Worker {
                 _ => {
                     record.sent();
                     // Informative (recovery treats signed and sent alike): no flush to wait for.
-                    if let Err(e) = self.ledger.save(&record, false).await {
+                    if let Err(e) = self.ledger.save(&[&record], false).await {
                         tracing::error!(payment = %record.key(), error = %e, "could not store a sent state");
                     }
                     self.waiters
