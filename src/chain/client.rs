@@ -113,6 +113,14 @@ pub enum Refusal {
 }
 
 impl RpcError {
+    /// Whether the node ran the call and it reverted: EIP-1474's code 3 (with the revert data),
+    /// or a node that says so only in its message. Anything else (a block it no longer has
+    /// during a reorganisation, a method it does not serve, an internal error) says nothing
+    /// about the call: asked again, the node may answer it.
+    pub fn is_revert(&self) -> bool {
+        self.code == 3 || self.message.to_lowercase().contains("revert")
+    }
+
     pub fn refusal(&self) -> Refusal {
         let m = self.message.to_lowercase();
         if m.contains("already known")
@@ -497,6 +505,25 @@ mod tests {
         );
         assert_eq!(params(&[], Some(raw)), r#"[{"0xab":{"code":"0x00"}}]"#);
         assert_eq!(params(&values, None), r#"[{"to":"0x01"},"latest"]"#);
+    }
+
+    #[test]
+    fn only_a_revert_is_a_revert() {
+        let error = |code, message: &str| RpcError {
+            code,
+            message: message.to_string(),
+            data: None,
+        };
+        assert!(error(3, "execution reverted: FiatTokenV2: invalid signature").is_revert());
+        assert!(error(3, "execution reverted").is_revert());
+        assert!(error(-32000, "Execution reverted").is_revert());
+        assert!(!error(
+            -32603,
+            "BlockOutOfRangeError: block height is 17 but requested was 19"
+        )
+        .is_revert());
+        assert!(!error(-32000, "header not found").is_revert());
+        assert!(!error(-32601, "the method eth_estimateGas does not exist").is_revert());
     }
 
     #[test]

@@ -4,6 +4,9 @@
 // - anvil_rollback removes the blocks holding answered settlements: routerd re-broadcasts the
 //   stored raw transactions, so each payment is mined on the canonical chain by exactly the hash its
 //   success answer named, once; the status route shows the new including block;
+// - the proxy refuses eth_estimateGas as a node does that no longer has the block it is asked
+//   about: the settle answers the chain unreachable (502), claims nothing, and settles when asked
+//   again, instead of failing the payment as if its transfer would revert;
 // - the proxy swallows eth_sendRawTransaction, routerd is SIGKILLed with the settlement signed and
 //   stored but never broadcast, and restarted straight on the node with the same store: the
 //   payment settles by the transaction stored before the kill.
@@ -173,6 +176,24 @@ it('two reorganisations in a row with routerd running: the re-broadcast transact
     const history = await expectCleanSignerHistory(stack.anvil, { signer: stack.signer, usdc: stack.usdc, mark });
     assert.deepEqual(history.settlements.map((t) => t.hash).sort(), [...hashes].sort());
   });
+});
+
+it('an estimate the node cannot run (as mid-reorganisation, asked for a block it no longer has) is no answer about the payment: 502, nothing stored, and it settles once the node answers', async () => {
+  const p = await newPayment();
+  proxy.state.blocked = ['eth_estimateGas']; // refused with -32601, not a revert
+  let res;
+  try {
+    res = await stack.settle(p.body);
+  } finally {
+    proxy.state.blocked = [];
+  }
+  assert.equal(res.status, 400, res.text);
+  assert.equal(res.body?.error, 502, `an unreachable chain, not a failed payment: ${res.text}`);
+  assert.match(res.body?.message ?? '', /eth_estimateGas/, res.text);
+  assert.equal((await stack.settlementStatus(p)).status, 404, 'nothing was claimed');
+  const hash = expectSettled(await settleUntilDone(stack, p.body, { mine: false }), { network: NETWORK, payer: p.authorization.from });
+  const [receipt] = await waitMined([hash], 'the settlement mined');
+  await expectPaidOnceBy([p], [hash], [receipt]);
 });
 
 it('SIGKILL with the settlement stored but never broadcast: restarted on the node directly, it settles by the stored transaction', async () => {

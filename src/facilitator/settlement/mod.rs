@@ -330,16 +330,28 @@ impl Settler {
             ],
         );
         let (verdict, extra) = self.verifier.check_on_chain(payment, &[estimate]).await?;
-        Ok(verdict.and_then(|()| match &extra[0] {
+        if let Err(failure) = verdict {
+            return Ok(Err(failure));
+        }
+        match &extra[0] {
             Ok(v) => {
                 let estimate = chain::parse_u64(v).unwrap_or(FALLBACK_GAS_LIMIT);
-                Ok((calldata, estimate * (100 + GAS_HEADROOM_PERCENT) / 100))
+                Ok(Ok((
+                    calldata,
+                    estimate * (100 + GAS_HEADROOM_PERCENT) / 100,
+                )))
             }
-            Err(e) => Err(Invalid {
+            Err(e) if e.is_revert() => Ok(Err(Invalid {
                 reason: Reason::Payload,
                 message: format!("transferWithAuthorization would revert: {}", e.message),
+            })),
+            // The node could not run the estimate (mid-reorganisation it may be asked about a
+            // block it no longer has): no answer about the payment, which is not claimed yet.
+            Err(e) => Err(Unreachable {
+                chain: payment.network.name.clone(),
+                detail: format!("eth_estimateGas: {e}"),
             }),
-        }))
+        }
     }
 
     /// What a running settlement or the ledger already says of this payment, if anything,
