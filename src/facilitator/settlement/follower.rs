@@ -296,7 +296,7 @@ impl Worker {
             Err(e) => Err(e),
         };
         if let Err(e) = stored {
-            tracing::error!(error = %e, settlements = changed.len(), "could not store settlement outcomes");
+            tracing::error!(error = %e, settlements = changed.len(), "could not store the settlements this head changed");
             for nonce in answers {
                 if let Some(Slot::Settlement { record, .. }) = self.slots.get_mut(nonce) {
                     record.outcome = None;
