@@ -417,14 +417,26 @@ fn first_json_byte(bytes: &[u8]) -> Option<u8> {
 /// JSON-RPC requests are arrays (batches) or objects carrying `"jsonrpc"`; anything that is not
 /// JSON also goes to jsonrpsee, which answers a JSON-RPC parse error.
 fn is_json_rpc(bytes: &[u8]) -> bool {
+    /// The object's members skipped over, not built, noting whether `jsonrpc` is one of them
+    /// (whatever its value, `null` included).
+    #[derive(serde::Deserialize)]
+    struct Members {
+        #[serde(default)]
+        jsonrpc: Present,
+    }
+    #[derive(Default)]
+    struct Present(bool);
+    impl<'de> serde::Deserialize<'de> for Present {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            serde::de::IgnoredAny::deserialize(d).map(|_| Present(true))
+        }
+    }
     match first_json_byte(bytes) {
         Some(b'[') => true,
-        Some(b'{') => {
-            match serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(bytes) {
-                Ok(object) => object.contains_key("jsonrpc"),
-                Err(_) => true,
-            }
-        }
+        Some(b'{') => match serde_json::from_slice::<Members>(bytes) {
+            Ok(members) => members.jsonrpc.0,
+            Err(_) => true,
+        },
         _ => true,
     }
 }
@@ -502,6 +514,9 @@ mod tests {
         assert!(is_json_rpc(br#"{"jsonrpc":"2.0","id":1,"method":"m"}"#));
         assert!(is_json_rpc(br#" [{"jsonrpc":"2.0"}]"#));
         assert!(is_json_rpc(b"not json"));
+        assert!(is_json_rpc(br#"{"jsonrpc":null,"id":1}"#));
+        assert!(is_json_rpc(br#"{"jsonrpc":"2.0","jsonrpc":"2.0"}"#));
+        assert!(is_json_rpc(br#"{"from":"0x""#));
         assert!(!is_json_rpc(
             br#"{"from":"0x","to":"0x","data":"0x","value":"0"}"#
         ));
