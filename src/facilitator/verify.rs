@@ -375,31 +375,35 @@ async fn read_in_batch(
             Err(e) => Err(unreadable(chain, what, e.to_string())),
         }
     };
-    // A token without a blacklist reverts `isBlacklisted`: nobody is blacklisted there.
-    let flag = |i: usize| {
-        answers[i]
-            .as_ref()
-            .ok()
-            .and_then(chain::parse_word)
-            .is_some_and(|w| !w.is_zero())
+    // A token without a blacklist reverts `isBlacklisted`: nobody is blacklisted there. A node
+    // that could not run the call (a block it no longer has) said nothing about anybody.
+    let flag = |i: usize, what: &str| match &answers[i] {
+        Ok(v) => Ok(chain::parse_word(v).is_some_and(|w| !w.is_zero())),
+        Err(e) if e.is_revert() => Ok(false),
+        Err(e) => Err(unreadable(chain, what, e.to_string())),
     };
     let code = answers[0]
         .as_ref()
         .map_err(|e| unreadable(chain, "eth_getCode", e.to_string()))?;
-    let erc1271_answer = |answer: &CallResult| {
-        let bytes = answer
-            .as_ref()
-            .ok()
-            .and_then(|v| chain::hex_decode(v.as_str()?));
-        erc1271_accepted(&bytes.unwrap_or_default())
+    // A wallet that reverts `isValidSignature` does not accept the signature; a node that could
+    // not run the call did not say so.
+    let erc1271_answer = |answer: &CallResult| match answer {
+        Ok(v) => Ok(erc1271_accepted(
+            &v.as_str().and_then(chain::hex_decode).unwrap_or_default(),
+        )),
+        Err(e) if e.is_revert() => Ok(false),
+        Err(e) => Err(unreadable(chain, "isValidSignature", e.to_string())),
     };
     let facts = ChainFacts {
         from_has_code: code.as_str().is_some_and(|c| c.len() > 2),
         balance: word(1, "balanceOf")?,
         authorization_used: !word(2, "authorizationState")?.is_zero(),
-        from_blacklisted: flag(3),
-        to_blacklisted: flag(4),
-        erc1271_valid: ask_erc1271.then(|| erc1271_answer(&answers[5])),
+        from_blacklisted: flag(3, "isBlacklisted(from)")?,
+        to_blacklisted: flag(4, "isBlacklisted(payTo)")?,
+        erc1271_valid: match ask_erc1271 {
+            true => Some(erc1271_answer(&answers[5])?),
+            false => None,
+        },
         block_timestamp: chain.head.current().map_or(0, |head| head.timestamp),
     };
     Ok((facts, answers.split_off(base)))

@@ -314,6 +314,23 @@ it('order 7 before 9: denied payTo and a value too low -> ..._to_address_kyt', a
   expectInvalid(await verify(p.body), 'invalid_exact_evm_payload_authorization_to_address_kyt');
 });
 
+it('a read the node cannot run (not a revert) is no verdict: 400 {error: 502}, then valid once the node answers', async () => {
+  const p = await payment();
+  // Lens mode: the one lens call. Batch mode: only isBlacklisted, which a token without a
+  // blacklist reverts (nobody blacklisted); a node error there must not read as "not blacklisted".
+  const IS_BLACKLISTED = '0xfe575a87';
+  proxies[NETWORK].state.failing = (c) => c?.method === 'eth_call'
+    && (c.params.length > 2 || String(c.params[0]?.data).startsWith(IS_BLACKLISTED));
+  let res;
+  try {
+    res = await verify(p.body);
+  } finally {
+    proxies[NETWORK].state.failing = null;
+  }
+  expectErrorBody(res, 400, { error: 502, messageIncludes: 'BlockOutOfRangeError' });
+  expectValid(await verify(p.body), { payer: alice.address });
+});
+
 it('row 6: from blacklisted by the token -> ..._from_address_kyt', async () => {
   const payer = await stack.newPayer();
   const p = await stack.pay({ account: payer });

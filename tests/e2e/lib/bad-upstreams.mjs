@@ -68,10 +68,12 @@ export async function deadUpstreamUrl() {
  * 'run' forwards it, 'ignore' drops it (the node runs the call against the real, empty account),
  * 'refuse' answers "invalid params". `state.requests` lists the methods of every forwarded HTTP
  * request, in order (a batch is one entry with several methods), for counting upstream calls.
+ * `state.failing`, when set, picks calls the node cannot run: they are answered with the error
+ * anvil gives mid-reorganisation for a block it no longer has (not a revert).
  * Set `target` (the node's URL) before the first request.
  */
 export async function startFilteringProxy({ blocked = [], hanging = [], target = null, capacity = Infinity, delayMs = 0, overrides = 'run' } = {}) {
-  const state = { target, blocked, hanging, blockedCalls: 0, hungCalls: 0, hung: [], capacity, delayMs, serving: 0, peak: 0, overloaded: 0, overrides, requests: [] };
+  const state = { target, blocked, hanging, failing: null, blockedCalls: 0, hungCalls: 0, hung: [], capacity, delayMs, serving: 0, peak: 0, overloaded: 0, overrides, requests: [] };
   const overridden = (call) => call?.method === 'eth_call' && call.params?.length > 2;
   const withoutOverride = (call) => (overridden(call) && state.overrides === 'ignore' ? { ...call, params: call.params.slice(0, 2) } : call);
   const refuse = (call) => {
@@ -79,8 +81,10 @@ export async function startFilteringProxy({ blocked = [], hanging = [], target =
     return { jsonrpc: '2.0', id: call.id ?? null, error: { code: -32601, message: `the method ${call.method} does not exist/is not available` } };
   };
   const refuseOverride = (call) => ({ jsonrpc: '2.0', id: call.id ?? null, error: { code: -32602, message: 'too many arguments, want at most 2' } });
-  const isBlocked = (call) => state.blocked.includes(call?.method) || (overridden(call) && state.overrides === 'refuse');
-  const refusal = (call) => (overridden(call) ? refuseOverride(call) : refuse(call));
+  const fails = (call) => Boolean(state.failing?.(call));
+  const cannotRun = (call) => ({ jsonrpc: '2.0', id: call.id ?? null, error: { code: -32603, message: 'BlockOutOfRangeError: block height is 17 but requested was 19' } });
+  const isBlocked = (call) => fails(call) || state.blocked.includes(call?.method) || (overridden(call) && state.overrides === 'refuse');
+  const refusal = (call) => (fails(call) ? cannotRun(call) : overridden(call) ? refuseOverride(call) : refuse(call));
   const hangs = (body) => [body].flat().some((call) => state.hanging.includes(call?.method));
   const forward = async (payload) => {
     state.requests.push([payload].flat().map((c) => c.method));
