@@ -7,6 +7,8 @@
 // - the proxy refuses eth_estimateGas as a node does that no longer has the block it is asked
 //   about: the settle answers the chain unreachable (502), claims nothing, and settles when asked
 //   again, instead of failing the payment as if its transfer would revert;
+// - the proxy fails every receipt lookup while a settlement is mined and for heads after: the
+//   settlement is not taken for one whose nonce went to another transaction, and answers its hash;
 // - the proxy swallows eth_sendRawTransaction, routerd is SIGKILLed with the settlement signed and
 //   stored but never broadcast, and restarted straight on the node with the same store: the
 //   payment settles by the transaction stored before the kill.
@@ -16,7 +18,7 @@ import { keccak256 } from 'viem';
 import { startFacilitatorStack, withLogTail, NETWORK } from './lib/stack.mjs';
 import { freshAccount } from './lib/accounts.mjs';
 import { startFilteringProxy } from './lib/bad-upstreams.mjs';
-import { waitFor } from './lib/util.mjs';
+import { waitFor, sleep } from './lib/util.mjs';
 import { expectSettled } from './lib/expect.mjs';
 import {
   chainMark, expectCleanSignerHistory, expectTransfersAuthorization, waitPoolEmpty,
@@ -33,7 +35,7 @@ before(async () => {
   proxy = await startFilteringProxy();
   stack = await startFacilitatorStack({
     anvil: { blockTime: 1 },
-    fundedPayers: 8,
+    fundedPayers: 10,
     rpcUrlFor: (name, url) => {
       proxy.target = url;
       return proxy.url;
@@ -193,6 +195,25 @@ it('an estimate the node cannot run (as mid-reorganisation, asked for a block it
   assert.equal((await stack.settlementStatus(p)).status, 404, 'nothing was claimed');
   const hash = expectSettled(await settleUntilDone(stack, p.body, { mine: false }), { network: NETWORK, payer: p.authorization.from });
   const [receipt] = await waitMined([hash], 'the settlement mined');
+  await expectPaidOnceBy([p], [hash], [receipt]);
+});
+
+it('receipts the node fails to look up are no news: a mined settlement is not taken for one that lost its nonce, and answers its own hash', async () => {
+  const p = await newPayment();
+  const nonceBefore = Number(await rpc('eth_getTransactionCount', [stack.signer, 'latest']));
+  proxy.state.failing = (c) => c?.method === 'eth_getTransactionReceipt';
+  const answer = stack.settle(p.body);
+  try {
+    // Mined while every receipt lookup fails, and then several heads more.
+    await waitFor(async () => Number(await rpc('eth_getTransactionCount', [stack.signer, 'latest'])) > nonceBefore, {
+      timeoutMs: 15_000, intervalMs: 200, what: 'the settlement mined',
+    });
+    await sleep(4_000);
+  } finally {
+    proxy.state.failing = null;
+  }
+  const hash = expectSettled(await answer, { network: NETWORK, payer: p.authorization.from });
+  const [receipt] = await waitMined([hash], 'the answered transaction on the chain');
   await expectPaidOnceBy([p], [hash], [receipt]);
 });
 

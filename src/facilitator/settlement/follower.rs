@@ -4,7 +4,7 @@
 //! the transaction that blocks the lane, expire what can no longer land, and fill gaps, so the
 //! lane never stays wedged for long.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 
 use ethers_core::types::{Bytes, H256, U256};
@@ -136,8 +136,13 @@ impl Worker {
             return Vec::new();
         };
         let mut found: BTreeMap<u64, Inclusion> = BTreeMap::new();
+        // Nonces with a receipt the node failed to look up (a rate limit, an error inside the
+        // batch): no news, so not a miss. Only "no such receipt" counts towards moving on.
+        let mut unknown: BTreeSet<u64> = BTreeSet::new();
         for ((nonce, hash), answer) in asked.iter().zip(&answers) {
-            if let Some(inclusion) = inclusion_of(*hash, answer, head.number) {
+            if answer.is_err() {
+                unknown.insert(*nonce);
+            } else if let Some(inclusion) = inclusion_of(*hash, answer, head.number) {
                 found.insert(*nonce, inclusion);
             }
         }
@@ -160,6 +165,7 @@ impl Worker {
                             *misses = 0;
                             included.push(nonce);
                         }
+                        None if unknown.contains(&nonce) => {}
                         None => {
                             *misses += 1;
                             if *misses >= MISSES_BEFORE_MOVE {
