@@ -18,15 +18,15 @@ use jsonrpsee::core::traits::ToRpcParams;
 use jsonrpsee::http_client::{
     HttpBackend, HttpClient as LoggedHttpClient, HttpClientBuilder, RpcService, RpcServiceBuilder,
 };
+use serde::ser::{SerializeSeq, Serializer};
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
 
 /// jsonrpsee's HTTP client without its default logger middleware: that layer serializes every
 /// request and answer to JSON a second time, for a `trace` line, even when tracing is off. At
 /// one upstream call per verify that was a large share of verify's own CPU.
 type HttpClient = LoggedHttpClient<RpcService<HttpBackend>>;
-use serde::ser::{SerializeSeq, Serializer};
-use serde::Serialize;
-use serde_json::value::RawValue;
-use serde_json::Value;
 
 /// Batches of at most this many calls (and at most half of `max_batch_calls`) are sent together
 /// with the other small batches ready at the same moment; larger ones (a block's receipts, a

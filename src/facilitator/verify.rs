@@ -400,10 +400,9 @@ async fn read_in_batch(
         authorization_used: !word(2, "authorizationState")?.is_zero(),
         from_blacklisted: flag(3, "isBlacklisted(from)")?,
         to_blacklisted: flag(4, "isBlacklisted(payTo)")?,
-        erc1271_valid: match ask_erc1271 {
-            true => Some(erc1271_answer(&answers[5])?),
-            false => None,
-        },
+        erc1271_valid: ask_erc1271
+            .then(|| erc1271_answer(&answers[5]))
+            .transpose()?,
         block_timestamp: chain.head.current().map_or(0, |head| head.timestamp),
     };
     Ok((facts, answers.split_off(base)))
