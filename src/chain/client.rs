@@ -121,6 +121,27 @@ impl RpcError {
         self.code == 3 || self.message.to_lowercase().contains("revert")
     }
 
+    /// Whether the node ran the call and the EVM stopped it: a revert, or an exceptional halt
+    /// (out of gas, an invalid opcode or jump, a stack error, a size limit). Nodes name halts
+    /// only in their messages; these are the phrases of geth and of anvil (revm's
+    /// `EVM error <halt>`). Anything not recognised is taken as the node failing, not the call.
+    pub fn is_execution_failure(&self) -> bool {
+        const HALTS: [&str; 10] = [
+            "out of gas",
+            "gas required exceeds",
+            "evm error",
+            "invalid opcode",
+            "invalid jump",
+            "stack underflow",
+            "stack overflow",
+            "write protection",
+            "size exceeded",
+            "return data out of bounds",
+        ];
+        let message = self.message.to_lowercase();
+        self.is_revert() || HALTS.iter().any(|halt| message.contains(halt))
+    }
+
     pub fn refusal(&self) -> Refusal {
         let m = self.message.to_lowercase();
         if m.contains("already known")
@@ -524,6 +545,42 @@ mod tests {
         .is_revert());
         assert!(!error(-32000, "header not found").is_revert());
         assert!(!error(-32601, "the method eth_estimateGas does not exist").is_revert());
+    }
+
+    #[test]
+    fn halts_are_execution_failures_and_node_errors_are_not() {
+        let error = |code, message: &str| RpcError {
+            code,
+            message: message.to_string(),
+            data: None,
+        };
+        for (code, halt) in [
+            (3, "execution reverted"),
+            (
+                -32003,
+                "Out of gas: gas required exceeds allowance: 30000000",
+            ),
+            (-32000, "gas required exceeds allowance (30000000)"),
+            (-32603, "EVM error InvalidFEOpcode"),
+            (-32000, "invalid opcode: INVALID"),
+            (-32000, "invalid jump destination"),
+            (-32000, "stack underflow (0 <=> 2)"),
+            (-32000, "max code size exceeded"),
+        ] {
+            assert!(error(code, halt).is_execution_failure(), "{halt}");
+        }
+        for (code, failure) in [
+            (
+                -32603,
+                "BlockOutOfRangeError: block height is 17 but requested was 19",
+            ),
+            (-32000, "header not found"),
+            (-32005, "limit exceeded"),
+            (-32601, "the method eth_estimateGas does not exist"),
+            (-32000, "missing trie node"),
+        ] {
+            assert!(!error(code, failure).is_execution_failure(), "{failure}");
+        }
     }
 
     #[test]

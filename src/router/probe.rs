@@ -90,13 +90,13 @@ pub async fn probe(
     }
 }
 
-/// Whether `to` has code, as learnt by the last probe; `None` when not asked.
-pub fn learnt_code(answers: &[CallResult]) -> Option<bool> {
-    answers
-        .get(3)?
-        .as_ref()
-        .ok()
-        .map(|code| code.as_str().is_some_and(|c| c.len() > 2))
+/// Whether `to` has code, from the `eth_getCode` answer at `answers[3]`. A node that could not
+/// answer leaves the chain's feasibility unknown.
+fn learnt_code(answers: &[CallResult]) -> Result<bool, Infeasible> {
+    match &answers[3] {
+        Ok(code) => Ok(code.as_str().is_some_and(|c| c.len() > 2)),
+        Err(e) => Err(Infeasible::Unreachable(format!("eth_getCode: {e}"))),
+    }
 }
 
 async fn ask(
@@ -146,7 +146,7 @@ async fn ask(
         .await
         .map_err(|e| Infeasible::Unreachable(e.detail))?;
     let has_code = if ask_code {
-        learnt_code(&answers)
+        Some(learnt_code(&answers)?)
     } else {
         known_code
     };
@@ -177,16 +177,13 @@ fn interpret(
         Err(e) if is_insufficient_funds(e) => {
             return Err(Infeasible::CannotPayForEstimate { balance })
         }
-        Err(e) => return Err(Infeasible::Reverted(revert_reason(e))),
+        Err(e) if e.is_execution_failure() => return Err(Infeasible::Reverted(revert_reason(e))),
+        // Rate-limited, mid-reorganisation, internal: the node said nothing about the call.
+        Err(e) => return Err(Infeasible::Unreachable(format!("eth_estimateGas: {e}"))),
     };
     let pending_nonce = quantity(1, "eth_getTransactionCount")?.low_u64();
     let l1_fee = if op_stack {
-        let last = answers.len() - 1;
-        answers[last]
-            .as_ref()
-            .ok()
-            .and_then(chain::parse_word)
-            .unwrap_or_default()
+        l1_fee(&answers[answers.len() - 1])?
     } else {
         U256::zero()
     };
@@ -197,6 +194,19 @@ fn interpret(
         fees,
         l1_fee,
     })
+}
+
+/// The OP-stack chain's L1 data fee. Without it the chain's cost is unknown, and taking it for
+/// zero would make the chain look cheaper than it is.
+fn l1_fee(answer: &CallResult) -> Result<U256, Infeasible> {
+    match answer {
+        Ok(v) => chain::parse_word(v).ok_or_else(|| {
+            Infeasible::Unreachable(format!("malformed GasPriceOracle.getL1Fee answer {v}"))
+        }),
+        Err(e) => Err(Infeasible::Unreachable(format!(
+            "GasPriceOracle.getL1Fee: {e}"
+        ))),
+    }
 }
 
 fn is_insufficient_funds(e: &RpcError) -> bool {

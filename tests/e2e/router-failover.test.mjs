@@ -221,3 +221,84 @@ describe('an upstream without eth_maxPriorityFeePerGas', () => {
     expectMinedAsAnswered(await stack.signSendAndMine(sender, request, answer), answer);
   });
 });
+
+// A node that cannot run a call (anvil mid-reorganisation, a rate-limited provider) answers an
+// error that says nothing about the transaction. It must read as that chain being unreachable:
+// neither as a revert (a wallet told "it would fail") nor as a zero L1 fee (a chain priced below
+// its cost, with a balance check that leaves the L1 fee out).
+describe('a node that fails a call without running it', () => {
+  const ORACLE = '0x420000000000000000000000000000000000000f';
+  const estimates = (call) => call?.method === 'eth_estimateGas';
+  const l1FeeReads = (call) => call?.method === 'eth_call' && call.params?.[0]?.to?.toLowerCase() === ORACLE;
+  let stack;
+  const proxies = {};
+  const it = (name, fn) => test(name, { timeout: 90_000 }, withRouterLogTail(() => stack, async () => {
+    try {
+      await fn();
+    } finally {
+      for (const proxy of Object.values(proxies)) proxy.state.failing = null;
+    }
+  }));
+
+  before(async () => {
+    for (const chain of DEFAULT_CHAINS) proxies[chain.name] = await startFilteringProxy();
+    stack = await startRouterStack({
+      chains: DEFAULT_CHAINS.map((chain) => ({
+        ...chain,
+        rpcUrlsFor: (url) => { proxies[chain.name].target = url; return [proxies[chain.name].url]; },
+      })),
+    });
+  });
+  after(async () => {
+    await stack?.stop();
+    await Promise.all(Object.values(proxies).map((p) => p.close()));
+  });
+
+  /** Routes a transfer that op (the cheapest) cannot be asked about: it must go to legacy and mine. */
+  async function routedPastOp(what) {
+    const sender = await stack.newSender();
+    const request = routerTx({ from: sender.address, to: freshAccount().address, value: '1' });
+    const answer = await stack.route(request);
+    expectAnswer(answer, { chainId: CHAIN_ID.legacy, type: 'legacy' });
+    const ranked = await stack.quote(request);
+    expectChainEntries(ranked, ALL);
+    const op = ranked.find((q) => q.chain === 'op');
+    assert.equal(op.feasible, false, show(ranked));
+    assert.match(op.reason, /unreachable/i, show(op));
+    assert.match(op.reason, what, show(op));
+    assert.doesNotMatch(op.reason, /revert/i, show(op));
+    expectMinedAsAnswered(await stack.signSendAndMine(sender, request, answer), answer);
+  }
+
+  it("op's eth_estimateGas fails: op is unreachable, not reverted, and the call goes to the next cheapest", async () => {
+    proxies.op.state.failing = estimates;
+    await routedPastOp(/eth_estimateGas/);
+  });
+
+  it("op's GasPriceOracle.getL1Fee fails: op is unreachable, not priced without its L1 fee", async () => {
+    proxies.op.state.failing = l1FeeReads;
+    await routedPastOp(/getL1Fee/);
+  });
+
+  it('every estimate fails: -32603 with every chain unreachable; once they answer, a real revert and an out-of-gas halt are -32000', async () => {
+    for (const proxy of Object.values(proxies)) proxy.state.failing = estimates;
+    const sender = await stack.newSender();
+    const transfer = routerTx({ from: sender.address, to: freshAccount().address, value: '1' });
+    const error = expectRpcError(await stack.rpc('eth_routerTransaction', [transfer]), { code: -32603 });
+    expectChainEntries(error.data, ALL);
+    for (const entry of error.data) assert.match(entry.reason, /unreachable: eth_estimateGas/i, show(entry));
+
+    for (const proxy of Object.values(proxies)) proxy.state.failing = null;
+    // Creation code that reverts (PUSH1 0 PUSH1 0 REVERT), and creation code that loops until
+    // it runs out of gas (JUMPDEST PUSH1 0 JUMP): the nodes ran both, and both fail everywhere.
+    for (const [data, reason] of [['0x60006000fd', /revert/i], ['0x5b600056', /gas/i]]) {
+      const request = routerTx({ from: sender.address, to: '', data });
+      const failed = expectRpcError(await stack.rpc('eth_routerTransaction', [request]), { code: -32000 });
+      expectChainEntries(failed.data, ALL);
+      for (const entry of failed.data) {
+        assert.match(entry.reason, /^reverted/i, show(entry));
+        assert.match(entry.reason, reason, show(entry));
+      }
+    }
+  });
+});
