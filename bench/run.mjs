@@ -18,7 +18,7 @@ import { startAnvil, anvilBin } from '../tests/e2e/lib/anvil.mjs';
 import { startRouterd, routerdBin, SHUTDOWN_GRACE_SECS } from '../tests/e2e/lib/routerd.mjs';
 import { anvilAccount, freshAccount } from '../tests/e2e/lib/accounts.mjs';
 import { usdcAbi } from '../tests/e2e/lib/deploy-usdc.mjs';
-import { freePort, makeTempDir, sleep, waitFor } from '../tests/e2e/lib/util.mjs';
+import { freePort, makeTempDir, sleep, trackChild, waitFor } from '../tests/e2e/lib/util.mjs';
 import { nowMs, percentile, summarize, load, postJson, procMemory, metricSum } from './lib.mjs';
 
 const { values: opts } = parseArgs({
@@ -174,6 +174,7 @@ async function benchVerify() {
     const cpu1 = cpuSeconds(pid);
     const cpu = { user: cpu1.user - cpu0.user, system: cpu1.system - cpu0.system };
     results.memory.facilitator.afterVerify = procMemory(pid);
+    const floor = await benchFloor(stack.anvil.url, warm, pool);
 
     log('verify: the same read (the lens eth_call) posted straight to anvil, concurrency 1 and 64');
     const direct = pool.map((p) => JSON.stringify(lensCall(stack.usdc, p.authorization, payTo)));
@@ -198,10 +199,69 @@ async function benchVerify() {
       cpuSeconds: cpu.user + cpu.system,
       userMicrosPerVerify: (cpu.user * 1e6) / c64.latencies.length,
       systemMicrosPerVerify: (cpu.system * 1e6) / c64.latencies.length,
+      floor,
     };
   } finally {
     await stack.stop();
     await proxy.close();
+  }
+}
+
+/**
+ * The transport floor (bench/transport_floor.rs): routerd's HTTP server and upstream client as
+ * routerd uses them, one upstream batch per request, and no payment work. Sent the same bodies as
+ * verify, its CPU per request is the least a verify can cost on this stack. Holding every request
+ * 1 s (a settlement waiting for its block) at the settle phase's concurrency, its peak RSS is the
+ * least that many waiting requests can take.
+ */
+async function benchFloor(upstreamUrl, warm, pool) {
+  const bin = process.env.TRANSPORT_FLOOR_BIN;
+  if (!bin || !existsSync(bin)) {
+    log('verify: TRANSPORT_FLOOR_BIN is not set (scripts/bench builds the transport-floor example); floor skipped');
+    return null;
+  }
+  const start = async (holdMs) => {
+    const child = trackChild(spawn(bin, [upstreamUrl, String(holdMs)], { stdio: ['ignore', 'pipe', 'inherit'] }));
+    const port = await new Promise((resolve, reject) => {
+      child.stdout.once('data', (line) => resolve(Number(String(line).trim())));
+      child.once('exit', (code) => reject(new Error(`transport-floor exited with ${code}`)));
+    });
+    return { child, url: `http://127.0.0.1:${port}/verify` };
+  };
+  const answered = (url, payments) => async (i) => {
+    const res = await postJson(url, JSON.stringify(payments[i % payments.length].body));
+    return res.status === 200 && res.body?.isValid === true;
+  };
+  log('verify: the transport floor, the same bodies at concurrency 64, then held 1 s at the settle concurrency');
+  const quick = await start(0);
+  let c64;
+  let cpu;
+  try {
+    await load({ concurrency: 4, total: BOUNDS.verifyWarmup, maxMs: 10_000, call: answered(quick.url, warm) });
+    const cpu0 = cpuSeconds(quick.child.pid);
+    c64 = await load({ ...BOUNDS.verifyConcurrent, call: answered(quick.url, pool) });
+    const cpu1 = cpuSeconds(quick.child.pid);
+    cpu = { user: cpu1.user - cpu0.user, system: cpu1.system - cpu0.system };
+  } finally {
+    quick.child.kill('SIGKILL');
+  }
+  const held = await start(1000);
+  try {
+    await sleep(1000);
+    results.memory.floor = { idle: procMemory(held.child.pid) };
+    const { concurrency, total } = BOUNDS.settleLoad;
+    const heldRun = await load({ concurrency, total, maxMs: 60_000, call: answered(held.url, pool) });
+    results.memory.floor.afterHeld = procMemory(held.child.pid);
+    const n = c64.latencies.length;
+    return {
+      c64: { ...summarize(c64.latencies), rps: c64.rps, failed: c64.failed, firstError: c64.firstError },
+      held: { n: heldRun.latencies.length, concurrency, failed: heldRun.failed, firstError: heldRun.firstError },
+      cpuMicrosPerRequest: ((cpu.user + cpu.system) * 1e6) / n,
+      userMicrosPerRequest: (cpu.user * 1e6) / n,
+      systemMicrosPerRequest: (cpu.system * 1e6) / n,
+    };
+  } finally {
+    held.child.kill('SIGKILL');
   }
 }
 
@@ -532,6 +592,7 @@ function table() {
   ]));
   lat(`a verify (${v.readMode} mode), concurrency 1`, v.c1);
   lat(`a verify (${v.readMode} mode), concurrency 64`, v.c64);
+  if (v.floor) lat('a transport floor (no verify work), conc 64', v.floor.c64);
   lat('a the same read straight to anvil, conc 1', v.anvil1);
   lat('a the same read straight to anvil, conc 64', v.anvil64);
   lat(`b settle, ${s.serial.n} sequential (block time 1 s)`, s.serial, { rps: false });
@@ -548,6 +609,7 @@ function table() {
   memRow('c routerd facilitator (after verify load)', mem.facilitator, 'afterVerify');
   memRow('c routerd facilitator (after settle load)', mem.settle, 'afterSettle');
   memRow('c routerd router (after routing load)', mem.router, 'afterLoad');
+  if (mem.floor) memRow(`c transport floor (${v.floor.held.n} held 1 s, conc ${v.floor.held.concurrency})`, mem.floor, 'afterHeld');
   out.push('');
   const st = results.startup;
   lat('e start-up to /health, empty store', st.empty, { rps: false });
@@ -559,6 +621,11 @@ function table() {
   out.push(`verify: routerd CPU per verify ${f(v.cpuMicrosPerVerify, 1)} µs at concurrency 64 `
     + `(user ${f(v.userMicrosPerVerify, 1)} + system ${f(v.systemMicrosPerVerify, 1)}; `
     + `${f(v.cpuSeconds, 2)} CPU s over ${v.c64.n} verifies, /proc/<pid>/stat)`);
+  if (v.floor) {
+    out.push(`verify: transport floor CPU per request ${f(v.floor.cpuMicrosPerRequest, 1)} µs at concurrency 64 `
+      + `(user ${f(v.floor.userMicrosPerRequest, 1)} + system ${f(v.floor.systemMicrosPerRequest, 1)}; `
+      + 'the same HTTP server and upstream client with no payment work: bench/transport_floor.rs)');
+  }
   out.push(`settle: ${sl.confirmed} of ${sl.n} confirmed on chain in ${sl.blocksUsed} blocks; ${f(sl.rps, 1)} settles/s over ${f(sl.wallMs / 1000, 2)} s; `
     + `capacity ${sl.capacityPerSecond}/s (gas limit ${sl.gasLimit} / median ${sl.medianGas} gas per settlement, 1 s blocks)`);
   out.push('');
@@ -575,6 +642,8 @@ function table() {
   ratio('verify_p50 / same read straight to anvil p50 (conc 1)', ratios.verifyOverAnvil);
   ratio('verify req/s / same read straight to anvil req/s (conc 64)', ratios.verifyRpsOverAnvil);
   ratio('verify req/s at 64 / at 1', ratios.verifyScaling);
+  if (ratios.verifyCpuOverFloor) ratio('verify CPU per request / transport floor', ratios.verifyCpuOverFloor);
+  if (ratios.settlePeakOverFloor) ratio('settle peak RSS / transport floor held peak', ratios.settlePeakOverFloor);
   ratio(`routing_p50 / slowest_chain_p50 (${r.slowestChain})`, ratios.routingOverSlowest);
   ratio('routing_p50 / the three batches at once p50', ratios.routingOverTogether);
   ratio('routing req/s at 64 / at 1', ratios.routingScaling);
@@ -583,7 +652,7 @@ function table() {
   ratio('net upstream requests per routed call / chains', ratios.upstreamPerChain);
   ratio('start-up p50 with finished records / empty store', ratios.startupGrowth);
   const unconfirmed = sl.n - sl.failed - sl.confirmed;
-  const failures = [v.c1, v.c64, v.anvil1, v.anvil64, s.serial, sl, r.serial, r.concurrent, ...Object.values(r.upstream)]
+  const failures = [v.c1, v.c64, v.anvil1, v.anvil64, ...(v.floor ? [v.floor.c64, v.floor.held] : []), s.serial, sl, r.serial, r.concurrent, ...Object.values(r.upstream)]
     .reduce((sum, x) => sum + (x.failed ?? 0), unconfirmed);
   out.push('');
   out.push(`failures: ${failures}`);
@@ -614,6 +683,8 @@ async function main() {
     verifyOverAnvil: v.c1.p50 / v.anvil1.p50,
     verifyRpsOverAnvil: v.c64.rps / v.anvil64.rps,
     verifyScaling: v.c64.rps / v.c1.rps,
+    verifyCpuOverFloor: v.floor && v.cpuMicrosPerVerify / v.floor.cpuMicrosPerRequest,
+    settlePeakOverFloor: results.memory.floor && results.memory.settle.afterSettle.hwmMiB / results.memory.floor.afterHeld.hwmMiB,
     routingOverSlowest: r.serial.p50 / r.upstream[r.slowestChain].p50,
     routingOverTogether: r.serial.p50 / r.upstreamTogether.p50,
     routingScaling: r.concurrent.rps / r.serial.rps,
