@@ -358,7 +358,7 @@ fn parse_payment_direct(serves_v2: bool, bytes: &[u8]) -> Option<Payment> {
         return None;
     }
     let version = serde_json::from_slice::<Version>(bytes).ok()?.version?;
-    if version == 2 && serves_v2 {
+    if reads_as_v2(Some(version), serves_v2) {
         serde_json::from_slice(bytes).ok().map(Payment::V2)
     } else {
         serde_json::from_slice(bytes).ok().map(Payment::V1)
@@ -367,12 +367,18 @@ fn parse_payment_direct(serves_v2: bool, bytes: &[u8]) -> Option<Payment> {
 
 /// A body speaking version 2 is read as v2 where v2 is served; every other body is read as v1,
 /// whose rule 1 refuses versions other than 1.
+fn reads_as_v2(version: Option<u64>, serves_v2: bool) -> bool {
+    version == Some(2) && serves_v2
+}
+
+/// A body already read as JSON, checked field by field: a failure names the field, after
+/// `prefix` (an array settle's `[i]`).
 fn parse_payment(
     serves_v2: bool,
     body: serde_json::Value,
     prefix: &str,
 ) -> Result<Payment, WireError> {
-    if protocol::version_of(&body) == Some(2) && serves_v2 {
+    if reads_as_v2(protocol::version_of(&body), serves_v2) {
         parse_value_with(body, v2::PaymentRequest::OBJECTS, prefix).map(Payment::V2)
     } else {
         parse_value_with(body, PaymentRequest::OBJECTS, prefix).map(Payment::V1)
