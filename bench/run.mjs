@@ -91,10 +91,10 @@ function machine() {
 /** The lens call routerd's verify sends (src/facilitator/lens.rs, src/chain/read_mode.rs). */
 const LENS_CODE = readFileSync(new URL('../src/facilitator/lens.hex', import.meta.url), 'utf8').trim();
 const LENS_AT = getAddress(`0x${keccak256(toHex('routerd.lens')).slice(-40)}`);
-const LENS_ABI = parseAbi(['function facts(address token, address from, address payTo, bytes32 nonce, bytes erc1271Call)']);
+const LENS_ABI = parseAbi(['function facts(address token, address from, address payTo, bytes32 nonce, bytes erc1271Call, bytes trialCall)']);
 function lensCall(token, authorization, payTo, id = 1) {
   const data = encodeFunctionData({
-    abi: LENS_ABI, functionName: 'facts', args: [token, getAddress(authorization.from), getAddress(payTo), authorization.nonce, '0x'],
+    abi: LENS_ABI, functionName: 'facts', args: [token, getAddress(authorization.from), getAddress(payTo), authorization.nonce, '0x', '0x'],
   });
   return { jsonrpc: '2.0', id, method: 'eth_call', params: [{ to: LENS_AT, data }, 'latest', { [LENS_AT]: { code: LENS_CODE } }] };
 }

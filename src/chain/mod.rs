@@ -127,6 +127,30 @@ pub fn parse_h256(s: &str) -> Option<H256> {
         .flatten()
 }
 
+/// The reason in revert data encoded as `Error(string)`, as Solidity's `require` and
+/// `revert("...")` write it.
+pub fn error_string(data: &[u8]) -> Option<String> {
+    if data.len() < 4 || data[..4] != ethers_core::utils::id("Error(string)") {
+        return None;
+    }
+    match ethers_core::abi::decode(&[ethers_core::abi::ParamType::String], &data[4..])
+        .ok()?
+        .pop()?
+    {
+        ethers_core::abi::Token::String(reason) => Some(reason),
+        _ => None,
+    }
+}
+
+/// What revert data says, for a person: its `Error(string)` reason, or the data itself.
+pub fn revert_message(data: &[u8]) -> String {
+    match error_string(data) {
+        Some(reason) => reason,
+        None if data.is_empty() => "execution reverted".to_string(),
+        None => format!("execution reverted with {}", hex_bytes(data)),
+    }
+}
+
 /// Reads an ABI-encoded word answer of `eth_call` (`0x` + 64 hex digits).
 pub fn parse_word(value: &Value) -> Option<U256> {
     let bytes = hex_decode(value.as_str()?)?;

@@ -129,6 +129,16 @@ pub fn is_valid_signature(digest: H256, signature: &[u8]) -> Bytes {
     )
 }
 
+/// What a transaction carrying `calldata` pays before it runs: 21,000, and 4 or 16 per byte
+/// (EIP-2028). A settlement's execution costs more than EIP-7623's calldata floor.
+pub fn intrinsic_gas(calldata: &[u8]) -> u64 {
+    21_000
+        + calldata
+            .iter()
+            .map(|&byte| if byte == 0 { 4 } else { 16 })
+            .sum::<u64>()
+}
+
 /// The ERC-1271 magic value, left-aligned in the answer word.
 pub const ERC1271_MAGIC: [u8; 4] = [0x16, 0x26, 0xba, 0x7e];
 

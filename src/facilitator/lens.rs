@@ -24,18 +24,30 @@ pub struct LensFacts {
     pub from_blacklisted: bool,
     pub to_blacklisted: bool,
     pub erc1271_answer: Vec<u8>,
+    /// The settlement call tried on the token, when asked and its outcome came back.
+    pub trial: Option<LensTrial>,
 }
 
-/// `facts(token, from, payTo, nonce, erc1271Call)`; an empty `erc1271_call` skips ERC-1271.
+#[derive(Debug, PartialEq)]
+pub struct LensTrial {
+    pub succeeded: bool,
+    /// From before the lens's CALL to the token to after it (the token's account cold).
+    pub gas: U256,
+    pub revert_data: Vec<u8>,
+}
+
+/// `facts(token, from, payTo, nonce, erc1271Call, trialCall)`; an empty `erc1271_call` skips
+/// ERC-1271, an empty `trial_call` the trial.
 pub fn call(
     token: Address,
     from: Address,
     pay_to: Address,
     nonce: H256,
     erc1271_call: &[u8],
+    trial_call: &[u8],
 ) -> Call {
     static SELECTOR: LazyLock<[u8; 4]> =
-        LazyLock::new(|| id("facts(address,address,address,bytes32,bytes)"));
+        LazyLock::new(|| id("facts(address,address,address,bytes32,bytes,bytes)"));
     let mut data = SELECTOR.to_vec();
     data.extend(encode(&[
         Token::Address(token),
@@ -43,6 +55,7 @@ pub fn call(
         Token::Address(pay_to),
         Token::FixedBytes(nonce.as_bytes().to_vec()),
         Token::Bytes(erc1271_call.to_vec()),
+        Token::Bytes(trial_call.to_vec()),
     ]));
     static OVERRIDE: LazyLock<Box<RawValue>> =
         LazyLock::new(|| read_mode::code_override(CODE.trim()));
@@ -64,13 +77,25 @@ pub fn decode_answer(answer: &Value) -> Option<LensFacts> {
         ParamType::Bool,      // fromBlacklisted
         ParamType::Bool,      // toBlacklisted
         ParamType::Bytes,     // erc1271Answer
+        ParamType::Bool,      // trialRan
+        ParamType::Bool,      // trialSucceeded
+        ParamType::Uint(256), // trialGas
+        ParamType::Bytes,     // trialRevert
     ]);
     let Token::Tuple(fields) = decode(&[shape], &bytes).ok()?.pop()? else {
         return None;
     };
-    let [_, timestamp, code_size, balance_read, balance, state_read, state, from_bl, to_bl, erc1271] =
-        <[Token; 10]>::try_from(fields).ok()?;
+    let [_, timestamp, code_size, balance_read, balance, state_read, state, from_bl, to_bl, erc1271, trial_ran, succeeded, gas, revert_data] =
+        <[Token; 14]>::try_from(fields).ok()?;
     let read = |ok: Token, value: Token| ok.into_bool()?.then(|| value.into_uint()).flatten();
+    let trial = match trial_ran.into_bool()? {
+        true => Some(LensTrial {
+            succeeded: succeeded.into_bool()?,
+            gas: gas.into_uint()?,
+            revert_data: revert_data.into_bytes()?,
+        }),
+        false => None,
+    };
     Some(LensFacts {
         timestamp: timestamp.into_uint()?.try_into().ok()?,
         from_code_size: code_size.into_uint()?,
@@ -79,6 +104,7 @@ pub fn decode_answer(answer: &Value) -> Option<LensFacts> {
         from_blacklisted: from_bl.into_bool()?,
         to_blacklisted: to_bl.into_bool()?,
         erc1271_answer: erc1271.into_bytes()?,
+        trial,
     })
 }
 
@@ -101,6 +127,10 @@ mod tests {
             Token::Bool(false),
             Token::Bool(true),
             Token::Bytes(vec![0x16, 0x26]),
+            Token::Bool(true),
+            Token::Bool(false),
+            word(61_000),
+            Token::Bytes(vec![0x08, 0xc3, 0x79, 0xa0]),
         ])]);
         let facts = decode_answer(&json!(chain::hex_bytes(&answer))).unwrap();
         assert_eq!(
@@ -113,6 +143,11 @@ mod tests {
                 from_blacklisted: false,
                 to_blacklisted: true,
                 erc1271_answer: vec![0x16, 0x26],
+                trial: Some(LensTrial {
+                    succeeded: false,
+                    gas: 61_000.into(),
+                    revert_data: vec![0x08, 0xc3, 0x79, 0xa0],
+                }),
             }
         );
         assert_eq!(decode_answer(&json!("0x")), None);

@@ -9,7 +9,7 @@ pub mod types;
 pub mod verify;
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use ethers_core::types::Address;
@@ -71,6 +71,7 @@ impl Facilitator {
                 name: name.clone(),
                 chain,
                 tokens,
+                settle_gas: OnceLock::new(),
             });
         }
         let v2_networks = settings.serves_version(2).then(|| {
@@ -148,7 +149,7 @@ impl Facilitator {
                 reason: types::Reason::Payload,
                 message: "authorization nonce already claimed by another authorization".to_string(),
             }),
-            Ok(payment) => self.verifier.check_on_chain(&payment, &[]).await?.0,
+            Ok(payment) => self.verifier.check_on_chain(&payment).await?,
         })
     }
 

@@ -2,7 +2,7 @@
 //! then one batched read of the chain, then the chain-dependent rules. First failure wins.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use ethers_core::types::{Address, H256, U256};
 use ethers_core::utils::to_checksum;
@@ -20,6 +20,42 @@ pub struct Network {
     pub name: String,
     pub chain: Arc<Chain>,
     pub tokens: Vec<TokenInfo>,
+    /// Where a settlement's gas comes from here; learnt from the first settlement tried both
+    /// ways (see [`SettleGas`]).
+    pub settle_gas: OnceLock<SettleGas>,
+}
+
+/// Where a settlement's gas limit comes from, on a chain whose node runs the lens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettleGas {
+    /// The lens's trial: the gas the call took, plus the transaction's intrinsic gas. One
+    /// execution on the node instead of an estimate's several.
+    Trial,
+    /// `eth_estimateGas`: on a chain that charges for more than execution in gas (Arbitrum
+    /// folds its L1 share into the gas limit), the node's estimate is far above the trial.
+    Estimate,
+}
+
+impl SettleGas {
+    /// From one settlement tried both ways: the trial holds when the node's estimate is not
+    /// above it by more than 5%. (The trial pays for the token's account cold, which the
+    /// transaction does not; an estimate can exceed the gas used by the 1/64 that each nested
+    /// call must leave behind.)
+    fn of(tried: u64, estimated: u64) -> Self {
+        match estimated <= tried + tried / 20 {
+            true => SettleGas::Trial,
+            false => SettleGas::Estimate,
+        }
+    }
+}
+
+impl Network {
+    fn learn_settle_gas(&self, tried: u64, estimated: u64) {
+        let source = SettleGas::of(tried, estimated);
+        if self.settle_gas.set(source).is_ok() {
+            tracing::info!(network = %self.name, tried, estimated, source = ?source, "settlement gas source");
+        }
+    }
 }
 
 pub struct TokenInfo {
@@ -169,14 +205,24 @@ impl Verifier {
         })
     }
 
-    /// One batched read of the chain (plus `extra` calls riding along), then rules 6-16 in order.
+    /// One read of the chain, then rules 6-16 in order.
     pub async fn check_on_chain(
         &self,
         payment: &Payment<'_>,
-        extra: &[Call],
-    ) -> Result<(Result<(), Invalid>, Vec<CallResult>), Unreachable> {
-        let (facts, extra_answers) = read_chain(payment, extra).await?;
-        Ok((self.judge(payment, &facts), extra_answers))
+    ) -> Result<Result<(), Invalid>, Unreachable> {
+        let (facts, _) = read_chain(payment, None).await?;
+        Ok(self.judge(payment, &facts))
+    }
+
+    /// [`Self::check_on_chain`], with the settlement transaction tried in the same request.
+    pub async fn check_and_try(
+        &self,
+        payment: &Payment<'_>,
+        trial: &Trial<'_>,
+    ) -> Result<(Result<(), Invalid>, Tried), Unreachable> {
+        let (facts, tried) = read_chain(payment, Some(trial)).await?;
+        let tried = tried.expect("read_chain tries what it is given");
+        Ok((self.judge(payment, &facts), tried))
     }
 
     fn judge(&self, payment: &Payment<'_>, facts: &ChainFacts) -> Result<(), Invalid> {
@@ -272,22 +318,42 @@ fn check_signature(payment: &Payment<'_>, facts: &ChainFacts) -> Result<(), Inva
     }
 }
 
+/// The settlement transaction a settle tries before it claims: from the lane's signer, to the
+/// payment's token.
+pub struct Trial<'a> {
+    pub sender: Address,
+    pub calldata: &'a [u8],
+}
+
+/// What trying the settlement transaction said.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Tried {
+    /// The gas the whole transaction takes, before any headroom.
+    Gas(u64),
+    /// The token would revert it, for this reason.
+    Reverted(String),
+}
+
+/// The gas limit of a settlement whose estimate the node answered but not as a number.
+const FALLBACK_GAS_LIMIT: u64 = 150_000;
+
 /// Reads the chain facts in the chain's read mode: one lens call where the node runs state
-/// overrides, a batch of plain reads where it does not. `extra` calls ride in the same request.
+/// overrides, a batch of plain reads where it does not. A `trial` is tried in the same request:
+/// by the lens, or as an `eth_estimateGas` in the batch.
 async fn read_chain(
     payment: &Payment<'_>,
-    extra: &[Call],
-) -> Result<(ChainFacts, Vec<CallResult>), Unreachable> {
+    trial: Option<&Trial<'_>>,
+) -> Result<(ChainFacts, Option<Tried>), Unreachable> {
     let chain = &payment.network.chain;
     // A node that does not answer the probe would not answer the batch either: its one timeout
     // is this request's answer, so a hanging node costs one timeout, not two.
     if chain.learn_read_mode().await? == ReadMode::Lens {
-        if let Some(read) = read_with_lens(payment, extra).await? {
+        if let Some(read) = read_with_lens(payment, trial).await? {
             return Ok(read);
         }
         chain.forget_read_mode("the node did not run the verify lens");
     }
-    read_in_batch(payment, extra).await
+    read_in_batch(payment, trial).await
 }
 
 /// ERC-1271 is asked only when the signature does not recover to `from` locally.
@@ -295,30 +361,53 @@ fn asks_erc1271(payment: &Payment<'_>) -> bool {
     payment.recovered != Some(payment.auth.from)
 }
 
-/// One `eth_call` of the lens (plus `extra`); `None` when the node did not run it.
+/// One `eth_call` of the lens; `None` when the node did not run it.
 async fn read_with_lens(
     payment: &Payment<'_>,
-    extra: &[Call],
-) -> Result<Option<(ChainFacts, Vec<CallResult>)>, Unreachable> {
+    trial: Option<&Trial<'_>>,
+) -> Result<Option<(ChainFacts, Option<Tried>)>, Unreachable> {
     let auth = &payment.auth;
     let ask_erc1271 = asks_erc1271(payment);
     let erc1271_call = match ask_erc1271 {
         true => erc3009::is_valid_signature(payment.digest, &payment.signature).to_vec(),
         false => Vec::new(),
     };
-    let mut calls = Vec::with_capacity(1 + extra.len());
-    calls.push(lens::call(
+    let network = payment.network;
+    let source = network.settle_gas.get().copied();
+    let lens_tries = trial.filter(|_| source != Some(SettleGas::Estimate));
+    let estimate = trial
+        .filter(|_| source != Some(SettleGas::Trial))
+        .map(|trial| estimate_call(payment, trial));
+    let mut calls = vec![lens::call(
         payment.token.address,
         auth.from,
         payment.pay_to,
         auth.nonce,
         &erc1271_call,
-    ));
-    calls.extend_from_slice(extra);
-    let chain = &payment.network.chain;
-    let mut answers = chain.client.batch(&calls).await?;
+        lens_tries.map_or(&[], |t| t.calldata),
+    )];
+    calls.extend(estimate);
+    let chain = &network.chain;
+    let answers = chain.client.batch(&calls).await?;
     let Some(read) = answers[0].as_ref().ok().and_then(lens::decode_answer) else {
         return Ok(None);
+    };
+    let by_lens = lens_tries
+        .map(|trial| lens_tried(chain, trial, read.trial.as_ref()))
+        .transpose()?;
+    let by_estimate = answers
+        .get(1)
+        .map(|answer| estimate_tried(chain, answer))
+        .transpose()?;
+    let tried = match (by_lens, by_estimate) {
+        (Some(Tried::Gas(tried)), Some(Tried::Gas(estimated))) => {
+            network.learn_settle_gas(tried, estimated);
+            Some(Tried::Gas(tried.max(estimated)))
+        }
+        (Some(Tried::Reverted(reason)), _) | (_, Some(Tried::Reverted(reason))) => {
+            Some(Tried::Reverted(reason))
+        }
+        (by_lens, by_estimate) => by_lens.or(by_estimate),
     };
     let token_said = |value: Option<U256>, what: &str| {
         value.ok_or_else(|| unreadable(chain, what, "the token did not answer".into()))
@@ -332,14 +421,15 @@ async fn read_with_lens(
         erc1271_valid: ask_erc1271.then(|| erc1271_accepted(&read.erc1271_answer)),
         block_timestamp: read.timestamp,
     };
-    Ok(Some((facts, answers.split_off(1))))
+    Ok(Some((facts, tried)))
 }
 
-/// The same facts as separate calls in one batch. The block time comes from the head watcher.
+/// The same facts as separate calls in one batch, and a trial as an `eth_estimateGas`. The
+/// block time comes from the head watcher.
 async fn read_in_batch(
     payment: &Payment<'_>,
-    extra: &[Call],
-) -> Result<(ChainFacts, Vec<CallResult>), Unreachable> {
+    trial: Option<&Trial<'_>>,
+) -> Result<(ChainFacts, Option<Tried>), Unreachable> {
     let auth = &payment.auth;
     let token = payment.token.address;
     let ask_erc1271 = asks_erc1271(payment);
@@ -364,10 +454,10 @@ async fn read_in_batch(
             "latest",
         ));
     }
-    let base = calls.len();
-    calls.extend_from_slice(extra);
+    let estimate_at = calls.len();
+    calls.extend(trial.map(|trial| estimate_call(payment, trial)));
     let chain = &payment.network.chain;
-    let mut answers = chain.client.batch(&calls).await?;
+    let answers = chain.client.batch(&calls).await?;
     let word = |i: usize, what: &str| -> Result<U256, Unreachable> {
         match &answers[i] {
             Ok(v) => chain::parse_word(v)
@@ -405,7 +495,59 @@ async fn read_in_batch(
             .transpose()?,
         block_timestamp: chain.head.current().map_or(0, |head| head.timestamp),
     };
-    Ok((facts, answers.split_off(base)))
+    let tried = trial
+        .map(|_| estimate_tried(chain, &answers[estimate_at]))
+        .transpose()?;
+    Ok((facts, tried))
+}
+
+/// The settlement transaction as `eth_estimateGas`. At `latest`, as the reads: without a block
+/// some nodes (anvil) estimate on a pending block, which first executes every transaction in
+/// their pool, once per estimate.
+fn estimate_call(payment: &Payment<'_>, trial: &Trial<'_>) -> Call {
+    Call::new(
+        "eth_estimateGas",
+        vec![
+            json!({
+                "from": chain::hex_bytes(trial.sender),
+                "to": chain::hex_bytes(payment.token.address),
+                "data": chain::hex_bytes(trial.calldata),
+            }),
+            json!("latest"),
+        ],
+    )
+}
+
+/// What the node's estimate says. One it could not run (mid-reorganisation it may be asked
+/// about a block it no longer has) is no answer about the payment.
+fn estimate_tried(chain: &Chain, answer: &CallResult) -> Result<Tried, Unreachable> {
+    match answer {
+        Ok(v) => Ok(Tried::Gas(
+            chain::parse_u64(v).unwrap_or(FALLBACK_GAS_LIMIT),
+        )),
+        Err(e) if e.is_revert() => Ok(Tried::Reverted(e.message.clone())),
+        Err(e) => Err(unreadable(chain, "eth_estimateGas", e.to_string())),
+    }
+}
+
+/// What the lens's trial says: the gas of the whole transaction, or the token's revert.
+fn lens_tried(
+    chain: &Chain,
+    trial: &Trial<'_>,
+    tried: Option<&lens::LensTrial>,
+) -> Result<Tried, Unreachable> {
+    match tried {
+        Some(t) if t.succeeded => Ok(Tried::Gas(
+            erc3009::intrinsic_gas(trial.calldata)
+                .saturating_add(t.gas.min(u64::MAX.into()).as_u64()),
+        )),
+        Some(t) => Ok(Tried::Reverted(chain::revert_message(&t.revert_data))),
+        None => Err(unreadable(
+            chain,
+            "the settlement's trial",
+            "the lens did not try it".into(),
+        )),
+    }
 }
 
 fn unreadable(chain: &Chain, what: &str, detail: String) -> Unreachable {
@@ -532,6 +674,16 @@ pub fn parse_decimal(s: &str) -> Option<U256> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_trial_gives_the_gas_unless_the_estimate_is_well_above_it() {
+        // Measured on anvil with Circle's USDC (facilitator-settle's first settlement).
+        assert_eq!(SettleGas::of(98_500, 95_629), SettleGas::Trial);
+        assert_eq!(SettleGas::of(80_000, 84_000), SettleGas::Trial);
+        assert_eq!(SettleGas::of(80_000, 84_001), SettleGas::Estimate);
+        // A chain that puts its L1 share in the gas limit.
+        assert_eq!(SettleGas::of(80_000, 400_000), SettleGas::Estimate);
+    }
 
     #[test]
     fn decimals_reject_sign_hex_space_and_overflow() {

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use ethers_core::abi::{decode, encode, ParamType, Token};
+use ethers_core::abi::{encode, Token};
 use ethers_core::types::transaction::eip2718::TypedTransaction;
 use ethers_core::types::{Address, Eip1559TransactionRequest, U256};
 use ethers_core::utils::keccak256;
@@ -221,16 +221,10 @@ pub fn revert_reason(e: &RpcError) -> String {
         Value::Object(o) => o.get("data").and_then(|v| v.as_str()).map(str::to_string),
         _ => None,
     });
-    if let Some(bytes) = data.as_deref().and_then(chain::hex_decode) {
-        if bytes.len() >= 4 && bytes[..4] == keccak256("Error(string)")[..4] {
-            if let Ok(tokens) = decode(&[ParamType::String], &bytes[4..]) {
-                if let Some(Token::String(reason)) = tokens.into_iter().next() {
-                    return reason;
-                }
-            }
-        }
-    }
-    e.message.clone()
+    data.as_deref()
+        .and_then(chain::hex_decode)
+        .and_then(|bytes| chain::error_string(&bytes))
+        .unwrap_or_else(|| e.message.clone())
 }
 
 /// The unsigned transaction the OP-stack oracle prices: its size is what the L1 fee depends on.

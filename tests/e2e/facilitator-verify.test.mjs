@@ -6,10 +6,11 @@
 // overrides, and verify reads with a batch of plain calls. Every rule must hold both ways.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { getAddress } from 'viem';
 import { startFacilitatorStack, withLogTail, NETWORK } from './lib/stack.mjs';
 import { freshAccount } from './lib/accounts.mjs';
-import { mintUsdc } from './lib/deploy-usdc.mjs';
+import { mintUsdc, usdcAbi } from './lib/deploy-usdc.mjs';
 import { mutate, withV, highS, now, randomNonce } from './lib/x402.mjs';
 import { expectValid, expectInvalid, expectSettled, expectSettleFailed, expectErrorBody } from './lib/expect.mjs';
 import { startFilteringProxy } from './lib/bad-upstreams.mjs';
@@ -583,6 +584,79 @@ it(`each verify is one upstream request: ${READS === 'lens' ? 'one eth_call' : '
     : [...bodies.map(() => ['eth_getCode', 'eth_call', 'eth_call', 'eth_call', 'eth_call']),
       ['eth_getCode', 'eth_call', 'eth_call', 'eth_call', 'eth_call', 'eth_call']];
   assert.deepEqual(reads, want);
+});
+
+// ---------------------------------------------------------------------------------------------
+// Settle's chain read: the same read, and the settlement transaction tried in the same request
+
+/** The upstream requests a settle made for its chain read and trial while `fn` ran. */
+async function settleReads(fn) {
+  const log = proxies[NETWORK].state.requests;
+  const from = log.length;
+  await fn();
+  const read = new Set(['eth_call', 'eth_getCode', 'eth_estimateGas']);
+  return log.slice(from).filter((methods) => methods.some((m) => read.has(m)));
+}
+
+it(`settle reads and tries the settlement in one upstream request: ${READS === 'lens' ? 'the one lens eth_call, no eth_estimateGas once the trial is known to give the gas' : 'the plain reads and eth_estimateGas'}`, async () => {
+  // The first settlement on a network also asks eth_estimateGas, in the same request, to learn
+  // whether the lens's trial gives this chain's gas; anvil's is plain EVM gas, so it does.
+  for (const round of [1, 2]) {
+    const p = await payment();
+    const reads = await settleReads(async () => {
+      expectSettled(await stack.settle(p.body), { network: NETWORK, payer: alice.address });
+    });
+    settlements += 1;
+    if (round === 1) continue;
+    const want = READS === 'lens'
+      ? [['eth_call']]
+      : [['eth_getCode', 'eth_call', 'eth_call', 'eth_call', 'eth_call', 'eth_estimateGas']];
+    assert.deepEqual(reads, want);
+  }
+  if (READS === 'lens') {
+    const log = readFileSync(stack.routerd.logFile, 'utf8');
+    assert.match(log, new RegExp(`settlement gas source network=${NETWORK} tried=\\d+ estimated=\\d+ source=Trial`), 'the calibration line');
+  }
+});
+
+it('the gas limit routerd signs covers what anvil estimates for the same call at the block before, for an EOA and a smart-wallet payer', async () => {
+  const wallet = await stack.smartWallet({ valid: true });
+  await stack.mint(wallet, 1_000_000n);
+  // A payee that holds nothing yet: its balance slot goes from zero, the dearest transfer.
+  for (const p of [await payment({ payTo: freshAccount().address }), await payment({ account: freshAccount(), auth: { from: wallet } })]) {
+    const hash = expectSettled(await stack.settle(p.body), { network: NETWORK, payer: getAddress(p.authorization.from) });
+    settlements += 1;
+    const rpc = (method, params) => stack.anvil.rpc(method, params);
+    const tx = await rpc('eth_getTransactionByHash', [hash]);
+    const receipt = await stack.receipt(hash);
+    assert.equal(receipt.status, 'success', hash);
+    const before = `0x${(BigInt(tx.blockNumber) - 1n).toString(16)}`;
+    const estimate = BigInt(await rpc('eth_estimateGas', [{ from: tx.from, to: tx.to, data: tx.input }, before]));
+    const limit = BigInt(tx.gas);
+    assert.ok(limit >= estimate, `gas limit ${limit} below anvil's estimate ${estimate}`);
+    assert.ok(limit <= (estimate * 3n) / 2n, `gas limit ${limit} far above anvil's estimate ${estimate}`);
+    assert.ok(receipt.gasUsed <= limit, `gas used ${receipt.gasUsed} above the limit ${limit}`);
+  }
+});
+
+it('a settlement the token would revert though every read passes (USDC paused): invalid_payload naming the revert, nothing sent; it settles once unpaused', async () => {
+  const p = await payment();
+  const pause = async (functionName) => {
+    const hash = await stack.client.writeContract({ address: stack.usdc, abi: usdcAbi, functionName, gas: 200_000n });
+    assert.equal((await stack.client.waitForTransactionReceipt({ hash })).status, 'success', functionName);
+  };
+  const nonce = await stack.signerNonce('pending');
+  await pause('pause');
+  try {
+    const res = await stack.settle(p.body);
+    expectSettleFailed(res, 'invalid_payload', { network: NETWORK, payer: alice.address });
+    assert.match(res.body.errorMessage, /would revert: (execution reverted: )?Pausable: paused/, res.text);
+    assert.equal(await stack.signerNonce('pending'), nonce, 'no transaction may be sent');
+  } finally {
+    await pause('unpause');
+  }
+  expectSettled(await stack.settle(p.body), { network: NETWORK, payer: alice.address });
+  settlements += 1;
 });
 
 if (READS === 'lens') {

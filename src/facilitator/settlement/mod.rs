@@ -18,14 +18,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ethers_core::types::{Bytes, H256, U256};
-use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::erc3009;
 use super::types::{PaymentRequest, Reason, SettleResponse, SettlementStatus, StatusOutcome};
-use super::verify::{check_terms, payer_of, Invalid, Payment, Verifier};
-use crate::chain::{self, Call, Unreachable};
+use super::verify::{check_terms, payer_of, Invalid, Payment, Trial, Tried, Verifier};
+use crate::chain::{self, Unreachable};
 use crate::clock::unix_now;
 use crate::store::{Claim, Lease, Storage, StoreError};
 pub use lane::{Lane, LaneSettings, Lanes};
@@ -43,9 +42,7 @@ pub struct LeaseSettings {
     pub ttl: Duration,
 }
 
-/// Gas assumed when a node answers an estimate it cannot parse (USDC's call uses about 80 000).
-const FALLBACK_GAS_LIMIT: u64 = 150_000;
-/// Gas added on top of the node's estimate for `transferWithAuthorization`.
+/// Gas added on top of the tried gas of `transferWithAuthorization`.
 const GAS_HEADROOM_PERCENT: u64 = 25;
 /// How often a duplicate waiting on a settlement it does not run reads its record again.
 const STORED_POLL: Duration = Duration::from_millis(50);
@@ -306,8 +303,8 @@ impl Settler {
         self.lanes.lost()
     }
 
-    /// Verify's chain rules and the gas estimate of the settlement call, in one batch: the
-    /// calldata and gas limit to sign, or why the payment fails.
+    /// Verify's chain rules and the settlement call tried, in one request: the calldata and
+    /// gas limit to sign, or why the payment fails.
     async fn prepare(
         &self,
         payment: &Payment<'_>,
@@ -316,42 +313,21 @@ impl Settler {
         let smart_wallet = payment.recovered != Some(payment.auth.from);
         let calldata =
             erc3009::transfer_with_authorization(&payment.auth, &payment.signature, smart_wallet);
-        // At `latest`, as verify reads: without a block some nodes (anvil) estimate on a pending
-        // block, which first executes every transaction in their pool, once per estimate.
-        let estimate = Call::new(
-            "eth_estimateGas",
-            vec![
-                json!({
-                    "from": chain::hex_bytes(lane.signer_address()),
-                    "to": chain::hex_bytes(payment.token.address),
-                    "data": chain::hex_bytes(&calldata),
-                }),
-                json!("latest"),
-            ],
-        );
-        let (verdict, extra) = self.verifier.check_on_chain(payment, &[estimate]).await?;
+        let trial = Trial {
+            sender: lane.signer_address(),
+            calldata: &calldata,
+        };
+        let (verdict, tried) = self.verifier.check_and_try(payment, &trial).await?;
         if let Err(failure) = verdict {
             return Ok(Err(failure));
         }
-        match &extra[0] {
-            Ok(v) => {
-                let estimate = chain::parse_u64(v).unwrap_or(FALLBACK_GAS_LIMIT);
-                Ok(Ok((
-                    calldata,
-                    estimate * (100 + GAS_HEADROOM_PERCENT) / 100,
-                )))
-            }
-            Err(e) if e.is_revert() => Ok(Err(Invalid {
+        Ok(match tried {
+            Tried::Gas(gas) => Ok((calldata, gas * (100 + GAS_HEADROOM_PERCENT) / 100)),
+            Tried::Reverted(reason) => Err(Invalid {
                 reason: Reason::Payload,
-                message: format!("transferWithAuthorization would revert: {}", e.message),
-            })),
-            // The node could not run the estimate (mid-reorganisation it may be asked about a
-            // block it no longer has): no answer about the payment, which is not claimed yet.
-            Err(e) => Err(Unreachable {
-                chain: payment.network.name.clone(),
-                detail: format!("eth_estimateGas: {e}"),
+                message: format!("transferWithAuthorization would revert: {reason}"),
             }),
-        }
+        })
     }
 
     /// What a running settlement or the ledger already says of this payment, if anything,
