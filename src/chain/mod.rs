@@ -9,7 +9,9 @@ pub mod read_mode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ethers_core::abi::{decode, ParamType, Token};
 use ethers_core::types::{Address, H256, U256};
+use ethers_core::utils::id;
 use serde_json::{json, Value};
 
 use crate::config::ChainSettings;
@@ -130,14 +132,11 @@ pub fn parse_h256(s: &str) -> Option<H256> {
 /// The reason in revert data encoded as `Error(string)`, as Solidity's `require` and
 /// `revert("...")` write it.
 pub fn error_string(data: &[u8]) -> Option<String> {
-    if data.len() < 4 || data[..4] != ethers_core::utils::id("Error(string)") {
+    if data.len() < 4 || data[..4] != id("Error(string)") {
         return None;
     }
-    match ethers_core::abi::decode(&[ethers_core::abi::ParamType::String], &data[4..])
-        .ok()?
-        .pop()?
-    {
-        ethers_core::abi::Token::String(reason) => Some(reason),
+    match decode(&[ParamType::String], &data[4..]).ok()?.pop()? {
+        Token::String(reason) => Some(reason),
         _ => None,
     }
 }

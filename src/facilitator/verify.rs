@@ -334,7 +334,7 @@ pub enum Tried {
     Reverted(String),
 }
 
-/// The gas limit of a settlement whose estimate the node answered but not as a number.
+/// Gas assumed when a node answers an estimate it cannot parse (USDC's call uses about 80 000).
 const FALLBACK_GAS_LIMIT: u64 = 150_000;
 
 /// Reads the chain facts in the chain's read mode: one lens call where the node runs state
