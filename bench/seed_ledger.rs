@@ -3,7 +3,7 @@
 //!
 //!   cargo run --release --example seed-ledger -- STORE_PATH COUNT
 
-use ethers_core::types::{Address, Bytes, H256};
+use ethers_core::types::{Address, Bytes, H256, U256};
 use routerd::chain::TxFees;
 use routerd::facilitator::settlement::state::{Attempt, Inclusion, Outcome, Record, State};
 use routerd::store::sled::Store;
@@ -22,7 +22,7 @@ async fn main() {
     for i in 0..count {
         let record = finished_record(i, now);
         store
-            .claim(&record.key(), &record, None)
+            .claim(&record.key(), &record, None, U256::MAX)
             .await
             .expect("claim");
         store.save(&[&record], false).await.expect("save");
@@ -52,6 +52,7 @@ fn finished_record(i: u64, now: u64) -> Record {
         digest: hash,
         calldata: Bytes::from(vec![0u8; 260]),
         gas_limit: 100_000,
+        request: None,
         state: State::Final { inclusion },
         attempts: vec![Attempt {
             signer: Address::repeat_byte(0x44),

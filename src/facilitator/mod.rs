@@ -19,7 +19,8 @@ use crate::chain::Chain;
 use crate::config::{ChainSettings, FacilitatorSettings};
 use crate::signer::Signer;
 use crate::store::{Storage, StoreError};
-pub use settlement::{Lane, LaneSettings, PaymentKey, SettleError};
+use settlement::ClaimOn;
+pub use settlement::{Lane, LaneSettings, PaymentKey, RequestTag, SettleError};
 use types::{
     PaymentRequest, SettleResponse, SettlementStatus, SupportedKind, SupportedResponse,
     VerifyResponse,
@@ -109,7 +110,7 @@ impl Facilitator {
     }
 
     /// v1's kinds name the configured networks; v2's name them by CAIP-2 id and come with v2's
-    /// `extensions` (routerd implements none) and `signers`.
+    /// `extensions` (`payment-identifier`: its id is a settle's retry key) and `signers`.
     pub fn supported(&self) -> SupportedResponse {
         let mut kinds: Vec<SupportedKind> = Vec::new();
         if self.serves_v1 {
@@ -135,22 +136,27 @@ impl Facilitator {
         let signers = self.signers.iter().map(|a| to_checksum(a, None)).collect();
         SupportedResponse {
             kinds,
-            extensions: Some(Vec::new()),
+            extensions: Some(vec![protocol::v2::PAYMENT_IDENTIFIER]),
             signers: Some(BTreeMap::from([("eip155:*", signers)])),
         }
     }
 
-    /// Verify's rules, and one more: a nonce another authorization has claimed for settlement
-    /// is not a payment a merchant may deliver on.
+    /// Verify's rules, and one more: a payment whose nonce is claimed for settlement (by this
+    /// or any other authorization) is not one a merchant may deliver on (access.md §1).
     async fn verdict(&self, request: &PaymentRequest) -> Result<Result<(), Invalid>, SettleError> {
-        Ok(match self.verifier.check_local(request) {
-            Err(failure) => Err(failure),
-            Ok(payment) if self.settler.claimed_by_another(&payment).await? => Err(Invalid {
-                reason: types::Reason::Payload,
-                message: "authorization nonce already claimed by another authorization".to_string(),
-            }),
-            Ok(payment) => self.verifier.check_on_chain(&payment).await?,
-        })
+        let payment = match self.verifier.check_local(request) {
+            Err(failure) => return Ok(Err(failure)),
+            Ok(payment) => payment,
+        };
+        let message = match self.settler.claim_on(&payment).await? {
+            None => return Ok(self.verifier.check_on_chain(&payment).await?),
+            Some(ClaimOn::BeingSettled) => "authorization already being settled",
+            Some(ClaimOn::Settled) => "authorization already settled",
+        };
+        Ok(Err(Invalid {
+            reason: types::Reason::AlreadySettled,
+            message: message.to_string(),
+        }))
     }
 
     pub async fn verify(&self, request: &PaymentRequest) -> Result<VerifyResponse, SettleError> {
@@ -161,14 +167,19 @@ impl Facilitator {
         Ok(Verifier::respond(request, verdict))
     }
 
-    pub async fn settle(&self, request: &PaymentRequest) -> Result<SettleResponse, SettleError> {
+    /// `tag` names the request for its retries (`Idempotency-Key`): see [`RequestTag`].
+    pub async fn settle(
+        &self,
+        request: &PaymentRequest,
+        tag: Option<RequestTag>,
+    ) -> Result<SettleResponse, SettleError> {
         match self.v1_refused() {
             Some(refused) => Ok(SettleResponse::refused(
                 &refused,
                 verify::payer_of(request),
                 request.payment_requirements.network.clone(),
             )),
-            None => self.settler.settle(request).await,
+            None => self.settler.settle(request, tag).await,
         }
     }
 
@@ -203,6 +214,7 @@ impl Facilitator {
     pub async fn settle_v2(
         &self,
         request: &protocol::v2::PaymentRequest,
+        tag: Option<RequestTag>,
     ) -> Result<SettleResponse, SettleError> {
         let lowered = self.lower_v2(request);
         let outcome = match &lowered.verdict {
@@ -211,7 +223,7 @@ impl Facilitator {
                 verify::payer_of(&lowered.request),
                 String::new(),
             )),
-            Ok(()) => self.settler.settle(&lowered.request).await,
+            Ok(()) => self.settler.settle(&lowered.request, tag).await,
         };
         protocol::v2::settle_answer(request, &lowered.request, outcome)
     }

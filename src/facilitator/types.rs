@@ -180,12 +180,14 @@ pub enum Reason {
     Signature,
     SignatureAddress,
     InsufficientFunds,
+    /// The payment's nonce is claimed for settlement: being settled or settled (access.md §1).
+    AlreadySettled,
 }
 
 impl Reason {
     /// Every reason, for tests that check each has a name.
     #[cfg(test)]
-    pub const ALL: [Reason; 15] = [
+    pub const ALL: [Reason; 16] = [
         Reason::X402Version,
         Reason::Scheme,
         Reason::Network,
@@ -201,6 +203,7 @@ impl Reason {
         Reason::Signature,
         Reason::SignatureAddress,
         Reason::InsufficientFunds,
+        Reason::AlreadySettled,
     ];
 
     pub fn verify_name(self) -> &'static str {
@@ -222,6 +225,7 @@ impl Reason {
             Reason::Signature => "invalid_exact_evm_payload_signature",
             Reason::SignatureAddress => "invalid_exact_evm_payload_signature_address",
             Reason::InsufficientFunds => "insufficient_funds",
+            Reason::AlreadySettled => "invalid_payload",
         }
     }
 

@@ -214,15 +214,16 @@ impl Verifier {
         Ok(self.judge(payment, &facts))
     }
 
-    /// [`Self::check_on_chain`], with the settlement transaction tried in the same request.
+    /// [`Self::check_on_chain`], with the settlement transaction tried in the same request;
+    /// also the payer's balance that was read.
     pub async fn check_and_try(
         &self,
         payment: &Payment<'_>,
         trial: &Trial<'_>,
-    ) -> Result<(Result<(), Invalid>, Tried), Unreachable> {
+    ) -> Result<(Result<(), Invalid>, Tried, U256), Unreachable> {
         let (facts, tried) = read_chain(payment, Some(trial)).await?;
         let tried = tried.expect("read_chain tries what it is given");
-        Ok((self.judge(payment, &facts), tried))
+        Ok((self.judge(payment, &facts), tried, facts.balance))
     }
 
     fn judge(&self, payment: &Payment<'_>, facts: &ChainFacts) -> Result<(), Invalid> {

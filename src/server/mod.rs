@@ -1,6 +1,7 @@
 //! Transport: the jsonrpsee server with the REST layer in front, on one listener (or two, when
 //! the facilitator has its own address). Handlers stay thin; the services do the work.
 
+mod idempotency;
 mod ops;
 mod rest;
 mod rpc;

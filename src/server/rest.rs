@@ -14,13 +14,14 @@ use jsonrpsee::core::BoxError;
 use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse};
 use tower::{Layer, Service};
 
+use super::idempotency;
 use super::wire_errors::{json_response, parse_body, parse_value_with, WireError};
 use super::{ops, App, Surface};
 use crate::chain;
 use crate::facilitator::protocol::{self, v2};
 use crate::facilitator::types::{PaymentRequest, SettleResponse};
 use crate::facilitator::verify::parse_address;
-use crate::facilitator::{Facilitator, PaymentKey, SettleError};
+use crate::facilitator::{Facilitator, PaymentKey, RequestTag, SettleError};
 
 #[derive(Clone)]
 pub struct RestLayer {
@@ -196,8 +197,9 @@ async fn facilitator_route(
             Ok(json_response(StatusCode::OK, &answer))
         }
         ("/settle", &Method::POST) => {
+            let key = idempotency::header_key(request.headers())?;
             let bytes = read_body(request.into_body(), app.max_body_bytes).await?;
-            settle(app, &bytes, note).await
+            settle(app, &bytes, key.as_deref(), note).await
         }
         ("/supported", _) => Err(WireError::method_not_allowed(method, path, "GET")),
         _ => Err(WireError::method_not_allowed(method, path, "POST")),
@@ -255,8 +257,14 @@ fn parse_status_path(rest: &str) -> Result<PaymentKey, WireError> {
 }
 
 /// A single payment answers a single result; an array answers an array, in order, each element
-/// on its own: a pending or failed element gets the `Error` shape in its slot.
-async fn settle(app: &App, bytes: &[u8], note: &mut Note) -> Result<HttpResponse, WireError> {
+/// on its own: a pending or failed element gets the `Error` shape in its slot. `key` is the
+/// request's `Idempotency-Key`.
+async fn settle(
+    app: &App,
+    bytes: &[u8],
+    key: Option<&str>,
+    note: &mut Note,
+) -> Result<HttpResponse, WireError> {
     let facilitator = app.facilitator.as_ref().expect("checked by the caller");
     if first_json_byte(bytes) == Some(b'[') {
         let items: Vec<serde_json::Value> = parse_body(bytes)?;
@@ -269,16 +277,23 @@ async fn settle(app: &App, bytes: &[u8], note: &mut Note) -> Result<HttpResponse
         let payments = items
             .into_iter()
             .enumerate()
-            .map(|(i, item)| parse_payment(facilitator.serves_v2(), item, &format!("[{i}]")))
-            .collect::<Result<Vec<Payment>, _>>()?;
+            .map(|(i, item)| {
+                let element = serde_json::to_vec(&item).expect("JSON values serialize");
+                let payment = parse_payment(facilitator.serves_v2(), item, &format!("[{i}]"))?;
+                let tag = payment.tag(key, Some(i), &element)?;
+                Ok((payment, tag))
+            })
+            .collect::<Result<Vec<(Payment, Option<RequestTag>)>, WireError>>()?;
         note.payment = Some(
             payments
                 .iter()
-                .map(Payment::label)
+                .map(|(p, _)| p.label())
                 .collect::<Vec<_>>()
                 .join(","),
         );
-        let answers = futures::future::join_all(payments.iter().map(|p| settle_one(app, p))).await;
+        let answers =
+            futures::future::join_all(payments.into_iter().map(|(p, tag)| settle_one(app, p, tag)))
+                .await;
         note.outcome = Some(
             answers
                 .iter()
@@ -300,7 +315,8 @@ async fn settle(app: &App, bytes: &[u8], note: &mut Note) -> Result<HttpResponse
     }
     let payment = parse_payment_body(facilitator, bytes)?;
     note.payment = Some(payment.label());
-    let answer = settle_one(app, &payment).await?;
+    let tag = payment.tag(key, None, bytes)?;
+    let answer = settle_one(app, payment, tag).await?;
     note.outcome = Some(settle_outcome(&answer));
     Ok(json_response(StatusCode::OK, &answer))
 }
@@ -312,11 +328,15 @@ fn settle_outcome(answer: &SettleResponse) -> String {
     }
 }
 
-async fn settle_one(app: &App, payment: &Payment) -> Result<SettleResponse, WireError> {
+async fn settle_one(
+    app: &App,
+    payment: Payment,
+    tag: Option<RequestTag>,
+) -> Result<SettleResponse, WireError> {
     let facilitator = app.facilitator.as_ref().expect("checked by the caller");
-    let result = match payment {
-        Payment::V1(p) => facilitator.settle(p).await,
-        Payment::V2(p) => facilitator.settle_v2(p).await,
+    let result = match &payment {
+        Payment::V1(p) => facilitator.settle(p, tag).await,
+        Payment::V2(p) => facilitator.settle_v2(p, tag).await,
     };
     app.metrics.observe_settlement(match &result {
         Ok(answer) if answer.success => "success",
@@ -386,6 +406,24 @@ fn parse_payment(
 }
 
 impl Payment {
+    /// The retry tag of this payment: the request's `Idempotency-Key`, else in v2 the
+    /// `payment-identifier` id, bound to `body`.
+    fn tag(
+        &self,
+        header: Option<&str>,
+        element: Option<usize>,
+        body: &[u8],
+    ) -> Result<Option<RequestTag>, WireError> {
+        let identifier = match self {
+            Payment::V2(p) if header.is_none() => p
+                .payment_payload
+                .payment_identifier()
+                .map_err(|field| WireError::bad_request(prefixed(element, field)))?,
+            _ => None,
+        };
+        Ok(idempotency::tag(header.or(identifier), element, body))
+    }
+
     /// network|asset|from|nonce, for the request's log line.
     fn label(&self) -> String {
         let (network, asset, a) = match self {
@@ -401,6 +439,14 @@ impl Payment {
             ),
         };
         format!("{network}|{asset}|{}|{}", a.from, a.nonce)
+    }
+}
+
+/// A field path inside an array settle's element `[i]`.
+fn prefixed(element: Option<usize>, message: String) -> String {
+    match element {
+        Some(i) => format!("[{i}].{message}"),
+        None => message,
     }
 }
 

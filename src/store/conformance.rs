@@ -27,6 +27,7 @@ fn record(nonce: u8) -> Record {
         digest: H256::repeat_byte(0xd0),
         calldata: Bytes::from(vec![1, 2, 3]),
         gas_limit: 90_000,
+        request: None,
         state: State::Claimed,
         attempts: Vec::new(),
         outcome: None,
@@ -78,14 +79,15 @@ async fn claims_once_and_releases(a: &Storage, b: &Storage) {
     let first = record(1);
     let key = first.key();
     assert!(matches!(
-        a.claim(&key, &first, None).await.unwrap(),
+        a.claim(&key, &first, None, U256::MAX).await.unwrap(),
         Claim::Claimed
     ));
     let mut other = record(1);
     other.digest = H256::repeat_byte(0xee);
-    match b.claim(&key, &other, None).await.unwrap() {
+    match b.claim(&key, &other, None, U256::MAX).await.unwrap() {
         Claim::Exists(stored) => assert_eq!(stored.digest, first.digest, "the first claim stays"),
         Claim::Claimed => panic!("a payment was claimed twice"),
+        Claim::OverLimit { .. } => panic!("no limit was set"),
     }
     assert_eq!(b.get(&key).await.unwrap().unwrap().digest, first.digest);
     let unfinished = b.unfinished().await.unwrap();
@@ -94,7 +96,7 @@ async fn claims_once_and_releases(a: &Storage, b: &Storage) {
     assert!(b.get(&key).await.unwrap().is_none());
     assert!(!b.unfinished().await.unwrap().iter().any(|r| r.key() == key));
     assert!(matches!(
-        b.claim(&key, &other, None).await.unwrap(),
+        b.claim(&key, &other, None, U256::MAX).await.unwrap(),
         Claim::Claimed
     ));
 }
@@ -109,7 +111,10 @@ async fn concurrent_claims_have_one_winner(a: &Storage, b: &Storage) {
         let key = key.clone();
         tasks.push(tokio::spawn(async move {
             matches!(
-                store.claim(&key, &candidate, None).await.unwrap(),
+                store
+                    .claim(&key, &candidate, None, U256::MAX)
+                    .await
+                    .unwrap(),
                 Claim::Claimed
             )
         }));
@@ -121,13 +126,71 @@ async fn concurrent_claims_have_one_winner(a: &Storage, b: &Storage) {
     assert_eq!(winners, 1);
 }
 
+/// A payer's claims that still expose its balance add up, across handles and concurrently:
+/// with a limit of three values, three of eight concurrent claims win. An answered one stops
+/// counting; a released one too.
+async fn exposure_adds_up_per_account(a: &Storage, b: &Storage) {
+    let value = record(0).value;
+    let limit = value * 3;
+    let mut tasks = Vec::new();
+    for i in 0..8u8 {
+        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let candidate = record(0x40 + i);
+        tasks.push(tokio::spawn(async move {
+            let key = candidate.key();
+            let claim = store.claim(&key, &candidate, None, limit).await.unwrap();
+            matches!(claim, Claim::Claimed).then_some(candidate)
+        }));
+    }
+    let mut won = Vec::new();
+    for task in tasks {
+        won.extend(task.await.unwrap());
+    }
+    assert_eq!(won.len(), 3, "three values fit under the limit");
+    let late = record(0x50);
+    match b.claim(&late.key(), &late, None, limit).await.unwrap() {
+        Claim::OverLimit { exposed } => assert_eq!(exposed, limit),
+        _ => panic!("a fourth value was claimed over the limit"),
+    }
+    // Another payer's account is apart.
+    let mut stranger = record(0x51);
+    stranger.payer = Address::repeat_byte(0x77);
+    assert!(matches!(
+        a.claim(&stranger.key(), &stranger, None, value)
+            .await
+            .unwrap(),
+        Claim::Claimed
+    ));
+    let mut answered = finished(signed(won[0].clone(), 7), 1);
+    answered.state = State::Sent { nonce: 7 };
+    answered.finished_at = None;
+    a.save(&[&answered], true).await.unwrap();
+    a.release(&won[1].key()).await.unwrap();
+    let second = record(0x52);
+    assert!(matches!(
+        b.claim(&second.key(), &second, None, value * 2)
+            .await
+            .unwrap(),
+        Claim::Claimed
+    ));
+    let third = record(0x53);
+    assert!(matches!(
+        b.claim(&third.key(), &third, None, value * 2)
+            .await
+            .unwrap(),
+        Claim::OverLimit { .. }
+    ));
+}
+
 /// Records saved together: the one that ended leaves the unfinished index, the other stays.
 async fn terminal_records_leave_unfinished_and_are_pruned(a: &Storage, b: &Storage) {
     let claimed = record(3);
     let key = claimed.key();
     let other = record(4);
-    a.claim(&key, &claimed, None).await.unwrap();
-    a.claim(&other.key(), &other, None).await.unwrap();
+    a.claim(&key, &claimed, None, U256::MAX).await.unwrap();
+    a.claim(&other.key(), &other, None, U256::MAX)
+        .await
+        .unwrap();
     a.save(
         &[&signed(claimed.clone(), 0), &signed(other.clone(), 1)],
         true,
@@ -245,7 +308,7 @@ async fn the_work_queue_hands_each_claim_to_one_lane_and_a_takeover_inherits(
         .unwrap();
     // A free claim: exactly one of two lanes polling together takes it.
     let free = record(10);
-    a.claim(&free.key(), &free, None).await.unwrap();
+    a.claim(&free.key(), &free, None, U256::MAX).await.unwrap();
     let (by_one, by_two) = tokio::join!(a.take_queued(&one, 10), b.take_queued(&two, 10));
     let (by_one, by_two) = (by_one.unwrap(), by_two.unwrap());
     assert_eq!(by_one.len() + by_two.len(), 1, "{by_one:?} {by_two:?}");
@@ -253,7 +316,9 @@ async fn the_work_queue_hands_each_claim_to_one_lane_and_a_takeover_inherits(
     assert!(b.take_queued(&two, 10).await.unwrap().is_empty());
     // A claim taken by its claimer's lane stays with it...
     let mine = record(11);
-    a.claim(&mine.key(), &mine, Some(&one)).await.unwrap();
+    a.claim(&mine.key(), &mine, Some(&one), U256::MAX)
+        .await
+        .unwrap();
     assert!(b.take_queued(&two, 10).await.unwrap().is_empty());
     assert!(a.take_queued(&one, 10).await.unwrap().is_empty());
     // ...until the lane changes hands: the next holder inherits it.
@@ -266,7 +331,7 @@ async fn the_work_queue_hands_each_claim_to_one_lane_and_a_takeover_inherits(
     );
     // The old holder can take nothing more.
     let late = record(12);
-    a.claim(&late.key(), &late, None).await.unwrap();
+    a.claim(&late.key(), &late, None, U256::MAX).await.unwrap();
     assert!(a.take_queued(&one, 10).await.unwrap().is_empty());
     // Given back, it is free again; once signed, it leaves the queue.
     b.requeue(&[late.key()]).await.unwrap();
@@ -279,7 +344,9 @@ async fn the_work_queue_hands_each_claim_to_one_lane_and_a_takeover_inherits(
     assert!(b.take_queued(&three, 10).await.unwrap().is_empty());
     // A released claim leaves the queue with its record.
     let dropped = record(13);
-    a.claim(&dropped.key(), &dropped, None).await.unwrap();
+    a.claim(&dropped.key(), &dropped, None, U256::MAX)
+        .await
+        .unwrap();
     a.release(&dropped.key()).await.unwrap();
     assert!(b.take_queued(&three, 10).await.unwrap().is_empty());
 }
@@ -328,6 +395,12 @@ macro_rules! conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn one_holder_per_lane_and_the_fence_stops_the_old_one() {
                 run("leases", |a, b| async move { super::one_holder_per_lane_and_the_fence_stops_the_old_one(&a, &b).await }).await;
+            }
+
+            $(#[$attr])?
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn exposure_adds_up_per_account() {
+                run("exposure", |a, b| async move { super::exposure_adds_up_per_account(&a, &b).await }).await;
             }
 
             $(#[$attr])?

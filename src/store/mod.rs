@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use ethers_core::types::U256;
 
 use crate::config::{StorageBackend, StorageSettings};
 use crate::facilitator::settlement::state::{LaneId, PaymentKey, Record};
@@ -57,6 +58,9 @@ pub enum Claim {
     Claimed,
     /// Somebody else does, or did: here is what is stored.
     Exists(Box<Record>),
+    /// Nothing was stored: the payer's settlements that still expose its balance (`exposed`)
+    /// and this one add up to more than the limit.
+    OverLimit { exposed: U256 },
 }
 
 /// The right to sign on one lane: `fence` grows every time the lane changes hands, and every
@@ -74,12 +78,15 @@ pub trait SettlementStore: Send + Sync {
     async fn get(&self, key: &PaymentKey) -> Result<Option<Record>, StoreError>;
     /// Creates the record only if none exists: the single point where duplicates are told apart.
     /// The new claim enters the work queue taken by `taken_by` (the claiming instance signs it)
-    /// or, with `None`, free for whichever instance holds a lane of its network.
+    /// or, with `None`, free for whichever instance holds a lane of its network. It is refused
+    /// when the values of its account's records that still expose (`Record::exposes`) plus its
+    /// own exceed `limit`; claims of one account are serialised, also across instances.
     async fn claim(
         &self,
         key: &PaymentKey,
         record: &Record,
         taken_by: Option<&Lease>,
+        limit: U256,
     ) -> Result<Claim, StoreError>;
     /// Stores state changes, all of them or none; a terminal one leaves the unfinished index for
     /// the finished one. `durable` waits until the write is on disk (answers depend on it).

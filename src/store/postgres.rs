@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use ethers_core::types::U256;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
 
@@ -66,6 +67,13 @@ const MIGRATIONS: &[(i32, &str)] = &[
          );
          CREATE INDEX settlement_queue_network ON settlement_queue (network, queued_at);",
     ),
+    (
+        3,
+        // The payer-exposure rule: `exposure` is the value a record still exposes of its
+        // account's balance (NULL once answered or ended), summed per `account` at each claim.
+        "ALTER TABLE settlements ADD COLUMN account text, ADD COLUMN exposure numeric(78, 0);
+         CREATE INDEX settlements_exposure ON settlements (account) WHERE exposure IS NOT NULL;",
+    ),
 ];
 
 pub struct PgStore {
@@ -104,19 +112,31 @@ fn encode(record: &Record) -> String {
     serde_json::to_string(record).expect("store records serialize")
 }
 
-/// The columns a record is stored with: unfinished unless terminal with a finish time.
-fn columns(record: &Record) -> Result<(String, String, bool, Option<i64>), StoreError> {
+/// The columns a record is stored with: unfinished unless terminal with a finish time; its
+/// account, and the value it still exposes (decimal) while it does.
+struct Columns {
+    key: String,
+    text: String,
+    unfinished: bool,
+    finished_at: Option<i64>,
+    account: String,
+    exposure: Option<String>,
+}
+
+fn columns(record: &Record) -> Result<Columns, StoreError> {
     let finished_at = record
         .finished_at
         .filter(|_| record.state.is_terminal())
         .map(int)
         .transpose()?;
-    Ok((
-        record.key().to_string(),
-        encode(record),
-        finished_at.is_none(),
+    Ok(Columns {
+        key: record.key().to_string(),
+        text: encode(record),
+        unfinished: finished_at.is_none(),
         finished_at,
-    ))
+        account: record.account().to_string(),
+        exposure: record.exposes().then(|| record.value.to_string()),
+    })
 }
 
 /// host:port/database, for the banner and `check-config`: never the user or password.
@@ -274,22 +294,48 @@ impl PgStore {
 }
 
 const UPSERT_RECORDS: &str =
-    "INSERT INTO settlements (payment_key, record, unfinished, finished_at)
-     SELECT * FROM unnest($1::text[], $2::text[], $3::boolean[], $4::bigint[])
+    "INSERT INTO settlements (payment_key, record, unfinished, finished_at, account, exposure)
+     SELECT k, r, u, f, a, e::numeric
+     FROM unnest($1::text[], $2::text[], $3::boolean[], $4::bigint[], $5::text[], $6::text[])
+         AS t(k, r, u, f, a, e)
      ON CONFLICT (payment_key) DO UPDATE SET record = EXCLUDED.record,
-         unfinished = EXCLUDED.unfinished, finished_at = EXCLUDED.finished_at";
+         unfinished = EXCLUDED.unfinished, finished_at = EXCLUDED.finished_at,
+         account = EXCLUDED.account, exposure = EXCLUDED.exposure";
 
-/// The four arrays `UPSERT_RECORDS` takes.
-type RecordColumns = (Vec<String>, Vec<String>, Vec<bool>, Vec<Option<i64>>);
+/// The six arrays `UPSERT_RECORDS` takes.
+#[derive(Default)]
+struct RecordColumns {
+    keys: Vec<String>,
+    texts: Vec<String>,
+    unfinished: Vec<bool>,
+    finished: Vec<Option<i64>>,
+    accounts: Vec<String>,
+    exposures: Vec<Option<String>>,
+}
+
+impl RecordColumns {
+    fn params(&self) -> [&(dyn ToSql + Sync); 6] {
+        [
+            &self.keys,
+            &self.texts,
+            &self.unfinished,
+            &self.finished,
+            &self.accounts,
+            &self.exposures,
+        ]
+    }
+}
 
 fn record_columns(records: &[&Record]) -> Result<RecordColumns, StoreError> {
-    let mut out: RecordColumns = Default::default();
+    let mut out = RecordColumns::default();
     for record in records {
-        let (key, text, unfinished, finished_at) = columns(record)?;
-        out.0.push(key);
-        out.1.push(text);
-        out.2.push(unfinished);
-        out.3.push(finished_at);
+        let c = columns(record)?;
+        out.keys.push(c.key);
+        out.texts.push(c.text);
+        out.unfinished.push(c.unfinished);
+        out.finished.push(c.finished_at);
+        out.accounts.push(c.account);
+        out.exposures.push(c.exposure);
     }
     Ok(out)
 }
@@ -310,53 +356,80 @@ impl SettlementStore for PgStore {
         row.map(|r| decode(&id, r.get(0))).transpose()
     }
 
+    /// One transaction under the account's advisory lock, so that claims of one payer on
+    /// several instances are added up one after another: the stored record if the payment
+    /// exists, else the account's exposure checked, else the record and its queue entry.
     async fn claim(
         &self,
         key: &PaymentKey,
         record: &Record,
         taken_by: Option<&Lease>,
+        limit: U256,
     ) -> Result<Claim, StoreError> {
         let id = key.to_string();
-        let text = encode(record);
+        let c = columns(record)?;
         let lane = taken_by.map(|l| l.lane.to_string());
         let fence = taken_by.map(|l| int(l.fence)).transpose()?;
-        let client = self.client().await?;
-        loop {
-            // One statement: the record and its queue entry, or nothing if the payment exists.
-            let inserted = client
-                .execute(
-                    "WITH claimed AS (
-                         INSERT INTO settlements (payment_key, record, unfinished)
-                         VALUES ($1, $2, true) ON CONFLICT (payment_key) DO NOTHING
-                         RETURNING payment_key
-                     )
-                     INSERT INTO settlement_queue (payment_key, network, lane, fence)
-                     SELECT payment_key, $3, $4, $5 FROM claimed",
-                    &[&id, &text, &key.network, &lane, &fence],
-                )
-                .await
-                .map_err(pg)?;
-            if inserted == 1 {
-                return Ok(Claim::Claimed);
-            }
-            let row = client
-                .query_opt(
-                    "SELECT record FROM settlements WHERE payment_key = $1",
-                    &[&id],
-                )
-                .await
-                .map_err(pg)?;
-            // None: released between the two statements; claim again.
-            if let Some(row) = row {
-                return Ok(Claim::Exists(Box::new(decode(&id, row.get(0))?)));
-            }
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg)?;
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+            &[&c.account],
+        )
+        .await
+        .map_err(pg)?;
+        let existing = tx
+            .query_opt(
+                "SELECT record FROM settlements WHERE payment_key = $1",
+                &[&id],
+            )
+            .await
+            .map_err(pg)?;
+        if let Some(row) = existing {
+            return Ok(Claim::Exists(Box::new(decode(&id, row.get(0))?)));
         }
+        let exposed: String = tx
+            .query_one(
+                "SELECT coalesce(sum(exposure), 0)::text FROM settlements
+                 WHERE account = $1 AND exposure IS NOT NULL",
+                &[&c.account],
+            )
+            .await
+            .map_err(pg)?
+            .get(0);
+        let exposed = U256::from_dec_str(&exposed).map_err(|_| {
+            StoreError::Postgres(format!("exposure of {} is not a uint256", c.account))
+        })?;
+        if exposed.saturating_add(record.value) > limit {
+            return Ok(Claim::OverLimit { exposed });
+        }
+        tx.execute(
+            "WITH claimed AS (
+                 INSERT INTO settlements (payment_key, record, unfinished, account, exposure)
+                 VALUES ($1, $2, true, $6, $7::text::numeric)
+                 RETURNING payment_key
+             )
+             INSERT INTO settlement_queue (payment_key, network, lane, fence)
+             SELECT payment_key, $3, $4, $5 FROM claimed",
+            &[
+                &id,
+                &c.text,
+                &key.network,
+                &lane,
+                &fence,
+                &c.account,
+                &c.exposure,
+            ],
+        )
+        .await
+        .map_err(pg)?;
+        tx.commit().await.map_err(pg)?;
+        Ok(Claim::Claimed)
     }
 
     async fn save(&self, records: &[&Record], _durable: bool) -> Result<(), StoreError> {
-        let (keys, texts, unfinished, finished) = record_columns(records)?;
-        self.execute(UPSERT_RECORDS, &[&keys, &texts, &unfinished, &finished])
-            .await
+        let columns = record_columns(records)?;
+        self.execute(UPSERT_RECORDS, &columns.params()).await
     }
 
     async fn release(&self, key: &PaymentKey) -> Result<(), StoreError> {
@@ -460,7 +533,7 @@ impl LaneStore for PgStore {
         records: &[&Record],
     ) -> Result<(), StoreError> {
         let lane = lease.lane.to_string();
-        let (keys, texts, unfinished, finished) = record_columns(records)?;
+        let columns = record_columns(records)?;
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg)?;
         let fenced = tx
@@ -473,14 +546,14 @@ impl LaneStore for PgStore {
         if fenced == 0 {
             return Err(StoreError::LeaseLost(lane)); // the transaction rolls back on drop
         }
-        if !keys.is_empty() {
-            tx.execute(UPSERT_RECORDS, &[&keys, &texts, &unfinished, &finished])
+        if !columns.keys.is_empty() {
+            tx.execute(UPSERT_RECORDS, &columns.params())
                 .await
                 .map_err(pg)?;
             // Signed: from now on the lane's unfinished records carry it, not the queue.
             tx.execute(
                 "DELETE FROM settlement_queue WHERE payment_key = ANY($1)",
-                &[&keys],
+                &[&columns.keys],
             )
             .await
             .map_err(pg)?;

@@ -22,7 +22,8 @@ use super::{
     next_router_nonce, Backend, Claim, LaneStore, Lease, RouterNonceStore, SettlementStore,
     StoreError,
 };
-use crate::facilitator::settlement::state::{LaneId, PaymentKey, Record};
+use crate::facilitator::settlement::state::{Account, LaneId, PaymentKey, Record};
+use ethers_core::types::U256;
 
 /// Version 2: settlement records with explicit states, and the unfinished/finished indexes.
 const SCHEMA_VERSION: &[u8] = b"2";
@@ -61,6 +62,11 @@ pub struct Store {
     pub router_nonces: Tree,
     /// Lease per (network, signer): holder, fence, expiry.
     lane_leases: Tree,
+    /// Payment key -> value (32 bytes, big-endian) of each settlement that still exposes its
+    /// payer's balance; keys of one account share its prefix (`Account` then `|`).
+    exposure: Tree,
+    /// Serialises claims: an account's exposure is summed and the claim added as one step.
+    claims: Arc<std::sync::Mutex<()>>,
 }
 
 impl Store {
@@ -91,6 +97,8 @@ impl Store {
             finished: db.open_tree("finished")?,
             signer_nonces: db.open_tree("signer_nonces")?,
             router_nonces: db.open_tree("router_nonces")?,
+            exposure: db.open_tree("exposure")?,
+            claims: Arc::default(),
             lane_leases,
             db,
             path: path.to_path_buf(),
@@ -233,6 +241,8 @@ struct SavedRow {
     encoded: Vec<u8>,
     terminal: bool,
     finished: Option<Vec<u8>>,
+    /// The value it still exposes, if any.
+    exposure: Option<[u8; 32]>,
 }
 
 impl SavedRow {
@@ -248,8 +258,26 @@ impl SavedRow {
             id,
             terminal,
             finished,
+            exposure: record.exposes().then(|| word(record.value)),
         }
     }
+}
+
+fn word(value: U256) -> [u8; 32] {
+    let mut bytes = [0u8; 32];
+    value.to_big_endian(&mut bytes);
+    bytes
+}
+
+/// The values the account's settlements still expose, added up.
+fn exposed(exposure: &Tree, account: &Account) -> Result<U256, StoreError> {
+    let prefix = format!("{account}|");
+    let mut total = U256::zero();
+    for entry in exposure.scan_prefix(prefix.as_bytes()) {
+        let (_, value) = entry?;
+        total = total.saturating_add(U256::from_big_endian(&value));
+    }
+    Ok(total)
 }
 
 fn finished_key(at: u64, id: &str) -> Vec<u8> {
@@ -277,31 +305,45 @@ impl SettlementStore for Store {
         key: &PaymentKey,
         record: &Record,
         _taken_by: Option<&Lease>,
+        limit: U256,
     ) -> Result<Claim, StoreError> {
         let id = key.to_string();
+        let _claiming = self.claims.lock().expect("claims lock");
+        if let Some(current) = self.settlements.get(id.as_bytes())? {
+            return Ok(Claim::Exists(Box::new(decode(&id, &current)?)));
+        }
+        let exposed = exposed(&self.exposure, &record.account())?;
+        if exposed.saturating_add(record.value) > limit {
+            return Ok(Claim::OverLimit { exposed });
+        }
         let encoded = Store::encode(record);
-        let existing = (&self.settlements, &self.unfinished)
-            .transaction(|(settlements, unfinished)| {
-                if let Some(current) = settlements.get(id.as_bytes())? {
-                    return Ok(Some(current));
-                }
+        let value = word(record.value);
+        (&self.settlements, &self.unfinished, &self.exposure)
+            .transaction(|(settlements, unfinished, exposure)| {
                 settlements.insert(id.as_bytes(), encoded.as_slice())?;
                 unfinished.insert(id.as_bytes(), &[])?;
-                Ok::<_, ConflictableTransactionError<StoreError>>(None)
+                exposure.insert(id.as_bytes(), &value)?;
+                Ok::<_, ConflictableTransactionError<StoreError>>(())
             })
             .map_err(transaction_error)?;
-        match existing {
-            None => Ok(Claim::Claimed),
-            Some(bytes) => Ok(Claim::Exists(Box::new(decode(&id, &bytes)?))),
-        }
+        Ok(Claim::Claimed)
     }
 
     async fn save(&self, records: &[&Record], durable: bool) -> Result<(), StoreError> {
         let rows: Vec<SavedRow> = records.iter().map(|r| SavedRow::of(r)).collect();
-        (&self.settlements, &self.unfinished, &self.finished)
-            .transaction(|(settlements, unfinished, done)| {
+        (
+            &self.settlements,
+            &self.unfinished,
+            &self.finished,
+            &self.exposure,
+        )
+            .transaction(|(settlements, unfinished, done, exposure)| {
                 for row in &rows {
                     settlements.insert(row.id.as_bytes(), row.encoded.as_slice())?;
+                    match &row.exposure {
+                        Some(value) => exposure.insert(row.id.as_bytes(), value)?,
+                        None => exposure.remove(row.id.as_bytes())?,
+                    };
                     if let Some(finished) = &row.finished {
                         unfinished.remove(row.id.as_bytes())?;
                         done.insert(finished.as_slice(), &[])?;
@@ -320,10 +362,11 @@ impl SettlementStore for Store {
 
     async fn release(&self, key: &PaymentKey) -> Result<(), StoreError> {
         let id = key.to_string();
-        (&self.settlements, &self.unfinished)
-            .transaction(|(settlements, unfinished)| {
+        (&self.settlements, &self.unfinished, &self.exposure)
+            .transaction(|(settlements, unfinished, exposure)| {
                 settlements.remove(id.as_bytes())?;
                 unfinished.remove(id.as_bytes())?;
+                exposure.remove(id.as_bytes())?;
                 Ok::<_, ConflictableTransactionError<StoreError>>(())
             })
             .map_err(transaction_error)?;

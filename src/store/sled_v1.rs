@@ -151,6 +151,7 @@ mod v1 {
                 digest: self.digest,
                 calldata: self.calldata,
                 gas_limit: self.gas_limit,
+                request: None,
                 state,
                 attempts,
                 outcome,

@@ -19,6 +19,10 @@ use super::super::verify::{Invalid, Verifier};
 /// `eip155:<chain id>`: the CAIP-2 namespace of EVM chains.
 const EIP155: &str = "eip155:";
 
+/// The extension whose `info.id` names one payment for its retries: a settle carrying it is
+/// treated as one carrying that id in an `Idempotency-Key` header (access.md §1).
+pub const PAYMENT_IDENTIFIER: &str = "payment-identifier";
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PaymentRequest {
@@ -51,9 +55,39 @@ pub struct PaymentPayload {
     pub resource: Option<ResourceInfo>,
     pub accepted: PaymentRequirements,
     pub payload: ExactEvmPayload,
-    /// Extensions the client echoes; routerd implements none (README: x402 v2 extensions).
+    /// Extensions the client echoes; routerd reads `payment-identifier` (README: x402 v2
+    /// extensions).
     #[serde(default)]
     pub extensions: Option<Map<String, Value>>,
+}
+
+impl PaymentPayload {
+    /// The `payment-identifier` extension's id, when the client sent one: 16 to 128 characters
+    /// of `[A-Za-z0-9_-]`, as the extension's schema says. Anything else names the field.
+    pub fn payment_identifier(&self) -> Result<Option<&str>, String> {
+        const FIELD: &str = "paymentPayload.extensions.payment-identifier.info.id";
+        let id = self
+            .extensions
+            .as_ref()
+            .and_then(|e| e.get(PAYMENT_IDENTIFIER))
+            .and_then(|e| e.get("info"))
+            .and_then(|info| info.get("id"));
+        let Some(id) = id else {
+            return Ok(None);
+        };
+        let valid = |id: &str| {
+            (16..=128).contains(&id.len())
+                && id
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        };
+        match id.as_str() {
+            Some(id) if valid(id) => Ok(Some(id)),
+            _ => Err(format!(
+                "{FIELD}: expected 16 to 128 characters of [A-Za-z0-9_-]"
+            )),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -221,6 +255,8 @@ pub fn reason_name(reason: Reason) -> &'static str {
         Reason::ValidBefore => "invalid_exact_evm_payload_authorization_valid_before",
         Reason::Signature | Reason::SignatureAddress => "invalid_exact_evm_payload_signature",
         Reason::InsufficientFunds => "insufficient_funds",
+        // `@x402/evm`'s name for an authorization whose nonce is used.
+        Reason::AlreadySettled => "invalid_exact_evm_nonce_already_used",
     }
 }
 
@@ -330,6 +366,7 @@ mod tests {
             "invalid_exact_evm_payload_authorization_valid_after",
             "invalid_exact_evm_payload_authorization_valid_before",
             "invalid_exact_evm_payload_authorization_value",
+            "invalid_exact_evm_nonce_already_used",
             "invalid_exact_evm_payload_signature",
             "invalid_exact_evm_payload_recipient_mismatch",
             "invalid_network",

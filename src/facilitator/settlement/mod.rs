@@ -28,8 +28,8 @@ use crate::chain::{self, Unreachable};
 use crate::clock::unix_now;
 use crate::store::{Claim, Lease, Storage, StoreError};
 pub use lane::{Lane, LaneSettings, Lanes};
-pub use state::{LaneId, Outcome, PaymentKey, Record, State};
-use waiters::{Progress, Waiters};
+pub use state::{LaneId, Outcome, PaymentKey, Record, RequestTag, State};
+use waiters::{Progress, Running, Waiters};
 use worker::Worker;
 
 /// The settlement ledger, lanes and leases, in whichever backend is configured.
@@ -61,6 +61,9 @@ pub enum SettleError {
     Abandoned(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The request's idempotency key was first used with another body.
+    #[error("Idempotency-Key {0:?} was first used with another request body")]
+    KeyReused(String),
 }
 
 fn pending_message(hash: &Option<H256>) -> String {
@@ -180,7 +183,14 @@ impl Settler {
         }
     }
 
-    pub async fn settle(&self, request: &PaymentRequest) -> Result<SettleResponse, SettleError> {
+    /// Settles one payment. `tag` names the request for its retries: only the request that
+    /// claimed the payment (or a retry carrying its tag) is told a success; every other settle
+    /// of the same authorization is told the transaction that settled it, as a failure.
+    pub async fn settle(
+        &self,
+        request: &PaymentRequest,
+        tag: Option<RequestTag>,
+    ) -> Result<SettleResponse, SettleError> {
         let answer = Answer {
             payer: payer_of(request),
             network: request.payment_requirements.network.clone(),
@@ -191,7 +201,7 @@ impl Settler {
         };
         let deadline = Instant::now() + self.wait_bound(payment.auth.valid_before);
         let key = payment.key();
-        if let Some(known) = self.known(&key, &payment).await? {
+        if let Some(known) = self.known(&key, &payment, tag.as_ref()).await? {
             return self.answer_known(known, &key, &answer, deadline).await;
         }
         let reservation = self
@@ -206,20 +216,23 @@ impl Settler {
                     chain: payment.network.name.clone(),
                     detail: "timed out before the settlement could be prepared".to_string(),
                 })??;
-        let (calldata, gas_limit) = match prepared {
+        let (calldata, gas_limit, balance) = match prepared {
             Ok(prepared) => prepared,
             Err(failure) => {
                 // A concurrent duplicate may have settled this very authorization while we read
                 // the chain (its nonce then reads as used): its outcome is the answer.
-                if let Some(known) = self.known(&key, &payment).await? {
+                if let Some(known) = self.known(&key, &payment, tag.as_ref()).await? {
                     return self.answer_known(known, &key, &answer, deadline).await;
                 }
                 return Ok(answer.failed(&failure));
             }
         };
-        let record = new_record(&payment, calldata, gas_limit);
+        let record = new_record(&payment, calldata, gas_limit, tag);
         let lease = reservation.lane().lease();
-        match self.claim(&key, &record, &payment, lease.as_ref()).await? {
+        match self
+            .claim(&key, &record, &payment, lease.as_ref(), balance)
+            .await?
+        {
             Claimed::Here(progress) => {
                 reservation.submit(record).await;
                 self.wait(progress, &key, &answer, deadline).await
@@ -229,21 +242,21 @@ impl Settler {
                 self.await_stored(record, &answer, deadline).await
             }
             Claimed::Known(known) => self.answer_known(known, &key, &answer, deadline).await,
+            Claimed::OverLimit(failure) => Ok(answer.failed(&failure)),
         }
     }
 
-    /// Whether another authorization holds this payment's nonce in the ledger: verify answers
-    /// such a payment invalid rather than let a merchant deliver on it.
-    pub async fn claimed_by_another(&self, payment: &Payment<'_>) -> Result<bool, StoreError> {
+    /// Whether this payment's nonce is claimed for settlement, by any authorization: verify
+    /// answers such a payment invalid rather than let a merchant deliver on it (access.md §1).
+    pub async fn claim_on(&self, payment: &Payment<'_>) -> Result<Option<ClaimOn>, StoreError> {
         let key = payment.key();
-        if let Some((digest, _)) = self.waiters.get(&key) {
-            return Ok(digest != payment.digest);
+        if self.waiters.get(&key).is_some() {
+            return Ok(Some(ClaimOn::BeingSettled));
         }
-        Ok(self
-            .ledger
-            .get(&key)
-            .await?
-            .is_some_and(|r| r.digest != payment.digest))
+        Ok(self.ledger.get(&key).await?.map(|r| match r.outcome {
+            Some(_) => ClaimOn::Settled,
+            None => ClaimOn::BeingSettled,
+        }))
     }
 
     /// What routerd knows of one payment, for the status route.
@@ -304,12 +317,12 @@ impl Settler {
     }
 
     /// Verify's chain rules and the settlement call tried, in one request: the calldata and
-    /// gas limit to sign, or why the payment fails.
+    /// gas limit to sign and the payer's balance, or why the payment fails.
     async fn prepare(
         &self,
         payment: &Payment<'_>,
         lane: &Lane,
-    ) -> Result<Result<(Bytes, u64), Invalid>, Unreachable> {
+    ) -> Result<Result<(Bytes, u64, U256), Invalid>, Unreachable> {
         let smart_wallet = payment.recovered != Some(payment.auth.from);
         let calldata =
             erc3009::transfer_with_authorization(&payment.auth, &payment.signature, smart_wallet);
@@ -317,12 +330,12 @@ impl Settler {
             sender: lane.signer_address(),
             calldata: &calldata,
         };
-        let (verdict, tried) = self.verifier.check_and_try(payment, &trial).await?;
+        let (verdict, tried, balance) = self.verifier.check_and_try(payment, &trial).await?;
         if let Err(failure) = verdict {
             return Ok(Err(failure));
         }
         Ok(match tried {
-            Tried::Gas(gas) => Ok((calldata, gas * (100 + GAS_HEADROOM_PERCENT) / 100)),
+            Tried::Gas(gas) => Ok((calldata, gas * (100 + GAS_HEADROOM_PERCENT) / 100, balance)),
             Tried::Reverted(reason) => Err(Invalid {
                 reason: Reason::Payload,
                 message: format!("transferWithAuthorization would revert: {reason}"),
@@ -336,47 +349,58 @@ impl Settler {
         &self,
         key: &PaymentKey,
         payment: &Payment<'_>,
-    ) -> Result<Option<Known>, StoreError> {
-        if let Some((digest, progress)) = self.waiters.get(key) {
-            return Ok(Some(
-                bind(digest, payment).unwrap_or(Known::Running(progress)),
-            ));
+        tag: Option<&RequestTag>,
+    ) -> Result<Option<Known>, SettleError> {
+        if let Some(running) = self.waiters.get(key) {
+            return Known::from_running(running, payment, tag).map(Some);
         }
-        Ok(self
-            .ledger
+        self.ledger
             .get(key)
             .await?
-            .map(|record| Known::from_record(record, payment)))
+            .map(|record| Known::from_record(record, payment, tag))
+            .transpose()
     }
 
     /// Creates the ledger record, then registers its waiters. The store's claim is atomic (also
     /// across instances), so exactly one caller registers; a duplicate arriving in between finds
     /// the stored record and waits for its outcome (`await_stored`). Without `lease` (no lane of
-    /// this network is held here) the claim is queued for an instance that holds one.
+    /// this network is held here) the claim is queued for an instance that holds one. The payer's
+    /// settlements still under way and this one may not add up to more than `balance`.
     async fn claim(
         &self,
         key: &PaymentKey,
         record: &Record,
         payment: &Payment<'_>,
         lease: Option<&Lease>,
-    ) -> Result<Claimed, StoreError> {
-        if let Some((digest, progress)) = self.waiters.get(key) {
-            return Ok(Claimed::Known(
-                bind(digest, payment).unwrap_or(Known::Running(progress)),
-            ));
+        balance: U256,
+    ) -> Result<Claimed, SettleError> {
+        let tag = record.request.as_ref();
+        if let Some(running) = self.waiters.get(key) {
+            return Known::from_running(running, payment, tag).map(Claimed::Known);
         }
-        match self.ledger.claim(key, record, lease).await? {
+        match self.ledger.claim(key, record, lease, balance).await? {
             Claim::Claimed if lease.is_none() => Ok(Claimed::Queued),
             Claim::Claimed => Ok(Claimed::Here(Waiters::register(
                 &mut self.waiters.lock(),
                 key.clone(),
                 record.digest,
+                record.request.clone(),
                 Progress::Signing,
             ))),
-            Claim::Exists(existing) => Ok(Claimed::Known(Known::from_record(*existing, payment))),
+            Claim::Exists(existing) => {
+                Known::from_record(*existing, payment, tag).map(Claimed::Known)
+            }
+            Claim::OverLimit { exposed } => Ok(Claimed::OverLimit(Invalid {
+                reason: Reason::InsufficientFunds,
+                message: format!(
+                    "payer balance {balance} does not cover this payment and its {exposed} still being settled"
+                ),
+            })),
         }
     }
 
+    /// The answer to a request for a payment already claimed: the claimant's outcome for the
+    /// claimant and its retries; for anybody else, the transaction as a failure.
     async fn answer_known(
         &self,
         known: Known,
@@ -384,11 +408,18 @@ impl Settler {
         answer: &Answer,
         deadline: Instant,
     ) -> Result<SettleResponse, SettleError> {
-        match known {
-            Known::Running(progress) => self.wait(progress, key, answer, deadline).await,
-            Known::Finished(outcome) => Ok(answer.settled(&outcome)),
-            Known::Unfinished(record) => self.await_stored(*record, answer, deadline).await,
-            Known::Unmet(failure) => Ok(answer.failed(&failure)),
+        let (found, caller) = match known {
+            Known::Unmet(failure) => return Ok(answer.failed(&failure)),
+            Known::Bound(found, caller) => (found, caller),
+        };
+        let outcome = match found {
+            Found::Running(progress) => self.wait(progress, key, answer, deadline).await,
+            Found::Finished(outcome) => Ok(answer.settled(&outcome)),
+            Found::Unfinished(record) => self.await_stored(*record, answer, deadline).await,
+        };
+        match caller {
+            Caller::Claimant => outcome,
+            Caller::Another => answer.duplicate(outcome),
         }
     }
 
@@ -472,17 +503,37 @@ impl Settler {
 
 /// Whether a request may be told what is known under its payment key: only the same signed
 /// authorization, with requirements it meets.
-fn bind(digest: H256, payment: &Payment<'_>) -> Option<Known> {
+fn bind(digest: H256, payment: &Payment<'_>) -> Result<(), Invalid> {
     if digest != payment.digest {
-        return Some(Known::Unmet(Invalid {
+        return Err(Invalid {
             reason: Reason::Payload,
             message: "authorization nonce already claimed by another authorization".to_string(),
-        }));
+        });
     }
-    check_terms(payment).err().map(Known::Unmet)
+    check_terms(payment)
 }
 
-fn new_record(payment: &Payment<'_>, calldata: Bytes, gas_limit: u64) -> Record {
+/// Who a request is to the settlement of its payment: the request that claimed it (the same
+/// tag: a retry), or another one. A tag whose key was claimed with another body is an error.
+fn caller_of(
+    claimed_by: Option<&RequestTag>,
+    tag: Option<&RequestTag>,
+) -> Result<Caller, SettleError> {
+    match (claimed_by, tag) {
+        (Some(first), Some(this)) if first.key == this.key => match first.body == this.body {
+            true => Ok(Caller::Claimant),
+            false => Err(SettleError::KeyReused(this.key.clone())),
+        },
+        _ => Ok(Caller::Another),
+    }
+}
+
+fn new_record(
+    payment: &Payment<'_>,
+    calldata: Bytes,
+    gas_limit: u64,
+    request: Option<RequestTag>,
+) -> Record {
     let valid_before = payment.auth.valid_before.min(U256::from(u64::MAX)).as_u64();
     Record {
         network: payment.network.name.clone(),
@@ -495,6 +546,7 @@ fn new_record(payment: &Payment<'_>, calldata: Bytes, gas_limit: u64) -> Record 
         digest: payment.digest,
         calldata,
         gas_limit,
+        request,
         state: State::Claimed,
         attempts: Vec::new(),
         outcome: None,
@@ -510,26 +562,68 @@ enum Claimed {
     /// Claimed and queued for an instance holding a lane of its network.
     Queued,
     Known(Known),
+    /// Not claimed: the payer's balance does not cover it beside its settlements under way.
+    OverLimit(Invalid),
 }
 
+/// How far a settlement ahead of this request went, as far as this request may be told.
 enum Known {
-    Running(watch::Receiver<Progress>),
-    Finished(Outcome),
-    /// Stored without an outcome, and not running in this process.
-    Unfinished(Box<Record>),
+    Bound(Found, Caller),
     /// The request is not bound to what is known: judged on its own, it fails.
     Unmet(Invalid),
 }
 
+enum Found {
+    Running(watch::Receiver<Progress>),
+    Finished(Outcome),
+    /// Stored without an outcome, and not running in this process.
+    Unfinished(Box<Record>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Caller {
+    /// The request that claimed the payment, or a retry of it.
+    Claimant,
+    /// Any other request carrying the same authorization.
+    Another,
+}
+
+/// What verify says of a payment whose nonce is claimed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimOn {
+    BeingSettled,
+    Settled,
+}
+
 impl Known {
-    fn from_record(record: Record, payment: &Payment<'_>) -> Self {
-        if let Some(unmet) = bind(record.digest, payment) {
-            return unmet;
+    fn from_running(
+        running: Running,
+        payment: &Payment<'_>,
+        tag: Option<&RequestTag>,
+    ) -> Result<Self, SettleError> {
+        let caller = caller_of(running.request.as_ref(), tag)?;
+        Ok(match bind(running.digest, payment) {
+            Err(unmet) => Known::Unmet(unmet),
+            Ok(()) => Known::Bound(Found::Running(running.progress), caller),
+        })
+    }
+
+    fn from_record(
+        record: Record,
+        payment: &Payment<'_>,
+        tag: Option<&RequestTag>,
+    ) -> Result<Self, SettleError> {
+        let caller = caller_of(record.request.as_ref(), tag)?;
+        if let Err(unmet) = bind(record.digest, payment) {
+            return Ok(Known::Unmet(unmet));
         }
-        match record.outcome {
-            Some(outcome) => Known::Finished(outcome),
-            None => Known::Unfinished(Box::new(record)),
-        }
+        Ok(Known::Bound(
+            match record.outcome {
+                Some(outcome) => Found::Finished(outcome),
+                None => Found::Unfinished(Box::new(record)),
+            },
+            caller,
+        ))
     }
 }
 
@@ -550,6 +644,34 @@ impl Answer {
             transaction: String::new(),
             network: self.network.clone(),
         }
+    }
+
+    /// What another request than the claimant is told: never the success, only which
+    /// transaction settles the payment (access.md §1).
+    fn duplicate(
+        &self,
+        outcome: Result<SettleResponse, SettleError>,
+    ) -> Result<SettleResponse, SettleError> {
+        let (transaction, message) = match outcome {
+            Ok(answer) if answer.success => {
+                let message = format!("already settled by {}", answer.transaction);
+                (answer.transaction, message)
+            }
+            Err(SettleError::Pending(Some(hash))) => {
+                let hash = chain::hex_bytes(hash);
+                (hash.clone(), format!("already being settled by {hash}"))
+            }
+            other => return other,
+        };
+        Ok(SettleResponse {
+            success: false,
+            reason: Some(Reason::AlreadySettled),
+            error_reason: Some(Reason::AlreadySettled.settle_name().to_string()),
+            error_message: Some(message),
+            payer: self.payer.clone(),
+            transaction,
+            network: self.network.clone(),
+        })
     }
 
     fn settled(&self, outcome: &Outcome) -> SettleResponse {

@@ -36,6 +36,36 @@ impl fmt::Display for PaymentKey {
     }
 }
 
+/// One payer's funds in one token on one network: what the payer-exposure rule (access.md §2)
+/// adds its unfinished settlements up on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Account {
+    pub network: String,
+    pub asset: Address,
+    pub payer: Address,
+}
+
+impl fmt::Display for Account {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}|{}|{}",
+            self.network,
+            hex_bytes(self.asset),
+            hex_bytes(self.payer)
+        )
+    }
+}
+
+/// The request that claimed a payment, as its retries name it: an `Idempotency-Key` header (or
+/// v2's `payment-identifier`) and a hash of the body it first came with. A settle is told the
+/// success only when it carries the same tag: one payment, one delivery (access.md §1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestTag {
+    pub key: String,
+    pub body: H256,
+}
+
 /// One signer key on one network: its own nonce sequence.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LaneId {
@@ -154,6 +184,9 @@ pub struct Record {
     /// `transferWithAuthorization` calldata, kept so the settlement can be re-signed.
     pub calldata: Bytes,
     pub gas_limit: u64,
+    /// The claiming request's tag, when it carried one: its retries get its answer.
+    #[serde(default)]
+    pub request: Option<RequestTag>,
     pub state: State,
     pub attempts: Vec<Attempt>,
     pub outcome: Option<Outcome>,
@@ -171,6 +204,21 @@ impl Record {
             from: self.payer,
             nonce: self.nonce,
         }
+    }
+
+    pub fn account(&self) -> Account {
+        Account {
+            network: self.network.clone(),
+            asset: self.token,
+            payer: self.payer,
+        }
+    }
+
+    /// Whether its value may still leave the payer's balance and is not yet answered: such
+    /// settlements count against the balance of the next one (access.md §2). Once answered,
+    /// the chain's balance already shows the transfer (or its failure).
+    pub fn exposes(&self) -> bool {
+        self.outcome.is_none() && !self.state.is_terminal()
     }
 
     pub fn latest(&self) -> Option<&Attempt> {
@@ -312,6 +360,7 @@ mod tests {
             digest: H256::repeat_byte(5),
             calldata: Bytes::default(),
             gas_limit: 90_000,
+            request: None,
             state: State::Claimed,
             attempts: vec![],
             outcome: None,

@@ -9,7 +9,7 @@ use std::sync::{Mutex, MutexGuard};
 use ethers_core::types::H256;
 use tokio::sync::watch;
 
-use super::state::{Outcome, PaymentKey};
+use super::state::{Outcome, PaymentKey, RequestTag};
 
 /// What waiters learn about a settlement.
 #[derive(Debug, Clone)]
@@ -35,7 +35,17 @@ impl Progress {
 
 pub struct Entry {
     digest: H256,
+    request: Option<RequestTag>,
     sender: watch::Sender<Progress>,
+}
+
+/// A settlement under way here, as a caller arriving for the same payment finds it.
+pub struct Running {
+    /// The authorization being settled.
+    pub digest: H256,
+    /// The claiming request's tag: a retry carrying it is that request again.
+    pub request: Option<RequestTag>,
+    pub progress: watch::Receiver<Progress>,
 }
 
 #[derive(Default)]
@@ -50,26 +60,31 @@ impl Waiters {
         self.entries.lock().expect("waiters lock")
     }
 
-    /// The digest being settled under `key` and a receiver of its progress.
-    pub fn get(&self, key: &PaymentKey) -> Option<(H256, watch::Receiver<Progress>)> {
-        Self::find(&self.lock(), key)
-    }
-
-    pub fn find(
-        registry: &Registry<'_>,
-        key: &PaymentKey,
-    ) -> Option<(H256, watch::Receiver<Progress>)> {
-        registry.get(key).map(|e| (e.digest, e.sender.subscribe()))
+    /// The settlement under way under `key`, with a receiver of its progress.
+    pub fn get(&self, key: &PaymentKey) -> Option<Running> {
+        self.lock().get(key).map(|e| Running {
+            digest: e.digest,
+            request: e.request.clone(),
+            progress: e.sender.subscribe(),
+        })
     }
 
     pub fn register(
         registry: &mut Registry<'_>,
         key: PaymentKey,
         digest: H256,
+        request: Option<RequestTag>,
         start: Progress,
     ) -> watch::Receiver<Progress> {
         let (sender, receiver) = watch::channel(start);
-        registry.insert(key, Entry { digest, sender });
+        registry.insert(
+            key,
+            Entry {
+                digest,
+                request,
+                sender,
+            },
+        );
         receiver
     }
 

@@ -144,6 +144,7 @@ impl Worker {
                                 &mut self.waiters.lock(),
                                 record.key(),
                                 record.digest,
+                                record.request.clone(),
                                 Progress::Sent(latest.hash),
                             );
                         }
