@@ -269,8 +269,16 @@ pub struct ChainSettings {
     /// provider that refuses larger batches needs its limit here; 1 sends each on its own).
     #[serde(default = "default_max_batch_calls")]
     pub max_batch_calls: usize,
+    /// The most gas one settlement may take (calldata floor included); a payment that needs
+    /// more is refused before anything is sent (access.md §2).
+    #[serde(default = "default_max_settlement_gas")]
+    pub max_settlement_gas: u64,
     #[serde(default)]
     pub tokens: BTreeMap<String, TokenSettings>,
+}
+
+fn default_max_settlement_gas() -> u64 {
+    300_000
 }
 
 fn default_max_concurrent_requests() -> usize {
@@ -360,6 +368,19 @@ pub struct FacilitatorSettings {
     /// resource servers behind a TLS-terminating proxy, whose middleware states its own URL.
     #[serde(default)]
     pub allow_http_resource: bool,
+    /// Longer payment signatures answer `invalid_payload` (access.md §2).
+    #[serde(default = "default_max_signature_bytes")]
+    pub max_signature_bytes: usize,
+    /// How long a payer whose settlement reverted on chain is refused (access.md §2).
+    #[serde(default = "default_revert_cooldown")]
+    pub revert_cooldown_secs: u64,
+}
+
+fn default_max_signature_bytes() -> usize {
+    2048
+}
+fn default_revert_cooldown() -> u64 {
+    3600
 }
 
 impl FacilitatorSettings {
@@ -534,6 +555,12 @@ impl ChainSettings {
             return Err(ConfigError::new(
                 key("max_batch_calls"),
                 "must be at least 1",
+            ));
+        }
+        if self.max_settlement_gas < 50_000 {
+            return Err(ConfigError::new(
+                key("max_settlement_gas"),
+                "must be at least 50000 (a transferWithAuthorization takes about 80000)",
             ));
         }
         if self.confirmations == 0 {

@@ -139,6 +139,17 @@ pub fn intrinsic_gas(calldata: &[u8]) -> u64 {
             .sum::<u64>()
 }
 
+/// The least gas a transaction carrying `calldata` is charged on a Prague chain (EIP-7623):
+/// 21,000 and 10 per token, a zero byte one token and any other four. A gas limit below it is
+/// refused by the node; on older chains it is only a little headroom.
+pub fn calldata_floor_gas(calldata: &[u8]) -> u64 {
+    21_000
+        + calldata
+            .iter()
+            .map(|&byte| if byte == 0 { 10 } else { 40 })
+            .sum::<u64>()
+}
+
 /// The ERC-1271 magic value, left-aligned in the answer word.
 pub const ERC1271_MAGIC: [u8; 4] = [0x16, 0x26, 0xba, 0x7e];
 

@@ -1,6 +1,7 @@
 //! The x402 `exact` facilitator: supported kinds, verify, settle, for each served protocol
 //! version (`protocol` maps the versions onto one rule engine and one ledger). No HTTP in here.
 
+pub mod cooldown;
 pub mod erc3009;
 pub mod lens;
 pub mod protocol;
@@ -19,6 +20,7 @@ use crate::chain::Chain;
 use crate::config::{ChainSettings, FacilitatorSettings};
 use crate::signer::Signer;
 use crate::store::{Storage, StoreError};
+use cooldown::Cooldown;
 use settlement::ClaimOn;
 pub use settlement::{Lane, LaneSettings, PaymentKey, RequestTag, SettleError};
 use types::{
@@ -43,6 +45,7 @@ pub struct Facilitator {
     /// Served chain ids and their configured network names, when x402 v2 is served.
     v2_networks: Option<BTreeMap<u64, String>>,
     signers: Vec<Address>,
+    cooldown: Arc<Cooldown>,
 }
 
 impl Facilitator {
@@ -55,6 +58,9 @@ impl Facilitator {
         lease: settlement::LeaseSettings,
     ) -> Result<Self, SetupError> {
         let deny_list = load_deny_list(&settings.deny_list_file)?;
+        let cooldown = Arc::new(Cooldown::new(Duration::from_secs(
+            settings.revert_cooldown_secs,
+        )));
         let mut networks = Vec::new();
         let mut lanes = Vec::new();
         for name in &settings.networks {
@@ -66,7 +72,12 @@ impl Facilitator {
                 .collect();
             let settings = lane_settings(&chain_settings[name], settings.bump_after_blocks);
             for signer in &signers {
-                lanes.push(Lane::new(chain.clone(), signer.clone(), settings.clone()));
+                lanes.push(Lane::new(
+                    chain.clone(),
+                    signer.clone(),
+                    settings.clone(),
+                    cooldown.clone(),
+                ));
             }
             networks.push(Network {
                 name: name.clone(),
@@ -83,7 +94,13 @@ impl Facilitator {
         });
         let signer_addresses = signers.iter().map(|s| s.address).collect();
         let verifier = Arc::new(
-            Verifier::new(networks, deny_list).allow_http_resource(settings.allow_http_resource),
+            Verifier::new(
+                networks,
+                deny_list,
+                cooldown.clone(),
+                settings.max_signature_bytes,
+            )
+            .allow_http_resource(settings.allow_http_resource),
         );
         let settler = settlement::Settler::new(
             verifier.clone(),
@@ -100,6 +117,7 @@ impl Facilitator {
             serves_v1: settings.serves_version(1),
             v2_networks,
             signers: signer_addresses,
+            cooldown,
         })
     }
 
@@ -253,6 +271,11 @@ impl Facilitator {
 
     pub fn lost_settlements(&self) -> u64 {
         self.settler.lost_settlements()
+    }
+
+    /// Payers refused since start because a settlement of theirs reverted on chain.
+    pub fn revert_cooldowns(&self) -> u64 {
+        self.cooldown.imposed()
     }
 
     pub fn max_batch(&self) -> usize {

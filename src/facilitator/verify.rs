@@ -8,6 +8,7 @@ use ethers_core::types::{Address, H256, U256};
 use ethers_core::utils::to_checksum;
 use serde_json::{json, Number, Value};
 
+use super::cooldown::Cooldown;
 use super::erc3009::{self, TransferAuthorization};
 use super::lens;
 use super::settlement::PaymentKey;
@@ -119,16 +120,27 @@ struct ChainFacts {
 pub struct Verifier {
     networks: HashMap<String, Network>,
     deny_list: HashSet<Address>,
+    /// Payers refused for a while after a settlement of theirs reverted (rule 6).
+    cooldown: Arc<Cooldown>,
     /// `facilitator.allow_http_resource`: rule 4 also accepts `http://` resources.
     allow_http_resource: bool,
+    /// `facilitator.max_signature_bytes`: longer signatures fail rule 5.
+    max_signature_bytes: usize,
 }
 
 impl Verifier {
-    pub fn new(networks: Vec<Network>, deny_list: HashSet<Address>) -> Self {
+    pub fn new(
+        networks: Vec<Network>,
+        deny_list: HashSet<Address>,
+        cooldown: Arc<Cooldown>,
+        max_signature_bytes: usize,
+    ) -> Self {
         Self {
             networks: networks.into_iter().map(|n| (n.name.clone(), n)).collect(),
             deny_list,
+            cooldown,
             allow_http_resource: false,
+            max_signature_bytes,
         }
     }
 
@@ -187,9 +199,15 @@ impl Verifier {
         })?;
         let (token, pay_to, max_amount) =
             check_requirements(network, request, self.allow_http_resource)?;
-        let (auth, signature) = check_payload(request)?;
+        let (auth, signature) = check_payload(request, self.max_signature_bytes)?;
         if self.deny_list.contains(&auth.from) {
             return Err(invalid(Reason::FromKyt, "payer is on the deny list"));
+        }
+        if let Some(left) = self.cooldown.refuses(auth.from) {
+            return Err(invalid(
+                Reason::FromKyt,
+                format!("payer is refused for {left} s more: a settlement of theirs reverted on chain (facilitator.revert_cooldown_secs)"),
+            ));
         }
         let digest = erc3009::digest(token.domain_separator, &auth);
         let recovered = erc3009::recover(digest, &signature);
@@ -320,10 +338,28 @@ fn check_signature(payment: &Payment<'_>, facts: &ChainFacts) -> Result<(), Inva
 }
 
 /// The settlement transaction a settle tries before it claims: from the lane's signer, to the
-/// payment's token.
+/// payment's token, at a real gas price (a wallet that answers a free call differently than
+/// the transaction is seen here, not on chain at the operator's expense).
 pub struct Trial<'a> {
     pub sender: Address,
     pub calldata: &'a [u8],
+    pub gas_price: U256,
+}
+
+/// Gas the lens's reads and ERC-1271 call may take beside the trial.
+const LENS_READS_GAS: u64 = 300_000;
+
+/// The lens call as the settlement will be sent: from the signer, at the trial's gas price,
+/// with gas for the reads and twice the settlement bound (enough to measure a settlement
+/// over the bound, and no more).
+fn as_settlement(mut call: Call, trial: &Trial<'_>, max_settlement_gas: u64) -> Call {
+    let gas = LENS_READS_GAS.saturating_add(max_settlement_gas.saturating_mul(2));
+    if let Some(tx) = call.params.first_mut().and_then(Value::as_object_mut) {
+        tx.insert("from".into(), json!(chain::hex_bytes(trial.sender)));
+        tx.insert("gasPrice".into(), json!(format!("{:#x}", trial.gas_price)));
+        tx.insert("gas".into(), json!(format!("{gas:#x}")));
+    }
+    call
 }
 
 /// What trying the settlement transaction said.
@@ -379,14 +415,19 @@ async fn read_with_lens(
     let estimate = trial
         .filter(|_| source != Some(SettleGas::Trial))
         .map(|trial| estimate_call(payment, trial));
-    let mut calls = vec![lens::call(
+    let facts = lens::call(
         payment.token.address,
         auth.from,
         payment.pay_to,
         auth.nonce,
         &erc1271_call,
         lens_tries.map_or(&[], |t| t.calldata),
-    )];
+    );
+    let max_gas = network.chain.settings.max_settlement_gas;
+    let mut calls = vec![match lens_tries {
+        Some(trial) => as_settlement(facts, trial, max_gas),
+        None => facts,
+    }];
     calls.extend(estimate);
     let chain = &network.chain;
     let answers = chain.client.batch(&calls).await?;
@@ -626,10 +667,18 @@ fn resource_allowed(resource: &str, allow_http: bool) -> bool {
 }
 
 /// Rule 5: the payload's values.
-fn check_payload(request: &PaymentRequest) -> Result<(TransferAuthorization, Vec<u8>), Invalid> {
+fn check_payload(
+    request: &PaymentRequest,
+    max_signature_bytes: usize,
+) -> Result<(TransferAuthorization, Vec<u8>), Invalid> {
     let payload = &request.payment_payload.payload;
     let a = &payload.authorization;
     let bad = |what: &str| invalid(Reason::Payload, format!("paymentPayload.payload.{what}"));
+    if payload.signature.len() > 2 + 2 * max_signature_bytes {
+        return Err(bad(&format!(
+            "signature: longer than {max_signature_bytes} bytes (facilitator.max_signature_bytes)"
+        )));
+    }
     let signature = chain::hex_decode(&payload.signature)
         .filter(|s| !s.is_empty())
         .ok_or_else(|| bad("signature: not 0x-hex"))?;

@@ -66,6 +66,7 @@ pub struct Metrics {
     upstream_errors: Family<UpstreamLabels, Counter>,
     pending_settlements: Gauge,
     lost_settlements: Counter,
+    revert_cooldowns: Counter,
     signer_balance: Family<SignerLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     signer_nonce: Family<SignerLabels, Gauge>,
     chain_head: Family<ChainLabel, Gauge>,
@@ -84,6 +85,7 @@ impl Metrics {
         let upstream_errors = Family::<UpstreamLabels, Counter>::default();
         let pending_settlements = Gauge::default();
         let lost_settlements = Counter::default();
+        let revert_cooldowns = Counter::default();
         let signer_balance = Family::default();
         let signer_nonce = Family::default();
         let chain_head = Family::default();
@@ -128,6 +130,11 @@ impl Metrics {
             lost_settlements.clone(),
         );
         registry.register(
+            "payer_revert_cooldowns",
+            "Payers refused for facilitator.revert_cooldown_secs because a settlement of theirs reverted on chain",
+            revert_cooldowns.clone(),
+        );
+        registry.register(
             "signer_balance_wei",
             "Native balance of each signer",
             signer_balance.clone(),
@@ -152,6 +159,7 @@ impl Metrics {
             upstream_errors,
             pending_settlements,
             lost_settlements,
+            revert_cooldowns,
             signer_balance,
             signer_nonce,
             chain_head,
@@ -281,6 +289,10 @@ pub async fn metrics(app: &App) -> HttpResponse {
             .set(facilitator.pending_settlements() as i64);
         m.lost_settlements.inner().store(
             facilitator.lost_settlements(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        m.revert_cooldowns.inner().store(
+            facilitator.revert_cooldowns(),
             std::sync::atomic::Ordering::Relaxed,
         );
     }

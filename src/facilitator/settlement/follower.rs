@@ -245,6 +245,9 @@ impl Worker {
             let revert = if inclusion.succeeded || record.outcome.is_some() {
                 None
             } else {
+                // Its trial succeeded, or nothing was sent: the payer's wallet or balance
+                // answered the chain differently, at the operator's expense.
+                self.lane.cooldown.impose(record.payer);
                 Some(diagnose_revert(&self.lane.chain, record, inclusion.transaction).await)
             };
             let confirmed = record.confirm(head.number, settings.confirmations, || {
@@ -391,14 +394,15 @@ impl Worker {
 
     /// Replaces the transaction at `nonce` with higher fees if the caps allow it.
     async fn bump(&mut self, nonce: u64, head: &Head, market: TxFees) -> Option<Bytes> {
-        let (latest, gas) = {
+        let (latest, first, gas) = {
             let slot = self.slots.get(&nonce)?;
             let latest = slot.latest()?.clone();
+            let first = slot.attempts().first()?.fees.max_fee_per_gas();
             let gas = match slot {
                 Slot::Settlement { record, .. } => record.gas_limit,
                 Slot::Filler { .. } => FILLER_GAS,
             };
-            (latest, gas)
+            (latest, first, gas)
         };
         if head.number < latest.sent_at_block + self.lane.settings.bump_after_blocks {
             return None;
@@ -406,7 +410,7 @@ impl Worker {
         let fees = latest
             .fees
             .replacement(market)
-            .capped(self.lane.settings.cap(gas));
+            .capped(Some(self.lane.settings.bump_cap(gas, first)));
         if !fees.replaces(&latest.fees) {
             tracing::warn!(lane = %self.lane.id, nonce, max_fee = %latest.fees.max_fee_per_gas(), "transaction cannot be mined under the configured fee caps; not bumped");
             return None;

@@ -11,11 +11,15 @@ use tokio::sync::mpsc;
 
 use super::state::{LaneId, Record};
 use crate::chain::Chain;
+use crate::facilitator::cooldown::Cooldown;
 use crate::signer::Signer;
 use crate::store::Lease;
 
 /// Gas a signer must afford at the current price to be chosen for a settlement.
 pub const SETTLEMENT_GAS: u64 = 150_000;
+/// Without fee caps in the configuration, replacements stop at this multiple of the price the
+/// transaction was first signed at (access.md §2: unbounded escalation is never the default).
+const DEFAULT_BUMP_CEILING: u64 = 4;
 /// Settlements waiting for a lane's worker; senders wait when it is full.
 const QUEUE: usize = 1024;
 
@@ -38,6 +42,13 @@ impl LaneSettings {
             (a, b) => a.or(b),
         }
     }
+
+    /// The highest price per gas a replacement may pay: the configured caps, or without any
+    /// `DEFAULT_BUMP_CEILING` times `first`, the price the transaction was first signed at.
+    pub(super) fn bump_cap(&self, gas: u64, first: U256) -> U256 {
+        self.cap(gas)
+            .unwrap_or_else(|| first.saturating_mul(DEFAULT_BUMP_CEILING.into()))
+    }
 }
 
 /// The handle callers hold; the worker behind it owns the nonces.
@@ -49,6 +60,8 @@ pub struct Lane {
     pub(super) queue: mpsc::Sender<Record>,
     pub(super) under_way: AtomicUsize,
     pub(super) funded: AtomicBool,
+    /// Where a settlement that reverted on chain sends its payer.
+    pub(super) cooldown: Arc<Cooldown>,
     /// The lease while this instance holds the lane (set by its worker).
     lease: Mutex<Option<Lease>>,
 }
@@ -58,6 +71,7 @@ impl Lane {
         chain: Arc<Chain>,
         signer: Arc<Signer>,
         settings: LaneSettings,
+        cooldown: Arc<Cooldown>,
     ) -> (Arc<Self>, mpsc::Receiver<Record>) {
         let (queue, receiver) = mpsc::channel(QUEUE);
         let lane = Arc::new(Self {
@@ -71,6 +85,7 @@ impl Lane {
             queue,
             under_way: AtomicUsize::new(0),
             funded: AtomicBool::new(true),
+            cooldown,
             lease: Mutex::new(None),
         });
         (lane, receiver)
@@ -195,5 +210,34 @@ impl Lanes {
     /// Settlements answered with success whose transaction can no longer land.
     pub fn lost(&self) -> u64 {
         self.lost.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(max_fee: Option<u64>, max_cost: Option<u64>) -> LaneSettings {
+        LaneSettings {
+            confirmations: 1,
+            finality_depth: 64,
+            bump_after_blocks: 3,
+            max_fee_per_gas: max_fee.map(U256::from),
+            max_settlement_cost: max_cost.map(U256::from),
+        }
+    }
+
+    #[test]
+    fn bumps_stop_at_the_configured_caps_or_by_default_at_a_multiple_of_the_first_price() {
+        let first = U256::from(10);
+        assert_eq!(settings(None, None).bump_cap(100, first), U256::from(40));
+        assert_eq!(
+            settings(Some(25), None).bump_cap(100, first),
+            U256::from(25)
+        );
+        assert_eq!(
+            settings(Some(25), Some(1_000)).bump_cap(100, first),
+            U256::from(10)
+        );
     }
 }

@@ -326,16 +326,24 @@ impl Settler {
         let smart_wallet = payment.recovered != Some(payment.auth.from);
         let calldata =
             erc3009::transfer_with_authorization(&payment.auth, &payment.signature, smart_wallet);
+        let chain = &payment.network.chain;
         let trial = Trial {
             sender: lane.signer_address(),
             calldata: &calldata,
+            gas_price: chain
+                .head
+                .current()
+                .map_or(U256::one(), |h| h.fees.effective_price().max(U256::one())),
         };
         let (verdict, tried, balance) = self.verifier.check_and_try(payment, &trial).await?;
         if let Err(failure) = verdict {
             return Ok(Err(failure));
         }
         Ok(match tried {
-            Tried::Gas(gas) => Ok((calldata, gas * (100 + GAS_HEADROOM_PERCENT) / 100, balance)),
+            Tried::Gas(gas) => {
+                let bound = chain.settings.max_settlement_gas;
+                gas_limit(gas, &calldata, bound).map(|limit| (calldata, limit, balance))
+            }
             Tried::Reverted(reason) => Err(Invalid {
                 reason: Reason::Payload,
                 message: format!("transferWithAuthorization would revert: {reason}"),
@@ -499,6 +507,23 @@ impl Settler {
         };
         self.settle_timeout.min(Duration::from_secs(until_expiry))
     }
+}
+
+/// The gas limit of a settlement that the trial measured at `tried` gas: with headroom, never
+/// under the calldata floor (EIP-7623), never over `bound` (`max_settlement_gas`); a settlement
+/// that needs more than `bound` is refused before anything is sent.
+fn gas_limit(tried: u64, calldata: &[u8], bound: u64) -> Result<u64, Invalid> {
+    let needed = tried.max(erc3009::calldata_floor_gas(calldata));
+    if needed > bound {
+        return Err(Invalid {
+            reason: Reason::Payload,
+            message: format!(
+                "the settlement needs {needed} gas, above this network's max_settlement_gas ({bound})"
+            ),
+        });
+    }
+    let limit = needed.saturating_mul(100 + GAS_HEADROOM_PERCENT) / 100;
+    Ok(limit.min(bound))
 }
 
 /// Whether a request may be told what is known under its payment key: only the same signed
@@ -686,6 +711,27 @@ impl Answer {
                 .map(chain::hex_bytes)
                 .unwrap_or_default(),
             network: self.network.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gas_limit_has_headroom_covers_the_calldata_floor_and_keeps_the_bound() {
+        let small = [1u8; 100];
+        assert_eq!(gas_limit(80_000, &small, 300_000), Ok(100_000));
+        // A long signature's calldata: its floor (21,000 + 40 per byte) is above the trial.
+        let long = [1u8; 5_000];
+        assert_eq!(gas_limit(110_000, &long, 300_000), Ok(276_250));
+        // Headroom never takes the limit over the bound.
+        assert_eq!(gas_limit(280_000, &small, 300_000), Ok(300_000));
+        for (tried, calldata) in [(300_001, &small[..]), (50_000, &[1u8; 8_000][..])] {
+            let refused = gas_limit(tried, calldata, 300_000).unwrap_err();
+            assert_eq!(refused.reason, Reason::Payload);
+            assert!(refused.message.contains("max_settlement_gas"));
         }
     }
 }
