@@ -477,7 +477,7 @@ impl Worker {
         self.broadcast(&raws).await;
     }
 
-    fn filler(&self, nonce: u64, fees: TxFees, block: u64) -> Attempt {
+    pub(super) fn filler(&self, nonce: u64, fees: TxFees, block: u64) -> Attempt {
         let fees = fees.capped(self.lane.settings.cap(FILLER_GAS));
         self.sign(
             nonce,
@@ -491,7 +491,7 @@ impl Worker {
 
     /// Stores a terminal state reached without inclusion; tells the waiters when its failure is
     /// their answer (`answered_now`), or reports a success already answered as lost.
-    async fn finished(&mut self, record: Record, answered_now: bool) {
+    pub(super) async fn finished(&mut self, record: Record, answered_now: bool) {
         let key = record.key();
         if let Err(e) = self.ledger.save(&[&record], true).await {
             tracing::error!(payment = %key, error = %e, "could not store a settlement's end");

@@ -86,6 +86,9 @@ pub enum Lost {
     ValidBeforePassed,
     /// The authorization was used by a transaction that is not ours.
     AuthorizationUsedElsewhere,
+    /// The node refused the transaction for a reason that sending it again does not change
+    /// (not its nonce, not its price): it gave its nonce up rather than stall the lane.
+    Refused,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -318,7 +321,7 @@ impl Record {
                     success: false,
                     reason: Some(match why {
                         Lost::ValidBeforePassed => Reason::ValidBefore,
-                        Lost::AuthorizationUsedElsewhere => Reason::Payload,
+                        Lost::AuthorizationUsedElsewhere | Lost::Refused => Reason::Payload,
                     }),
                     message: Some(
                         match why {
@@ -328,6 +331,7 @@ impl Record {
                             Lost::AuthorizationUsedElsewhere => {
                                 "authorization was used by another transaction"
                             }
+                            Lost::Refused => "the node refused the settlement transaction",
                         }
                         .to_string(),
                     ),

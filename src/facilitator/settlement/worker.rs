@@ -19,10 +19,11 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::lane::{Lane, Lanes};
-use super::state::{Attempt, Record, State};
+use super::state::{Attempt, Lost, Record, State};
 use super::waiters::{Progress, Waiters};
 use super::{LeaseSettings, Ledger};
 use crate::chain::{self, Call, Refusal, TxFees};
+use crate::clock::unix_now;
 use crate::signer::UnsignedTx;
 use crate::store::{Lease, StoreError};
 
@@ -287,6 +288,7 @@ impl Worker {
             .map(|r| r.latest().expect("just signed").raw.clone())
             .collect();
         let answers = self.broadcast(&raws).await;
+        let mut fillers = Vec::new();
         for (mut record, answer) in signed.into_iter().zip(answers) {
             let nonce = record.state.nonce().expect("just signed");
             match answer {
@@ -314,7 +316,8 @@ impl Worker {
                     tracing::warn!(lane = %self.lane.id, nonce, "signer cannot pay for gas and no other signer can; the settlement waits");
                 }
                 Some(Refusal::Other) => {
-                    tracing::warn!(lane = %self.lane.id, nonce, "node refused the settlement; it is sent again at the next blocks");
+                    fillers.push(self.refused(record, nonce, market, head.number).await);
+                    continue;
                 }
                 _ => {
                     record.sent();
@@ -334,6 +337,31 @@ impl Worker {
                 },
             );
         }
+        self.broadcast(&fillers).await;
+    }
+
+    /// A settlement the node refused for a reason that sending it again will not change (not
+    /// its nonce, not its price) must not hold the lane (access.md §3): it is answered as
+    /// failed, and a self-transfer takes its nonce. Answers the self-transfer to broadcast.
+    async fn refused(
+        &mut self,
+        mut record: Record,
+        nonce: u64,
+        market: TxFees,
+        block: u64,
+    ) -> Bytes {
+        tracing::warn!(lane = %self.lane.id, payment = %record.key(), nonce, "node refused the settlement transaction; answered as failed, and its nonce goes to a self-transfer");
+        let answered_now = record.expire(Lost::Refused, unix_now());
+        let filler = self.filler(nonce, market, block);
+        let raw = filler.raw.clone();
+        self.slots.insert(
+            nonce,
+            Slot::Filler {
+                attempts: vec![filler],
+            },
+        );
+        self.finished(record, answered_now).await;
+        raw
     }
 
     /// Nonces between the chain's and `next_nonce` that nothing occupies: given first to new
