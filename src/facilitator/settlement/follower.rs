@@ -412,7 +412,12 @@ impl Worker {
             .replacement(market)
             .capped(Some(self.lane.settings.bump_cap(gas, first)));
         if !fees.replaces(&latest.fees) {
-            tracing::warn!(lane = %self.lane.id, nonce, max_fee = %latest.fees.max_fee_per_gas(), "transaction cannot be mined under the configured fee caps; not bumped");
+            let waited =
+                head.number >= latest.sent_at_block + 2 * self.lane.settings.bump_after_blocks;
+            if waited && matches!(self.slots.get(&nonce)?, Slot::Settlement { .. }) {
+                return self.give_up(nonce, &latest, market, head).await;
+            }
+            tracing::warn!(lane = %self.lane.id, nonce, max_fee = %latest.fees.max_fee_per_gas(), "transaction cannot be mined under the fee caps; not bumped");
             return None;
         }
         tracing::info!(lane = %self.lane.id, nonce, max_fee = %fees.max_fee_per_gas(), "replacing the transaction that blocks the lane with higher fees");
@@ -444,6 +449,39 @@ impl Worker {
                 Some(raw)
             }
         }
+    }
+
+    /// A settlement that stayed unmined at its fee ceiling for another `bump_after_blocks` must
+    /// not hold the lane (access.md §3): a self-transfer replaces it in the pool (21,000 gas,
+    /// far below what the settlement was allowed to cost) and the payment is answered as
+    /// failed. Where the configured caps keep even the self-transfer from replacing it, it
+    /// stays: answering it failed while it may still be mined would lose the payer's money.
+    async fn give_up(
+        &mut self,
+        nonce: u64,
+        latest: &Attempt,
+        market: TxFees,
+        head: &Head,
+    ) -> Option<Bytes> {
+        let filler = self.filler(nonce, latest.fees.replacement(market), head.number);
+        if !filler.fees.replaces(&latest.fees) {
+            tracing::warn!(lane = %self.lane.id, nonce, "settlement cannot be mined under the fee caps, nor replaced within them; it waits for the market");
+            return None;
+        }
+        let Some(Slot::Settlement { mut record, .. }) = self.slots.remove(&nonce) else {
+            return None;
+        };
+        tracing::warn!(lane = %self.lane.id, payment = %record.key(), nonce, "settlement unmined at its fee ceiling; answered as failed, and a self-transfer takes its nonce");
+        let answered_now = record.expire(Lost::PricedOut, unix_now());
+        let raw = filler.raw.clone();
+        self.slots.insert(
+            nonce,
+            Slot::Filler {
+                attempts: vec![filler],
+            },
+        );
+        self.finished(*record, answered_now).await;
+        Some(raw)
     }
 
     /// Nonces below `next_nonce` that nothing occupies, seen empty at two heads in a row (a

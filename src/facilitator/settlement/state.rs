@@ -89,6 +89,8 @@ pub enum Lost {
     /// The node refused the transaction for a reason that sending it again does not change
     /// (not its nonce, not its price): it gave its nonce up rather than stall the lane.
     Refused,
+    /// It stayed unmined at its fee ceiling; a self-transfer took its nonce.
+    PricedOut,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -321,7 +323,9 @@ impl Record {
                     success: false,
                     reason: Some(match why {
                         Lost::ValidBeforePassed => Reason::ValidBefore,
-                        Lost::AuthorizationUsedElsewhere | Lost::Refused => Reason::Payload,
+                        Lost::AuthorizationUsedElsewhere | Lost::Refused | Lost::PricedOut => {
+                            Reason::Payload
+                        }
                     }),
                     message: Some(
                         match why {
@@ -332,6 +336,9 @@ impl Record {
                                 "authorization was used by another transaction"
                             }
                             Lost::Refused => "the node refused the settlement transaction",
+                            Lost::PricedOut => {
+                                "the settlement transaction could not be mined under the fee caps"
+                            }
                         }
                         .to_string(),
                     ),
