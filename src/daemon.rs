@@ -82,7 +82,7 @@ pub async fn run(settings: Settings) -> Result<(), StartError> {
     });
     let listeners = server::start(&settings.server, app.clone()).await?;
     log_banner(&settings, &app, &listeners, &store.describe());
-    notify_systemd_ready();
+    notify_systemd_ready(app.clone());
 
     wait_for_shutdown_signal().await;
     tracing::info!("shutting down: no new connections; waiting for requests in flight");
@@ -171,8 +171,10 @@ fn log_banner(settings: &Settings, app: &App, listeners: &[server::Listener], st
     );
 }
 
-/// READY=1 once listening, and watchdog pings at half the interval systemd asks for.
-fn notify_systemd_ready() {
+/// READY=1 once listening, and watchdog pings at half the interval systemd asks for, only while
+/// no background loop's last step panicked: one that keeps panicking gets routerd restarted,
+/// and the restart resumes from the store.
+fn notify_systemd_ready(app: Arc<App>) {
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
     let mut usec = 0;
     if sd_notify::watchdog_enabled(false, &mut usec) && usec > 0 {
@@ -181,7 +183,9 @@ fn notify_systemd_ready() {
             let mut ticker = tokio::time::interval(period);
             loop {
                 ticker.tick().await;
-                let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
+                if server::guards_down(&app).is_empty() {
+                    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
+                }
             }
         });
     }

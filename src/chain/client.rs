@@ -358,10 +358,20 @@ impl ChainClient {
                     .map_err(|e| ClientError::Custom(e.to_string()))?;
             }
             let response: BatchResponse<Value> = client.batch_request(batch).await?;
-            Ok(response
+            let answers: Vec<CallResult> = response
                 .into_iter()
                 .map(|entry| entry.map_err(|e| rpc_error(&e)))
-                .collect::<Vec<_>>())
+                .collect();
+            // Every reader takes its answers by position: a node that answers a batch short
+            // (or long) has answered nothing, here, once.
+            if answers.len() != calls.len() {
+                return Err(ClientError::Custom(format!(
+                    "the node answered {} of the {} calls of a batch",
+                    answers.len(),
+                    calls.len()
+                )));
+            }
+            Ok(answers)
         })
         .await
     }

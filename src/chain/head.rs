@@ -8,7 +8,7 @@
 //! [`KEPT_BLOCKS`] is seen.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use ethers_core::types::{H256, U256};
@@ -25,6 +25,7 @@ use super::{parse_quantity, parse_u64};
 use crate::config::FeeModel;
 /// Canonical block hashes kept: as many as the deepest `finality_depth` allowed.
 use crate::config::KEPT_BLOCKS;
+use crate::guard::Guard;
 
 #[derive(Debug, Clone)]
 pub struct Head {
@@ -84,6 +85,58 @@ pub struct HeadWatcher {
     latest: watch::Receiver<Option<Head>>,
     sender: Arc<watch::Sender<Option<Head>>>,
     recent: Arc<Mutex<RecentBlocks>>,
+    /// The poller's steps: one that panics is logged and the next tick polls again.
+    pub guard: Arc<Guard>,
+}
+
+/// The poller's state between ticks.
+struct Poller {
+    client: Arc<ChainClient>,
+    sender: Weak<watch::Sender<Option<Head>>>,
+    recent: Arc<Mutex<RecentBlocks>>,
+    fee_model: FeeModel,
+    light_polls: u32,
+}
+
+impl Poller {
+    /// One tick; `false` once the watcher is gone. Most ticks see no new block: one
+    /// `eth_blockNumber` says so. The whole head is read when the number moves (or `announced`
+    /// by a subscription), and every FULL_READ_EVERY ticks regardless, so a block replaced at
+    /// the same height is seen too.
+    async fn tick(&mut self, announced: bool) -> bool {
+        let Some(sender) = self.sender.upgrade() else {
+            return false;
+        };
+        let last = sender.borrow().as_ref().map(|h: &Head| (h.number, h.hash));
+        if let Some((number, _)) = last.filter(|_| !announced) {
+            if self.light_polls < FULL_READ_EVERY {
+                match block_number(&self.client).await {
+                    Ok(n) if n == number => {
+                        self.light_polls += 1;
+                        return true;
+                    }
+                    Ok(_) => {}
+                    Err(error) => {
+                        tracing::debug!(chain = %self.client.name(), %error, "head poll failed");
+                        return true;
+                    }
+                }
+            }
+        }
+        self.light_polls = 0;
+        let last = last.map(|(_, hash)| hash);
+        match fetch_head(&self.client, self.fee_model).await {
+            Ok(head) if Some(head.hash) != last => {
+                link(&self.client, &self.recent, &head).await;
+                sender.send_replace(Some(head));
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::debug!(chain = %self.client.name(), %error, "head poll failed")
+            }
+        }
+        true
+    }
 }
 
 impl HeadWatcher {
@@ -97,10 +150,7 @@ impl HeadWatcher {
     ) -> Self {
         let (sender, latest) = watch::channel(None);
         let sender = Arc::new(sender);
-        let poller_sender = Arc::downgrade(&sender);
-        let poller_client = client.clone();
         let recent = Arc::new(Mutex::new(RecentBlocks::default()));
-        let poller_recent = recent.clone();
         let new_head = Arc::new(Notify::new());
         if !ws_urls.is_empty() {
             tokio::spawn(subscribe_new_heads(
@@ -109,49 +159,26 @@ impl HeadWatcher {
                 Arc::downgrade(&new_head),
             ));
         }
+        let guard = Arc::new(Guard::new(format!("head watcher of {}", client.name())));
+        let poller_guard = guard.clone();
+        let mut poller = Poller {
+            client: client.clone(),
+            sender: Arc::downgrade(&sender),
+            recent: recent.clone(),
+            fee_model,
+            light_polls: 0,
+        };
         tokio::spawn(async move {
             let mut ticker = tokio::time::interval(interval);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut light_polls = 0;
             loop {
                 // A subscribed new head skips the light poll: the block is known to have moved.
                 let announced = tokio::select! {
                     _ = ticker.tick() => false,
                     _ = new_head.notified() => true,
                 };
-                let Some(sender) = poller_sender.upgrade() else {
+                if poller_guard.step(poller.tick(announced)).await == Some(false) {
                     return;
-                };
-                let last = sender.borrow().as_ref().map(|h: &Head| (h.number, h.hash));
-                // Most ticks see no new block: one `eth_blockNumber` says so. The whole head is
-                // read when the number moves, and every FULL_READ_EVERY ticks regardless, so a
-                // block replaced at the same height is seen too.
-                if let Some((number, _)) = last.filter(|_| !announced) {
-                    if light_polls < FULL_READ_EVERY {
-                        match block_number(&poller_client).await {
-                            Ok(n) if n == number => {
-                                light_polls += 1;
-                                continue;
-                            }
-                            Ok(_) => {}
-                            Err(error) => {
-                                tracing::debug!(chain = %poller_client.name(), %error, "head poll failed");
-                                continue;
-                            }
-                        }
-                    }
-                }
-                light_polls = 0;
-                let last = last.map(|(_, hash)| hash);
-                match fetch_head(&poller_client, fee_model).await {
-                    Ok(head) if Some(head.hash) != last => {
-                        link(&poller_client, &poller_recent, &head).await;
-                        sender.send_replace(Some(head));
-                    }
-                    Ok(_) => {}
-                    Err(error) => {
-                        tracing::debug!(chain = %poller_client.name(), %error, "head poll failed")
-                    }
                 }
             }
         });
@@ -161,15 +188,17 @@ impl HeadWatcher {
             latest,
             sender,
             recent,
+            guard,
         }
     }
 
     /// Whether block `number` with `hash` is still canonical, as far as the watcher knows.
     pub fn canonical(&self, number: u64, hash: H256) -> Canonical {
         let head = self.current().map_or(u64::MAX, |h| h.number);
+        // A step that panicked while holding it left whole entries: they stay usable.
         self.recent
             .lock()
-            .expect("recent blocks lock")
+            .unwrap_or_else(PoisonError::into_inner)
             .canonical(number, hash, head)
     }
 
@@ -255,6 +284,10 @@ fn short(error: &jsonrpsee::core::ClientError) -> String {
 
 /// Light polls between two full reads of the head block.
 const FULL_READ_EVERY: u32 = 10;
+/// The largest block number or timestamp taken from a node (2^48: far beyond any chain).
+const MAX_PLAUSIBLE_NUMBER: u64 = 1 << 48;
+/// The widest price per gas taken from a node, in bits (2^128 wei is far beyond any fee).
+const MAX_PRICE_BITS: usize = 128;
 
 async fn block_number(client: &ChainClient) -> Result<u64, Unreachable> {
     let answer = client.call("eth_blockNumber", vec![]).await?;
@@ -272,7 +305,7 @@ async fn block_number(client: &ChainClient) -> Result<u64, Unreachable> {
 /// (at most [`KEPT_BLOCKS`] blocks) until a block matches, replacing what changed.
 async fn link(client: &ChainClient, recent: &Mutex<RecentBlocks>, head: &Head) {
     {
-        let mut recent = recent.lock().expect("recent blocks lock");
+        let mut recent = recent.lock().unwrap_or_else(PoisonError::into_inner);
         let extends = recent.extends(head.number, head.parent_hash);
         let knows_older = recent.0.range(..head.number).next_back().is_some();
         recent.set(head.number, head.hash);
@@ -285,7 +318,7 @@ async fn link(client: &ChainClient, recent: &Mutex<RecentBlocks>, head: &Head) {
     while number > 0 && head.number - number < KEPT_BLOCKS {
         number -= 1;
         {
-            let mut recent = recent.lock().expect("recent blocks lock");
+            let mut recent = recent.lock().unwrap_or_else(PoisonError::into_inner);
             if recent.0.get(&number) == Some(&parent) {
                 return;
             }
@@ -340,13 +373,19 @@ async fn fetch_head(client: &ChainClient, fee_model: FeeModel) -> Result<Head, U
         detail: format!("malformed {what} in head block answer"),
     };
     let block = answers[0].as_ref().map_err(|e| malformed(&e.message))?;
+    // Numbers no chain reaches are garbage, not a head: every sum made with them later
+    // (depths, bump deadlines, costs) stays far from overflowing.
+    let plausible = |n: &u64| *n <= MAX_PLAUSIBLE_NUMBER;
+    let price = |v: &Value| parse_quantity(v).filter(|p| p.bits() <= MAX_PRICE_BITS);
     let number = block
         .get("number")
         .and_then(parse_u64)
+        .filter(plausible)
         .ok_or_else(|| malformed("number"))?;
     let timestamp = block
         .get("timestamp")
         .and_then(parse_u64)
+        .filter(plausible)
         .ok_or_else(|| malformed("timestamp"))?;
     let hash = block
         .get("hash")
@@ -356,8 +395,8 @@ async fn fetch_head(client: &ChainClient, fee_model: FeeModel) -> Result<Head, U
         .get("parentHash")
         .and_then(parse_hash)
         .ok_or_else(|| malformed("parentHash"))?;
-    let base_fee = block.get("baseFeePerGas").and_then(parse_quantity);
-    let gas_price = answers[2].as_ref().ok().and_then(parse_quantity);
+    let base_fee = block.get("baseFeePerGas").and_then(price);
+    let gas_price = answers[2].as_ref().ok().and_then(price);
     let use_1559 = match fee_model {
         FeeModel::Legacy => false,
         FeeModel::Eip1559 | FeeModel::OpStack => true,
@@ -365,7 +404,7 @@ async fn fetch_head(client: &ChainClient, fee_model: FeeModel) -> Result<Head, U
     };
     let fees = if use_1559 {
         let base_fee = base_fee.unwrap_or_default();
-        let priority_fee = match answers[1].as_ref().ok().and_then(parse_quantity) {
+        let priority_fee = match answers[1].as_ref().ok().and_then(price) {
             Some(tip) => tip,
             None => priority_from_fee_history(client)
                 .await

@@ -17,7 +17,7 @@ use crate::chain::Chain;
 use crate::config::ServerSettings;
 use crate::facilitator::Facilitator;
 use crate::router::Router;
-pub use ops::Metrics;
+pub use ops::{guards_down, Metrics};
 
 /// Most calls in one JSON-RPC batch.
 const MAX_BATCH_CALLS: u32 = 100;

@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 use super::wire_errors::{json_response, text_response};
 use super::App;
 use crate::chain::{self, Call, Chain};
+use crate::guard::Guard;
 
 /// Gas a settlement needs at most; a signer must afford this at the current fee to be ready.
 const SETTLEMENT_GAS: u64 = 120_000;
@@ -230,6 +231,9 @@ pub async fn ready(app: &App) -> HttpResponse {
             None => problems.push(json!({"chain": chain.name, "problem": "never answered"})),
         }
     }
+    for guard in guards_down(app) {
+        problems.push(json!({"task": guard.what(), "problem": format!("its last step panicked ({} so far); it runs again at the next", guard.panics())}));
+    }
     for signer in signer_states(app).await {
         match signer.balance {
             Some(balance) if balance >= signer.needed => {}
@@ -257,6 +261,16 @@ pub async fn ready(app: &App) -> HttpResponse {
             &json!({"ready": false, "problems": problems, "readModes": read_modes}),
         )
     }
+}
+
+/// The background loops whose last step panicked (see `guard`).
+pub fn guards_down(app: &App) -> Vec<&Guard> {
+    let watchers = app.chains.values().map(|c| &*c.head.guard);
+    let lanes = app
+        .facilitator
+        .iter()
+        .flat_map(|f| f.lanes().map(|l| &l.guard));
+    watchers.chain(lanes).filter(|g| g.is_down()).collect()
 }
 
 pub async fn metrics(app: &App) -> HttpResponse {

@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use super::state::{LaneId, Record};
 use crate::chain::Chain;
 use crate::facilitator::cooldown::Cooldown;
+use crate::guard::Guard;
 use crate::signer::Signer;
 use crate::store::Lease;
 
@@ -62,6 +63,8 @@ pub struct Lane {
     pub(super) funded: AtomicBool,
     /// Where a settlement that reverted on chain sends its payer.
     pub(super) cooldown: Arc<Cooldown>,
+    /// The worker's steps (see [`Guard`]).
+    pub guard: Guard,
     /// The lease while this instance holds the lane (set by its worker).
     lease: Mutex<Option<Lease>>,
 }
@@ -74,6 +77,11 @@ impl Lane {
         cooldown: Arc<Cooldown>,
     ) -> (Arc<Self>, mpsc::Receiver<Record>) {
         let (queue, receiver) = mpsc::channel(QUEUE);
+        let guard = Guard::new(format!(
+            "signer lane {} {}",
+            chain.name,
+            crate::chain::hex_bytes(signer.address)
+        ));
         let lane = Arc::new(Self {
             id: LaneId {
                 network: chain.name.clone(),
@@ -86,6 +94,7 @@ impl Lane {
             under_way: AtomicUsize::new(0),
             funded: AtomicBool::new(true),
             cooldown,
+            guard,
             lease: Mutex::new(None),
         });
         (lane, receiver)

@@ -169,24 +169,20 @@ impl Worker {
         let mut renewal = tokio::time::interval(self.lease_settings.ttl / 3);
         let mut shared_queue = tokio::time::interval(QUEUE_POLL);
         let shared = self.ledger.shared();
+        // Every step runs through the lane's guard: one that panics (a node answer nobody
+        // foresaw) is logged, and the worker keeps its nonces and goes on with the next.
+        let lane = self.lane.clone();
         loop {
             tokio::select! {
                 _ = renewal.tick() => {
-                    let standing_by = self.lease.is_none();
-                    self.keep_lease().await;
-                    match self.lane.chain.head.current() {
-                        // Just taken over: follow the chain from where it is now. What the
-                        // previous holder sent may all be mined already, and an idle chain
-                        // brings no new head to find those inclusions at.
-                        Some(head) if standing_by && self.lease.is_some() => self.on_head(&head).await,
-                        // What is waiting must not wait for a head either.
-                        _ => self.sign_waiting().await,
-                    }
+                    lane.guard.step(self.renew()).await;
                 }
                 _ = shared_queue.tick(), if shared && self.lease.is_some() => {
-                    if self.take_queued().await {
-                        self.sign_waiting().await;
-                    }
+                    lane.guard.step(async {
+                        if self.take_queued().await {
+                            self.sign_waiting().await;
+                        }
+                    }).await;
                 }
                 received = queue.recv() => {
                     let Some(record) = received else { return };
@@ -197,7 +193,7 @@ impl Worker {
                             Err(_) => break,
                         }
                     }
-                    self.sign_waiting().await;
+                    lane.guard.step(self.sign_waiting()).await;
                 }
                 changed = heads.changed() => {
                     if changed.is_err() {
@@ -205,10 +201,22 @@ impl Worker {
                     }
                     let head = heads.borrow_and_update().clone();
                     if let Some(head) = head {
-                        self.on_head(&head).await;
+                        lane.guard.step(self.on_head(&head)).await;
                     }
                 }
             }
+        }
+    }
+
+    /// Renews the lease, then works as if a head had come: just taken over, it follows the
+    /// chain from where it is now (what the previous holder sent may all be mined already, and
+    /// an idle chain brings no new head to find those inclusions at); else it signs what waits.
+    async fn renew(&mut self) {
+        let standing_by = self.lease.is_none();
+        self.keep_lease().await;
+        match self.lane.chain.head.current() {
+            Some(head) if standing_by && self.lease.is_some() => self.on_head(&head).await,
+            _ => self.sign_waiting().await,
         }
     }
 
