@@ -49,6 +49,8 @@ pub struct Settings {
 pub struct ServerSettings {
     pub listen: SocketAddr,
     pub facilitator_listen: Option<SocketAddr>,
+    /// When set, `/metrics` and `/ready` are served here only (access.md §4).
+    pub ops_listen: Option<SocketAddr>,
     pub max_body_bytes: u32,
     pub shutdown_grace_secs: u64,
     pub max_connections: u32,
@@ -76,6 +78,7 @@ impl Default for ServerSettings {
         Self {
             listen: "127.0.0.1:8080".parse().expect("static address"),
             facilitator_listen: None,
+            ops_listen: None,
             max_body_bytes: 65536,
             shutdown_grace_secs: 30,
             max_connections: 1024,
@@ -209,6 +212,40 @@ impl Serialize for Secret {
     }
 }
 
+/// An RPC or WebSocket URL. Providers put API keys in the path or the query (and some in the
+/// user part), so `Debug` and the rendered configuration show only the scheme and host.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Endpoint(String);
+
+impl Endpoint {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// `scheme://host[:port]`, with `/…` when more followed.
+    pub fn shown(&self) -> String {
+        let (scheme, rest) = self.0.split_once("://").unwrap_or(("", &self.0));
+        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let authority = &rest[..end];
+        let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+        let more = if end < rest.len() { "/…" } else { "" };
+        format!("{scheme}://{host}{more}")
+    }
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.shown())
+    }
+}
+
+impl Serialize for Endpoint {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.shown())
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ChainKind {
@@ -234,7 +271,7 @@ pub enum FeeModel {
 pub struct ChainSettings {
     pub chain_id: u64,
     pub kind: ChainKind,
-    pub rpc_urls: Vec<String>,
+    pub rpc_urls: Vec<Endpoint>,
     #[serde(default = "default_native_price")]
     pub native_price: f64,
     #[serde(default)]
@@ -254,7 +291,7 @@ pub struct ChainSettings {
     /// WebSocket URLs for an `eth_subscribe("newHeads")` subscription: a new block is known the
     /// moment the node announces it (polling goes on as a fallback).
     #[serde(default)]
-    pub ws_urls: Vec<String>,
+    pub ws_urls: Vec<Endpoint>,
     /// How often the head block is polled; receipts and fee data follow this cadence.
     #[serde(default = "default_poll_interval")]
     pub poll_interval_ms: u64,
@@ -501,19 +538,22 @@ impl ChainSettings {
                 "at least one URL is required",
             ));
         }
-        for url in &self.rpc_urls {
+        // The URL itself is not repeated: it may carry a provider key.
+        for (i, url) in self.rpc_urls.iter().enumerate() {
+            let url = url.expose();
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 return Err(ConfigError::new(
                     key("rpc_urls"),
-                    format!("not an http(s) URL: {url}"),
+                    format!("entry {i} is not an http(s) URL"),
                 ));
             }
         }
-        for url in &self.ws_urls {
+        for (i, url) in self.ws_urls.iter().enumerate() {
+            let url = url.expose();
             if !(url.starts_with("ws://") || url.starts_with("wss://")) {
                 return Err(ConfigError::new(
                     key("ws_urls"),
-                    format!("not a ws(s) URL: {url}"),
+                    format!("entry {i} is not a ws(s) URL"),
                 ));
             }
         }
@@ -933,6 +973,25 @@ networks = ["chainX"]
     }
 
     #[test]
+    fn endpoints_show_scheme_and_host_only() {
+        let shown = |url: &str| Endpoint(url.to_string()).shown();
+        assert_eq!(
+            shown("https://base-mainnet.example/v2/KEY123?apikey=S3CRET"),
+            "https://base-mainnet.example/…"
+        );
+        assert_eq!(
+            shown("http://user:pw@127.0.0.1:8545"),
+            "http://127.0.0.1:8545"
+        );
+        assert_eq!(
+            shown("wss://node.example?token=S3CRET"),
+            "wss://node.example/…"
+        );
+        let debug = format!("{:?}", Endpoint("https://h/KEY".to_string()));
+        assert!(!debug.contains("KEY"));
+    }
+
+    #[test]
     fn env_override_reaches_mixed_case_network() {
         let dir = temp_dir();
         let path = write(&dir, "a.toml", BASE);
@@ -941,10 +1000,12 @@ networks = ["chainX"]
             "http://a:1, http://b:2".to_string(),
         )]);
         let settings = Settings::load_from(&[path], &env).unwrap();
-        assert_eq!(
-            settings.chains["chainX"].rpc_urls,
-            vec!["http://a:1", "http://b:2"]
-        );
+        let urls: Vec<&str> = settings.chains["chainX"]
+            .rpc_urls
+            .iter()
+            .map(Endpoint::expose)
+            .collect();
+        assert_eq!(urls, vec!["http://a:1", "http://b:2"]);
     }
 
     #[test]
@@ -960,8 +1021,8 @@ networks = ["chainX"]
         )]);
         let settings = Settings::load_from(&[path], &env).unwrap();
         assert_eq!(
-            settings.chains["chainX-testnet"].rpc_urls,
-            vec!["http://c:3"]
+            settings.chains["chainX-testnet"].rpc_urls[0].expose(),
+            "http://c:3"
         );
     }
 

@@ -23,6 +23,8 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use crate::config::Endpoint;
+
 /// jsonrpsee's HTTP client without its default logger middleware: that layer serializes every
 /// request and answer to JSON a second time, for a `trace` line, even when tracing is off. At
 /// one upstream call per verify that was a large share of verify's own CPU.
@@ -176,7 +178,10 @@ pub struct Unreachable {
 }
 
 struct Upstream {
-    url: String,
+    /// `<chain>#<index>`: what answers, errors, logs and metrics call it. The URL itself may
+    /// carry a provider key and stays inside the client.
+    name: String,
+    url: Endpoint,
     client: HttpClient,
     consecutive_failures: AtomicU32,
     /// Milliseconds since `ChainClient::epoch` until which this URL is skipped.
@@ -186,7 +191,8 @@ struct Upstream {
 /// Counters the operator sees on /metrics, kept per URL.
 #[derive(Debug, Clone, Default)]
 pub struct UpstreamStats {
-    pub url: String,
+    /// `<chain>#<index>`, never the URL.
+    pub upstream: String,
     pub requests: u64,
     pub errors: u64,
 }
@@ -220,21 +226,23 @@ impl ChainClient {
     /// saturated node slows answers down instead of timing them out.
     pub fn new(
         name: &str,
-        urls: &[String],
+        urls: &[Endpoint],
         timeout: Duration,
         max_in_flight: usize,
         max_batch_calls: usize,
     ) -> Result<Arc<Self>, String> {
         let mut upstreams = Vec::with_capacity(urls.len());
-        for url in urls {
+        for (index, url) in urls.iter().enumerate() {
+            let upstream = format!("{name}#{index}");
             let client = HttpClientBuilder::default()
                 .set_rpc_middleware(RpcServiceBuilder::new())
                 .request_timeout(timeout)
                 .max_concurrent_requests(max_in_flight)
                 .max_response_size(32 * 1024 * 1024)
-                .build(url)
-                .map_err(|e| format!("{url}: {e}"))?;
+                .build(url.expose())
+                .map_err(|e| format!("{upstream}: {}", scrubbed(&e.to_string(), url)))?;
             upstreams.push(Upstream {
+                name: upstream,
                 url: url.clone(),
                 client,
                 consecutive_failures: AtomicU32::new(0),
@@ -436,8 +444,9 @@ impl ChainClient {
                         let until = self.now_ms() + COOL_DOWN.as_millis() as u64;
                         upstream.cooling_until_ms.store(until, Ordering::Relaxed);
                     }
-                    tracing::debug!(chain = %self.name, url = %upstream.url, %error, "upstream request failed");
-                    last_error = format!("{}: {}", upstream.url, short_error(&error));
+                    let error = short_error(&error, &upstream.url);
+                    tracing::debug!(chain = %self.name, upstream = %upstream.name, %error, "upstream request failed");
+                    last_error = format!("{}: {error}", upstream.name);
                 }
             }
         }
@@ -464,7 +473,7 @@ impl ChainClient {
             .iter()
             .zip(&self.stats)
             .map(|(u, (requests, errors))| UpstreamStats {
-                url: u.url.clone(),
+                upstream: u.name.clone(),
                 requests: requests.load(Ordering::Relaxed),
                 errors: errors.load(Ordering::Relaxed),
             })
@@ -491,14 +500,30 @@ fn rpc_error(e: &jsonrpsee::types::ErrorObject<'_>) -> RpcError {
     }
 }
 
-fn short_error(error: &ClientError) -> String {
+/// At most 200 characters of `error`, without the URL it may quote.
+fn short_error(error: &ClientError, url: &Endpoint) -> String {
     match error {
         ClientError::RequestTimeout => "timed out".to_string(),
-        other => {
-            let text = other.to_string();
-            text.chars().take(200).collect()
+        other => scrubbed(&other.to_string(), url)
+            .chars()
+            .take(200)
+            .collect(),
+    }
+}
+
+/// `text` with `url`, and its path and query, replaced by what may be shown of it.
+fn scrubbed(text: &str, url: &Endpoint) -> String {
+    let secret = url.expose();
+    let mut text = text.replace(secret, &url.shown());
+    if let Some((_, rest)) = secret.split_once("://") {
+        if let Some(start) = rest.find(['/', '?']) {
+            let tail = &rest[start..];
+            if tail.len() > 1 {
+                text = text.replace(tail, "/…");
+            }
         }
     }
+    text
 }
 
 #[cfg(test)]

@@ -22,9 +22,9 @@ use super::client::{Call, ChainClient, Unreachable};
 use super::fees::Fees;
 use super::{parse_quantity, parse_u64};
 
-use crate::config::FeeModel;
 /// Canonical block hashes kept: as many as the deepest `finality_depth` allowed.
 use crate::config::KEPT_BLOCKS;
+use crate::config::{Endpoint, FeeModel};
 use crate::guard::Guard;
 
 #[derive(Debug, Clone)]
@@ -146,7 +146,7 @@ impl HeadWatcher {
         client: Arc<ChainClient>,
         fee_model: FeeModel,
         interval: Duration,
-        ws_urls: Vec<String>,
+        ws_urls: Vec<Endpoint>,
     ) -> Self {
         let (sender, latest) = watch::channel(None);
         let sender = Arc::new(sender);
@@ -232,18 +232,19 @@ const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(1);
 
 /// `eth_subscribe("newHeads")` on each WebSocket URL in turn; every announced head wakes the
 /// poller. A broken subscription is made again; polling goes on meanwhile.
-async fn subscribe_new_heads(chain: String, ws_urls: Vec<String>, wake: Weak<Notify>) {
+async fn subscribe_new_heads(chain: String, ws_urls: Vec<Endpoint>, wake: Weak<Notify>) {
     // URLs are named by position: a provider's URL may carry an API key.
     for (index, url) in ws_urls.iter().enumerate().cycle() {
         if wake.strong_count() == 0 {
             return;
         }
-        match follow_subscription(url, &wake).await {
+        match follow_subscription(url.expose(), &wake).await {
             Ok(()) => {
                 tracing::info!(%chain, ws_url = index, "newHeads subscription ended; subscribing again")
             }
             Err(error) => {
-                tracing::warn!(%chain, ws_url = index, error = %short(&error), "newHeads subscription failed; polling meanwhile")
+                let error = short(&error).replace(url.expose(), &url.shown());
+                tracing::warn!(%chain, ws_url = index, %error, "newHeads subscription failed; polling meanwhile")
             }
         }
         tokio::time::sleep(RESUBSCRIBE_AFTER).await;

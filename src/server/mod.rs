@@ -36,6 +36,8 @@ pub struct App {
 pub struct Surface {
     pub rpc: bool,
     pub facilitator: bool,
+    /// `/metrics` and `/ready` (`/health` is on every listener).
+    pub ops: bool,
 }
 
 pub struct Listener {
@@ -47,11 +49,13 @@ pub struct Listener {
 /// anything serves, so a half-started daemon never answers.
 pub async fn start(settings: &ServerSettings, app: Arc<App>) -> std::io::Result<Vec<Listener>> {
     let split = settings.facilitator_listen.is_some();
+    let ops = settings.ops_listen.is_none();
     let mut plan = vec![(
         settings.listen,
         Surface {
             rpc: true,
             facilitator: !split,
+            ops,
         },
     )];
     if let Some(address) = settings.facilitator_listen {
@@ -60,6 +64,17 @@ pub async fn start(settings: &ServerSettings, app: Arc<App>) -> std::io::Result<
             Surface {
                 rpc: false,
                 facilitator: true,
+                ops,
+            },
+        ));
+    }
+    if let Some(address) = settings.ops_listen {
+        plan.push((
+            address,
+            Surface {
+                rpc: false,
+                facilitator: false,
+                ops: true,
             },
         ));
     }

@@ -43,7 +43,8 @@ struct OutcomeLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct UpstreamLabels {
     chain: String,
-    url: String,
+    /// `<chain>#<index>`: a provider's URL carries its API key.
+    upstream: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -112,12 +113,12 @@ impl Metrics {
         );
         registry.register(
             "upstream_requests",
-            "Upstream HTTP requests (each one JSON-RPC batch, which may carry the calls of several callers) by chain and URL",
+            "Upstream HTTP requests (each one JSON-RPC batch, which may carry the calls of several callers) by chain and upstream (<chain>#<index> in rpc_urls)",
             upstream_requests.clone(),
         );
         registry.register(
             "upstream_errors",
-            "Failed upstream requests by chain and URL",
+            "Failed upstream requests by chain and upstream (<chain>#<index> in rpc_urls)",
             upstream_errors.clone(),
         );
         registry.register(
@@ -279,7 +280,7 @@ pub async fn metrics(app: &App) -> HttpResponse {
         for stats in chain.client.stats() {
             let labels = UpstreamLabels {
                 chain: chain.name.clone(),
-                url: stats.url,
+                upstream: stats.upstream,
             };
             m.upstream_requests
                 .get_or_create(&labels)

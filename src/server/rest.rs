@@ -127,9 +127,10 @@ where
     let path = request.uri().path().to_string();
     match (path.as_str(), &method) {
         ("/health", &Method::GET) => Ok(ops::health()),
-        ("/ready", &Method::GET) => Ok(ops::ready(&app).await),
-        ("/metrics", &Method::GET) => Ok(ops::metrics(&app).await),
-        ("/health" | "/ready" | "/metrics", _) => {
+        ("/ready", &Method::GET) if surface.ops => Ok(ops::ready(&app).await),
+        ("/metrics", &Method::GET) if surface.ops => Ok(ops::metrics(&app).await),
+        ("/health", _) => Err(WireError::method_not_allowed(&method, &path, "GET")),
+        ("/ready" | "/metrics", _) if surface.ops => {
             Err(WireError::method_not_allowed(&method, &path, "GET"))
         }
         ("/supported" | "/verify" | "/settle", _)

@@ -94,15 +94,27 @@ impl From<SettleError> for WireError {
             SettleError::Store(inner) if inner.is_unavailable() => 503,
             SettleError::Store(_) => 500,
         };
-        if let SettleError::Store(inner) = &e {
-            tracing::error!(error = %inner, "store failure during settle");
-        }
-        Self::new(StatusCode::BAD_REQUEST, code, e.to_string())
+        // The store's own words (a database's error text, a file path) stay in the log.
+        let message = match &e {
+            SettleError::Store(inner) => {
+                tracing::error!(error = %inner, "store failure during settle");
+                STORE_FAILED.to_string()
+            }
+            other => other.to_string(),
+        };
+        Self::new(StatusCode::BAD_REQUEST, code, message)
     }
 }
 
+/// What a caller is told of a store failure; the log has the rest.
+const STORE_FAILED: &str =
+    "the store could not be read or written; nothing was lost, try again (the log says more)";
+
 impl From<RouteError> for WireError {
     fn from(e: RouteError) -> Self {
+        if let RouteError::Store(inner) = &e {
+            tracing::error!(error = %inner, "store failure while routing");
+        }
         let code = match &e {
             RouteError::NoFeasibleChain(_) => -32000,
             RouteError::AllUnreachable(_) | RouteError::Store(_) => -32603,
@@ -113,10 +125,14 @@ impl From<RouteError> for WireError {
             }
             RouteError::Store(_) => None,
         };
+        let message = match &e {
+            RouteError::Store(_) => STORE_FAILED.to_string(),
+            other => other.to_string(),
+        };
         Self {
             status: StatusCode::BAD_REQUEST,
             code,
-            message: e.to_string(),
+            message,
             data,
         }
     }
