@@ -9,6 +9,7 @@
 // pending answer until it is answered; settled per second from the first request to the last
 // answer. The chain mines every transaction at once (anvil automine).
 import { execFileSync, spawnSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
@@ -46,9 +47,13 @@ async function instances(count, storage) {
 }
 
 async function settle(daemon, body) {
+  // One key per payment, repeated on each retry: only the request that claimed a payment (or a
+  // retry carrying its key) is told the success.
+  const key = `bench-${randomUUID()}`;
+  const bytes = JSON.stringify(body);
   for (;;) {
     const res = await readAnswer(await fetch(`${daemon.url}/settle`, {
-      method: 'POST', body: JSON.stringify(body), headers: { 'content-type': 'application/json' },
+      method: 'POST', body: bytes, headers: { 'content-type': 'application/json', 'idempotency-key': key },
     }));
     if (!(res.status === 400 && res.body?.error === 504)) return res;
   }

@@ -43,6 +43,14 @@ pub fn tag(key: Option<&str>, element: Option<usize>, body: &[u8]) -> Option<Req
     })
 }
 
+/// `body` as serde_json writes it: the same JSON whether it came alone or as an array's
+/// element, whatever its spacing.
+pub fn canonical(body: &[u8]) -> Vec<u8> {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .and_then(|value| serde_json::to_vec(&value))
+        .unwrap_or_else(|_| body.to_vec())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,5 +87,13 @@ mod tests {
         assert_eq!(single.body, element.body);
         assert_ne!(tag(Some("k"), None, b"{ }").unwrap().body, single.body);
         assert!(tag(None, None, b"{}").is_none());
+    }
+
+    #[test]
+    fn canonical_json_ignores_spacing() {
+        assert_eq!(
+            canonical(br#"{ "a" : [1, 2] }"#),
+            canonical(br#"{"a":[1,2]}"#)
+        );
     }
 }

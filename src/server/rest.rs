@@ -422,7 +422,12 @@ impl Payment {
                 .map_err(|field| WireError::bad_request(prefixed(element, field)))?,
             _ => None,
         };
-        Ok(idempotency::tag(header.or(identifier), element, body))
+        // A header names the request, so an array's elements are told apart by their place;
+        // an id names its one payment wherever it stands.
+        Ok(match identifier {
+            Some(id) => idempotency::tag(Some(id), None, &idempotency::canonical(body)),
+            None => idempotency::tag(header, element, body),
+        })
     }
 
     /// network|asset|from|nonce, for the request's log line.

@@ -11,7 +11,9 @@ use ethers_core::types::{Address, Bytes, H256, U256};
 
 use super::{Claim, Storage, StoreError};
 use crate::chain::TxFees;
-use crate::facilitator::settlement::state::{Attempt, Inclusion, LaneId, Outcome, Record, State};
+use crate::facilitator::settlement::state::{
+    Attempt, Inclusion, LaneId, Outcome, Record, RequestTag, State,
+};
 
 const LONG: Duration = Duration::from_secs(600);
 
@@ -87,7 +89,7 @@ async fn claims_once_and_releases(a: &Storage, b: &Storage) {
     match b.claim(&key, &other, None, U256::MAX).await.unwrap() {
         Claim::Exists(stored) => assert_eq!(stored.digest, first.digest, "the first claim stays"),
         Claim::Claimed => panic!("a payment was claimed twice"),
-        Claim::OverLimit { .. } => panic!("no limit was set"),
+        Claim::OverLimit { .. } | Claim::KeyTaken => panic!("no limit or key was set"),
     }
     assert_eq!(b.get(&key).await.unwrap().unwrap().digest, first.digest);
     let unfinished = b.unfinished().await.unwrap();
@@ -180,6 +182,29 @@ async fn exposure_adds_up_per_account(a: &Storage, b: &Storage) {
             .unwrap(),
         Claim::OverLimit { .. }
     ));
+}
+
+/// A request key names one payment, across handles: another payment claimed under it is
+/// refused until the first record is gone.
+async fn a_request_key_names_one_payment(a: &Storage, b: &Storage) {
+    let tagged = |nonce: u8| {
+        let mut r = record(nonce);
+        r.request = Some(RequestTag {
+            key: "order-1".to_string(),
+            body: H256::repeat_byte(nonce),
+        });
+        r
+    };
+    let (first, second) = (tagged(0x60), tagged(0x61));
+    let claim = |store: &Storage, r: &Record| {
+        let (store, r) = (store.clone(), r.clone());
+        async move { store.claim(&r.key(), &r, None, U256::MAX).await.unwrap() }
+    };
+    assert!(matches!(claim(a, &first).await, Claim::Claimed));
+    assert!(matches!(claim(b, &second).await, Claim::KeyTaken));
+    assert!(matches!(claim(b, &first).await, Claim::Exists(_)));
+    a.release(&first.key()).await.unwrap();
+    assert!(matches!(claim(b, &second).await, Claim::Claimed));
 }
 
 /// Records saved together: the one that ended leaves the unfinished index, the other stays.
@@ -395,6 +420,12 @@ macro_rules! conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn one_holder_per_lane_and_the_fence_stops_the_old_one() {
                 run("leases", |a, b| async move { super::one_holder_per_lane_and_the_fence_stops_the_old_one(&a, &b).await }).await;
+            }
+
+            $(#[$attr])?
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_request_key_names_one_payment() {
+                run("request_keys", |a, b| async move { super::a_request_key_names_one_payment(&a, &b).await }).await;
             }
 
             $(#[$attr])?

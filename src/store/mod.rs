@@ -61,6 +61,8 @@ pub enum Claim {
     /// Nothing was stored: the payer's settlements that still expose its balance (`exposed`)
     /// and this one add up to more than the limit.
     OverLimit { exposed: U256 },
+    /// Nothing was stored: the record's request key already names another payment.
+    KeyTaken,
 }
 
 /// The right to sign on one lane: `fence` grows every time the lane changes hands, and every
@@ -80,7 +82,9 @@ pub trait SettlementStore: Send + Sync {
     /// The new claim enters the work queue taken by `taken_by` (the claiming instance signs it)
     /// or, with `None`, free for whichever instance holds a lane of its network. It is refused
     /// when the values of its account's records that still expose (`Record::exposes`) plus its
-    /// own exceed `limit`; claims of one account are serialised, also across instances.
+    /// own exceed `limit`; claims of one account are serialised, also across instances. The
+    /// record's request key (`Record::request`) names one payment: kept with the record, and a
+    /// claim of another payment under it is refused (`KeyTaken`).
     async fn claim(
         &self,
         key: &PaymentKey,

@@ -15,6 +15,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use ethers_core::types::U256;
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
 
@@ -71,8 +72,12 @@ const MIGRATIONS: &[(i32, &str)] = &[
         3,
         // The payer-exposure rule: `exposure` is the value a record still exposes of its
         // account's balance (NULL once answered or ended), summed per `account` at each claim.
-        "ALTER TABLE settlements ADD COLUMN account text, ADD COLUMN exposure numeric(78, 0);
-         CREATE INDEX settlements_exposure ON settlements (account) WHERE exposure IS NOT NULL;",
+        // `request_key` names one payment (the retry key of the request that claimed it).
+        "ALTER TABLE settlements ADD COLUMN account text, ADD COLUMN exposure numeric(78, 0),
+             ADD COLUMN request_key text;
+         CREATE INDEX settlements_exposure ON settlements (account) WHERE exposure IS NOT NULL;
+         CREATE UNIQUE INDEX settlements_request_key ON settlements (request_key)
+             WHERE request_key IS NOT NULL;",
     ),
 ];
 
@@ -388,6 +393,19 @@ impl SettlementStore for PgStore {
         if let Some(row) = existing {
             return Ok(Claim::Exists(Box::new(decode(&id, row.get(0))?)));
         }
+        let request_key = record.request.as_ref().map(|tag| tag.key.as_str());
+        if request_key.is_some() {
+            let taken = tx
+                .query_opt(
+                    "SELECT 1 FROM settlements WHERE request_key = $1",
+                    &[&request_key],
+                )
+                .await
+                .map_err(pg)?;
+            if taken.is_some() {
+                return Ok(Claim::KeyTaken);
+            }
+        }
         let exposed: String = tx
             .query_one(
                 "SELECT coalesce(sum(exposure), 0)::text FROM settlements
@@ -403,28 +421,37 @@ impl SettlementStore for PgStore {
         if exposed.saturating_add(record.value) > limit {
             return Ok(Claim::OverLimit { exposed });
         }
-        tx.execute(
-            "WITH claimed AS (
-                 INSERT INTO settlements (payment_key, record, unfinished, account, exposure)
-                 VALUES ($1, $2, true, $6, $7::text::numeric)
+        let inserted = tx
+            .execute(
+                "WITH claimed AS (
+                 INSERT INTO settlements
+                     (payment_key, record, unfinished, account, exposure, request_key)
+                 VALUES ($1, $2, true, $6, $7::text::numeric, $8)
                  RETURNING payment_key
              )
              INSERT INTO settlement_queue (payment_key, network, lane, fence)
              SELECT payment_key, $3, $4, $5 FROM claimed",
-            &[
-                &id,
-                &c.text,
-                &key.network,
-                &lane,
-                &fence,
-                &c.account,
-                &c.exposure,
-            ],
-        )
-        .await
-        .map_err(pg)?;
-        tx.commit().await.map_err(pg)?;
-        Ok(Claim::Claimed)
+                &[
+                    &id,
+                    &c.text,
+                    &key.network,
+                    &lane,
+                    &fence,
+                    &c.account,
+                    &c.exposure,
+                    &request_key,
+                ],
+            )
+            .await;
+        match inserted {
+            // Another payer's claim took the key a moment ago (its lock is not ours).
+            Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => Ok(Claim::KeyTaken),
+            Err(e) => Err(pg(e)),
+            Ok(_) => {
+                tx.commit().await.map_err(pg)?;
+                Ok(Claim::Claimed)
+            }
+        }
     }
 
     async fn save(&self, records: &[&Record], _durable: bool) -> Result<(), StoreError> {

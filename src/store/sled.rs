@@ -65,6 +65,8 @@ pub struct Store {
     /// Payment key -> value (32 bytes, big-endian) of each settlement that still exposes its
     /// payer's balance; keys of one account share its prefix (`Account` then `|`).
     exposure: Tree,
+    /// Request key -> payment key of the record it was claimed with.
+    request_keys: Tree,
     /// Serialises claims: an account's exposure is summed and the claim added as one step.
     claims: Arc<std::sync::Mutex<()>>,
 }
@@ -98,6 +100,7 @@ impl Store {
             signer_nonces: db.open_tree("signer_nonces")?,
             router_nonces: db.open_tree("router_nonces")?,
             exposure: db.open_tree("exposure")?,
+            request_keys: db.open_tree("request_keys")?,
             claims: Arc::default(),
             lane_leases,
             db,
@@ -263,6 +266,16 @@ impl SavedRow {
     }
 }
 
+impl Store {
+    /// The request key the record `id` was claimed with, if any.
+    fn request_key_of(&self, id: &str) -> Result<Option<String>, StoreError> {
+        let Some(bytes) = self.settlements.get(id.as_bytes())? else {
+            return Ok(None);
+        };
+        Ok(decode(id, &bytes)?.request.map(|tag| tag.key))
+    }
+}
+
 fn word(value: U256) -> [u8; 32] {
     let mut bytes = [0u8; 32];
     value.to_big_endian(&mut bytes);
@@ -312,17 +325,36 @@ impl SettlementStore for Store {
         if let Some(current) = self.settlements.get(id.as_bytes())? {
             return Ok(Claim::Exists(Box::new(decode(&id, &current)?)));
         }
+        let request_key = record.request.as_ref().map(|tag| tag.key.as_bytes());
+        if let Some(key) = request_key {
+            if self
+                .request_keys
+                .get(key)?
+                .is_some_and(|owner| owner != id.as_bytes())
+            {
+                return Ok(Claim::KeyTaken);
+            }
+        }
         let exposed = exposed(&self.exposure, &record.account())?;
         if exposed.saturating_add(record.value) > limit {
             return Ok(Claim::OverLimit { exposed });
         }
         let encoded = Store::encode(record);
         let value = word(record.value);
-        (&self.settlements, &self.unfinished, &self.exposure)
-            .transaction(|(settlements, unfinished, exposure)| {
+        let trees = (
+            &self.settlements,
+            &self.unfinished,
+            &self.exposure,
+            &self.request_keys,
+        );
+        trees
+            .transaction(|(settlements, unfinished, exposure, request_keys)| {
                 settlements.insert(id.as_bytes(), encoded.as_slice())?;
                 unfinished.insert(id.as_bytes(), &[])?;
                 exposure.insert(id.as_bytes(), &value)?;
+                if let Some(key) = request_key {
+                    request_keys.insert(key, id.as_bytes())?;
+                }
                 Ok::<_, ConflictableTransactionError<StoreError>>(())
             })
             .map_err(transaction_error)?;
@@ -362,11 +394,21 @@ impl SettlementStore for Store {
 
     async fn release(&self, key: &PaymentKey) -> Result<(), StoreError> {
         let id = key.to_string();
-        (&self.settlements, &self.unfinished, &self.exposure)
-            .transaction(|(settlements, unfinished, exposure)| {
+        let request_key = self.request_key_of(&id)?;
+        let trees = (
+            &self.settlements,
+            &self.unfinished,
+            &self.exposure,
+            &self.request_keys,
+        );
+        trees
+            .transaction(|(settlements, unfinished, exposure, request_keys)| {
                 settlements.remove(id.as_bytes())?;
                 unfinished.remove(id.as_bytes())?;
                 exposure.remove(id.as_bytes())?;
+                if let Some(request_key) = &request_key {
+                    request_keys.remove(request_key.as_bytes())?;
+                }
                 Ok::<_, ConflictableTransactionError<StoreError>>(())
             })
             .map_err(transaction_error)?;
@@ -393,6 +435,9 @@ impl SettlementStore for Store {
         for entry in self.finished.range(..cutoff.to_be_bytes().to_vec()) {
             let (index_key, _) = entry?;
             let id = &index_key[8..];
+            if let Some(request_key) = self.request_key_of(&String::from_utf8_lossy(id))? {
+                self.request_keys.remove(request_key.as_bytes())?;
+            }
             self.settlements.remove(id)?;
             self.finished.remove(&index_key)?;
             pruned += 1;

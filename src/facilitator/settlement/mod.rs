@@ -398,6 +398,9 @@ impl Settler {
             Claim::Exists(existing) => {
                 Known::from_record(*existing, payment, tag).map(Claimed::Known)
             }
+            Claim::KeyTaken => Err(SettleError::KeyReused(
+                record.request.as_ref().map_or_else(String::new, |t| t.key.clone()),
+            )),
             Claim::OverLimit { exposed } => Ok(Claimed::OverLimit(Invalid {
                 reason: Reason::InsufficientFunds,
                 message: format!(
