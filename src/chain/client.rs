@@ -107,10 +107,14 @@ pub enum Refusal {
     AlreadyKnown,
     /// The signer's nonce was used already (by us or by someone else).
     NonceTooLow,
-    /// Another transaction holds this nonce in the pool with equal or higher fees.
+    /// Another transaction holds this nonce in the pool with equal or higher fees, or the
+    /// price is below what the node takes now (a base fee above the fee cap).
     Underpriced,
+    /// The node cannot take it now (a full pool, a rate limit): sent again later.
+    Busy,
     /// The signer cannot pay for the gas.
     InsufficientFunds,
+    /// Anything else: the node will not take this transaction as it is.
     Other,
 }
 
@@ -153,8 +157,26 @@ impl RpcError {
             Refusal::AlreadyKnown
         } else if m.contains("nonce too low") || m.contains("nonce is too low") {
             Refusal::NonceTooLow
-        } else if m.contains("underpriced") {
+        } else if [
+            "underpriced",
+            "less than block base fee",
+            "fee too low",
+            "price too low",
+        ]
+        .iter()
+        .any(|p| m.contains(p))
+        {
             Refusal::Underpriced
+        } else if [
+            "pool is full",
+            "txpool full",
+            "rate limit",
+            "too many requests",
+        ]
+        .iter()
+        .any(|p| m.contains(p))
+        {
+            Refusal::Busy
         } else if m.contains("insufficient funds") || m.contains("insufficient balance") {
             Refusal::InsufficientFunds
         } else {
@@ -635,5 +657,11 @@ mod tests {
             Refusal::InsufficientFunds
         );
         assert_eq!(refusal("intrinsic gas too low"), Refusal::Other);
+        assert_eq!(
+            refusal("max fee per gas less than block base fee"),
+            Refusal::Underpriced
+        );
+        assert_eq!(refusal("txpool is full"), Refusal::Busy);
+        assert_eq!(refusal("transaction rejected by policy"), Refusal::Other);
     }
 }

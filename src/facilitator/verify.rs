@@ -233,15 +233,19 @@ impl Verifier {
     }
 
     /// [`Self::check_on_chain`], with the settlement transaction tried in the same request;
-    /// also the payer's balance that was read.
+    /// also the payer as that read saw it.
     pub async fn check_and_try(
         &self,
         payment: &Payment<'_>,
         trial: &Trial<'_>,
-    ) -> Result<(Result<(), Invalid>, Tried, U256), Unreachable> {
+    ) -> Result<(Result<(), Invalid>, Tried, Payer), Unreachable> {
         let (facts, tried) = read_chain(payment, Some(trial)).await?;
         let tried = tried.expect("read_chain tries what it is given");
-        Ok((self.judge(payment, &facts), tried, facts.balance))
+        let payer = Payer {
+            balance: facts.balance,
+            is_contract: facts.from_has_code,
+        };
+        Ok((self.judge(payment, &facts), tried, payer))
     }
 
     fn judge(&self, payment: &Payment<'_>, facts: &ChainFacts) -> Result<(), Invalid> {
@@ -362,6 +366,14 @@ fn as_settlement(mut call: Call, trial: &Trial<'_>, max_settlement_gas: u64) -> 
     call
 }
 
+/// The payer, as the settle's chain read saw it.
+#[derive(Debug, Clone, Copy)]
+pub struct Payer {
+    pub balance: U256,
+    /// A smart wallet: its code may answer the chain differently than the trial.
+    pub is_contract: bool,
+}
+
 /// What trying the settlement transaction said.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Tried {
@@ -385,10 +397,13 @@ async fn read_chain(
     // A node that does not answer the probe would not answer the batch either: its one timeout
     // is this request's answer, so a hanging node costs one timeout, not two.
     if chain.learn_read_mode().await? == ReadMode::Lens {
-        if let Some(read) = read_with_lens(payment, trial).await? {
-            return Ok(read);
+        match read_with_lens(payment, trial).await? {
+            LensRead::Read(read) => return Ok(read),
+            // The node ran the lens and this payment's wallet used its gas up: that says
+            // nothing of the node, so only this request is read the other way.
+            LensRead::Halted => {}
+            LensRead::NotRun => chain.forget_read_mode("the node did not run the verify lens"),
         }
-        chain.forget_read_mode("the node did not run the verify lens");
     }
     read_in_batch(payment, trial).await
 }
@@ -398,11 +413,20 @@ fn asks_erc1271(payment: &Payment<'_>) -> bool {
     payment.recovered != Some(payment.auth.from)
 }
 
-/// One `eth_call` of the lens; `None` when the node did not run it.
+/// What one `eth_call` of the lens gave.
+enum LensRead {
+    Read((ChainFacts, Option<Tried>)),
+    /// The EVM stopped it (out of gas in a payer's wallet, say).
+    Halted,
+    /// The node did not run it: no state overrides here.
+    NotRun,
+}
+
+/// One `eth_call` of the lens.
 async fn read_with_lens(
     payment: &Payment<'_>,
     trial: Option<&Trial<'_>>,
-) -> Result<Option<(ChainFacts, Option<Tried>)>, Unreachable> {
+) -> Result<LensRead, Unreachable> {
     let auth = &payment.auth;
     let ask_erc1271 = asks_erc1271(payment);
     let erc1271_call = match ask_erc1271 {
@@ -431,8 +455,12 @@ async fn read_with_lens(
     calls.extend(estimate);
     let chain = &network.chain;
     let answers = chain.client.batch(&calls).await?;
-    let Some(read) = answers[0].as_ref().ok().and_then(lens::decode_answer) else {
-        return Ok(None);
+    let read = match &answers[0] {
+        Err(e) if e.is_execution_failure() => return Ok(LensRead::Halted),
+        answer => answer.as_ref().ok().and_then(lens::decode_answer),
+    };
+    let Some(read) = read else {
+        return Ok(LensRead::NotRun);
     };
     let by_lens = lens_tries
         .map(|trial| lens_tried(chain, trial, read.trial.as_ref()))
@@ -463,7 +491,7 @@ async fn read_with_lens(
         erc1271_valid: ask_erc1271.then(|| erc1271_accepted(&read.erc1271_answer)),
         block_timestamp: read.timestamp,
     };
-    Ok(Some((facts, tried)))
+    Ok(LensRead::Read((facts, tried)))
 }
 
 /// The same facts as separate calls in one batch, and a trial as an `eth_estimateGas`. The
@@ -560,14 +588,15 @@ fn estimate_call(payment: &Payment<'_>, trial: &Trial<'_>) -> Call {
     )
 }
 
-/// What the node's estimate says. One it could not run (mid-reorganisation it may be asked
-/// about a block it no longer has) is no answer about the payment.
+/// What the node's estimate says: a revert or a halt (a wallet that burns all the gas) is the
+/// call's answer. One it could not run (mid-reorganisation it may be asked about a block it
+/// no longer has) is no answer about the payment.
 fn estimate_tried(chain: &Chain, answer: &CallResult) -> Result<Tried, Unreachable> {
     match answer {
         Ok(v) => Ok(Tried::Gas(
             chain::parse_u64(v).unwrap_or(FALLBACK_GAS_LIMIT),
         )),
-        Err(e) if e.is_revert() => Ok(Tried::Reverted(e.message.clone())),
+        Err(e) if e.is_execution_failure() => Ok(Tried::Reverted(e.message.clone())),
         Err(e) => Err(unreadable(chain, "eth_estimateGas", e.to_string())),
     }
 }

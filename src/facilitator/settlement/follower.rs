@@ -407,15 +407,15 @@ impl Worker {
         if head.number < latest.sent_at_block + self.lane.settings.bump_after_blocks {
             return None;
         }
-        let fees = latest
-            .fees
-            .replacement(market)
-            .capped(Some(self.lane.settings.bump_cap(gas, first)));
+        let ceiling = self.lane.settings.bump_cap(gas, first);
+        let fees = latest.fees.replacement(market).capped(Some(ceiling));
         if !fees.replaces(&latest.fees) {
             let waited =
                 head.number >= latest.sent_at_block + 2 * self.lane.settings.bump_after_blocks;
             if waited && matches!(self.slots.get(&nonce)?, Slot::Settlement { .. }) {
-                return self.give_up(nonce, &latest, market, head).await;
+                // The self-transfer may cost as much as the settlement could, not more.
+                let spend = ceiling.saturating_mul(gas.into()) / U256::from(FILLER_GAS);
+                return self.give_up(nonce, &latest, market, spend, head).await;
             }
             tracing::warn!(lane = %self.lane.id, nonce, max_fee = %latest.fees.max_fee_per_gas(), "transaction cannot be mined under the fee caps; not bumped");
             return None;
@@ -453,17 +453,19 @@ impl Worker {
 
     /// A settlement that stayed unmined at its fee ceiling for another `bump_after_blocks` must
     /// not hold the lane (access.md §3): a self-transfer replaces it in the pool (21,000 gas,
-    /// far below what the settlement was allowed to cost) and the payment is answered as
-    /// failed. Where the configured caps keep even the self-transfer from replacing it, it
-    /// stays: answering it failed while it may still be mined would lose the payer's money.
+    /// priced at most `spend` per gas: no more than the settlement was allowed to cost) and the
+    /// payment is answered as failed. Where the caps keep even the self-transfer from replacing
+    /// it, it stays: answering it failed while it may still be mined would cost the payer.
     async fn give_up(
         &mut self,
         nonce: u64,
         latest: &Attempt,
         market: TxFees,
+        spend: U256,
         head: &Head,
     ) -> Option<Bytes> {
-        let filler = self.filler(nonce, latest.fees.replacement(market), head.number);
+        let fees = latest.fees.replacement(market).capped(Some(spend));
+        let filler = self.filler(nonce, fees, head.number);
         if !filler.fees.replaces(&latest.fees) {
             tracing::warn!(lane = %self.lane.id, nonce, "settlement cannot be mined under the fee caps, nor replaced within them; it waits for the market");
             return None;

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use super::erc3009;
 use super::types::{PaymentRequest, Reason, SettleResponse, SettlementStatus, StatusOutcome};
-use super::verify::{check_terms, payer_of, Invalid, Payment, Trial, Tried, Verifier};
+use super::verify::{check_terms, payer_of, Invalid, Payer, Payment, Trial, Tried, Verifier};
 use crate::chain::{self, Unreachable};
 use crate::clock::unix_now;
 use crate::store::{Claim, Lease, Storage, StoreError};
@@ -216,7 +216,7 @@ impl Settler {
                     chain: payment.network.name.clone(),
                     detail: "timed out before the settlement could be prepared".to_string(),
                 })??;
-        let (calldata, gas_limit, balance) = match prepared {
+        let (calldata, gas_limit, payer) = match prepared {
             Ok(prepared) => prepared,
             Err(failure) => {
                 // A concurrent duplicate may have settled this very authorization while we read
@@ -230,7 +230,7 @@ impl Settler {
         let record = new_record(&payment, calldata, gas_limit, tag);
         let lease = reservation.lane().lease();
         match self
-            .claim(&key, &record, &payment, lease.as_ref(), balance)
+            .claim(&key, &record, &payment, lease.as_ref(), payer)
             .await?
         {
             Claimed::Here(progress) => {
@@ -317,12 +317,12 @@ impl Settler {
     }
 
     /// Verify's chain rules and the settlement call tried, in one request: the calldata and
-    /// gas limit to sign and the payer's balance, or why the payment fails.
+    /// gas limit to sign and the payer as the read saw it, or why the payment fails.
     async fn prepare(
         &self,
         payment: &Payment<'_>,
         lane: &Lane,
-    ) -> Result<Result<(Bytes, u64, U256), Invalid>, Unreachable> {
+    ) -> Result<Result<(Bytes, u64, Payer), Invalid>, Unreachable> {
         let smart_wallet = payment.recovered != Some(payment.auth.from);
         let calldata =
             erc3009::transfer_with_authorization(&payment.auth, &payment.signature, smart_wallet);
@@ -335,14 +335,14 @@ impl Settler {
                 .current()
                 .map_or(U256::one(), |h| h.fees.effective_price().max(U256::one())),
         };
-        let (verdict, tried, balance) = self.verifier.check_and_try(payment, &trial).await?;
+        let (verdict, tried, payer) = self.verifier.check_and_try(payment, &trial).await?;
         if let Err(failure) = verdict {
             return Ok(Err(failure));
         }
         Ok(match tried {
             Tried::Gas(gas) => {
                 let bound = chain.settings.max_settlement_gas;
-                gas_limit(gas, &calldata, bound).map(|limit| (calldata, limit, balance))
+                gas_limit(gas, &calldata, bound).map(|limit| (calldata, limit, payer))
             }
             Tried::Reverted(reason) => Err(Invalid {
                 reason: Reason::Payload,
@@ -373,20 +373,27 @@ impl Settler {
     /// across instances), so exactly one caller registers; a duplicate arriving in between finds
     /// the stored record and waits for its outcome (`await_stored`). Without `lease` (no lane of
     /// this network is held here) the claim is queued for an instance that holds one. The payer's
-    /// settlements still under way and this one may not add up to more than `balance`.
+    /// settlements still under way and this one may not add up to more than its balance; a
+    /// smart wallet settles one at a time, so that a wallet that answers the chain differently
+    /// than the trial reverts once before its cooldown, not once per payment in flight.
     async fn claim(
         &self,
         key: &PaymentKey,
         record: &Record,
         payment: &Payment<'_>,
         lease: Option<&Lease>,
-        balance: U256,
+        payer: Payer,
     ) -> Result<Claimed, SettleError> {
+        let balance = payer.balance;
+        let limit = match payer.is_contract {
+            true => balance.min(record.value),
+            false => balance,
+        };
         let tag = record.request.as_ref();
         if let Some(running) = self.waiters.get(key) {
             return Known::from_running(running, payment, tag).map(Claimed::Known);
         }
-        match self.ledger.claim(key, record, lease, balance).await? {
+        match self.ledger.claim(key, record, lease, limit).await? {
             Claim::Claimed if lease.is_none() => Ok(Claimed::Queued),
             Claim::Claimed => Ok(Claimed::Here(Waiters::register(
                 &mut self.waiters.lock(),
@@ -401,6 +408,12 @@ impl Settler {
             Claim::KeyTaken => Err(SettleError::KeyReused(
                 record.request.as_ref().map_or_else(String::new, |t| t.key.clone()),
             )),
+            Claim::OverLimit { exposed } if exposed.saturating_add(record.value) <= balance => {
+                Ok(Claimed::OverLimit(Invalid {
+                    reason: Reason::Payload,
+                    message: "a smart-wallet payer settles one payment at a time: settle again once its settlement under way is answered".to_string(),
+                }))
+            }
             Claim::OverLimit { exposed } => Ok(Claimed::OverLimit(Invalid {
                 reason: Reason::InsufficientFunds,
                 message: format!(
