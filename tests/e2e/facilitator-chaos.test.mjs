@@ -1,7 +1,7 @@
 // The settlement guarantees all at once (spec/x402-facilitator.md section 3): a burst of distinct
 // payments from many payers on anvil --block-time 1, settled by clients that behave like resource
-// servers (on an error, a pending answer or a refused connection they send the same body again,
-// until a definite answer or a deadline), while at seeded-random moments routerd is SIGKILLed and
+// servers (on an error, a pending answer or a refused connection they send the same body again
+// with the same Idempotency-Key, until a definite answer or a deadline), while at seeded-random moments routerd is SIGKILLed and
 // restarted on the same store, the node forgets its pool (anvil_dropAllTransactions), and the chain
 // reorganises 1-2 blocks away (anvil_rollback).
 //
@@ -19,7 +19,7 @@ import { randomBytes } from 'node:crypto';
 import { getAddress, toHex } from 'viem';
 import { startFacilitatorStack, withLogTail, NETWORK } from './lib/stack.mjs';
 import { now } from './lib/x402.mjs';
-import { readAnswer, sleep, waitFor } from './lib/util.mjs';
+import { readAnswer, sleep, waitFor, idempotencyKey, IDEMPOTENCY_KEY } from './lib/util.mjs';
 import { TX_HASH } from './lib/expect.mjs';
 import {
   chainMark, expectCleanSignerHistory, expectTransfersAuthorization, minedFrom, poolStatus, waitPoolEmpty,
@@ -82,11 +82,15 @@ function schedule(rand) {
   return kinds.map((kind, i) => ({ kind, atMs: times[i], restartAfterMs: Math.floor(rand() * 1000), depth: 1 + Math.floor(rand() * 2) }));
 }
 
-/** One settle exchange as a resource server makes it; a network error is an answer of its own kind. */
-async function settleOnce(body) {
+/**
+ * One settle exchange as a resource server makes it, under the payment's request key (the same on
+ * every attempt, so a retry is told the first attempt's outcome); a network error is an answer of
+ * its own kind.
+ */
+async function settleOnce(body, key) {
   try {
     const res = await fetch(`${stack.url}/settle`, {
-      method: 'POST', headers: { 'content-type': 'application/json' }, body, signal: AbortSignal.timeout(CLIENT_TIMEOUT_MS),
+      method: 'POST', headers: { 'content-type': 'application/json', [IDEMPOTENCY_KEY]: key }, body, signal: AbortSignal.timeout(CLIENT_TIMEOUT_MS),
     });
     return await readAnswer(res);
   } catch (err) {
@@ -109,7 +113,7 @@ it(`${COUNT} payments at concurrency ${CONCURRENCY} through ${FAULTS.kill} SIGKI
     const account = stack.payers[i % PAYERS];
     const payTo = getAddress(toHex(randomBytes(20)));
     const p = await stack.pay({ account, payTo, amount: PRICE, auth: { validBefore: BigInt(now() + 3600) } });
-    payments.push({ ...p, json: JSON.stringify(p.body) });
+    payments.push({ ...p, json: JSON.stringify(p.body), key: idempotencyKey() });
   }
   // The setup's mints must be deeper than any reorg of this test: the rollbacks together remove
   // at most 2 * FAULTS.rollback blocks.
@@ -133,7 +137,7 @@ it(`${COUNT} payments at concurrency ${CONCURRENCY} through ${FAULTS.kill} SIGKI
   let lastAnswerAt = started;
   async function payUntilAnswered(i) {
     for (let attempts = 1; ; attempts += 1) {
-      const res = await settleOnce(payments[i].json);
+      const res = await settleOnce(payments[i].json, payments[i].key);
       if (definite(res)) return { res, attempts };
       retries[kindOf(res)] = (retries[kindOf(res)] ?? 0) + 1;
       if (Date.now() > deadline || Date.now() - lastAnswerAt > STALL_MS) return { res, attempts, timedOut: true };

@@ -5,8 +5,8 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startFacilitatorStack, withLogTail, NETWORK } from './lib/stack.mjs';
-import { sleep, waitFor } from './lib/util.mjs';
-import { expectSettled, show } from './lib/expect.mjs';
+import { sleep, waitFor, idempotencyKey } from './lib/util.mjs';
+import { expectSettled, expectDuplicate, show } from './lib/expect.mjs';
 import { chainMark, expectCleanSignerHistory, pooledFrom } from './lib/chain-audit.mjs';
 import { waitInPool, frozen } from './lib/settling.mjs';
 
@@ -30,10 +30,10 @@ before(async () => {
 
 after(() => stack?.stop());
 
-/** A settle call whose answer can be looked at without waiting for it. */
+/** A settle call (with its own Idempotency-Key, `watch.key`) whose answer can be looked at without waiting for it. */
 function watchedSettle(body) {
-  const watch = { res: null };
-  watch.answer = stack.settle(body).then((res) => { watch.res = res; return res; });
+  const watch = { res: null, key: idempotencyKey() };
+  watch.answer = stack.settle(body, { key: watch.key }).then((res) => { watch.res = res; return res; });
   return watch;
 }
 
@@ -99,7 +99,8 @@ it(`the status route shows "included" until finality_depth (${FINALITY_DEPTH}) b
   assert.equal(fin.transaction, hash);
   assert.equal(fin.block, block);
   assert.equal(fin.outcome?.success, true);
-  assert.equal(expectSettled(await stack.settle(p.body), { network: NETWORK, payer: p.authorization.from }), hash, 'a replay of a final payment');
+  assert.equal(expectSettled(await stack.settle(p.body, { key: watch.key }), { network: NETWORK, payer: p.authorization.from }), hash, 'the first request of a final payment, retried');
+  expectDuplicate(await stack.settle(p.body), { transaction: hash, network: NETWORK, payer: p.authorization.from });
 });
 
 it('a reorganisation before the required depth: the same transaction is re-broadcast and the answer waits for its new depth', async () => {

@@ -1,13 +1,16 @@
 // Settlement under a chain that mines only on request (anvil --no-mining + evm_mine): the pending
 // answer (HTTP 400 {error: 504}), crash safety (SIGKILL with a transaction in the mempool, the chain
-// losing it meanwhile), graceful SIGTERM, and what routerd must never write to its log.
+// losing it meanwhile), graceful SIGTERM, and what routerd must never write to its log. A client
+// that lost its answer asks again with the same Idempotency-Key and body (spec/access.md section 1)
+// and is told the first request's outcome; a replay without that key is told the transaction as a
+// failure.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { getAddress } from 'viem';
 import { startFacilitatorStack, withLogTail, NETWORK } from './lib/stack.mjs';
-import { waitFor } from './lib/util.mjs';
-import { expectSettled, expectErrorBody, TX_HASH } from './lib/expect.mjs';
+import { waitFor, idempotencyKey } from './lib/util.mjs';
+import { expectSettled, expectErrorBody, expectDuplicate, TX_HASH } from './lib/expect.mjs';
 
 const SETTLE_TIMEOUT_SECS = 3;
 
@@ -70,10 +73,13 @@ async function expectGracefulStop() {
   assert.deepEqual(exit, { code: 0, signal: null }, `routerd did not exit 0 on SIGTERM: ${JSON.stringify(exit)}`);
 }
 
-/** A settle that may answer "pending" if the block came too late: ask again, as a client would. */
-async function settleAgain(body) {
-  let res = await stack.settle(body);
-  if (res.status === 400 && res.body?.error === 504) res = await stack.settle(body);
+/**
+ * The first request retried (its Idempotency-Key `key`, the same body), asking once more if it
+ * answers "pending" because the block came too late, as a client would.
+ */
+async function settleAgain(body, key) {
+  let res = await stack.settle(body, { key });
+  if (res.status === 400 && res.body?.error === 504) res = await stack.settle(body, { key });
   return res;
 }
 
@@ -84,16 +90,20 @@ it(`a settlement still pending after settle_timeout_secs (${SETTLE_TIMEOUT_SECS}
   const payerBefore = await stack.balanceOf(p.authorization.from);
   const nonce = await stack.signerNonce('pending');
 
-  const hash = pendingHash(await stack.settle(p.body));
+  const key = idempotencyKey();
+  const hash = pendingHash(await stack.settle(p.body, { key }));
   assert.equal(await pendingSignerTx(nonce), hash, 'the hash in the message is the broadcast transaction');
 
-  // Still pending: the same answer, and no second transaction.
-  assert.equal(pendingHash(await stack.settle(p.body)), hash);
+  // Still pending: the first request retried gets the same answer; another settle of the payment
+  // is told the transaction it waits for, as a failure; no second transaction.
+  assert.equal(pendingHash(await stack.settle(p.body, { key })), hash);
+  expectDuplicate(await stack.settle(p.body), { transaction: hash, network: NETWORK, payer: p.authorization.from, being: true });
   assert.equal(await stack.signerNonce('pending'), nonce + 1);
 
   await stack.anvil.mine();
-  const final = expectSettled(await settleAgain(p.body), { network: NETWORK, payer: p.authorization.from });
-  assert.equal(final, hash, 'a later settle returns the outcome of the first transaction');
+  const final = expectSettled(await settleAgain(p.body, key), { network: NETWORK, payer: p.authorization.from });
+  assert.equal(final, hash, 'the first request retried gets the outcome of its transaction');
+  expectDuplicate(await stack.settle(p.body), { transaction: hash, network: NETWORK, payer: p.authorization.from });
   await expectPaidOnce(p, hash, payerBefore);
   assert.equal(await stack.signerNonce(), nonce + 1);
 });
@@ -103,14 +113,15 @@ it('SIGKILL with the transaction in the mempool: after restart the same payment 
   const payerBefore = await stack.balanceOf(p.authorization.from);
   const nonce = await stack.signerNonce('pending');
 
-  const inflight = stack.settle(p.body).catch((err) => err); // its connection dies with the daemon
+  const key = idempotencyKey();
+  const inflight = stack.settle(p.body, { key }).catch((err) => err); // its connection dies with the daemon
   const hash = await waitForBroadcast(nonce);
   await stack.routerd.kill();
   await inflight;
   await stack.anvil.mine();
   await stack.routerd.restart();
 
-  const res = await settleAgain(p.body);
+  const res = await settleAgain(p.body, key);
   assert.equal(expectSettled(res, { network: NETWORK, payer: p.authorization.from }), hash);
   await expectPaidOnce(p, hash, payerBefore);
   assert.equal(await stack.signerNonce(), nonce + 1, 'exactly one facilitator transaction');
@@ -122,7 +133,8 @@ it('SIGKILL, and the chain loses the transaction meanwhile: restart re-broadcast
   const payerBefore = await stack.balanceOf(p.authorization.from);
   const nonce = await stack.signerNonce('pending');
 
-  const inflight = stack.settle(p.body).catch((err) => err);
+  const key = idempotencyKey();
+  const inflight = stack.settle(p.body, { key }).catch((err) => err);
   const hash = await waitForBroadcast(nonce);
   const raw = await stack.anvil.rpc('eth_getRawTransactionByHash', [hash]);
   await stack.routerd.kill();
@@ -132,12 +144,12 @@ it('SIGKILL, and the chain loses the transaction meanwhile: restart re-broadcast
 
   try {
     await stack.routerd.restart();
-    const answer = stack.settle(p.body); // resumes the stored record (at startup, or at the latest now)
+    const answer = stack.settle(p.body, { key }); // resumes the stored record (at startup, or at the latest now)
     // The write-ahead record holds the signed raw transaction: re-broadcasting it gives the same hash.
     await waitFor(async () => (await pendingSignerTx(nonce)) === hash, { timeoutMs: 15_000, what: 're-broadcast of the stored transaction' });
     await stack.anvil.mine();
     let res = await answer;
-    if (res.status === 400 && res.body?.error === 504) res = await stack.settle(p.body);
+    if (res.status === 400 && res.body?.error === 504) res = await stack.settle(p.body, { key });
 
     assert.equal(expectSettled(res, { network: NETWORK, payer: p.authorization.from }), hash);
     await expectPaidOnce(p, hash, payerBefore);
@@ -153,21 +165,23 @@ it('SIGKILL, and the chain loses the transaction meanwhile: restart re-broadcast
   }
 });
 
-it('SIGTERM exits 0, and a settled payment settles again after restart with the same hash', async () => {
+it('SIGTERM exits 0; after restart the settled payment\'s first request, retried, gets its success, a replay the same hash as a failure', async () => {
   const p = await newPayment();
   const payerBefore = await stack.balanceOf(p.authorization.from);
   const nonce = await stack.signerNonce('pending');
 
-  const answer = stack.settle(p.body);
+  const key = idempotencyKey();
+  const answer = stack.settle(p.body, { key });
   await waitForBroadcast(nonce);
   await stack.anvil.mine();
   let res = await answer;
-  if (res.status === 400 && res.body?.error === 504) res = await stack.settle(p.body); // the block came late
+  if (res.status === 400 && res.body?.error === 504) res = await stack.settle(p.body, { key }); // the block came late
   const hash = expectSettled(res, { network: NETWORK, payer: p.authorization.from });
 
   await expectGracefulStop();
   await stack.routerd.restart();
-  assert.equal(expectSettled(await stack.settle(p.body), { network: NETWORK, payer: p.authorization.from }), hash);
+  assert.equal(expectSettled(await stack.settle(p.body, { key }), { network: NETWORK, payer: p.authorization.from }), hash);
+  expectDuplicate(await stack.settle(p.body), { transaction: hash, network: NETWORK, payer: p.authorization.from });
   await expectPaidOnce(p, hash, payerBefore);
   assert.equal(await stack.signerNonce('pending'), nonce + 1);
 });
@@ -177,14 +191,15 @@ it('SIGTERM during a settlement exits 0 and keeps it: after restart it completes
   const payerBefore = await stack.balanceOf(p.authorization.from);
   const nonce = await stack.signerNonce('pending');
 
-  const inflight = stack.settle(p.body).catch((err) => err);
+  const key = idempotencyKey();
+  const inflight = stack.settle(p.body, { key }).catch((err) => err);
   const hash = await waitForBroadcast(nonce);
   await expectGracefulStop();
   await inflight;
   await stack.anvil.mine();
   await stack.routerd.restart();
 
-  assert.equal(expectSettled(await settleAgain(p.body), { network: NETWORK, payer: p.authorization.from }), hash);
+  assert.equal(expectSettled(await settleAgain(p.body, key), { network: NETWORK, payer: p.authorization.from }), hash);
   await expectPaidOnce(p, hash, payerBefore);
   assert.equal(await stack.signerNonce('pending'), nonce + 1);
 });

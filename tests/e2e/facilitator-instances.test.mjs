@@ -1,6 +1,9 @@
 // Several routerd instances on one PostgreSQL (storage.backend = "postgres"), all loading the same
-// signer key: one lane, held by one instance at a time through its lease. A payment sent to two
-// instances at once is settled by one transaction that both answers name; when the instance
+// signer key: one lane, held by one instance at a time through its lease. A payment sent several
+// times at once, spread over instances, is settled by one transaction that every answer names, and
+// exactly one answer is its success (spec/access.md section 1: the others are told the transaction
+// as a failure, and a retry with the successful request's Idempotency-Key on another instance gets
+// the success again); when the instance
 // holding the lane is SIGKILLed mid-burst another takes the lane over and finishes its
 // settlements; an instance paused past its lease (SIGSTOP, then SIGCONT) signs nothing more;
 // PostgreSQL restarted mid-burst makes settle answer 503 while it is down and loses nothing.
@@ -17,7 +20,10 @@ import { startFacilitatorStack } from './lib/stack.mjs';
 import { startRouterd } from './lib/routerd.mjs';
 import { chainMark, expectCleanSignerHistory, expectTransfersAuthorization } from './lib/chain-audit.mjs';
 import { isPending } from './lib/settling.mjs';
-import { freePort, makeTempDir, readAnswer, sleep } from './lib/util.mjs';
+import { expectDuplicate, expectSettled, show } from './lib/expect.mjs';
+import {
+  freePort, makeTempDir, readAnswer, sleep, idempotencyKey, IDEMPOTENCY_KEY,
+} from './lib/util.mjs';
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const pgCluster = join(repo, 'scripts', 'pg-cluster');
@@ -71,10 +77,13 @@ after(async () => {
   }
 });
 
-async function post(instance, body) {
+/** POST /settle to one instance, with `key` as the Idempotency-Key header when given. */
+async function post(instance, body, key) {
   try {
     return await readAnswer(await fetch(`${instance.url}/settle`, {
-      method: 'POST', body: JSON.stringify(body), headers: { 'content-type': 'application/json' },
+      method: 'POST',
+      body: JSON.stringify(body),
+      headers: { 'content-type': 'application/json', ...(key === undefined ? {} : { [IDEMPOTENCY_KEY]: key }) },
     }));
   } catch (err) {
     return { status: 0, error: err }; // the instance is down
@@ -83,12 +92,14 @@ async function post(instance, body) {
 
 /**
  * Settle as a resource server with several facilitator addresses would: ask `order[0]`; on a
- * pending answer or a dead instance, ask the next one (round robin) until an answer.
+ * pending answer or a dead instance, ask the next one (round robin) until an answer, every time
+ * with the same Idempotency-Key (`key`, fresh by default) and body, so that a retry of the request
+ * that claimed the payment is told its outcome.
  */
-async function settleSomewhere(order, body, { tries = 40 } = {}) {
+async function settleSomewhere(order, body, { tries = 40, key = idempotencyKey() } = {}) {
   let res;
   for (let i = 0; i < tries; i += 1) {
-    res = await post(order[i % order.length], body);
+    res = await post(order[i % order.length], body, key);
     if (res.status !== 0 && !isPending(res)) return res;
     if (res.status === 0) await sleep(100);
   }
@@ -129,7 +140,38 @@ describe('three instances, one key, one PostgreSQL', () => {
     }
   });
 
-  it(`${PAYMENTS} payments, each sent to two instances at once: one transaction per payment, both answers name it`, async () => {
+  it('one payment sent 5 times at once, spread over two instances: exactly one success, every answer names its one transaction', async () => {
+    const mark = await chainMark(stack.anvil, stack.signer);
+    const [p, q] = await payments(2);
+    const payer = p.authorization.from;
+    const duplicateOf = (hash, who) => ({ transaction: hash, network: stack.network, payer: who });
+
+    // Identical requests (the same body, no key), as a payer replaying one payment header would send them.
+    const answers = await Promise.all(Array.from({ length: 5 }, (_, k) => post(instances[k % 2], p.body)));
+    const winners = answers.filter((res) => res.body?.success === true);
+    assert.equal(winners.length, 1, `exactly one success: ${answers.map((r) => show(r)).join(' | ')}`);
+    const hash = expectSettled(winners[0], { network: stack.network, payer });
+    for (const res of answers.filter((r) => r !== winners[0])) expectDuplicate(res, duplicateOf(hash, payer));
+    // Later, on the third instance: told the transaction, not success.
+    expectDuplicate(await post(instances[2], p.body), duplicateOf(hash, payer));
+
+    // Five requests of one payment, each with its own key: the one that claimed it, retried on
+    // another instance, gets its success again; the others stay duplicates.
+    const keys = Array.from({ length: 5 }, () => idempotencyKey());
+    const keyed = await Promise.all(keys.map((key, k) => settleSomewhere([instances[k % 2], instances[(k + 1) % 2]], q.body, { key })));
+    const w = keyed.findIndex((res) => res.body?.success === true);
+    assert.ok(w >= 0 && keyed.filter((res) => res.body?.success === true).length === 1, `exactly one success: ${keyed.map((r) => show(r)).join(' | ')}`);
+    const qHash = expectSettled(keyed[w], { network: stack.network, payer: q.authorization.from });
+    for (const [k, res] of keyed.entries()) if (k !== w) expectDuplicate(res, duplicateOf(qHash, q.authorization.from));
+    for (const other of [instances[(w + 1) % 2], instances[2]]) {
+      assert.equal(expectSettled(await post(other, q.body, keys[w]), { network: stack.network, payer: q.authorization.from }), qHash, 'the claiming request retried on another instance');
+    }
+    expectDuplicate(await post(instances[2], q.body, keys[(w + 1) % 5]), duplicateOf(qHash, q.authorization.from));
+
+    await audit(mark, [{ p, res: winners[0] }, { p: q, res: keyed[w] }]);
+  });
+
+  it(`${PAYMENTS} payments, each sent to two instances at once: one transaction per payment, both answers name it, one of them its success`, async () => {
     const mark = await chainMark(stack.anvil, stack.signer);
     const ps = await payments(PAYMENTS);
     const settled = [];
@@ -142,8 +184,12 @@ describe('three instances, one key, one PostgreSQL', () => {
           settleSomewhere([instances[i], instances[(i + 1) % 3]], p.body),
           settleSomewhere([instances[(i + 1) % 3], instances[i]], p.body),
         ]);
-        assert.equal(a.body?.transaction, b.body?.transaction, `both answers name one transaction: ${JSON.stringify([a.body, b.body])}`);
-        settled.push({ p, res: a });
+        const both = JSON.stringify([a.body, b.body]);
+        assert.equal(a.body?.transaction, b.body?.transaction, `both answers name one transaction: ${both}`);
+        const wins = [a, b].filter((res) => res.body?.success === true);
+        assert.equal(wins.length, 1, `exactly one of the two answers is the success: ${both}`);
+        expectDuplicate(wins[0] === a ? b : a, { transaction: wins[0].body.transaction, network: stack.network, payer: p.authorization.from });
+        settled.push({ p, res: wins[0] });
       }));
     }
     await audit(mark, settled);
@@ -202,12 +248,13 @@ describe('three instances, one key, one PostgreSQL', () => {
     const live = instances.filter((r) => r.running);
     assert.equal(live.length, 2);
     const ps = await payments(60);
+    const keys = ps.map(() => idempotencyKey()); // one request per payment, asked again below
     const [early, whileDown] = [ps.slice(0, 40), ps.slice(40)];
-    const burst = Promise.all(early.map((p, k) => post(live[k % 2], p.body)));
+    const burst = Promise.all(early.map((p, k) => post(live[k % 2], p.body, keys[k])));
     execFileSync(pgCluster, ['stop', pgDir], { stdio: 'ignore' });
     let restarted = false;
     try {
-      const answers = await Promise.all(whileDown.map((p, k) => post(live[k % 2], p.body)));
+      const answers = await Promise.all(whileDown.map((p, k) => post(live[k % 2], p.body, keys[40 + k])));
       for (const res of answers) {
         assert.equal(res.status, 400, JSON.stringify(res.body));
         assert.equal(res.body.error, 503, JSON.stringify(res.body));
@@ -224,7 +271,7 @@ describe('three instances, one key, one PostgreSQL', () => {
     const settled = await Promise.all(ps.map(async (p, k) => {
       let res;
       for (let i = 0; i < 60; i += 1) {
-        res = await post(live[(k + i) % 2], p.body);
+        res = await post(live[(k + i) % 2], p.body, keys[k]);
         if (res.status === 200) break;
         await stack.anvil.mine();
         await sleep(200);

@@ -7,6 +7,8 @@
 // - the node forgetting its pool; a signer nonce used outside routerd; an authorization expiring
 //   before its transaction is mined (state "expired", the signer nonce is not wasted);
 // - an array settle whose one element is still pending gets {error: 504} in that slot only.
+// A request waiting for its outcome asks again with its Idempotency-Key and the same body (the
+// first answer); the same authorization without that key is told the transaction as a failure.
 // Every test ends with the chain's own account: no signer transaction reverted, no nonce gap.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -15,9 +17,10 @@ import { startFacilitatorStack, withLogTail, NETWORK } from './lib/stack.mjs';
 import { freshAccount } from './lib/accounts.mjs';
 import { usdcAbi, walletFor } from './lib/deploy-usdc.mjs';
 import { mutate, now, randomNonce } from './lib/x402.mjs';
-import { sleep, waitFor } from './lib/util.mjs';
+import { sleep, waitFor, idempotencyKey } from './lib/util.mjs';
 import {
   expectInvalid, expectSettled, expectSettledResult, expectSettleFailedResult, expectErrorBody, show, TX_HASH,
+  expectDuplicate, expectDuplicateResult,
 } from './lib/expect.mjs';
 import {
   chainMark, expectCleanSignerHistory, expectTransfersAuthorization, pooledFrom, poolStatus, waitPoolEmpty,
@@ -77,10 +80,19 @@ function expectOwnFailure(res, p, reason, firstHash, { messageMatches } = {}) {
   if (messageMatches) assert.match(res.body.errorMessage ?? '', messageMatches, `errorMessage: ${show(res)}`);
 }
 
-/** Wait for the answer of an in-flight settle, mining and asking again while it is pending. */
-async function finish(inflight, body) {
-  let res = await mining(stack.anvil, inflight);
-  if (isPending(res)) res = await settleUntilDone(stack, body);
+/**
+ * A settle sent now and answered later: `{answer, key, body}`, the request carrying a fresh
+ * Idempotency-Key so that `finish` can ask again for its outcome.
+ */
+function startSettle(body) {
+  const key = idempotencyKey();
+  return { answer: stack.settle(body, { key }), key, body };
+}
+
+/** Wait for the answer of an in-flight settle, mining and asking again (its key) while it is pending. */
+async function finish({ answer, key, body }) {
+  let res = await mining(stack.anvil, answer);
+  if (isPending(res)) res = await settleUntilDone(stack, body, { key });
   return res;
 }
 
@@ -105,7 +117,7 @@ it('another authorization under a nonce whose settlement is in flight: verify an
   const { account, own, merchant, a1, a2 } = await conflictingPair();
   const mark = await chainMark(stack.anvil, stack.signer);
 
-  const first = stack.settle(a1.body);
+  const first = startSettle(a1.body);
   const tx1 = await waitInPool(stack, a1);
 
   expectInvalid(await stack.verify(a2.body), 'invalid_payload', { payer: account.address });
@@ -114,7 +126,7 @@ it('another authorization under a nonce whose settlement is in flight: verify an
   const merchantInCalldata = Object.values(await signerPool()).filter((t) => t.input.toLowerCase().includes(merchant.slice(2).toLowerCase()));
   assert.deepEqual(merchantInCalldata, [], 'no transaction was sent for the second authorization');
 
-  const res1 = await finish(first, a1.body);
+  const res1 = await finish(first);
   assert.equal(expectSettled(res1, { network: NETWORK, payer: account.address }), tx1.hash, 'the first authorization settles as itself');
   assert.equal(await usdcBalance(own), 1n, 'the first authorization moved its 1 unit');
   assert.equal(await usdcBalance(merchant), 0n, 'the merchant of the second authorization got nothing');
@@ -126,13 +138,18 @@ it('another authorization under a nonce whose settlement is in flight: verify an
 it('another authorization under a nonce already settled: invalid_payload, not the first one\'s success', async () => {
   const { account, own, merchant, a1, a2 } = await conflictingPair();
 
-  const h1 = expectSettled(await settleUntilDone(stack, a1.body), { network: NETWORK, payer: account.address });
+  const done = await settleUntilDone(stack, a1.body);
+  const h1 = expectSettled(done, { network: NETWORK, payer: account.address });
   const sent = await stack.signerNonce('pending');
 
   expectInvalid(await stack.verify(a2.body), 'invalid_payload', { payer: account.address });
   expectOwnFailure(await stack.settle(a2.body), a2, 'invalid_payload', h1, { messageMatches: /already (claimed|used)/i });
-  // The exact first request still gets its own answer.
-  assert.equal(expectSettled(await stack.settle(a1.body), { network: NETWORK, payer: account.address }), h1);
+  // The exact first request (its key, its body) still gets its own answer; the same
+  // authorization without that key is told the transaction, not success.
+  assert.equal(expectSettled(await stack.settle(a1.body, { key: done.key }), { network: NETWORK, payer: account.address }), h1);
+  expectDuplicate(await stack.settle(a1.body), { transaction: h1, network: NETWORK, payer: account.address });
+  // The conflicting authorization under the first one's key: another body under a used key.
+  expectErrorBody(await stack.settle(a2.body, { key: done.key }), 400, { error: 409 });
   assert.equal(await stack.signerNonce('pending'), sent, 'nothing sent for the second authorization');
   assert.equal(await usdcBalance(merchant), 0n);
   assert.equal(await usdcBalance(own), 1n);
@@ -144,18 +161,20 @@ it('array bodies: a conflicting authorization gets invalid_payload in its own sl
   const mark = await chainMark(stack.anvil, stack.signer);
 
   // a1 in flight, then [a2, b] in one body.
-  const first = stack.settle(a1.body);
+  const first = startSettle(a1.body);
   const tx1 = await waitInPool(stack, a1);
-  const arrayAnswer = stack.settle([a2.body, b.body]);
+  const arrayKey = idempotencyKey();
+  const arrayAnswer = stack.settle([a2.body, b.body], { key: arrayKey });
   await waitInPool(stack, b);
   let res = await mining(stack.anvil, arrayAnswer);
+  // b still pending: the same array asked again, with its key (a2's slot is judged again: still refused).
+  if (res.body?.[1]?.error === 504) res = await settleUntilDone(stack, [a2.body, b.body], { key: arrayKey });
   assert.equal(res.status, 200, show(res));
   assert.ok(Array.isArray(res.body) && res.body.length === 2, `an array of 2 results: ${show(res)}`);
   assert.ok(!res.text.toLowerCase().includes(tx1.hash.slice(2).toLowerCase()), `the array answer carries a1's hash: ${show(res)}`);
   expectSettleFailedResult(res.body[0], 'invalid_payload', { network: NETWORK, payer: account.address }, res);
-  if (res.body[1]?.error === 504) res = { ...res, body: [res.body[0], (await settleUntilDone(stack, b.body)).body] };
   const hb = expectSettledResult(res.body[1], { network: NETWORK, payer: b.authorization.from }, res);
-  assert.equal(expectSettled(await finish(first, a1.body), { network: NETWORK, payer: account.address }), tx1.hash);
+  assert.equal(expectSettled(await finish(first), { network: NETWORK, payer: account.address }), tx1.hash);
 
   // Two authorizations under one nonce in the same array: exactly one of them settles.
   const c = freshAccount().address;
@@ -191,7 +210,7 @@ it('a payment replayed with requirements it does not meet (other payTo, 10x pric
   const tenfold = mutate(p.body, (b) => { b.paymentRequirements.maxAmountRequired = (PRICE * 10n).toString(); });
   const payerBefore = await usdcBalance(account.address);
 
-  const first = stack.settle(p.body);
+  const first = startSettle(p.body);
   const tx = await waitInPool(stack, p);
   const checkReplays = async (when) => {
     for (const [body, reason, what] of [
@@ -209,11 +228,14 @@ it('a payment replayed with requirements it does not meet (other payTo, 10x pric
   };
   await checkReplays('while the settlement is in flight');
 
-  const hash = expectSettled(await finish(first, p.body), { network: NETWORK, payer: account.address });
+  const hash = expectSettled(await finish(first), { network: NETWORK, payer: account.address });
   assert.equal(hash, tx.hash);
   const sent = await stack.signerNonce('pending');
   await checkReplays('after it settled');
-  assert.equal(expectSettled(await stack.settle(p.body), { network: NETWORK, payer: account.address }), hash, 'the exact request replayed gets the first answer');
+  assert.equal(expectSettled(await stack.settle(p.body, { key: first.key }), { network: NETWORK, payer: account.address }), hash, 'the exact request retried (its key) gets the first answer');
+  expectDuplicate(await stack.settle(p.body), { transaction: hash, network: NETWORK, payer: account.address });
+  // The requirements it does not meet, under the first request's key: another body under a used key.
+  expectErrorBody(await stack.settle(otherPayTo, { key: first.key }), 400, { error: 409 });
   assert.equal(await stack.signerNonce('pending'), sent, 'no transaction for the replays');
   assert.equal(await usdcBalance(account.address), payerBefore - PRICE, 'paid once');
   assert.equal(await usdcBalance(p.authorization.to), PRICE);
@@ -246,7 +268,7 @@ it('GET /settlements of a broadcast, unmined settlement: state sent, its hash, s
   const p = await newPayment();
   const status = () => stack.settlementStatus(p);
 
-  const inflight = stack.settle(p.body);
+  const inflight = startSettle(p.body);
   const tx = await waitInPool(stack, p);
   try {
     // The node has the transaction: routerd's broadcast is done. Give the route a moment anyway.
@@ -262,7 +284,7 @@ it('GET /settlements of a broadcast, unmined settlement: state sent, its hash, s
     assert.equal(sent.outcome, null, 'no outcome before the transaction is mined');
     assert.equal(sent.lost, false);
   } finally {
-    await finish(inflight, p.body);
+    await finish(inflight);
   }
 });
 
@@ -330,7 +352,7 @@ it('GET /settlements: unknown payment 404; malformed network/asset/from/nonce 40
 it('the node forgets its pool while settlements are pending: each settles once, the pool ends empty', async () => {
   const payments = [await newPayment(), await newPayment(), await newPayment()];
   const mark = await chainMark(stack.anvil, stack.signer);
-  const answers = payments.map((p) => stack.settle(p.body));
+  const answers = payments.map((p) => startSettle(p.body));
   for (const p of payments) await waitInPool(stack, p);
 
   await frozen(stack.routerd, async () => {
@@ -338,7 +360,7 @@ it('the node forgets its pool while settlements are pending: each settles once, 
     assert.deepEqual(await poolStatus(stack.anvil), { pending: 0, queued: 0 }, 'precondition: the node forgot every transaction');
   });
 
-  const results = await Promise.all(payments.map((p, i) => finish(answers[i], p.body)));
+  const results = await Promise.all(answers.map((inflight) => finish(inflight)));
   const hashes = results.map((res, i) => expectSettled(res, { network: NETWORK, payer: payments[i].authorization.from }));
   assert.equal(new Set(hashes).size, payments.length);
   for (const [i, hash] of hashes.entries()) {
@@ -367,7 +389,7 @@ it('the signer key used outside routerd (its next nonce, and the nonce of a pend
 
   // 2. Another program replaces a settlement routerd has broadcast (same nonce, higher fees).
   const p2 = await newPayment();
-  const inflight = stack.settle(p2.body);
+  const inflight = startSettle(p2.body);
   const tx2 = await waitInPool(stack, p2);
   const bump = (v) => BigInt(v) * 3n + 1_000_000_000n;
   const outside2 = await wallet.sendTransaction({
@@ -378,7 +400,7 @@ it('the signer key used outside routerd (its next nonce, and the nonce of a pend
   await stack.anvil.mine();
   assert.equal((await stack.receipt(outside2)).status, 'success', 'precondition: the outside transaction took the nonce');
 
-  const h2 = expectSettled(await finish(inflight, p2.body), { network: NETWORK, payer: p2.authorization.from });
+  const h2 = expectSettled(await finish(inflight), { network: NETWORK, payer: p2.authorization.from });
   assert.notEqual(h2, tx2.hash, 'the replaced transaction can never be mined: the answer names the one that was');
   for (const [p, hash] of [[p1, h1], [p2, h2]]) {
     const receipt = await stack.receipt(hash);
@@ -444,17 +466,23 @@ it(`an array whose new element is still pending after settle_timeout_secs: HTTP 
   const h0 = expectSettled(await settleUntilDone(stack, done.body), { network: NETWORK, payer: done.authorization.from });
   const fresh = await newPayment();
 
-  const res = await stack.settle([done.body, fresh.body]); // nothing is mined meanwhile
+  const key = idempotencyKey();
+  const res = await stack.settle([done.body, fresh.body], { key }); // nothing is mined meanwhile
   assert.equal(res.status, 200, show(res));
   assert.ok(Array.isArray(res.body) && res.body.length === 2, `an array of 2: ${show(res)}`);
-  assert.equal(expectSettledResult(res.body[0], { network: NETWORK, payer: done.authorization.from }, res), h0);
+  // The settled payment, sent again by another request: told its transaction, not success.
+  expectDuplicateResult(res.body[0], { transaction: h0, network: NETWORK, payer: done.authorization.from }, res);
   const slot = res.body[1];
   assert.ok(slot && slot.error === 504 && typeof slot.message === 'string', `slot 1 is {error: 504, message}: ${show(res)}`);
   const pendingHash = hashInMessage(slot.message);
   assert.ok(pendingHash || /not yet broadcast/i.test(slot.message), `the message names the hash or says "not yet broadcast": ${slot.message}`);
   if (pendingHash) assert.equal((await waitInPool(stack, fresh)).hash, pendingHash, 'the hash in the message is the broadcast transaction');
 
-  const hash = expectSettled(await settleUntilDone(stack, fresh.body), { network: NETWORK, payer: fresh.authorization.from });
+  // The same array asked again with its key: the pending element's answer is its own success.
+  const again = await settleUntilDone(stack, [done.body, fresh.body], { key });
+  assert.equal(again.status, 200, show(again));
+  expectDuplicateResult(again.body[0], { transaction: h0, network: NETWORK, payer: done.authorization.from }, again);
+  const hash = expectSettledResult(again.body[1], { network: NETWORK, payer: fresh.authorization.from }, again);
   if (pendingHash) assert.equal(hash, pendingHash, 'the pending transaction is the one that settles');
   assert.match(hash, TX_HASH);
   assert.equal(await usdcBalance(fresh.authorization.to), PRICE);

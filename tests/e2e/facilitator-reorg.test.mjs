@@ -13,14 +13,16 @@
 // - the proxy swallows eth_sendRawTransaction, routerd is SIGKILLed with the settlement signed and
 //   stored but never broadcast, and restarted straight on the node with the same store: the
 //   payment settles by the transaction stored before the kill.
+// A client asks again for the outcome with its first request's Idempotency-Key and body
+// (spec/access.md section 1); a replay without that key is told the transaction as a failure.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { keccak256 } from 'viem';
 import { startFacilitatorStack, withLogTail, NETWORK } from './lib/stack.mjs';
 import { freshAccount } from './lib/accounts.mjs';
 import { startFilteringProxy } from './lib/bad-upstreams.mjs';
-import { waitFor, sleep } from './lib/util.mjs';
-import { expectSettled } from './lib/expect.mjs';
+import { waitFor, sleep, idempotencyKey } from './lib/util.mjs';
+import { expectSettled, expectDuplicate } from './lib/expect.mjs';
 import {
   chainMark, expectCleanSignerHistory, expectTransfersAuthorization, waitPoolEmpty,
 } from './lib/chain-audit.mjs';
@@ -112,7 +114,8 @@ async function expectStatusIncluded(p, hash, receipt) {
 it('a reorganisation takes answered settlements away: the stored transactions are re-broadcast and mined once, by the answered hashes', async () => {
   const ps = [await newPayment(), await newPayment(), await newPayment(), await newPayment()];
   const mark = await chainMark(stack.anvil, stack.signer);
-  const answers = await Promise.all(ps.map((p) => settleUntilDone(stack, p.body, { mine: false })));
+  const keys = ps.map(() => idempotencyKey());
+  const answers = await Promise.all(ps.map((p, i) => settleUntilDone(stack, p.body, { key: keys[i], mine: false })));
   const hashes = answers.map((res, i) => expectSettled(res, { network: NETWORK, payer: ps[i].authorization.from }));
   const before = await Promise.all(hashes.map((hash) => stack.receipt(hash)));
   await repairingGaps(hashes, async () => {
@@ -138,7 +141,8 @@ it('a reorganisation takes answered settlements away: the stored transactions ar
     await expectPaidOnceBy(ps, hashes, receipts);
     for (const [i, p] of ps.entries()) {
       await expectStatusIncluded(p, hashes[i], receipts[i]);
-      assert.equal(expectSettled(await stack.settle(p.body), { network: NETWORK, payer: p.authorization.from }), hashes[i], 'a replay names the same transaction');
+      assert.equal(expectSettled(await stack.settle(p.body, { key: keys[i] }), { network: NETWORK, payer: p.authorization.from }), hashes[i], 'the first request retried names the same transaction');
+      expectDuplicate(await stack.settle(p.body), { transaction: hashes[i], network: NETWORK, payer: p.authorization.from });
     }
     await waitPoolEmpty(stack.anvil);
     const history = await expectCleanSignerHistory(stack.anvil, { signer: stack.signer, usdc: stack.usdc, mark });
@@ -226,7 +230,8 @@ it('SIGKILL with the settlement stored but never broadcast: restarted on the nod
   const p = await newPayment();
   const mark = await chainMark(stack.anvil, stack.signer);
   proxy.state.hanging = ['eth_sendRawTransaction'];
-  const inflight = stack.settle(p.body).catch((err) => err); // its connection dies with the daemon
+  const key = idempotencyKey();
+  const inflight = stack.settle(p.body, { key }).catch((err) => err); // its connection dies with the daemon
 
   // routerd tried to broadcast: the raw transaction it signed is in the swallowed request.
   await waitFor(() => proxy.state.hung.length > 0, { timeoutMs: 15_000, what: 'a broadcast attempt (swallowed by the proxy)' });
@@ -241,12 +246,13 @@ it('SIGKILL with the settlement stored but never broadcast: restarted on the nod
   stack.reconfigure({ rpcUrlFor: (name, url) => url }); // straight to the node from now on
   await stack.routerd.restart();
 
-  const res = await settleUntilDone(stack, p.body, { mine: false });
+  const res = await settleUntilDone(stack, p.body, { key, mine: false }); // the killed request, asked again
   const hash = expectSettled(res, { network: NETWORK, payer: p.authorization.from });
   assert.equal(hash, signed, 'the payment settles by the transaction signed and stored before the kill');
   const [receipt] = await waitMined([hash], 'the settlement mined');
   await expectPaidOnceBy([p], [hash], [receipt]);
-  assert.equal(expectSettled(await stack.settle(p.body), { network: NETWORK, payer: p.authorization.from }), hash, 'a replay answers the same hash');
+  assert.equal(expectSettled(await stack.settle(p.body, { key }), { network: NETWORK, payer: p.authorization.from }), hash, 'the first request retried answers the same hash');
+  expectDuplicate(await stack.settle(p.body), { transaction: hash, network: NETWORK, payer: p.authorization.from });
   await waitPoolEmpty(stack.anvil);
   const history = await expectCleanSignerHistory(stack.anvil, { signer: stack.signer, usdc: stack.usdc, mark });
   assert.deepEqual(history.all.map((t) => t.hash), [hash], 'one transaction, no other nonce used');

@@ -1,6 +1,8 @@
 // POST /settle on an anvil chain that mines each transaction at once: funds really move, failures
-// are mapped into the settle reasons without a transaction, settling is idempotent (sequential and
-// concurrent), and array bodies are answered in order (spec/x402-facilitator.md section 3).
+// are mapped into the settle reasons without a transaction, a payment is settled and answered
+// success once (a replay, sequential or concurrent, is told the transaction as a failure; a retry
+// with the first request's Idempotency-Key gets its success), and array bodies are answered in
+// order (spec/x402-facilitator.md section 3, spec/access.md section 1).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { getAddress } from 'viem';
@@ -9,7 +11,9 @@ import { freshAccount } from './lib/accounts.mjs';
 import { mutate } from './lib/x402.mjs';
 import {
   expectSettled, expectSettledResult, expectSettleFailed, expectSettleFailedResult, expectErrorBody, show,
+  expectDuplicate, expectDuplicateResult,
 } from './lib/expect.mjs';
+import { idempotencyKey } from './lib/util.mjs';
 
 const MAX_BATCH = 5;
 
@@ -118,25 +122,27 @@ it('a failed settle reports the requirements network', async () => {
 });
 
 // ---------------------------------------------------------------------------------------------
-// Idempotency
+// One success per payment
 
-it('settling the same payment twice returns the same hash and moves the funds once', async () => {
+it('settling the same payment twice: the replay is told the same transaction as a failure, the funds move once; a retry with the key gets the success', async () => {
   const payer = await stack.newPayer(5000n);
   const p = await stack.pay({ account: payer });
   const before = await balances(p);
   const nonce = await stack.signerNonce();
+  const key = idempotencyKey();
 
-  const first = expectSettled(await stack.settle(p.body), { network: NETWORK, payer: payer.address });
-  const second = expectSettled(await stack.settle(p.body), { network: NETWORK, payer: payer.address });
+  const first = expectSettled(await stack.settle(p.body, { key }), { network: NETWORK, payer: payer.address });
+  expectDuplicate(await stack.settle(p.body), { transaction: first, network: NETWORK, payer: payer.address });
+  expectDuplicate(await stack.settle(p.body, { key: idempotencyKey() }), { transaction: first, network: NETWORK, payer: payer.address });
+  assert.equal(expectSettled(await stack.settle(p.body, { key }), { network: NETWORK, payer: payer.address }), first, 'the first request retried');
 
-  assert.equal(second, first);
   const after = await balances(p);
   assert.equal(after.payer, before.payer - 1000n);
   assert.equal(after.payee, before.payee + 1000n);
   assert.equal(await stack.signerNonce('pending'), nonce + 1);
 });
 
-it('ten concurrent settles of one payment: all succeed with one hash, one transaction', async () => {
+it('ten concurrent settles of one payment: one success, nine told the same transaction, one transaction', async () => {
   const payer = await stack.newPayer(5000n);
   const p = await stack.pay({ account: payer });
   const before = await balances(p);
@@ -144,9 +150,13 @@ it('ten concurrent settles of one payment: all succeed with one hash, one transa
 
   const answers = await Promise.all(Array.from({ length: 10 }, () => stack.settle(p.body)));
 
-  const hashes = answers.map((res) => expectSettled(res, { network: NETWORK, payer: payer.address }));
-  assert.equal(new Set(hashes).size, 1, `hashes: ${hashes.join(', ')}`);
-  await expectMinedTransfer(hashes[0]);
+  const winners = answers.filter((res) => res.body?.success === true);
+  assert.equal(winners.length, 1, `exactly one success: ${answers.map(show).join(' | ')}`);
+  const hash = expectSettled(winners[0], { network: NETWORK, payer: payer.address });
+  for (const res of answers.filter((r) => r !== winners[0])) {
+    expectDuplicate(res, { transaction: hash, network: NETWORK, payer: payer.address });
+  }
+  await expectMinedTransfer(hash);
   const after = await balances(p);
   assert.equal(after.payer, before.payer - 1000n);
   assert.equal(after.payee, before.payee + 1000n);
@@ -189,15 +199,17 @@ it('an array of one is answered with an array of one', async () => {
   expectSettledResult(res.body[0], { network: NETWORK, payer: payer.address }, res);
 });
 
-it('the same payment twice in one array settles once, both entries get the hash', async () => {
+it('the same payment twice in one array settles once: one entry gets the success, the other the same transaction as a failure', async () => {
   const payer = await stack.newPayer(5000n);
   const p = await stack.pay({ account: payer });
   const nonce = await stack.signerNonce();
   const res = await stack.settle([p.body, p.body]);
   assert.equal(res.status, 200, show(res));
-  const h0 = expectSettledResult(res.body[0], { network: NETWORK, payer: payer.address }, res);
-  const h1 = expectSettledResult(res.body[1], { network: NETWORK, payer: payer.address }, res);
-  assert.equal(h0, h1);
+  assert.ok(Array.isArray(res.body) && res.body.length === 2, show(res));
+  const win = res.body.findIndex((r) => r?.success === true);
+  assert.ok(win >= 0 && res.body.filter((r) => r?.success === true).length === 1, `exactly one success: ${show(res)}`);
+  const hash = expectSettledResult(res.body[win], { network: NETWORK, payer: payer.address }, res);
+  expectDuplicateResult(res.body[1 - win], { transaction: hash, network: NETWORK, payer: payer.address }, res);
   assert.equal(await stack.balanceOf(payer.address), 4000n);
   assert.equal(await stack.signerNonce('pending'), nonce + 1);
 });

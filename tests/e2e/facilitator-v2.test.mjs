@@ -1,7 +1,7 @@
 // x402 v2 beside v1 (facilitator.x402_versions = [1, 2]) against real USDC on anvil: /supported,
 // every v2 verify and settle rule in v2's names, v2 shape errors, and v1 and v2 traffic on one
-// daemon sharing one ledger (a payment settled in one version is answered the same transaction in
-// the other).
+// daemon sharing one ledger (a payment settled in one version is told the same transaction in the
+// other, as a failure in that version's names: one success per payment, spec/access.md section 1).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { getAddress } from 'viem';
@@ -10,6 +10,7 @@ import { freshAccount } from './lib/accounts.mjs';
 import { mutate, now, randomNonce } from './lib/x402.mjs';
 import {
   expectValid, expectInvalid, expectSettled, expectSettledResult, expectSettleFailed, expectErrorBody,
+  expectDuplicate, expectClaimedOnVerify, show,
 } from './lib/expect.mjs';
 
 const CAIP2 = `eip155:${CHAIN_ID}`;
@@ -51,7 +52,7 @@ it('GET /supported lists v1 kinds by name and v2 kinds by CAIP-2 id, with extens
   assert.deepEqual(kinds.sort(), [
     `1 exact ${NETWORK}`, `1 exact ${OTHER.name}`, `2 exact ${CAIP2}`, `2 exact eip155:${OTHER.chainId}`,
   ].sort());
-  assert.deepEqual(res.body.extensions, []);
+  assert.deepEqual(res.body.extensions, ['payment-identifier']);
   assert.deepEqual(res.body.signers, { 'eip155:*': [getAddress(stack.signer)] });
 });
 
@@ -273,23 +274,23 @@ it('settle refuses in v2 names with the CAIP-2 network, sending nothing (one rul
   });
 });
 
-it('a v2 settle moves the funds and answers the CAIP-2 network; a v2 replay answers the same transaction', async () => {
+it('a v2 settle moves the funds and answers the CAIP-2 network; a v2 replay is told the same transaction as invalid_exact_evm_nonce_already_used', async () => {
   const payer = await stack.newPayer(5000n);
   const p = await stack.payV2({ account: payer });
   const nonce = await stack.signerNonce('pending');
   const hash = expectSettled(await stack.settle(p.v2), { network: CAIP2, payer: payer.address });
   assert.equal((await stack.receipt(hash)).status, 'success');
   assert.equal(await stack.balanceOf(payer.address), 4000n);
-  assert.equal(expectSettled(await stack.settle(p.v2), { network: CAIP2, payer: payer.address }), hash);
+  expectDuplicate(await stack.settle(p.v2), { transaction: hash, network: CAIP2, payer: payer.address, version: 2 });
   assert.equal(await stack.signerNonce('pending'), nonce + 1, 'one transaction');
 });
 
-it('a v1 replay of a v2 payment answers the same transaction, in v1 shape', async () => {
+it('a v1 replay of a v2 payment is told the same transaction, in v1 shape and names', async () => {
   const payer = await stack.newPayer(5000n);
   const p = await stack.payV2({ account: payer });
   const nonce = await stack.signerNonce('pending');
   const hash = expectSettled(await stack.settle(p.v2), { network: CAIP2, payer: payer.address });
-  assert.equal(expectSettled(await stack.settle(p.body), { network: NETWORK, payer: payer.address }), hash);
+  expectDuplicate(await stack.settle(p.body), { transaction: hash, network: NETWORK, payer: payer.address, version: 1 });
   const status = await stack.settlementStatus(p);
   assert.equal(status.body?.transaction, hash, status.text);
   // The status route also takes the network's CAIP-2 name; another chain id names nothing.
@@ -299,16 +300,16 @@ it('a v1 replay of a v2 payment answers the same transaction, in v1 shape', asyn
   assert.equal((await stack.settlementStatus(p, { network: 'eip155:1' })).status, 404);
   assert.equal(await stack.signerNonce('pending'), nonce + 1, 'one transaction');
   assert.equal(await stack.balanceOf(payer.address), 4000n);
-  // Verify now sees the authorization used, in either version.
-  expectInvalid(await stack.verify(p.v2), 'invalid_payload');
-  expectInvalid(await stack.verify(p.body), 'invalid_payload');
+  // Verify now sees the authorization settled, in either version's names.
+  expectClaimedOnVerify(await stack.verify(p.v2), { version: 2, payer: payer.address });
+  expectClaimedOnVerify(await stack.verify(p.body), { version: 1, payer: payer.address });
 });
 
-it('a v2 replay of a v1 payment answers the same transaction, in v2 shape', async () => {
+it('a v2 replay of a v1 payment is told the same transaction, in v2 shape and names', async () => {
   const payer = await stack.newPayer(5000n);
   const p = await stack.payV2({ account: payer });
   const hash = expectSettled(await stack.settle(p.body), { network: NETWORK, payer: payer.address });
-  assert.equal(expectSettled(await stack.settle(p.v2), { network: CAIP2, payer: payer.address }), hash);
+  expectDuplicate(await stack.settle(p.v2), { transaction: hash, network: CAIP2, payer: payer.address, version: 2 });
 });
 
 it('a replay in the other version is bound: a raised amount or another payTo is refused, not told success', async () => {
@@ -335,21 +336,23 @@ it('another authorization under a nonce a v1 settlement claimed is refused in v2
   });
 });
 
-it('mixed traffic: concurrent v1 and v2 settles of one payment and of others answer one transaction each', async () => {
+it('mixed traffic: concurrent v1 and v2 settles of one payment and of others: one transaction and one success each, the other version told it', async () => {
   const payers = await newPayers(4);
   const payments = await Promise.all(payers.map((account) => stack.payV2({ account })));
   const nonce = await stack.signerNonce('pending');
   // Each payment is sent twice, once per version, all at the same time.
-  const calls = payments.flatMap((p) => [
-    stack.settle(p.v2).then((res) => ({ p, res, network: CAIP2 })),
-    stack.settle(p.body).then((res) => ({ p, res, network: NETWORK })),
-  ]);
-  const answers = await Promise.all(calls);
+  const calls = payments.map((p) => Promise.all([
+    stack.settle(p.v2).then((res) => ({ res, network: CAIP2, version: 2 })),
+    stack.settle(p.body).then((res) => ({ res, network: NETWORK, version: 1 })),
+  ]).then((pair) => ({ p, pair })));
   const hashes = new Map();
-  for (const { p, res, network } of answers) {
-    const hash = expectSettled(res, { network, payer: p.authorization.from });
-    const seen = hashes.get(p.authorization.nonce);
-    if (seen) assert.equal(hash, seen, 'both versions answer one transaction');
+  for (const { p, pair } of await Promise.all(calls)) {
+    const wins = pair.filter(({ res }) => res.body?.success === true);
+    assert.equal(wins.length, 1, `exactly one success per payment: ${pair.map(({ res }) => show(res)).join(' | ')}`);
+    const [win] = wins;
+    const [lose] = pair.filter((a) => a !== win);
+    const hash = expectSettled(win.res, { network: win.network, payer: p.authorization.from });
+    expectDuplicate(lose.res, { transaction: hash, network: lose.network, payer: p.authorization.from, version: lose.version });
     hashes.set(p.authorization.nonce, hash);
   }
   assert.equal(new Set(hashes.values()).size, payments.length);

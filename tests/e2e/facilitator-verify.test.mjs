@@ -524,7 +524,9 @@ it('row 15: a settled authorization -> invalid_payload; verify before it reserve
   expectSettled(await stack.settle(p.body), { network: NETWORK, payer: payer.address });
   settlements += 1;
   // Nonce used and balance now 0: row 15 comes before row 16.
-  expectInvalid(await verify(p.body), 'invalid_payload', { payer: payer.address });
+  const res = await verify(p.body);
+  expectInvalid(res, 'invalid_payload', { payer: payer.address });
+  assert.equal(res.body.invalidMessage, 'authorization already settled', 'the nonce is claimed by its settlement (spec/access.md section 1)');
 });
 
 it('row 15: an authorization cancelled on chain -> invalid_payload', async () => {

@@ -2,6 +2,8 @@
 // routerd (x402_versions = [1, 2]) as its facilitator through @x402/core's HTTP facilitator client,
 // and @x402/fetch pays it with @x402/evm's exact scheme on the anvil chain eip155:84532.
 // allow_http_resource = true: the middleware states its own http://127.0.0.1 URL as the resource.
+// The duplicate-settlement attack (spec/access.md section 1): one PAYMENT-SIGNATURE header signed
+// by @x402/fetch, sent in several concurrent requests, buys one delivery and moves one price.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import express from 'express';
@@ -66,19 +68,39 @@ async function startShop() {
  * @x402/fetch with @x402/evm's exact scheme signing for `account` (a viem local account). The
  * client pays only tokens it knows unless told: the anvil USDC is allowed, capped at the price.
  */
-function payingFetch(account) {
+function payingFetch(account, inner = fetch) {
   const client = new x402Client().register(NETWORK, new ExactEvmClientScheme(account));
   client.setSpendControls({
     allowedAssets: [{ network: NETWORK, asset: getAddress(stack.usdc), maxAmountPerPayment: PRICE }],
   });
-  return wrapFetchWithPayment(fetch, client);
+  return wrapFetchWithPayment(inner, client);
+}
+
+/**
+ * The PAYMENT-SIGNATURE header @x402/fetch signs for `url` when paying as `account`: its paid
+ * request is caught before it reaches the server (and answered 204 here), so the header is unused.
+ */
+async function capturePaymentHeader(account, url) {
+  let header;
+  const inner = async (input, init) => {
+    const value = new Request(input, init).headers.get('payment-signature');
+    if (value) {
+      header = value;
+      return new Response(null, { status: 204 });
+    }
+    return fetch(input, init);
+  };
+  const res = await payingFetch(account, inner)(url);
+  assert.equal(res.status, 204, 'the paid request was caught');
+  assert.ok(typeof header === 'string' && header.length > 0, '@x402/fetch made a PAYMENT-SIGNATURE header');
+  return header;
 }
 
 it("@x402/core's facilitator client reads routerd's /supported", async () => {
   const supported = await new HTTPFacilitatorClient({ url: stack.url }).getSupported();
   const v2 = supported.kinds.filter((k) => k.x402Version === 2).map(({ scheme, network }) => ({ scheme, network }));
   assert.deepEqual(v2, [{ scheme: 'exact', network: NETWORK }]);
-  assert.deepEqual(supported.extensions, []);
+  assert.deepEqual(supported.extensions, ['payment-identifier']);
   assert.deepEqual(supported.signers, { 'eip155:*': [getAddress(stack.signer)] });
 });
 
@@ -127,4 +149,44 @@ it('a payer without funds is turned away (insufficient_funds) and nothing moves'
   assert.match(required.error ?? '', /insufficient_funds/);
   assert.equal(await stack.balanceOf(payTo), payeeBefore);
   assert.equal(await stack.signerNonce('pending'), signerNonce);
+});
+
+it('one PAYMENT-SIGNATURE header replayed in 5 concurrent requests: exactly one is delivered, the others are refused with 402, the payee gets one price', async () => {
+  const payer = await stack.newPayer(1_000_000n);
+  const url = `${shopUrl}/weather`;
+  const header = await capturePaymentHeader(payer, url);
+  const payeeBefore = await stack.balanceOf(payTo);
+  const signerNonce = await stack.signerNonce('pending');
+
+  const answers = await Promise.all(Array.from({ length: 5 }, async () => {
+    const res = await fetch(url, { headers: { 'PAYMENT-SIGNATURE': header } });
+    return { status: res.status, text: await res.text(), receipt: res.headers.get('payment-response'), required: res.headers.get('payment-required') };
+  }));
+
+  const shown = answers.map((a) => `${a.status} ${a.text.slice(0, 200)}`).join(' | ');
+  const reasonOf = (a) => {
+    if (a.receipt) return `settle: ${decodePaymentResponseHeader(a.receipt).errorReason}`;
+    try { return `verify: ${JSON.parse(Buffer.from(a.required, 'base64').toString()).error}`; } catch { return a.text.slice(0, 80); }
+  };
+  console.log(`# statuses ${answers.map((a) => a.status).join(', ')}; refusals: ${answers.filter((a) => a.status !== 200).map(reasonOf).join(', ')}`);
+  const delivered = answers.filter((a) => a.status === 200);
+  assert.equal(delivered.length, 1, `exactly one delivery: ${shown}`);
+  assert.deepEqual(JSON.parse(delivered[0].text), { report: 'sunny' });
+  const receipt = decodePaymentResponseHeader(delivered[0].receipt);
+  assert.equal(receipt.success, true);
+  assert.match(receipt.transaction, TX_HASH);
+  for (const refused of answers.filter((a) => a !== delivered[0])) {
+    assert.equal(refused.status, 402, `refused with 402: ${shown}`);
+    assert.ok(!refused.text.includes('sunny'), `a refused request got the resource: ${shown}`);
+    if (refused.receipt) assert.equal(decodePaymentResponseHeader(refused.receipt).success, false, `a refused request's PAYMENT-RESPONSE: ${shown}`);
+  }
+  assert.equal((await stack.receipt(receipt.transaction)).status, 'success');
+  assert.equal(await stack.balanceOf(payTo), payeeBefore + BigInt(PRICE), 'the payee received one price');
+  assert.equal(await stack.balanceOf(payer.address), 1_000_000n - BigInt(PRICE), 'the payer paid once');
+  assert.equal(await stack.signerNonce('pending'), signerNonce + 1, 'one settlement transaction');
+
+  // Later, the same header once more: refused, nothing moves.
+  const late = await fetch(url, { headers: { 'PAYMENT-SIGNATURE': header } });
+  assert.equal(late.status, 402, await late.text());
+  assert.equal(await stack.balanceOf(payTo), payeeBefore + BigInt(PRICE));
 });

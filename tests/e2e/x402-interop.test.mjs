@@ -1,5 +1,7 @@
 // Interop with the official x402 v1 packages, unchanged: an x402-express resource server uses
 // routerd as its facilitator, and x402-fetch pays it with a viem wallet on the anvil "base-sepolia".
+// The duplicate-settlement attack (spec/access.md section 1): one payment header signed by
+// x402-fetch, sent in several concurrent requests, buys one delivery and moves one price.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import express from 'express';
@@ -56,8 +58,11 @@ async function startShop() {
   return `http://127.0.0.1:${server.address().port}`;
 }
 
-/** x402-fetch around a viem wallet on chain 84532 (which the x402 client maps to base-sepolia). */
-function payingFetch(account) {
+/**
+ * x402-fetch around a viem wallet on chain 84532 (which the x402 client maps to base-sepolia),
+ * sending its requests through `inner` (default: the global fetch).
+ */
+function payingFetch(account, inner = fetch) {
   const chain = defineChain({
     id: CHAIN_ID,
     name: 'base-sepolia on anvil',
@@ -65,7 +70,27 @@ function payingFetch(account) {
     rpcUrls: { default: { http: [stack.anvil.url] } },
   });
   const wallet = createWalletClient({ account, chain, transport: http(stack.anvil.url) });
-  return wrapFetchWithPayment(fetch, wallet);
+  return wrapFetchWithPayment(inner, wallet);
+}
+
+/**
+ * The X-PAYMENT header x402-fetch signs for `url` when paying as `account`: its paid request is
+ * caught before it reaches the server (and answered 204 here), so the header is still unused.
+ */
+async function capturePaymentHeader(account, url) {
+  let header;
+  const inner = async (input, init) => {
+    const value = init?.headers?.['X-PAYMENT'];
+    if (value) {
+      header = value;
+      return new Response(null, { status: 204 });
+    }
+    return fetch(input, init);
+  };
+  const res = await payingFetch(account, inner)(url);
+  assert.equal(res.status, 204, 'the paid request was caught');
+  assert.ok(typeof header === 'string' && header.length > 0, 'x402-fetch made an X-PAYMENT header');
+  return header;
 }
 
 it("x402's facilitator client reads routerd's /supported", async () => {
@@ -123,4 +148,40 @@ it("a route left with the middleware's default http:// resource is refused: inva
   assert.equal(res.status, 402);
   assert.equal((await res.json()).error, 'invalid_payment_requirements');
   assert.equal(await stack.balanceOf(payer.address), 1_000_000n);
+});
+
+it('one X-PAYMENT header replayed in 5 concurrent requests: exactly one is delivered, the others are refused with 402, the payee gets one price', async () => {
+  const payer = await stack.newPayer(1_000_000n);
+  const url = `${shopUrl}/weather`;
+  const header = await capturePaymentHeader(payer, url);
+  const payeeBefore = await stack.balanceOf(payTo);
+  const signerNonce = await stack.signerNonce('pending');
+
+  const answers = await Promise.all(Array.from({ length: 5 }, async () => {
+    const res = await fetch(url, { headers: { 'X-PAYMENT': header } });
+    return { status: res.status, text: await res.text(), receipt: res.headers.get('x-payment-response') };
+  }));
+
+  const shown = answers.map((a) => `${a.status} ${a.text.slice(0, 200)}`).join(' | ');
+  console.log(`# statuses ${answers.map((a) => a.status).join(', ')}; refusals: ${answers.filter((a) => a.status !== 200).map((a) => { try { return JSON.parse(a.text).error; } catch { return a.text.slice(0, 80); } }).join(', ')}`);
+  const delivered = answers.filter((a) => a.status === 200);
+  assert.equal(delivered.length, 1, `exactly one delivery: ${shown}`);
+  assert.deepEqual(JSON.parse(delivered[0].text), { report: 'sunny' });
+  const receipt = decodeXPaymentResponse(delivered[0].receipt);
+  assert.equal(receipt.success, true);
+  assert.match(receipt.transaction, TX_HASH);
+  for (const refused of answers.filter((a) => a !== delivered[0])) {
+    assert.equal(refused.status, 402, `refused with 402: ${shown}`);
+    assert.ok(!refused.text.includes('sunny'), `a refused request got the resource: ${shown}`);
+    assert.equal(refused.receipt, null, `a refused request got a payment receipt: ${shown}`);
+  }
+  assert.equal((await stack.receipt(receipt.transaction)).status, 'success');
+  assert.equal(await stack.balanceOf(payTo), payeeBefore + BigInt(PRICE), 'the payee received one price');
+  assert.equal(await stack.balanceOf(payer.address), 1_000_000n - BigInt(PRICE), 'the payer paid once');
+  assert.equal(await stack.signerNonce('pending'), signerNonce + 1, 'one settlement transaction');
+
+  // Later, the same header once more: refused, nothing moves.
+  const late = await fetch(url, { headers: { 'X-PAYMENT': header } });
+  assert.equal(late.status, 402, await late.text());
+  assert.equal(await stack.balanceOf(payTo), payeeBefore + BigInt(PRICE));
 });

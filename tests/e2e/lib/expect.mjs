@@ -81,3 +81,45 @@ export function expectErrorBody(res, status, { messageIncludes = [], error } = {
 }
 
 export { show };
+
+/** The errorReason / invalidReason of a payment whose nonce is already claimed, per x402 version. */
+export const ALREADY_REASON = Object.freeze({ 1: 'invalid_payload', 2: 'invalid_exact_evm_nonce_already_used' });
+
+/**
+ * One duplicate settle result (spec/access.md section 1): another settle of a payment that one
+ * request claimed is told which transaction settles it, never success: {success: false,
+ * errorReason, errorMessage "already settled by 0x<hash>" (or "already being settled by 0x<hash>"
+ * when its own wait ended first), transaction: hash, payer, network}.
+ * @param {{transaction: string, network: string, payer?: string, version?: 1|2, being?: boolean}} o
+ *   `being`: true for "already being settled", false for "already settled", undefined for either.
+ */
+export function expectDuplicateResult(result, { transaction, network, payer, version = 1, being = false }, res) {
+  const where = res ? show(res) : JSON.stringify(result);
+  assert.equal(result?.success, false, `a duplicate settle must not be told success: ${where}`);
+  assert.equal(result.errorReason, ALREADY_REASON[version], where);
+  assert.match(result.transaction ?? '', TX_HASH, where);
+  assert.equal(result.transaction.toLowerCase(), transaction.toLowerCase(), `the duplicate names the settling transaction: ${where}`);
+  assert.equal(result.network, network, where);
+  if (payer !== undefined) assert.equal(result.payer, getAddress(payer), where);
+  const settled = `already settled by ${result.transaction}`;
+  const running = `already being settled by ${result.transaction}`;
+  const allowed = being === undefined ? [settled, running] : [being ? running : settled];
+  assert.ok(allowed.includes(result.errorMessage), `errorMessage is ${allowed.map((m) => JSON.stringify(m)).join(' or ')}: ${where}`);
+}
+
+/** settle answered HTTP 200 with one duplicate result (see expectDuplicateResult). */
+export function expectDuplicate(res, opts) {
+  assert.equal(res.status, 200, show(res));
+  assert.ok(!Array.isArray(res.body), `single body answered with an array: ${show(res)}`);
+  expectDuplicateResult(res.body, opts, res);
+}
+
+/**
+ * verify of a payment whose nonce is claimed: isValid false, the version's reason, and the message
+ * "authorization already being settled" (`being`) or "authorization already settled".
+ */
+export function expectClaimedOnVerify(res, { version = 1, being, payer } = {}) {
+  expectInvalid(res, ALREADY_REASON[version], { payer });
+  const message = being ? 'authorization already being settled' : 'authorization already settled';
+  assert.equal(res.body.invalidMessage, message, show(res));
+}

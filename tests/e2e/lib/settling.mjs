@@ -1,10 +1,11 @@
 // Driving settlements on chains that mine only when told (anvil --no-mining): mine while a client
-// waits, ask again on the 504 pending answer as a resource server would, find a payment's
-// transaction in the pool, and hold routerd still (SIGSTOP) while the chain is changed under it.
+// waits, ask again on the 504 pending answer as a resource server would (the same Idempotency-Key
+// and body), find a payment's transaction in the pool, and hold routerd still (SIGSTOP) while the
+// chain is changed under it.
 import assert from 'node:assert/strict';
 import { getAddress } from 'viem';
 import { pooledFrom } from './chain-audit.mjs';
-import { sleep, waitFor } from './util.mjs';
+import { sleep, waitFor, idempotencyKey } from './util.mjs';
 import { TX_HASH } from './expect.mjs';
 
 /** The pending answer of a settlement: HTTP 400 {error: 504, message}. */
@@ -27,13 +28,18 @@ export async function mining(anvil, promise, { everyMs = 300, beforeMine = async
 
 /**
  * Settle `body` (an object or an array) as a resource server would: while the answer is the 504
- * pending one, ask again. With `mine`, blocks are mined meanwhile. Returns the first other answer.
+ * pending one, ask again with the same `Idempotency-Key` and the same bytes (a fresh key unless
+ * `key` is given, e.g. the key of an earlier attempt of this same request), so that the retry is
+ * told the first attempt's answer rather than the duplicate one. With `mine`, blocks are mined
+ * meanwhile. Returns the first other answer, with the key it used as `res.key`.
  */
-export async function settleUntilDone(stack, body, { mine = true, tries = 30, everyMs, beforeMine } = {}) {
+export async function settleUntilDone(stack, body, { key = idempotencyKey(), mine = true, tries = 30, everyMs, beforeMine } = {}) {
   let res;
+  const raw = typeof body === 'string' ? body : JSON.stringify(body); // byte-identical on every try
   for (let i = 0; i < tries; i += 1) {
-    const answer = stack.settle(body);
+    const answer = stack.settle(raw, { key });
     res = mine ? await mining(stack.anvil, answer, { everyMs, beforeMine }) : await answer;
+    res.key = key;
     const pending = Array.isArray(res.body) ? res.body.some((slot) => slot?.error === 504) : isPending(res);
     if (!pending) return res;
   }

@@ -10,7 +10,7 @@ import { deployUsdc, walletFor, usdcAbi, mintUsdc, blacklistUsdc, USDC_EIP712 } 
 import { routerdConfig, startRouterd, routerdBin } from './routerd.mjs';
 import { buildPayment, toV2 } from './x402.mjs';
 import { ERC1271_ALWAYS_VALID, ERC1271_ALWAYS_INVALID } from './wallets.mjs';
-import { freePort, makeTempDir, readAnswer } from './util.mjs';
+import { freePort, makeTempDir, readAnswer, IDEMPOTENCY_KEY } from './util.mjs';
 
 export const NETWORK = 'base-sepolia'; // the official x402 v1 client maps it to chain id 84532
 export const CHAIN_ID = 84532;
@@ -196,8 +196,14 @@ class Stack {
     return this.post('/verify', body);
   }
 
-  settle(body) {
-    return this.post('/settle', body);
+  /**
+   * POST /settle. `key` is sent as the `Idempotency-Key` header: the first settle of a payment
+   * that carries it is the one a retry with the same key and the byte-identical body is answered
+   * like (success included); any other settle of a claimed payment is told the transaction as a
+   * failure (spec/access.md section 1). `headers` are added as they are (e.g. a malformed key).
+   */
+  settle(body, { key, headers = {} } = {}) {
+    return this.post('/settle', body, { headers: key === undefined ? headers : { [IDEMPOTENCY_KEY]: key, ...headers } });
   }
 
   /**

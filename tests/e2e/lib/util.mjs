@@ -1,10 +1,20 @@
 // Small helpers shared by the e2e harness: ports, polling, temp dirs, child-process bookkeeping.
 import { createServer } from 'node:net';
+import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The settle retry header (spec/access.md section 1). */
+export const IDEMPOTENCY_KEY = 'Idempotency-Key';
+
+/**
+ * A fresh Idempotency-Key for one logical settle request (a resource server's own request, never
+ * derived from the payment): send it with the first attempt and with every retry of the same body.
+ */
+export const idempotencyKey = () => randomUUID();
 
 /** Ask the kernel for a free TCP port on 127.0.0.1 (bind to port 0, read it, release it). */
 export function freePort() {
