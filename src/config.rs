@@ -42,6 +42,32 @@ pub struct Settings {
     pub chains: BTreeMap<String, ChainSettings>,
     pub router: Option<RouterSettings>,
     pub facilitator: Option<FacilitatorSettings>,
+    #[serde(default)]
+    pub auth: AuthSettings,
+}
+
+/// Who may call routerd (access.md §5): without a keys file, anyone who reaches it.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthSettings {
+    /// The API keys file; also `$CREDENTIALS_DIRECTORY/api-keys` under systemd.
+    pub api_keys_file: Option<PathBuf>,
+}
+
+impl AuthSettings {
+    /// The credential systemd hands over (`LoadCredential=api-keys:...`), when no file is set.
+    fn resolve_file(&mut self, env: &HashMap<String, String>) {
+        if self.api_keys_file.is_some() {
+            return;
+        }
+        let Some(dir) = env.get("CREDENTIALS_DIRECTORY") else {
+            return;
+        };
+        let file = Path::new(dir).join("api-keys");
+        if file.exists() {
+            self.api_keys_file = Some(file);
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -473,6 +499,7 @@ impl Settings {
             .and_then(|c| c.try_deserialize())
             .map_err(|e| ConfigError::new(config_error_key(&e), e.to_string()))?;
         settings.storage.resolve_url(env)?;
+        settings.auth.resolve_file(env);
         settings.validate()?;
         Ok(settings)
     }

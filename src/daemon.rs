@@ -11,7 +11,7 @@ use crate::facilitator::settlement::LeaseSettings;
 use crate::facilitator::{Facilitator, SettleError, SetupError};
 use crate::router::nonces::NonceBook;
 use crate::router::Router;
-use crate::server::{self, App, Metrics};
+use crate::server::{self, App, Keys, KeysError, Metrics};
 use crate::signer::{load_signers, SignerError};
 use crate::store::{self, StoreError};
 
@@ -29,19 +29,28 @@ pub enum StartError {
     Recover(#[from] SettleError),
     #[error("server.listen: {0}")]
     Bind(#[from] std::io::Error),
+    #[error("{0}")]
+    Keys(#[from] KeysError),
 }
 
 impl StartError {
     /// Configuration problems exit 2, like a bad config file; the rest exit 1.
     pub fn exit_code(&self) -> u8 {
         match self {
-            StartError::Signer(_) | StartError::Setup(_) | StartError::Chain(..) => 2,
+            StartError::Signer(_)
+            | StartError::Setup(_)
+            | StartError::Chain(..)
+            | StartError::Keys(_) => 2,
             _ => 1,
         }
     }
 }
 
 pub async fn run(settings: Settings) -> Result<(), StartError> {
+    let keys = match &settings.auth.api_keys_file {
+        Some(path) => Some(Arc::new(Keys::load(path)?)),
+        None => None,
+    };
     let store = store::open(&settings.storage).await?;
     let chains = connect_chains(&settings)?;
     learn_read_modes(&chains);
@@ -79,7 +88,15 @@ pub async fn run(settings: Settings) -> Result<(), StartError> {
         chains,
         metrics: Metrics::new(),
         max_body_bytes: settings.server.max_body_bytes,
+        keys,
     });
+    if let Some(keys) = &app.keys {
+        tracing::info!(
+            keys = keys.count(),
+            "API keys loaded: every route but /supported and /health needs one"
+        );
+        tokio::spawn(reload_keys_on_sighup(keys.clone()));
+    }
     let listeners = server::start(&settings.server, app.clone()).await?;
     log_banner(&settings, &app, &listeners, &store.describe());
     notify_systemd_ready(app.clone());
@@ -188,6 +205,21 @@ fn notify_systemd_ready(app: Arc<App>) {
                 }
             }
         });
+    }
+}
+
+/// SIGHUP reads the API keys file again; a bad file keeps the keys in use.
+async fn reload_keys_on_sighup(keys: Arc<Keys>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::error!("cannot install a SIGHUP handler: API keys are not reloaded");
+        return;
+    };
+    while hup.recv().await.is_some() {
+        match keys.reload() {
+            Ok(count) => tracing::info!(keys = count, "API keys reloaded"),
+            Err(e) => tracing::error!(error = %e, "API keys not reloaded; the previous keys stay"),
+        }
     }
 }
 

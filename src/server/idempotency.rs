@@ -43,6 +43,17 @@ pub fn tag(key: Option<&str>, element: Option<usize>, body: &[u8]) -> Option<Req
     })
 }
 
+/// Keys of different API keys never meet: each is prefixed by the key's name (`shop-a/…`).
+pub fn scoped(tag: RequestTag, scope: Option<&str>) -> RequestTag {
+    match scope {
+        Some(name) => RequestTag {
+            key: format!("{name}/{}", tag.key),
+            body: tag.body,
+        },
+        None => tag,
+    }
+}
+
 /// `body` as serde_json writes it: the same JSON whether it came alone or as an array's
 /// element, whatever its spacing.
 pub fn canonical(body: &[u8]) -> Vec<u8> {

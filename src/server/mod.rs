@@ -1,6 +1,7 @@
 //! Transport: the jsonrpsee server with the REST layer in front, on one listener (or two, when
 //! the facilitator has its own address). Handlers stay thin; the services do the work.
 
+mod auth;
 mod idempotency;
 mod ops;
 mod rest;
@@ -17,6 +18,7 @@ use crate::chain::Chain;
 use crate::config::ServerSettings;
 use crate::facilitator::Facilitator;
 use crate::router::Router;
+pub use auth::{Keys, KeysError};
 pub use ops::{guards_down, Metrics};
 
 /// Most calls in one JSON-RPC batch.
@@ -29,6 +31,8 @@ pub struct App {
     pub chains: BTreeMap<String, Arc<Chain>>,
     pub metrics: Metrics,
     pub max_body_bytes: u32,
+    /// With `auth.api_keys_file`: who may call (access.md §5).
+    pub keys: Option<Arc<Keys>>,
 }
 
 /// Which routes a listener serves; operator routes are on every listener.

@@ -28,6 +28,8 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 struct RequestLabels {
     route: &'static str,
     status: u16,
+    /// The API key's name; empty without keys.
+    key: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -93,7 +95,7 @@ impl Metrics {
         let chain_head = Family::default();
         registry.register(
             "http_requests",
-            "HTTP requests by route and status",
+            "HTTP requests by route, status and API key name",
             requests.clone(),
         );
         registry.register(
@@ -168,9 +170,10 @@ impl Metrics {
         }
     }
 
-    pub fn observe_request(&self, route: &'static str, status: u16, elapsed: Duration) {
+    pub fn observe_request(&self, route: &'static str, status: u16, key: &str, elapsed: Duration) {
+        let key = key.to_string();
         self.requests
-            .get_or_create(&RequestLabels { route, status })
+            .get_or_create(&RequestLabels { route, status, key })
             .inc();
         self.latency
             .get_or_create(&RouteLabel { route })

@@ -14,6 +14,7 @@ use jsonrpsee::core::BoxError;
 use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse};
 use tower::{Layer, Service};
 
+use super::auth::Key;
 use super::idempotency;
 use super::wire_errors::{json_response, parse_body, parse_value_with, WireError};
 use super::{ops, App, Surface};
@@ -89,8 +90,12 @@ where
                 }
             };
             let status = response.status().as_u16();
-            app.metrics
-                .observe_request(route, status, started.elapsed());
+            app.metrics.observe_request(
+                route,
+                status,
+                note.key.as_deref().unwrap_or(""),
+                started.elapsed(),
+            );
             tracing::info!(
                 %method,
                 route,
@@ -98,6 +103,7 @@ where
                 latency_ms = started.elapsed().as_millis() as u64,
                 outcome = note.outcome.as_deref().unwrap_or(""),
                 payment = note.payment.as_deref().unwrap_or(""),
+                key = note.key.as_deref().unwrap_or(""),
                 "request"
             );
             Ok(response)
@@ -110,6 +116,8 @@ where
 struct Note {
     /// Payment keys (network|asset|from|nonce): never signatures or whole bodies.
     payment: Option<String>,
+    /// The API key's name (never its token).
+    key: Option<String>,
     outcome: Option<String>,
 }
 
@@ -125,6 +133,9 @@ where
 {
     let method = request.method().clone();
     let path = request.uri().path().to_string();
+    let caller = caller_of(&app, surface, &method, &path, request.headers())?;
+    note.key = caller.as_ref().map(|k| k.name.clone());
+    let caller = caller.as_deref();
     match (path.as_str(), &method) {
         ("/health", &Method::GET) => Ok(ops::health()),
         ("/ready", &Method::GET) if surface.ops => Ok(ops::ready(&app).await),
@@ -136,7 +147,7 @@ where
         ("/supported" | "/verify" | "/settle", _)
             if surface.facilitator && app.facilitator.is_some() =>
         {
-            facilitator_route(&app, &method, &path, request, note).await
+            facilitator_route(&app, caller, &method, &path, request, note).await
         }
         (p, m)
             if p.starts_with(STATUS_PREFIX) && surface.facilitator && app.facilitator.is_some() =>
@@ -149,6 +160,9 @@ where
         ("/", &Method::POST) if surface.rpc => {
             let (mut parts, body) = request.into_parts();
             let bytes = read_body(body, app.max_body_bytes).await?;
+            if let Some(key) = caller {
+                key.admit(extra_calls(&bytes))?; // each entry of a batch counts
+            }
             if is_json_rpc(&bytes) {
                 // The body was read as JSON already; a client that left out the header is served
                 // rather than told 415 in plain text.
@@ -176,8 +190,40 @@ where
     }
 }
 
+/// Who makes a request, when API keys are configured: `/health`, `/supported` and the ops
+/// listener's routes are open; every other route needs a known key within its rate.
+fn caller_of(
+    app: &App,
+    surface: Surface,
+    method: &Method,
+    path: &str,
+    headers: &http::HeaderMap,
+) -> Result<Option<Arc<Key>>, WireError> {
+    let Some(keys) = &app.keys else {
+        return Ok(None);
+    };
+    let ops_listener = surface.ops && !surface.rpc && !surface.facilitator;
+    let open = matches!((path, method), ("/health" | "/supported", &Method::GET));
+    if open || ops_listener {
+        return Ok(None);
+    }
+    let key = keys.caller(headers)?;
+    key.admit(1)?;
+    Ok(Some(key))
+}
+
+/// Calls in a body beyond the first, which the rate counts too: the entries of an array.
+fn extra_calls(bytes: &[u8]) -> u32 {
+    if first_json_byte(bytes) != Some(b'[') {
+        return 0;
+    }
+    serde_json::from_slice::<Vec<serde::de::IgnoredAny>>(bytes)
+        .map_or(0, |entries| entries.len().saturating_sub(1) as u32)
+}
+
 async fn facilitator_route(
     app: &App,
+    caller: Option<&Key>,
     method: &Method,
     path: &str,
     request: HttpRequest,
@@ -190,6 +236,7 @@ async fn facilitator_route(
             let bytes = read_body(request.into_body(), app.max_body_bytes).await?;
             let payment = parse_payment_body(facilitator, &bytes)?;
             note.payment = Some(payment.label());
+            payment.allowed(caller)?;
             let answer = match &payment {
                 Payment::V1(p) => facilitator.verify(p).await?,
                 Payment::V2(p) => facilitator.verify_v2(p).await?,
@@ -200,7 +247,7 @@ async fn facilitator_route(
         ("/settle", &Method::POST) => {
             let key = idempotency::header_key(request.headers())?;
             let bytes = read_body(request.into_body(), app.max_body_bytes).await?;
-            settle(app, &bytes, key.as_deref(), note).await
+            settle(app, caller, &bytes, key.as_deref(), note).await
         }
         ("/supported", _) => Err(WireError::method_not_allowed(method, path, "GET")),
         _ => Err(WireError::method_not_allowed(method, path, "POST")),
@@ -262,10 +309,12 @@ fn parse_status_path(rest: &str) -> Result<PaymentKey, WireError> {
 /// request's `Idempotency-Key`.
 async fn settle(
     app: &App,
+    caller: Option<&Key>,
     bytes: &[u8],
     key: Option<&str>,
     note: &mut Note,
 ) -> Result<HttpResponse, WireError> {
+    let scope = caller.map(|k| k.name.as_str());
     let facilitator = app.facilitator.as_ref().expect("checked by the caller");
     if first_json_byte(bytes) == Some(b'[') {
         let items: Vec<serde_json::Value> = parse_body(bytes)?;
@@ -281,10 +330,13 @@ async fn settle(
             .map(|(i, item)| {
                 let element = serde_json::to_vec(&item).expect("JSON values serialize");
                 let payment = parse_payment(facilitator.serves_v2(), item, &format!("[{i}]"))?;
-                let tag = payment.tag(key, Some(i), &element)?;
+                let tag = payment.tag(scope, key, Some(i), &element)?;
                 Ok((payment, tag))
             })
             .collect::<Result<Vec<(Payment, Option<RequestTag>)>, WireError>>()?;
+        if let Some(key) = caller {
+            key.admit(payments.len().saturating_sub(1) as u32)?; // each element counts
+        }
         note.payment = Some(
             payments
                 .iter()
@@ -292,9 +344,12 @@ async fn settle(
                 .collect::<Vec<_>>()
                 .join(","),
         );
-        let answers =
-            futures::future::join_all(payments.into_iter().map(|(p, tag)| settle_one(app, p, tag)))
-                .await;
+        // An element whose payTo the key may not pay is refused in its own slot.
+        let answers = futures::future::join_all(payments.into_iter().map(|(p, tag)| async move {
+            p.allowed(caller)?;
+            settle_one(app, p, tag).await
+        }))
+        .await;
         note.outcome = Some(
             answers
                 .iter()
@@ -316,7 +371,8 @@ async fn settle(
     }
     let payment = parse_payment_body(facilitator, bytes)?;
     note.payment = Some(payment.label());
-    let tag = payment.tag(key, None, bytes)?;
+    payment.allowed(caller)?;
+    let tag = payment.tag(scope, key, None, bytes)?;
     let answer = settle_one(app, payment, tag).await?;
     note.outcome = Some(settle_outcome(&answer));
     Ok(json_response(StatusCode::OK, &answer))
@@ -409,8 +465,10 @@ fn parse_payment(
 impl Payment {
     /// The retry tag of this payment: the request's `Idempotency-Key`, else in v2 the
     /// `payment-identifier` id, bound to `body`.
+    /// Keys are scoped to the API key that sent them (`scope`).
     fn tag(
         &self,
+        scope: Option<&str>,
         header: Option<&str>,
         element: Option<usize>,
         body: &[u8],
@@ -424,10 +482,26 @@ impl Payment {
         };
         // A header names the request, so an array's elements are told apart by their place;
         // an id names its one payment wherever it stands.
-        Ok(match identifier {
+        let tag = match identifier {
             Some(id) => idempotency::tag(Some(id), None, &idempotency::canonical(body)),
             None => idempotency::tag(header, element, body),
-        })
+        };
+        Ok(tag.map(|tag| idempotency::scoped(tag, scope)))
+    }
+
+    /// 403 when the caller's key may not verify or settle for this payment's payTo.
+    fn allowed(&self, caller: Option<&Key>) -> Result<(), WireError> {
+        let Some(key) = caller else {
+            return Ok(());
+        };
+        let pay_to = match self {
+            Payment::V1(p) => &p.payment_requirements.pay_to,
+            Payment::V2(p) => &p.payment_requirements.pay_to,
+        };
+        match key.may_pay(parse_address(pay_to)) {
+            true => Ok(()),
+            false => Err(key.forbidden()),
+        }
     }
 
     /// network|asset|from|nonce, for the request's log line.

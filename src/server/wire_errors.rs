@@ -18,6 +18,8 @@ pub struct WireError {
     pub message: String,
     /// Structured detail: per-chain reasons of a routing refusal.
     pub data: Option<serde_json::Value>,
+    /// `Retry-After` of a 429, in seconds.
+    pub retry_after_secs: Option<u64>,
 }
 
 impl WireError {
@@ -31,6 +33,7 @@ impl WireError {
             code,
             message: message.into(),
             data: None,
+            retry_after_secs: None,
         }
     }
 
@@ -72,7 +75,13 @@ impl WireError {
     }
 
     pub fn into_response(self) -> HttpResponse {
-        json_response(self.status, &self.body())
+        let mut response = json_response(self.status, &self.body());
+        if let Some(secs) = self.retry_after_secs {
+            response
+                .headers_mut()
+                .insert(http::header::RETRY_AFTER, secs.into());
+        }
+        response
     }
 }
 
@@ -134,6 +143,7 @@ impl From<RouteError> for WireError {
             code,
             message,
             data,
+            retry_after_secs: None,
         }
     }
 }

@@ -1,0 +1,260 @@
+//! API keys (access.md §5): bearer tokens known only by their SHA-256, each with the payTo
+//! addresses it may verify and settle for and a token bucket. Read at start (a bad file stops
+//! the start) and again on SIGHUP (a bad file then keeps the keys in use).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use ethers_core::types::Address;
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use http::{HeaderMap, StatusCode};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use super::wire_errors::WireError;
+use crate::facilitator::verify::parse_address;
+
+#[derive(Debug, thiserror::Error)]
+pub enum KeysError {
+    #[error("auth.api_keys_file: cannot read {0}: {1}")]
+    Read(String, String),
+    #[error("auth.api_keys_file: {0}")]
+    Parse(String),
+    #[error("auth.api_keys_file: keys.{0}.{1}")]
+    Entry(String, &'static str),
+}
+
+/// The file as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeysFile {
+    #[serde(default)]
+    keys: BTreeMap<String, KeyEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyEntry {
+    sha256: String,
+    #[serde(default)]
+    pay_to: Option<Vec<String>>,
+    #[serde(default)]
+    rate_per_sec: Option<u32>,
+    #[serde(default)]
+    burst: Option<u32>,
+}
+
+/// One caller.
+pub struct Key {
+    pub name: String,
+    /// `None`: any payTo.
+    pay_to: Option<HashSet<Address>>,
+    limiter: Option<DefaultDirectRateLimiter>,
+}
+
+impl Key {
+    /// Whether this key may verify and settle payments to `pay_to`.
+    pub fn may_pay(&self, pay_to: Option<Address>) -> bool {
+        match (&self.pay_to, pay_to) {
+            (None, _) => true,
+            (Some(allowed), Some(to)) => allowed.contains(&to),
+            (Some(_), None) => false,
+        }
+    }
+
+    /// Takes `calls` tokens from the key's bucket, or answers 429 with when to come back.
+    pub fn admit(&self, calls: u32) -> Result<(), WireError> {
+        let Some(limiter) = &self.limiter else {
+            return Ok(());
+        };
+        let calls = NonZeroU32::new(calls.max(1)).expect("at least one");
+        let wait = match limiter.check_n(calls) {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(not_until)) => not_until.wait_time_from(DefaultClock::default().now()),
+            // More calls in one request than the burst: never admitted; back in a second.
+            Err(_) => std::time::Duration::from_secs(1),
+        };
+        let mut error = WireError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            429,
+            format!("API key {:?} is over its rate; retry later", self.name),
+        );
+        error.retry_after_secs = Some(wait.as_secs_f64().ceil().max(1.0) as u64);
+        Err(error)
+    }
+
+    pub fn forbidden(&self) -> WireError {
+        WireError::new(
+            StatusCode::FORBIDDEN,
+            403,
+            format!(
+                "API key {:?} may not verify or settle for this payTo",
+                self.name
+            ),
+        )
+    }
+}
+
+/// The keys in use, by SHA-256 of their token.
+pub struct Keys {
+    path: PathBuf,
+    by_digest: RwLock<Arc<HashMap<[u8; 32], Arc<Key>>>>,
+}
+
+impl Keys {
+    pub fn load(path: &Path) -> Result<Self, KeysError> {
+        Ok(Self {
+            by_digest: RwLock::new(Arc::new(read(path)?)),
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Reads the file again; on failure the keys in use stay. Answers how many keys there are.
+    pub fn reload(&self) -> Result<usize, KeysError> {
+        let keys = read(&self.path)?;
+        let count = keys.len();
+        *self.by_digest.write().expect("keys lock") = Arc::new(keys);
+        Ok(count)
+    }
+
+    pub fn count(&self) -> usize {
+        self.by_digest.read().expect("keys lock").len()
+    }
+
+    /// The caller of a request, from its `Authorization: Bearer <token>` header, or 401.
+    pub fn caller(&self, headers: &HeaderMap) -> Result<Arc<Key>, WireError> {
+        let unauthorized =
+            |message: &str| WireError::new(StatusCode::UNAUTHORIZED, 401, message.to_string());
+        let token = headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .ok_or_else(|| unauthorized("Authorization: Bearer <API key> is required"))?;
+        let digest: [u8; 32] = Sha256::digest(token.trim().as_bytes()).into();
+        let keys = self.by_digest.read().expect("keys lock").clone();
+        keys.get(&digest)
+            .cloned()
+            .ok_or_else(|| unauthorized("Authorization: unknown API key"))
+    }
+}
+
+fn read(path: &Path) -> Result<HashMap<[u8; 32], Arc<Key>>, KeysError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| KeysError::Read(path.display().to_string(), e.kind().to_string()))?;
+    let file: KeysFile =
+        toml::from_str(&text).map_err(|e| KeysError::Parse(e.message().to_string()))?;
+    let mut keys = HashMap::new();
+    for (name, entry) in file.keys {
+        let (digest, key) = key_of(&name, entry)?;
+        if keys.insert(digest, Arc::new(key)).is_some() {
+            return Err(KeysError::Entry(
+                name,
+                "sha256: the same token as another key",
+            ));
+        }
+    }
+    Ok(keys)
+}
+
+fn key_of(name: &str, entry: KeyEntry) -> Result<([u8; 32], Key), KeysError> {
+    let bad = |what: &'static str| KeysError::Entry(name.to_string(), what);
+    let digest: [u8; 32] = const_hex::decode(entry.sha256.trim())
+        .ok()
+        .and_then(|bytes| bytes.try_into().ok())
+        .ok_or_else(|| bad("sha256: not 64 hex digits"))?;
+    let pay_to = entry
+        .pay_to
+        .map(|list| {
+            list.iter()
+                .map(|a| {
+                    parse_address(a).ok_or_else(|| bad("pay_to: an entry is not a 0x address"))
+                })
+                .collect::<Result<HashSet<_>, _>>()
+        })
+        .transpose()?;
+    let limiter = match (entry.rate_per_sec, entry.burst) {
+        (None, None) => None,
+        (rate, burst) => {
+            let rate = NonZeroU32::new(rate.unwrap_or(0))
+                .ok_or_else(|| bad("rate_per_sec: must be at least 1"))?;
+            let burst = NonZeroU32::new(burst.unwrap_or(rate.get()))
+                .ok_or_else(|| bad("burst: must be at least 1"))?;
+            Some(RateLimiter::direct(
+                Quota::per_second(rate).allow_burst(burst),
+            ))
+        }
+    };
+    let key = Key {
+        name: name.to_string(),
+        pay_to,
+        limiter,
+    };
+    Ok((digest, key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(name: &str, body: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("routerd-keys-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, body).unwrap();
+        path
+    }
+
+    fn bearer(token: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            http::header::AUTHORIZATION,
+            format!("Bearer {token}").parse().unwrap(),
+        );
+        headers
+    }
+
+    fn sha(token: &str) -> String {
+        const_hex::encode(Sha256::digest(token.as_bytes()))
+    }
+
+    #[test]
+    fn a_token_is_known_by_its_digest_scoped_to_its_pay_to_and_rate() {
+        let body = format!(
+            "[keys.shop-a]\nsha256 = \"{}\"\npay_to = [\"0x90F79bf6EB2c4f870365E785982E1f101E93b906\"]\nrate_per_sec = 1\nburst = 2\n",
+            sha("token-a")
+        );
+        let keys = Keys::load(&file("a.toml", &body)).unwrap();
+        let refused = |headers: HeaderMap| keys.caller(&headers).err().map(|e| e.code);
+        assert_eq!(refused(HeaderMap::new()), Some(401));
+        assert_eq!(refused(bearer("other")), Some(401));
+        let key = keys.caller(&bearer("token-a")).unwrap();
+        assert_eq!(key.name, "shop-a");
+        let payee = parse_address("0x90f79bf6eb2c4f870365e785982e1f101e93b906");
+        assert!(key.may_pay(payee));
+        assert!(!key.may_pay(parse_address("0x0000000000000000000000000000000000000001")));
+        assert!(key.admit(1).is_ok() && key.admit(1).is_ok());
+        let over = key.admit(1).unwrap_err();
+        assert_eq!((over.code, over.retry_after_secs), (429, Some(1)));
+    }
+
+    #[test]
+    fn a_bad_file_names_what_is_wrong_and_a_reload_keeps_the_keys_in_use() {
+        let bad = file("bad.toml", "[keys.x]\nsha256 = \"00\"\n");
+        assert!(matches!(Keys::load(&bad), Err(KeysError::Entry(_, _))));
+        let path = file(
+            "reload.toml",
+            &format!("[keys.a]\nsha256 = \"{}\"\n", sha("t")),
+        );
+        let keys = Keys::load(&path).unwrap();
+        std::fs::write(&path, "not toml [").unwrap();
+        assert!(keys.reload().is_err());
+        assert!(keys.caller(&bearer("t")).is_ok());
+        std::fs::write(&path, format!("[keys.b]\nsha256 = \"{}\"\n", sha("u"))).unwrap();
+        assert_eq!(keys.reload().unwrap(), 1);
+        assert!(keys.caller(&bearer("t")).is_err());
+        assert_eq!(keys.caller(&bearer("u")).unwrap().name, "b");
+    }
+}
