@@ -67,10 +67,9 @@ impl Key {
 
     /// Takes `calls` tokens from the key's bucket, or answers 429 with when to come back.
     pub fn admit(&self, calls: u32) -> Result<(), WireError> {
-        let Some(limiter) = &self.limiter else {
+        let (Some(limiter), Some(calls)) = (&self.limiter, NonZeroU32::new(calls)) else {
             return Ok(());
         };
-        let calls = NonZeroU32::new(calls.max(1)).expect("at least one");
         let wait = match limiter.check_n(calls) {
             Ok(Ok(())) => return Ok(()),
             Ok(Err(not_until)) => not_until.wait_time_from(DefaultClock::default().now()),
@@ -235,7 +234,7 @@ mod tests {
         let payee = parse_address("0x90f79bf6eb2c4f870365e785982e1f101e93b906");
         assert!(key.may_pay(payee));
         assert!(!key.may_pay(parse_address("0x0000000000000000000000000000000000000001")));
-        assert!(key.admit(1).is_ok() && key.admit(1).is_ok());
+        assert!(key.admit(0).is_ok() && key.admit(1).is_ok() && key.admit(1).is_ok());
         let over = key.admit(1).unwrap_err();
         assert_eq!((over.code, over.retry_after_secs), (429, Some(1)));
     }

@@ -136,6 +136,9 @@ where
     let caller = caller_of(&app, surface, &method, &path, request.headers())?;
     note.key = caller.as_ref().map(|k| k.name.clone());
     let caller = caller.as_deref();
+    if let Some(key) = caller {
+        key.admit(1)?;
+    }
     match (path.as_str(), &method) {
         ("/health", &Method::GET) => Ok(ops::health()),
         ("/ready", &Method::GET) if surface.ops => Ok(ops::ready(&app).await),
@@ -191,7 +194,7 @@ where
 }
 
 /// Who makes a request, when API keys are configured: `/health`, `/supported` and the ops
-/// listener's routes are open; every other route needs a known key within its rate.
+/// listener's routes are open; every other route needs a known key.
 fn caller_of(
     app: &App,
     surface: Surface,
@@ -207,9 +210,7 @@ fn caller_of(
     if open || ops_listener {
         return Ok(None);
     }
-    let key = keys.caller(headers)?;
-    key.admit(1)?;
-    Ok(Some(key))
+    keys.caller(headers).map(Some)
 }
 
 /// Calls in a body beyond the first, which the rate counts too: the entries of an array.
