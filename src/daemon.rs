@@ -95,8 +95,8 @@ pub async fn run(settings: Settings) -> Result<(), StartError> {
             keys = keys.count(),
             "API keys loaded: every route but /supported and /health needs one"
         );
-        tokio::spawn(reload_keys_on_sighup(keys.clone()));
     }
+    tokio::spawn(reload_keys_on_sighup(app.keys.clone()));
     let listeners = server::start(&settings.server, app.clone()).await?;
     log_banner(&settings, &app, &listeners, &store.describe());
     notify_systemd_ready(app.clone());
@@ -208,14 +208,19 @@ fn notify_systemd_ready(app: Arc<App>) {
     }
 }
 
-/// SIGHUP reads the API keys file again; a bad file keeps the keys in use.
-async fn reload_keys_on_sighup(keys: Arc<Keys>) {
+/// SIGHUP reads the API keys file again; a bad file keeps the keys in use. Without keys it is
+/// only logged (SIGHUP's default would end the process).
+async fn reload_keys_on_sighup(keys: Option<Arc<Keys>>) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
         tracing::error!("cannot install a SIGHUP handler: API keys are not reloaded");
         return;
     };
     while hup.recv().await.is_some() {
+        let Some(keys) = &keys else {
+            tracing::info!("SIGHUP: no auth.api_keys_file, nothing to reload");
+            continue;
+        };
         match keys.reload() {
             Ok(count) => tracing::info!(keys = count, "API keys reloaded"),
             Err(e) => tracing::error!(error = %e, "API keys not reloaded; the previous keys stay"),
