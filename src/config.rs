@@ -80,6 +80,9 @@ pub struct ServerSettings {
     pub max_body_bytes: u32,
     pub shutdown_grace_secs: u64,
     pub max_connections: u32,
+    /// Bound on receiving a request's headers (also while a keep-alive connection waits for
+    /// its next request) and, separately, its body (access.md §7).
+    pub request_read_timeout_ms: u64,
     /// Threads of the async runtime; unset: [`ServerSettings::default_worker_threads`].
     pub worker_threads: Option<usize>,
 }
@@ -108,6 +111,7 @@ impl Default for ServerSettings {
             max_body_bytes: 65536,
             shutdown_grace_secs: 30,
             max_connections: 1024,
+            request_read_timeout_ms: 10_000,
             worker_threads: None,
         }
     }
@@ -387,6 +391,9 @@ pub struct RouterSettings {
     pub chain_timeout_ms: u64,
     #[serde(default = "default_nonce_ttl")]
     pub nonce_reservation_ttl_secs: u64,
+    /// How far one caller's reservations may run ahead of a sender's pending nonce.
+    #[serde(default = "default_max_reservations_ahead")]
+    pub max_reservations_ahead: u64,
     /// Fraction added on top of `eth_estimateGas` (0.2 = +20%).
     #[serde(default = "default_gas_headroom")]
     pub gas_headroom: f64,
@@ -397,6 +404,9 @@ fn default_prefer() -> Vec<ChainKind> {
 }
 fn default_chain_timeout() -> u64 {
     1500
+}
+fn default_max_reservations_ahead() -> u64 {
+    16
 }
 fn default_nonce_ttl() -> u64 {
     120

@@ -79,7 +79,11 @@ pub async fn run(settings: Settings) -> Result<(), StartError> {
         Arc::new(Router::new(
             r,
             candidates,
-            NonceBook::new(store.clone(), r.nonce_reservation_ttl_secs),
+            NonceBook::new(
+                store.clone(),
+                r.nonce_reservation_ttl_secs,
+                r.max_reservations_ahead,
+            ),
         ))
     });
     let app = Arc::new(App {
@@ -88,6 +92,7 @@ pub async fn run(settings: Settings) -> Result<(), StartError> {
         chains,
         metrics: Metrics::new(),
         max_body_bytes: settings.server.max_body_bytes,
+        read_timeout: Duration::from_millis(settings.server.request_read_timeout_ms),
         keys,
     });
     if let Some(keys) = &app.keys {

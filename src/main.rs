@@ -56,8 +56,11 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<Cli>, Str
 }
 
 fn init_tracing(json: bool) {
+    // jsonrpsee's clients log their target URLs (with a provider's key) at debug level: they
+    // never log below info, whatever RUST_LOG asks.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
+        .add_directive("jsonrpsee=info".parse().expect("a static directive"));
     // Colour only on a terminal: under systemd the codes would end up in the journal.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

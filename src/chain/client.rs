@@ -374,7 +374,7 @@ impl ChainClient {
     async fn send(&self, calls: &[Call]) -> Answers {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         let _in_flight = InFlight(&self.in_flight);
-        self.with_failover(|client| async move {
+        self.with_failover(|upstream| async move {
             let mut batch = BatchRequestBuilder::new();
             for call in calls {
                 batch
@@ -387,10 +387,10 @@ impl ChainClient {
                     )
                     .map_err(|e| ClientError::Custom(e.to_string()))?;
             }
-            let response: BatchResponse<Value> = client.batch_request(batch).await?;
+            let response: BatchResponse<Value> = upstream.client.batch_request(batch).await?;
             let answers: Vec<CallResult> = response
                 .into_iter()
-                .map(|entry| entry.map_err(|e| rpc_error(&e)))
+                .map(|entry| entry.map_err(|e| rpc_error(&e, &upstream.url)))
                 .collect();
             // Every reader takes its answers by position: a node that answers a batch short
             // (or long) has answered nothing, here, once.
@@ -413,8 +413,9 @@ impl ChainClient {
         params: Vec<Value>,
     ) -> Result<CallResult, Unreachable> {
         let params = &params;
-        self.with_failover(|client| async move {
-            match client
+        self.with_failover(|upstream| async move {
+            match upstream
+                .client
                 .request::<Value, _>(
                     method,
                     Params {
@@ -425,7 +426,7 @@ impl ChainClient {
                 .await
             {
                 Ok(value) => Ok(Ok(value)),
-                Err(ClientError::Call(e)) => Ok(Err(rpc_error(&e))),
+                Err(ClientError::Call(e)) => Ok(Err(rpc_error(&e, &upstream.url))),
                 Err(other) => Err(other),
             }
         })
@@ -436,7 +437,7 @@ impl ChainClient {
     /// is cooling down they are all tried anyway: a chain is never given up without asking.
     async fn with_failover<'a, F, Fut, T>(&'a self, attempt: F) -> Result<T, Unreachable>
     where
-        F: Fn(&'a HttpClient) -> Fut,
+        F: Fn(&'a Upstream) -> Fut,
         Fut: std::future::Future<Output = Result<T, ClientError>>,
     {
         let now = self.now_ms();
@@ -450,7 +451,7 @@ impl ChainClient {
         for i in order {
             let upstream = &self.upstreams[i];
             self.stats[i].0.fetch_add(1, Ordering::Relaxed);
-            match attempt(&upstream.client).await {
+            match attempt(upstream).await {
                 Ok(value) => {
                     upstream.consecutive_failures.store(0, Ordering::Relaxed);
                     self.last_success.store(self.now_ms(), Ordering::Relaxed);
@@ -512,10 +513,12 @@ impl Drop for InFlight<'_> {
     }
 }
 
-fn rpc_error(e: &jsonrpsee::types::ErrorObject<'_>) -> RpcError {
+/// A node's error, without the URL its text may quote (a provider's error can name the keyed
+/// URL it was asked on).
+fn rpc_error(e: &jsonrpsee::types::ErrorObject<'_>, url: &Endpoint) -> RpcError {
     RpcError {
         code: e.code(),
-        message: e.message().to_string(),
+        message: scrubbed(e.message(), url),
         data: e
             .data()
             .and_then(|raw| serde_json::from_str(raw.get()).ok()),

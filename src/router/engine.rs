@@ -23,6 +23,9 @@ pub enum RouteError {
     AllUnreachable(Vec<ChainQuote>),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The caller holds `router.max_reservations_ahead` unused nonces of this sender already.
+    #[error("{0} nonces of this sender are reserved for you ahead of its pending nonce on {1} (router.max_reservations_ahead); send those transactions first")]
+    TooFarAhead(u64, String),
 }
 
 fn summary(quotes: &[ChainQuote]) -> String {
@@ -87,10 +90,12 @@ impl Router {
             .collect()
     }
 
-    /// The completed parameters on the best chain, and that chain's name.
+    /// The completed parameters on the best chain, and that chain's name. The nonce is
+    /// reserved for `caller` (an API key's name or a client address).
     pub async fn route(
         &self,
         tx: &Transaction,
+        caller: &str,
     ) -> Result<(RouterTransactionRes, String), RouteError> {
         let evaluations = self.evaluate(tx).await;
         let Some(best) = evaluations.first().filter(|e| e.priced.is_ok()) else {
@@ -111,10 +116,12 @@ impl Router {
             .reserve(
                 &chain.name,
                 &crate::chain::hex_bytes(tx.from),
+                caller,
                 priced.estimate.pending_nonce,
                 unix_now(),
             )
-            .await?;
+            .await?
+            .ok_or_else(|| RouteError::TooFarAhead(self.nonces.max_ahead(), chain.name.clone()))?;
         Ok((
             RouterTransactionRes {
                 chain_id: format!("{:#x}", chain.settings.chain_id),

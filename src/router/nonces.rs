@@ -1,6 +1,8 @@
-//! Nonce reservations per (chain, sender): back-to-back routed calls get consecutive nonces even
-//! before the first transaction reaches the chain's pending pool, whichever instance they reach
-//! when the store is shared. The rule is `store::next_router_nonce`.
+//! Nonce reservations per (chain, sender, caller): back-to-back routed calls from one caller
+//! get consecutive nonces even before the first transaction reaches the chain's pending pool,
+//! whichever instance they reach when the store is shared. Another caller naming the same
+//! sender never moves them: each caller's answers start from the chain's pending nonce
+//! (access.md §6). The rule is `store::next_router_nonce`.
 
 use crate::store::{Storage, StoreError};
 
@@ -8,25 +10,36 @@ use crate::store::{Storage, StoreError};
 pub struct NonceBook {
     store: Storage,
     ttl_secs: u64,
+    max_ahead: u64,
 }
 
 impl NonceBook {
-    pub fn new(store: Storage, ttl_secs: u64) -> Self {
-        Self { store, ttl_secs }
+    pub fn new(store: Storage, ttl_secs: u64, max_ahead: u64) -> Self {
+        Self {
+            store,
+            ttl_secs,
+            max_ahead,
+        }
     }
 
-    /// Hands out the nonce for the next transaction of `sender` on `chain`, given the chain's
-    /// pending count, and stores it durably before returning.
+    pub fn max_ahead(&self) -> u64 {
+        self.max_ahead
+    }
+
+    /// Hands out the nonce for the next transaction of `sender` on `chain` to `caller` (an API
+    /// key's name or a client address), given the chain's pending count, and stores it durably
+    /// before returning; `None` when the caller is `max_ahead` reservations past it already.
     pub async fn reserve(
         &self,
         chain: &str,
         sender: &str,
+        caller: &str,
         pending: u64,
         now: u64,
-    ) -> Result<u64, StoreError> {
-        let key = format!("{chain}|{sender}");
+    ) -> Result<Option<u64>, StoreError> {
+        let key = format!("{chain}|{sender}|{caller}");
         self.store
-            .reserve_router_nonce(&key, pending, now, self.ttl_secs)
+            .reserve_router_nonce(&key, pending, now, self.ttl_secs, self.max_ahead)
             .await
     }
 }
@@ -43,13 +56,30 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("routerd-nonces-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         {
-            let book = NonceBook::new(Arc::new(Store::open(&dir).unwrap()), 120);
-            assert_eq!(book.reserve("l1", "0xa", 3, 10).await.unwrap(), 3);
-            assert_eq!(book.reserve("l1", "0xa", 3, 11).await.unwrap(), 4);
-            assert_eq!(book.reserve("l2", "0xa", 3, 11).await.unwrap(), 3);
+            let book = NonceBook::new(Arc::new(Store::open(&dir).unwrap()), 120, 16);
+            assert_eq!(
+                book.reserve("l1", "0xa", "me", 3, 10).await.unwrap(),
+                Some(3)
+            );
+            assert_eq!(
+                book.reserve("l1", "0xa", "me", 3, 11).await.unwrap(),
+                Some(4)
+            );
+            assert_eq!(
+                book.reserve("l2", "0xa", "me", 3, 11).await.unwrap(),
+                Some(3)
+            );
+            // Another caller naming the same sender starts from the pending nonce.
+            assert_eq!(
+                book.reserve("l1", "0xa", "other", 3, 11).await.unwrap(),
+                Some(3)
+            );
         }
-        let book = NonceBook::new(Arc::new(Store::open(&dir).unwrap()), 120);
-        assert_eq!(book.reserve("l1", "0xa", 3, 12).await.unwrap(), 5);
+        let book = NonceBook::new(Arc::new(Store::open(&dir).unwrap()), 120, 16);
+        assert_eq!(
+            book.reserve("l1", "0xa", "me", 3, 12).await.unwrap(),
+            Some(5)
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -3,6 +3,7 @@
 
 mod auth;
 mod idempotency;
+mod listen;
 mod ops;
 mod rest;
 mod rpc;
@@ -12,7 +13,11 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use jsonrpsee::server::{BatchRequestConfig, Server, ServerConfig, ServerHandle};
+use std::time::Duration;
+
+use jsonrpsee::server::{stop_channel, BatchRequestConfig, Server, ServerConfig, ServerHandle};
+use jsonrpsee::Methods;
+use tokio::net::TcpListener;
 
 use crate::chain::Chain;
 use crate::config::ServerSettings;
@@ -31,6 +36,8 @@ pub struct App {
     pub chains: BTreeMap<String, Arc<Chain>>,
     pub metrics: Metrics,
     pub max_body_bytes: u32,
+    /// `server.request_read_timeout_ms`: bound on receiving a request body.
+    pub read_timeout: Duration,
     /// With `auth.api_keys_file`: who may call (access.md §5).
     pub keys: Option<Arc<Keys>>,
 }
@@ -84,6 +91,12 @@ pub async fn start(settings: &ServerSettings, app: Arc<App>) -> std::io::Result<
     }
     let mut bound = Vec::new();
     for (address, surface) in plan {
+        bound.push((TcpListener::bind(address).await?, surface));
+    }
+    let read_timeout = Duration::from_millis(settings.request_read_timeout_ms);
+    let mut listeners = Vec::new();
+    for (listener, surface) in bound {
+        let address = listener.local_addr()?;
         let config = ServerConfig::builder()
             .http_only()
             .max_request_body_size(settings.max_body_bytes)
@@ -92,27 +105,23 @@ pub async fn start(settings: &ServerSettings, app: Arc<App>) -> std::io::Result<
             // monopolising the upstreams.
             .set_batch_request_config(BatchRequestConfig::Limit(MAX_BATCH_CALLS))
             .build();
-        let server = Server::builder()
+        let builder = Server::builder()
             .set_config(config)
             .set_http_middleware(
                 tower::ServiceBuilder::new().layer(rest::RestLayer::new(app.clone(), surface)),
             )
-            .build(address)
-            .await?;
-        bound.push((server, surface));
-    }
-    let mut listeners = Vec::new();
-    for (server, surface) in bound {
-        let address = server.local_addr()?;
-        let module = if surface.rpc {
-            rpc::module(app.clone())
-        } else {
-            jsonrpsee::RpcModule::new(app.clone())
+            .to_service_builder();
+        let methods: Methods = match surface.rpc {
+            true => rpc::module(app.clone()).into(),
+            false => jsonrpsee::RpcModule::new(app.clone()).into(),
         };
-        listeners.push(Listener {
-            address,
-            handle: server.start(module),
-        });
+        let (stop, handle) = stop_channel();
+        let make = {
+            let stop = stop.clone();
+            move || builder.clone().build(methods.clone(), stop.clone())
+        };
+        tokio::spawn(listen::accept(listener, make, stop, read_timeout));
+        listeners.push(Listener { address, handle });
     }
     Ok(listeners)
 }

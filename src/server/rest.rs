@@ -16,6 +16,7 @@ use tower::{Layer, Service};
 
 use super::auth::Key;
 use super::idempotency;
+use super::listen::{Caller, ClientAddr};
 use super::wire_errors::{json_response, parse_body, parse_value_with, WireError};
 use super::{ops, App, Surface};
 use crate::chain;
@@ -139,6 +140,10 @@ where
     if let Some(key) = caller {
         key.admit(1)?;
     }
+    let who = Caller::of(
+        caller.map(|k| k.name.as_str()),
+        request.extensions().get::<ClientAddr>(),
+    );
     match (path.as_str(), &method) {
         ("/health", &Method::GET) => Ok(ops::health()),
         ("/ready", &Method::GET) if surface.ops => Ok(ops::ready(&app).await),
@@ -162,7 +167,7 @@ where
         }
         ("/", &Method::POST) if surface.rpc => {
             let (mut parts, body) = request.into_parts();
-            let bytes = read_body(body, app.max_body_bytes).await?;
+            let bytes = read_body(&app, body).await?;
             if let Some(key) = caller {
                 key.admit(extra_calls(&bytes))?; // each entry of a batch counts
             }
@@ -173,16 +178,17 @@ where
                     http::header::CONTENT_TYPE,
                     http::HeaderValue::from_static("application/json"),
                 );
+                parts.extensions.insert(who);
                 let request = HttpRequest::from_parts(parts, HttpBody::from(bytes));
                 inner.call(request).await.map_err(|e| {
                     WireError::new(StatusCode::INTERNAL_SERVER_ERROR, 500, e.to_string())
                 })
             } else {
-                super::rpc::route_rest(&app, &bytes).await
+                super::rpc::route_rest(&app, &bytes, &who).await
             }
         }
         ("/quote", &Method::POST) if surface.rpc && app.router.is_some() => {
-            let bytes = read_body(request.into_body(), app.max_body_bytes).await?;
+            let bytes = read_body(&app, request.into_body()).await?;
             super::rpc::quote_rest(&app, &bytes).await
         }
         ("/", _) if surface.rpc => Err(WireError::method_not_allowed(&method, &path, "POST")),
@@ -234,7 +240,7 @@ async fn facilitator_route(
     match (path, method) {
         ("/supported", &Method::GET) => Ok(json_response(StatusCode::OK, &facilitator.supported())),
         ("/verify", &Method::POST) => {
-            let bytes = read_body(request.into_body(), app.max_body_bytes).await?;
+            let bytes = read_body(app, request.into_body()).await?;
             let payment = parse_payment_body(facilitator, &bytes)?;
             note.payment = Some(payment.label());
             payment.allowed(caller)?;
@@ -247,7 +253,7 @@ async fn facilitator_route(
         }
         ("/settle", &Method::POST) => {
             let key = idempotency::header_key(request.headers())?;
-            let bytes = read_body(request.into_body(), app.max_body_bytes).await?;
+            let bytes = read_body(app, request.into_body()).await?;
             settle(app, caller, &bytes, key.as_deref(), note).await
         }
         ("/supported", _) => Err(WireError::method_not_allowed(method, path, "GET")),
@@ -531,8 +537,19 @@ fn prefixed(element: Option<usize>, message: String) -> String {
     }
 }
 
-pub async fn read_body(body: HttpBody, limit: u32) -> Result<Vec<u8>, WireError> {
-    match Limited::new(body, limit as usize).collect().await {
+/// The whole body, within `server.max_body_bytes` and `server.request_read_timeout_ms`: a client
+/// that sends its headers and then stalls is answered 408, and its connection closed.
+pub async fn read_body(app: &App, body: HttpBody) -> Result<Vec<u8>, WireError> {
+    let limit = app.max_body_bytes;
+    let reading = Limited::new(body, limit as usize).collect();
+    let Ok(read) = tokio::time::timeout(app.read_timeout, reading).await else {
+        return Err(WireError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            408,
+            "body not received within server.request_read_timeout_ms",
+        ));
+    };
+    match read {
         Ok(collected) => Ok(collected.to_bytes().to_vec()),
         Err(error) if error.is::<http_body_util::LengthLimitError>() => {
             Err(WireError::too_large(limit))

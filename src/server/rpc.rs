@@ -8,6 +8,7 @@ use jsonrpsee::server::HttpResponse;
 use jsonrpsee::types::{ErrorObjectOwned, Params};
 use jsonrpsee::RpcModule;
 
+use super::listen::Caller;
 use super::wire_errors::{json_response, parse_body_with, WireError};
 use super::App;
 use crate::router::types::{RouterTransaction, Transaction};
@@ -21,9 +22,13 @@ pub fn module(app: Arc<App>) -> RpcModule<Arc<App>> {
         return module;
     }
     module
-        .register_async_method("eth_routerTransaction", |params, app, _| async move {
+        .register_async_method("eth_routerTransaction", |params, app, ext| async move {
             let tx = transaction_from_params(&params)?;
-            route(&app, &tx).await.map_err(ErrorObjectOwned::from)
+            let who = ext
+                .get::<Caller>()
+                .cloned()
+                .unwrap_or_else(|| Caller::of(None, None));
+            route(&app, &tx, &who).await.map_err(ErrorObjectOwned::from)
         })
         .expect("method names are unique");
     module
@@ -90,16 +95,17 @@ fn invalid_params(message: impl Into<String>) -> WireError {
 async fn route(
     app: &App,
     tx: &Transaction,
+    who: &Caller,
 ) -> Result<crate::router::types::RouterTransactionRes, WireError> {
     let router = app.router.as_ref().expect("called with a router");
-    let (answer, chain) = router.route(tx).await?;
+    let (answer, chain) = router.route(tx, &who.0).await?;
     app.metrics.observe_decision(&chain);
     tracing::debug!(from = ?tx.from, chain = %chain, nonce = %answer.nonce, "routed");
     Ok(answer)
 }
 
 /// `POST /` with a bare RouterTransaction: 200 with the answer or 400 `{error, message}`.
-pub async fn route_rest(app: &App, bytes: &[u8]) -> Result<HttpResponse, WireError> {
+pub async fn route_rest(app: &App, bytes: &[u8], who: &Caller) -> Result<HttpResponse, WireError> {
     if app.router.is_none() {
         return Err(WireError::not_found("/ (no [router] configured)"));
     }
@@ -107,7 +113,7 @@ pub async fn route_rest(app: &App, bytes: &[u8]) -> Result<HttpResponse, WireErr
         code: INVALID_PARAMS,
         ..e
     })?;
-    Ok(json_response(StatusCode::OK, &route(app, &tx).await?))
+    Ok(json_response(StatusCode::OK, &route(app, &tx, who).await?))
 }
 
 /// `POST /quote`: the ranked explanation, as `router_quote` answers it.

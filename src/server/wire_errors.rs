@@ -127,12 +127,14 @@ impl From<RouteError> for WireError {
         let code = match &e {
             RouteError::NoFeasibleChain(_) => -32000,
             RouteError::AllUnreachable(_) | RouteError::Store(_) => -32603,
+            // EIP-1474's "limit exceeded".
+            RouteError::TooFarAhead(..) => -32005,
         };
         let data = match &e {
             RouteError::NoFeasibleChain(quotes) | RouteError::AllUnreachable(quotes) => {
                 serde_json::to_value(quotes).ok()
             }
-            RouteError::Store(_) => None,
+            RouteError::Store(_) | RouteError::TooFarAhead(..) => None,
         };
         let message = match &e {
             RouteError::Store(_) => STORE_FAILED.to_string(),

@@ -290,27 +290,37 @@ async fn one_holder_per_lane_and_the_fence_stops_the_old_one(a: &Storage, b: &St
 }
 
 async fn router_nonces_are_consecutive_across_handles(a: &Storage, b: &Storage) {
-    assert_eq!(a.reserve_router_nonce("c|s", 3, 10, 120).await.unwrap(), 3);
-    assert_eq!(b.reserve_router_nonce("c|s", 3, 11, 120).await.unwrap(), 4);
-    assert_eq!(a.reserve_router_nonce("c|s", 9, 12, 120).await.unwrap(), 9);
-    assert_eq!(b.reserve_router_nonce("c|s", 3, 500, 120).await.unwrap(), 3);
-    assert_eq!(a.reserve_router_nonce("c|t", 0, 500, 120).await.unwrap(), 0);
+    let reserve = |store: &Storage, key: &'static str, pending: u64, now: u64| {
+        let store = store.clone();
+        async move {
+            store
+                .reserve_router_nonce(key, pending, now, 120, 32)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(reserve(a, "c|s", 3, 10).await, Some(3));
+    assert_eq!(reserve(b, "c|s", 3, 11).await, Some(4));
+    assert_eq!(reserve(a, "c|s", 9, 12).await, Some(9));
+    assert_eq!(reserve(b, "c|s", 3, 500).await, Some(3));
+    assert_eq!(reserve(a, "c|t", 0, 500).await, Some(0));
     let mut tasks = Vec::new();
     for i in 0..20 {
         let store = if i % 2 == 0 { a.clone() } else { b.clone() };
-        tasks.push(tokio::spawn(async move {
-            store
-                .reserve_router_nonce("c|burst", 100, 1000, 120)
-                .await
-                .unwrap()
-        }));
+        tasks.push(tokio::spawn(reserve(&store, "c|burst", 100, 1000)));
     }
     let mut handed: Vec<u64> = Vec::new();
     for task in tasks {
-        handed.push(task.await.unwrap());
+        handed.extend(task.await.unwrap());
     }
     handed.sort_unstable();
     assert_eq!(handed, (100..120).collect::<Vec<_>>());
+    // At most 32 ahead of the pending nonce: the 33rd is refused and nothing moves.
+    for expected in 120..132 {
+        assert_eq!(reserve(a, "c|burst", 100, 1001).await, Some(expected));
+    }
+    assert_eq!(reserve(b, "c|burst", 100, 1002).await, None);
+    assert_eq!(reserve(a, "c|burst", 101, 1003).await, Some(132));
 }
 
 fn other_lane() -> LaneId {

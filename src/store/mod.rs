@@ -139,17 +139,19 @@ pub trait LaneStore: Send + Sync {
     async fn requeue(&self, keys: &[PaymentKey]) -> Result<(), StoreError>;
 }
 
-/// The router's last nonce handed out per (chain, sender).
+/// The router's last nonce handed out per (chain, sender, caller).
 #[async_trait]
 pub trait RouterNonceStore: Send + Sync {
-    /// Hands out and durably stores the next nonce of `key` by [`next_router_nonce`].
+    /// Hands out and durably stores the next nonce of `key` by [`next_router_nonce`]; `None`
+    /// (and nothing stored) when it would be `max_ahead` or more past `pending`.
     async fn reserve_router_nonce(
         &self,
         key: &str,
         pending: u64,
         now: u64,
         ttl_secs: u64,
-    ) -> Result<u64, StoreError>;
+        max_ahead: u64,
+    ) -> Result<Option<u64>, StoreError>;
 }
 
 /// One backend: everything routerd stores.
@@ -179,12 +181,20 @@ pub async fn open(settings: &StorageSettings) -> Result<Storage, StoreError> {
 }
 
 /// The router's rule: the chain's pending nonce, unless the last reservation (`last`, handed
-/// out at `at`) is newer than the TTL and ahead of it. PostgreSQL's statement mirrors it.
-pub fn next_router_nonce(previous: Option<(u64, u64)>, pending: u64, now: u64, ttl: u64) -> u64 {
-    match previous {
-        Some((last, at)) if now.saturating_sub(at) < ttl => pending.max(last + 1),
+/// out at `at`) is newer than the TTL and ahead of it; `None` when that is `max_ahead` or more
+/// past the pending nonce. PostgreSQL's statement mirrors it.
+pub fn next_router_nonce(
+    previous: Option<(u64, u64)>,
+    pending: u64,
+    now: u64,
+    ttl: u64,
+    max_ahead: u64,
+) -> Option<u64> {
+    let next = match previous {
+        Some((last, at)) if now.saturating_sub(at) < ttl => pending.max(last.saturating_add(1)),
         _ => pending,
-    }
+    };
+    (next < pending.saturating_add(max_ahead)).then_some(next)
 }
 
 #[cfg(test)]
@@ -193,12 +203,18 @@ mod rule_tests {
 
     #[test]
     fn consecutive_until_the_chain_catches_up_or_the_reservation_expires() {
-        assert_eq!(next_router_nonce(None, 5, 100, 120), 5);
-        assert_eq!(next_router_nonce(Some((5, 100)), 5, 101, 120), 6);
-        assert_eq!(next_router_nonce(Some((6, 101)), 5, 102, 120), 7);
+        assert_eq!(next_router_nonce(None, 5, 100, 120, 16), Some(5));
+        assert_eq!(next_router_nonce(Some((5, 100)), 5, 101, 120, 16), Some(6));
+        assert_eq!(next_router_nonce(Some((6, 101)), 5, 102, 120, 16), Some(7));
         // The chain moved past the reservation: follow the chain.
-        assert_eq!(next_router_nonce(Some((6, 101)), 9, 102, 120), 9);
+        assert_eq!(next_router_nonce(Some((6, 101)), 9, 102, 120, 16), Some(9));
         // Unused reservation expired: back to the chain's count.
-        assert_eq!(next_router_nonce(Some((6, 101)), 5, 300, 120), 5);
+        assert_eq!(next_router_nonce(Some((6, 101)), 5, 300, 120, 16), Some(5));
+        // At most max_ahead reservations past the pending nonce.
+        assert_eq!(
+            next_router_nonce(Some((19, 101)), 5, 102, 120, 16),
+            Some(20)
+        );
+        assert_eq!(next_router_nonce(Some((20, 101)), 5, 102, 120, 16), None);
     }
 }

@@ -636,24 +636,35 @@ impl RouterNonceStore for PgStore {
         pending: u64,
         now: u64,
         ttl_secs: u64,
-    ) -> Result<u64, StoreError> {
-        // store::next_router_nonce, in one statement: concurrent reservations queue on the row.
+        max_ahead: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        // store::next_router_nonce, in one statement: concurrent reservations queue on the row,
+        // and one too far ahead updates nothing and returns no row.
         let row = self
             .client()
             .await?
-            .query_one(
+            .query_opt(
                 "INSERT INTO router_nonces (key, last_nonce, handed_at) VALUES ($1, $2, $3)
                  ON CONFLICT (key) DO UPDATE SET
                      last_nonce = CASE WHEN $3 - router_nonces.handed_at < $4
                                        THEN greatest($2, router_nonces.last_nonce + 1)
                                        ELSE $2 END,
                      handed_at = $3
+                 WHERE CASE WHEN $3 - router_nonces.handed_at < $4
+                            THEN greatest($2, router_nonces.last_nonce + 1)
+                            ELSE $2 END < $2 + $5
                  RETURNING last_nonce",
-                &[&key, &int(pending)?, &int(now)?, &int(ttl_secs)?],
+                &[
+                    &key,
+                    &int(pending)?,
+                    &int(now)?,
+                    &int(ttl_secs)?,
+                    &int(max_ahead)?,
+                ],
             )
             .await
             .map_err(pg)?;
-        Ok(uint(row.get(0)))
+        Ok(row.map(|r| uint(r.get(0))))
     }
 }
 

@@ -560,18 +560,19 @@ impl RouterNonceStore for Store {
         pending: u64,
         now: u64,
         ttl_secs: u64,
-    ) -> Result<u64, StoreError> {
-        let mut handed_out = pending;
+        max_ahead: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        let mut handed_out = None;
         // Atomic read-modify-write: concurrent calls for one sender each get their own nonce.
         self.router_nonces.fetch_and_update(key, |old| {
             let previous = old
                 .and_then(|bytes| serde_json::from_slice::<RouterReservation>(bytes).ok())
                 .map(|r| (r.last, r.at));
-            handed_out = next_router_nonce(previous, pending, now, ttl_secs);
-            Some(Store::encode(&RouterReservation {
-                last: handed_out,
-                at: now,
-            }))
+            handed_out = next_router_nonce(previous, pending, now, ttl_secs, max_ahead);
+            match handed_out {
+                Some(last) => Some(Store::encode(&RouterReservation { last, at: now })),
+                None => old.map(<[u8]>::to_vec),
+            }
         })?;
         self.flush().await?;
         Ok(handed_out)
