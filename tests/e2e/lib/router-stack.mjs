@@ -59,7 +59,8 @@ const tomlFloat = (x) => (Number.isInteger(x) ? x.toFixed(1) : String(x));
 export function routerOnlyConfig({ port, storePath, chains, router = {} }) {
   const r = { ...ROUTER_DEFAULTS, ...router };
   const parts = [
-    `[server]\nlisten = ${q(`127.0.0.1:${port}`)}\nshutdown_grace_secs = 5\n`,
+    `[server]\nlisten = ${q(`127.0.0.1:${port}`)}\nshutdown_grace_secs = 5\n`
+      + (r.requestReadTimeoutMs ? `request_read_timeout_ms = ${r.requestReadTimeoutMs}\n` : ''),
     `[storage]\npath = ${q(storePath)}\n`,
   ];
   for (const c of chains) {
@@ -75,7 +76,8 @@ export function routerOnlyConfig({ port, storePath, chains, router = {} }) {
     `[router]\nchains = [${chains.map((c) => q(c.name)).join(', ')}]\n`
     + `prefer = [${r.prefer.map(q).join(', ')}]\n`
     + `chain_timeout_ms = ${r.chainTimeoutMs}\nnonce_reservation_ttl_secs = ${r.nonceReservationTtlSecs}\n`
-    + `gas_headroom = ${r.gasHeadroom}\n`,
+    + `gas_headroom = ${r.gasHeadroom}\n`
+    + (r.maxReservationsAhead ? `max_reservations_ahead = ${r.maxReservationsAhead}\n` : ''),
   );
   return parts.join('\n');
 }
