@@ -12,9 +12,11 @@
 // proves routerd used the URL with the secret, so no "nothing leaked" can pass by never using it.
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { spawnSync, execFileSync } from 'node:child_process';
+import { readFileSync, writeFileSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { toHex } from 'viem';
 import { startFacilitatorStack, withLogTail, NETWORK } from './lib/stack.mjs';
 import { startAnvil } from './lib/anvil.mjs';
@@ -34,6 +36,8 @@ const WS_PATH = `/ws/${WS_PATH_SECRET}?key=${WS_QUERY_SECRET}`;
 /** What must never be shown: the secrets, and the parts of the URLs' paths and queries around them. */
 const NEEDLES = [PATH_SECRET, QUERY_SECRET, WS_PATH_SECRET, WS_QUERY_SECRET, USER_SECRET, 'apikey=', 'key=WS', '/v2/PATH', '/ws/WS'];
 const UPSTREAM = `${NETWORK}#0`;
+const PG_PASSWORD = 'PGSECRET678';
+const pgCluster = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'scripts', 'pg-cluster');
 
 /** The needles found in `text` (case-insensitive, also URL-encoded). */
 function leaks(text) {
@@ -141,7 +145,7 @@ describe('provider keys in rpc_urls and ws_urls', () => {
   });
 
   /** With the chain out of reach: every answer names base-sepolia#0 and no key. */
-  async function expectUnreachableAnswers(what) {
+  async function expectUnreachableAnswers(t, what) {
     const payer = freshAccount();
     const p = await stack.pay({ account: payer });
     const settled = await stack.settle(p.body);
@@ -155,6 +159,8 @@ describe('provider keys in rpc_urls and ws_urls', () => {
     assert.equal(routed.body?.error?.code, -32603, routed.text);
     assert.ok(routed.text.includes(UPSTREAM), `eth_routerTransaction names ${UPSTREAM}: ${routed.text}`);
     assertNoSecret(routed.text, `eth_routerTransaction (${what})`);
+    t.diagnostic(`settle: HTTP ${settled.status} ${settled.text}`);
+    t.diagnostic(`eth_routerTransaction: ${routed.text}`);
     const rest = await stack.post('/', tx(payer.address));
     assert.ok(rest.text.includes(UPSTREAM), `POST / names ${UPSTREAM}: HTTP ${rest.status} ${rest.text}`);
     assertNoSecret(rest.text, `POST / (${what})`);
@@ -180,21 +186,21 @@ describe('provider keys in rpc_urls and ws_urls', () => {
     await waitFor(async () => (await get('/ready')).status === 200, { timeoutMs: 20_000, what: '/ready = 200 again' });
   }
 
-  it('a provider that refuses with HTTP 401 quoting its URL: answers name base-sepolia#0 and no key', async () => {
+  it('a provider that refuses with HTTP 401 quoting its URL: answers name base-sepolia#0 and no key', async (t) => {
     const before = proxy.state.hits.reject;
     proxy.state.fault = 'reject';
     try {
-      await expectUnreachableAnswers('HTTP 401');
+      await expectUnreachableAnswers(t, 'HTTP 401');
       assert.ok(proxy.state.hits.reject > before, 'the refusals reached routerd');
     } finally {
       await backToReady();
     }
   });
 
-  it('the node stopped (connection refused): answers name base-sepolia#0 and no key', async () => {
+  it('the node stopped (connection refused): answers name base-sepolia#0 and no key', async (t) => {
     await proxy.down();
     try {
-      await expectUnreachableAnswers('node stopped');
+      await expectUnreachableAnswers(t, 'node stopped');
     } finally {
       await proxy.up();
       await backToReady();
@@ -256,6 +262,64 @@ describe('provider keys in rpc_urls and ws_urls', () => {
     assert.equal(refused.status, 2, refused.all);
     assert.ok(refused.stderr.includes(`chains.${NETWORK}.rpc_urls`), refused.all);
     assertNoSecret(refused.stdout + refused.stderr, 'check-config (bad entry)');
+  });
+
+  it('a store out of reach (PostgreSQL stopped) answers a fixed message: no database text, address, path or password', async (t) => {
+    // Its own directory under /tmp: the postgres user must reach it.
+    const pgDir = mkdtempSync(join(tmpdir(), 'routerd-pg-'));
+    let daemon;
+    try {
+      const url = execFileSync(pgCluster, ['start', pgDir], { encoding: 'utf8', timeout: 300_000, stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+      const pgPort = new URL(url).port;
+      const port = await freePort();
+      const dir = makeTempDir('routerd-secrets-pg-').dir;
+      const toml = stack.configToml({ port }).replace(/^\[storage\]\npath = .*$/m, '[storage]\nbackend = "postgres"');
+      assert.match(toml, /backend = "postgres"/);
+      daemon = await startRouterd({
+        configToml: toml, dir, port,
+        env: { ROUTERD_SIGNER_KEY: stack.signerKeys.join(','), ROUTERD__STORAGE__POSTGRES_URL: url.replace('postgres@', `postgres:${PG_PASSWORD}@`) },
+      });
+      const post = async (path, body, headers = {}) => readAnswer(await fetch(`${daemon.url}${path}`, {
+        method: 'POST', body: JSON.stringify(body), headers: { 'content-type': 'application/json', ...headers },
+      }));
+      const payer = await stack.newPayer();
+      const first = await stack.pay({ account: payer });
+      expectSettled(await post('/settle', first.body), { network: NETWORK, payer: payer.address });
+
+      // With gas money, the router's answer would need a nonce reservation: a store write.
+      await stack.anvil.rpc('anvil_setBalance', [payer.address, toHex(10n ** 18n)]);
+      execFileSync(pgCluster, ['stop', pgDir], { stdio: 'ignore', timeout: 60_000 });
+      const second = await stack.pay({ account: payer });
+      const a = first.authorization;
+      const answers = {
+        settle: await post('/settle', second.body),
+        'settle with a key': await post('/settle', second.body, { 'Idempotency-Key': 'store-down-1' }),
+        verify: await post('/verify', second.body),
+        'GET /settlements': await readAnswer(await fetch(`${daemon.url}/settlements/${NETWORK}/${first.requirements.asset}/${a.from}/${a.nonce}`)),
+        eth_routerTransaction: await post('/', { jsonrpc: '2.0', id: 1, method: 'eth_routerTransaction', params: [tx(payer.address)] }),
+      };
+      for (const [k, r] of Object.entries(answers)) t.diagnostic(`${k}: HTTP ${r.status} ${r.text}`);
+      const forbidden = [PG_PASSWORD, pgDir, `:${pgPort}`, 'postgres', 'sqlstate', 'db error', 'connection refused', 'error connecting', 'tokio', '.rs:'];
+      for (const [k, r] of Object.entries(answers)) {
+        const found = forbidden.filter((f) => r.text.toLowerCase().includes(f.toLowerCase()));
+        assert.deepEqual(found, [], `${k} shows ${found.join(', ')}: HTTP ${r.status} ${r.text}`);
+      }
+      // The settle is refused as a store failure (503: nothing lost, try again), not settled.
+      expectErrorBody(answers.settle, 400, { error: 503 });
+      expectErrorBody(answers['settle with a key'], 400, { error: 503 });
+      assert.equal(answers['settle with a key'].body.message, answers.settle.body.message, 'one fixed message');
+      assert.equal(answers.eth_routerTransaction.body?.error?.code, -32603, answers.eth_routerTransaction.text);
+      assert.equal(answers.eth_routerTransaction.body.error.message, answers.settle.body.message, 'the router tells the same fixed message');
+      assert.equal(await stack.balanceOf(second.authorization.to), 0n, 'nothing was settled');
+
+      const log = readFileSync(daemon.logFile, 'utf8');
+      assert.ok(log.includes('store failure'), 'the log says what failed');
+      assert.ok(!log.includes(PG_PASSWORD), 'the log shows the PostgreSQL password');
+    } finally {
+      await daemon?.kill();
+      spawnSync(pgCluster, ['stop', pgDir], { stdio: 'ignore' });
+      rmSync(pgDir, { recursive: true, force: true });
+    }
   });
 
   it('routerd\'s log (at debug level, through all of the above) shows no key and names base-sepolia#0', async () => {
