@@ -83,6 +83,9 @@ pub struct ServerSettings {
     /// Bound on receiving a request's headers (also while a keep-alive connection waits for
     /// its next request) and, separately, its body (access.md §7).
     pub request_read_timeout_ms: u64,
+    /// Without API keys: a token bucket per client address (unset: no limit).
+    pub client_rate_per_sec: Option<u32>,
+    pub client_burst: Option<u32>,
     /// Threads of the async runtime; unset: [`ServerSettings::default_worker_threads`].
     pub worker_threads: Option<usize>,
 }
@@ -112,6 +115,8 @@ impl Default for ServerSettings {
             shutdown_grace_secs: 30,
             max_connections: 1024,
             request_read_timeout_ms: 10_000,
+            client_rate_per_sec: None,
+            client_burst: None,
             worker_threads: None,
         }
     }

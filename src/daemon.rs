@@ -11,7 +11,7 @@ use crate::facilitator::settlement::LeaseSettings;
 use crate::facilitator::{Facilitator, SettleError, SetupError};
 use crate::router::nonces::NonceBook;
 use crate::router::Router;
-use crate::server::{self, App, Keys, KeysError, Metrics};
+use crate::server::{self, App, ClientLimit, Keys, KeysError, Metrics};
 use crate::signer::{load_signers, SignerError};
 use crate::store::{self, StoreError};
 
@@ -93,6 +93,11 @@ pub async fn run(settings: Settings) -> Result<(), StartError> {
         metrics: Metrics::new(),
         max_body_bytes: settings.server.max_body_bytes,
         read_timeout: Duration::from_millis(settings.server.request_read_timeout_ms),
+        client_limit: ClientLimit::new(
+            settings.server.client_rate_per_sec,
+            settings.server.client_burst,
+        )
+        .filter(|_| keys.is_none()),
         keys,
     });
     if let Some(keys) = &app.keys {

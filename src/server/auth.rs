@@ -3,13 +3,14 @@
 //! the start) and again on SIGHUP (a bad file then keeps the keys in use).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use ethers_core::types::Address;
 use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
 use http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -76,13 +77,10 @@ impl Key {
             // More calls in one request than the burst: never admitted; back in a second.
             Err(_) => std::time::Duration::from_secs(1),
         };
-        let mut error = WireError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            429,
+        Err(too_many(
             format!("API key {:?} is over its rate; retry later", self.name),
-        );
-        error.retry_after_secs = Some(wait.as_secs_f64().ceil().max(1.0) as u64);
-        Err(error)
+            wait,
+        ))
     }
 
     pub fn forbidden(&self) -> WireError {
@@ -95,6 +93,51 @@ impl Key {
             ),
         )
     }
+}
+
+/// Without API keys: a token bucket per client IP address (`server.client_rate_per_sec`).
+pub struct ClientLimit {
+    limiter: DefaultKeyedRateLimiter<IpAddr>,
+}
+
+impl ClientLimit {
+    /// `None` when no rate is configured.
+    pub fn new(rate_per_sec: Option<u32>, burst: Option<u32>) -> Option<Self> {
+        let rate = NonZeroU32::new(rate_per_sec?)?;
+        let burst = burst.and_then(NonZeroU32::new).unwrap_or(rate);
+        Some(Self {
+            limiter: RateLimiter::keyed(Quota::per_second(rate).allow_burst(burst)),
+        })
+    }
+
+    /// Takes `calls` tokens from `client`'s bucket, or answers 429 with when to come back.
+    pub fn admit(&self, client: IpAddr, calls: u32) -> Result<(), WireError> {
+        let Some(calls) = NonZeroU32::new(calls) else {
+            return Ok(());
+        };
+        // Buckets of clients that went quiet are full again: forget them.
+        if self.limiter.len() > CLIENTS_KEPT {
+            self.limiter.retain_recent();
+        }
+        let wait = match self.limiter.check_key_n(&client, calls) {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(not_until)) => not_until.wait_time_from(DefaultClock::default().now()),
+            Err(_) => std::time::Duration::from_secs(1),
+        };
+        Err(too_many(
+            "this client is over server.client_rate_per_sec; retry later".to_string(),
+            wait,
+        ))
+    }
+}
+
+/// Client buckets kept before the idle ones are dropped.
+const CLIENTS_KEPT: usize = 10_000;
+
+fn too_many(message: String, wait: std::time::Duration) -> WireError {
+    let mut error = WireError::new(StatusCode::TOO_MANY_REQUESTS, 429, message);
+    error.retry_after_secs = Some(wait.as_secs_f64().ceil().max(1.0) as u64);
+    error
 }
 
 /// The keys in use, by SHA-256 of their token.
@@ -237,6 +280,18 @@ mod tests {
         assert!(key.admit(0).is_ok() && key.admit(1).is_ok() && key.admit(1).is_ok());
         let over = key.admit(1).unwrap_err();
         assert_eq!((over.code, over.retry_after_secs), (429, Some(1)));
+    }
+
+    #[test]
+    fn each_client_address_has_its_own_bucket() {
+        assert!(ClientLimit::new(None, Some(5)).is_none());
+        let limit = ClientLimit::new(Some(1), Some(2)).unwrap();
+        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        assert!(limit.admit(a, 2).is_ok());
+        let over = limit.admit(a, 1).unwrap_err();
+        assert_eq!((over.code, over.retry_after_secs), (429, Some(1)));
+        assert!(limit.admit(b, 1).is_ok(), "another client is not held back");
+        assert!(limit.admit(a, 0).is_ok());
     }
 
     #[test]

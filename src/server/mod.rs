@@ -23,7 +23,7 @@ use crate::chain::Chain;
 use crate::config::ServerSettings;
 use crate::facilitator::Facilitator;
 use crate::router::Router;
-pub use auth::{Keys, KeysError};
+pub use auth::{ClientLimit, Keys, KeysError};
 pub use ops::{guards_down, Metrics};
 
 /// Most calls in one JSON-RPC batch.
@@ -40,6 +40,8 @@ pub struct App {
     pub read_timeout: Duration,
     /// With `auth.api_keys_file`: who may call (access.md §5).
     pub keys: Option<Arc<Keys>>,
+    /// Without keys, with `server.client_rate_per_sec`: each client address's rate.
+    pub client_limit: Option<ClientLimit>,
 }
 
 /// Which routes a listener serves; operator routes are on every listener.

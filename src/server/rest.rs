@@ -137,13 +137,11 @@ where
     let caller = caller_of(&app, surface, &method, &path, request.headers())?;
     note.key = caller.as_ref().map(|k| k.name.clone());
     let caller = caller.as_deref();
-    if let Some(key) = caller {
-        key.admit(1)?;
+    let client = request.extensions().get::<ClientAddr>().copied();
+    if path != "/health" {
+        admit(&app, caller, client, 1)?;
     }
-    let who = Caller::of(
-        caller.map(|k| k.name.as_str()),
-        request.extensions().get::<ClientAddr>(),
-    );
+    let who = Caller::of(caller.map(|k| k.name.as_str()), client.as_ref());
     match (path.as_str(), &method) {
         ("/health", &Method::GET) => Ok(ops::health()),
         ("/ready", &Method::GET) if surface.ops => Ok(ops::ready(&app).await),
@@ -168,9 +166,7 @@ where
         ("/", &Method::POST) if surface.rpc => {
             let (mut parts, body) = request.into_parts();
             let bytes = read_body(&app, body).await?;
-            if let Some(key) = caller {
-                key.admit(extra_calls(&bytes))?; // each entry of a batch counts
-            }
+            admit(&app, caller, client, extra_calls(&bytes))?; // each entry of a batch counts
             if is_json_rpc(&bytes) {
                 // The body was read as JSON already; a client that left out the header is served
                 // rather than told 415 in plain text.
@@ -217,6 +213,21 @@ fn caller_of(
         return Ok(None);
     }
     keys.caller(headers).map(Some)
+}
+
+/// Takes `calls` from the caller's bucket: its API key's, else (with `client_rate_per_sec`)
+/// its client address's.
+fn admit(
+    app: &App,
+    caller: Option<&Key>,
+    client: Option<ClientAddr>,
+    calls: u32,
+) -> Result<(), WireError> {
+    match (caller, &app.client_limit, client) {
+        (Some(key), _, _) => key.admit(calls),
+        (None, Some(limit), Some(ClientAddr(addr))) => limit.admit(addr.ip(), calls),
+        _ => Ok(()),
+    }
 }
 
 /// Calls in a body beyond the first, which the rate counts too: the entries of an array.
