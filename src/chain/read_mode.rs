@@ -84,14 +84,25 @@ pub fn call_with_code(code_override: &'static RawValue, data: &[u8]) -> Call {
 const PROBE_CODE: &str = "0x602a60005260206000f3";
 
 /// Asks the node to run [`PROBE_CODE`] through an override. A node without overrides either
-/// refuses the third parameter or ignores it and runs the empty account (answer `0x`).
+/// refuses the third parameter (an error that is not the EVM's) or ignores it and runs the
+/// empty account (answer `0x`). Any other answer (garbage, a revert) says nothing of the
+/// node's make: no mode is learnt, and the next read probes again.
 pub async fn probe(client: &ChainClient) -> Result<ReadMode, Unreachable> {
     static PROBE: LazyLock<Box<RawValue>> = LazyLock::new(|| code_override(PROBE_CODE));
     let answer = client.batch(&[call_with_code(&PROBE, &[])]).await?;
-    let ran = answer[0]
-        .as_ref()
-        .ok()
-        .and_then(parse_word)
-        .is_some_and(|w| w == 42.into());
-    Ok(if ran { ReadMode::Lens } else { ReadMode::Batch })
+    match &answer[0] {
+        Ok(v) if parse_word(v) == Some(42.into()) => Ok(ReadMode::Lens),
+        Ok(v) if v.as_str() == Some("0x") => Ok(ReadMode::Batch),
+        Err(e) if !e.is_execution_failure() => Ok(ReadMode::Batch),
+        other => Err(Unreachable {
+            chain: client.name().to_string(),
+            detail: format!(
+                "the read-mode probe got an answer that is neither ran nor refused: {}",
+                match other {
+                    Ok(v) => v.to_string().chars().take(80).collect::<String>(),
+                    Err(e) => e.to_string(),
+                }
+            ),
+        }),
+    }
 }
