@@ -448,7 +448,10 @@ function routerToml({ port, dir, chains }) {
   for (const c of chains) {
     parts.push(`[chains.${c.name}]\nchain_id = ${c.chainId}\nkind = ${q(c.kind)}\nrpc_urls = [${q(c.anvil.url)}]\nnative_price = 1.0\n`);
   }
-  parts.push(`[router]\nchains = [${chains.map((c) => q(c.name)).join(', ')}]\nprefer = ["l2", "l1", "l3"]\n`);
+  // Thousands of calls for eight senders whose transactions are never sent: far more
+  // reservations ahead of the pending nonce than a wallet would hold (the default bound is 16).
+  parts.push(`[router]\nchains = [${chains.map((c) => q(c.name)).join(', ')}]\nprefer = ["l2", "l1", "l3"]\n`
+    + 'max_reservations_ahead = 1000000\n');
   return parts.join('\n');
 }
 
