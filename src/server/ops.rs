@@ -17,10 +17,9 @@ use serde_json::{json, Value};
 use super::wire_errors::{json_response, text_response};
 use super::App;
 use crate::chain::{self, Call, Chain};
+use crate::facilitator::settlement::lane::SETTLEMENT_GAS;
 use crate::guard::Guard;
 
-/// Gas a settlement needs at most; a signer must afford this at the current fee to be ready.
-const SETTLEMENT_GAS: u64 = 120_000;
 /// How long a reachability probe of /ready or /metrics may take per chain.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
