@@ -47,10 +47,7 @@ impl StartError {
 }
 
 pub async fn run(settings: Settings) -> Result<(), StartError> {
-    let keys = match &settings.auth.api_keys_file {
-        Some(path) => Some(Arc::new(Keys::load(path)?)),
-        None => None,
-    };
+    let keys = load_keys(&settings)?;
     let store = store::open(&settings.storage).await?;
     let chains = connect_chains(&settings)?;
     learn_read_modes(&chains);
@@ -100,12 +97,6 @@ pub async fn run(settings: Settings) -> Result<(), StartError> {
         .filter(|_| keys.is_none()),
         keys,
     });
-    if let Some(keys) = &app.keys {
-        tracing::info!(
-            keys = keys.count(),
-            "API keys loaded: every route but /supported and /health needs one"
-        );
-    }
     tokio::spawn(reload_keys_on_sighup(app.keys.clone()));
     let listeners = server::start(&settings.server, app.clone()).await?;
     log_banner(&settings, &app, &listeners, &store.describe());
@@ -216,6 +207,19 @@ fn notify_systemd_ready(app: Arc<App>) {
             }
         });
     }
+}
+
+/// The API keys, when a keys file is configured; a bad file stops the start.
+fn load_keys(settings: &Settings) -> Result<Option<Arc<Keys>>, StartError> {
+    let Some(path) = &settings.auth.api_keys_file else {
+        return Ok(None);
+    };
+    let keys = Keys::load(path)?;
+    tracing::info!(
+        keys = keys.count(),
+        "API keys loaded: every route but /supported and /health needs one"
+    );
+    Ok(Some(Arc::new(keys)))
 }
 
 /// SIGHUP reads the API keys file again; a bad file keeps the keys in use. Without keys it is

@@ -394,30 +394,10 @@ impl SettlementStore for PgStore {
             return Ok(Claim::Exists(Box::new(decode(&id, row.get(0))?)));
         }
         let request_key = record.request.as_ref().map(|tag| tag.key.as_str());
-        if request_key.is_some() {
-            let taken = tx
-                .query_opt(
-                    "SELECT 1 FROM settlements WHERE request_key = $1",
-                    &[&request_key],
-                )
-                .await
-                .map_err(pg)?;
-            if taken.is_some() {
-                return Ok(Claim::KeyTaken);
-            }
+        if key_taken(&tx, request_key).await? {
+            return Ok(Claim::KeyTaken);
         }
-        let exposed: String = tx
-            .query_one(
-                "SELECT coalesce(sum(exposure), 0)::text FROM settlements
-                 WHERE account = $1 AND exposure IS NOT NULL",
-                &[&c.account],
-            )
-            .await
-            .map_err(pg)?
-            .get(0);
-        let exposed = U256::from_dec_str(&exposed).map_err(|_| {
-            StoreError::Postgres(format!("exposure of {} is not a uint256", c.account))
-        })?;
+        let exposed = exposed(&tx, &c.account).await?;
         if exposed.saturating_add(record.value) > limit {
             return Ok(Claim::OverLimit { exposed });
         }
@@ -492,6 +472,40 @@ impl SettlementStore for PgStore {
             .map_err(pg)?;
         Ok(pruned as usize)
     }
+}
+
+/// Whether another record holds `request_key` (within the claim's transaction).
+async fn key_taken(
+    tx: &tokio_postgres::Transaction<'_>,
+    request_key: Option<&str>,
+) -> Result<bool, StoreError> {
+    let Some(request_key) = request_key else {
+        return Ok(false);
+    };
+    let row = tx
+        .query_opt(
+            "SELECT 1 FROM settlements WHERE request_key = $1",
+            &[&request_key],
+        )
+        .await
+        .map_err(pg)?;
+    Ok(row.is_some())
+}
+
+/// The values the account's records still expose, added up (within the claim's transaction,
+/// under the account's lock).
+async fn exposed(tx: &tokio_postgres::Transaction<'_>, account: &str) -> Result<U256, StoreError> {
+    let total: String = tx
+        .query_one(
+            "SELECT coalesce(sum(exposure), 0)::text FROM settlements
+             WHERE account = $1 AND exposure IS NOT NULL",
+            &[&account],
+        )
+        .await
+        .map_err(pg)?
+        .get(0);
+    U256::from_dec_str(&total)
+        .map_err(|_| StoreError::Postgres(format!("exposure of {account} is not a uint256")))
 }
 
 /// Moves the lane's next nonce under the lease; the row lock it takes orders it against a

@@ -267,6 +267,16 @@ impl SavedRow {
 }
 
 impl Store {
+    /// The trees a claim writes and a release clears, in one transaction.
+    fn record_trees(&self) -> (&Tree, &Tree, &Tree, &Tree) {
+        (
+            &self.settlements,
+            &self.unfinished,
+            &self.exposure,
+            &self.request_keys,
+        )
+    }
+
     /// The request key the record `id` was claimed with, if any.
     fn request_key_of(&self, id: &str) -> Result<Option<String>, StoreError> {
         let Some(bytes) = self.settlements.get(id.as_bytes())? else {
@@ -341,13 +351,7 @@ impl SettlementStore for Store {
         }
         let encoded = Store::encode(record);
         let value = word(record.value);
-        let trees = (
-            &self.settlements,
-            &self.unfinished,
-            &self.exposure,
-            &self.request_keys,
-        );
-        trees
+        self.record_trees()
             .transaction(|(settlements, unfinished, exposure, request_keys)| {
                 settlements.insert(id.as_bytes(), encoded.as_slice())?;
                 unfinished.insert(id.as_bytes(), &[])?;
@@ -395,13 +399,7 @@ impl SettlementStore for Store {
     async fn release(&self, key: &PaymentKey) -> Result<(), StoreError> {
         let id = key.to_string();
         let request_key = self.request_key_of(&id)?;
-        let trees = (
-            &self.settlements,
-            &self.unfinished,
-            &self.exposure,
-            &self.request_keys,
-        );
-        trees
+        self.record_trees()
             .transaction(|(settlements, unfinished, exposure, request_keys)| {
                 settlements.remove(id.as_bytes())?;
                 unfinished.remove(id.as_bytes())?;
