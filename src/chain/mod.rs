@@ -98,8 +98,8 @@ pub fn hex_bytes(bytes: impl AsRef<[u8]>) -> String {
 /// Decodes `0x`-prefixed hex with an even number of digits.
 pub fn hex_decode(s: &str) -> Option<Vec<u8>> {
     let digits = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X"))?;
-    // const-hex would take a second `0x` as a prefix too.
-    if digits.starts_with("0x") {
+    // Digits only: const-hex would take a second `0x` (or `0X`) as a prefix too.
+    if !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     const_hex::decode(digits).ok()
@@ -124,9 +124,8 @@ pub fn parse_u64(value: &Value) -> Option<u64> {
 /// A 32-byte value written `0x` + 64 hex digits: a nonce, a digest, a block or transaction hash.
 pub fn parse_h256(s: &str) -> Option<H256> {
     let digits = s.strip_prefix("0x")?;
-    (digits.len() == 64)
-        .then(|| hex_decode(s).map(|b| H256::from_slice(&b)))
-        .flatten()
+    let bytes = hex_decode(s).filter(|_| digits.len() == 64)?;
+    (bytes.len() == 32).then(|| H256::from_slice(&bytes))
 }
 
 /// The reason in revert data encoded as `Error(string)`, as Solidity's `require` and
@@ -177,6 +176,10 @@ mod tests {
         assert_eq!(hex_decode("00"), None);
         assert_eq!(hex_decode("0xzz"), None);
         assert_eq!(hex_decode("0x0x00"), None);
+        // Found by the fuzzer: a second prefix in capitals left 31 bytes for a 32-byte hash.
+        assert_eq!(hex_decode("0x0X00"), None);
+        let nonce = format!("0x0X{}", "0".repeat(62));
+        assert_eq!(parse_h256(&nonce), None);
         assert_eq!(hex_decode("0XAbCd"), Some(vec![0xab, 0xcd]));
         assert_eq!(hex_bytes([0, 255, 16]), "0x00ff10");
     }
