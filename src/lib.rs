@@ -8,6 +8,7 @@ pub mod clock;
 pub mod config;
 pub mod daemon;
 pub mod facilitator;
+pub mod fuzzing;
 pub mod guard;
 pub mod router;
 pub mod server;

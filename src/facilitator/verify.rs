@@ -696,7 +696,7 @@ fn resource_allowed(resource: &str, allow_http: bool) -> bool {
 }
 
 /// Rule 5: the payload's values.
-fn check_payload(
+pub(crate) fn check_payload(
     request: &PaymentRequest,
     max_signature_bytes: usize,
 ) -> Result<(TransferAuthorization, Vec<u8>), Invalid> {

@@ -5,8 +5,8 @@ mod auth;
 mod idempotency;
 mod listen;
 mod ops;
-mod rest;
-mod rpc;
+pub(crate) mod rest;
+pub(crate) mod rpc;
 pub mod wire_errors;
 
 use std::collections::BTreeMap;

@@ -231,7 +231,7 @@ fn admit(
 }
 
 /// Calls in a body beyond the first, which the rate counts too: the entries of an array.
-fn extra_calls(bytes: &[u8]) -> u32 {
+pub(crate) fn extra_calls(bytes: &[u8]) -> u32 {
     if first_json_byte(bytes) != Some(b'[') {
         return 0;
     }
@@ -298,7 +298,7 @@ async fn settlement_status(
     }
 }
 
-fn parse_status_path(rest: &str) -> Result<PaymentKey, WireError> {
+pub(crate) fn parse_status_path(rest: &str) -> Result<PaymentKey, WireError> {
     let parts: Vec<&str> = rest.split('/').collect();
     let [network, asset, from, nonce] = parts[..] else {
         return Err(WireError::bad_request(
@@ -424,7 +424,7 @@ async fn settle_one(
 }
 
 /// A facilitator request in the wire format of its x402 version.
-enum Payment {
+pub(crate) enum Payment {
     V1(PaymentRequest),
     V2(v2::PaymentRequest),
 }
@@ -443,7 +443,7 @@ fn parse_payment_body(facilitator: &Facilitator, bytes: &[u8]) -> Result<Payment
 /// Only a body that says its version at the top level, as a number, is read here: then it is
 /// the version [`protocol::version_of`] reads. A body with no `[` anywhere cannot hold an array
 /// where an object belongs, which serde's derive would otherwise read as a tuple of fields.
-fn parse_payment_direct(serves_v2: bool, bytes: &[u8]) -> Option<Payment> {
+pub(crate) fn parse_payment_direct(serves_v2: bool, bytes: &[u8]) -> Option<Payment> {
     #[derive(serde::Deserialize)]
     struct Version {
         #[serde(rename = "x402Version")]
@@ -468,7 +468,7 @@ fn reads_as_v2(version: Option<u64>, serves_v2: bool) -> bool {
 
 /// A body already read as JSON, checked field by field: a failure names the field, after
 /// `prefix` (an array settle's `[i]`).
-fn parse_payment(
+pub(crate) fn parse_payment(
     serves_v2: bool,
     body: serde_json::Value,
     prefix: &str,
@@ -484,7 +484,7 @@ impl Payment {
     /// The retry tag of this payment: the request's `Idempotency-Key`, else in v2 the
     /// `payment-identifier` id, bound to `body`.
     /// Keys are scoped to the API key that sent them (`scope`).
-    fn tag(
+    pub(crate) fn tag(
         &self,
         scope: Option<&str>,
         header: Option<&str>,
@@ -523,7 +523,7 @@ impl Payment {
     }
 
     /// network|asset|from|nonce, for the request's log line.
-    fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         let (network, asset, a) = match self {
             Payment::V1(p) => (
                 &p.payment_requirements.network,
@@ -571,13 +571,13 @@ pub async fn read_body(app: &App, body: HttpBody) -> Result<Vec<u8>, WireError> 
     }
 }
 
-fn first_json_byte(bytes: &[u8]) -> Option<u8> {
+pub(crate) fn first_json_byte(bytes: &[u8]) -> Option<u8> {
     bytes.iter().copied().find(|b| !b.is_ascii_whitespace())
 }
 
 /// JSON-RPC requests are arrays (batches) or objects carrying `"jsonrpc"`; anything that is not
 /// JSON also goes to jsonrpsee, which answers a JSON-RPC parse error.
-fn is_json_rpc(bytes: &[u8]) -> bool {
+pub(crate) fn is_json_rpc(bytes: &[u8]) -> bool {
     /// The object's members skipped over, not built, noting whether `jsonrpc` is one of them
     /// (whatever its value, `null` included).
     #[derive(serde::Deserialize)]

@@ -55,7 +55,7 @@ pub fn module(app: Arc<App>) -> RpcModule<Arc<App>> {
 }
 
 /// `params` is `[tx]` or the bare object.
-fn transaction_from_params(params: &Params<'_>) -> Result<Transaction, WireError> {
+pub(crate) fn transaction_from_params(params: &Params<'_>) -> Result<Transaction, WireError> {
     let raw = params
         .as_str()
         .ok_or_else(|| invalid_params("params: missing; expected [{from, to, data, value}]"))?;
@@ -81,7 +81,7 @@ fn transaction_from_params(params: &Params<'_>) -> Result<Transaction, WireError
     })
 }
 
-fn parse_transaction(bytes: &[u8]) -> Result<Transaction, WireError> {
+pub(crate) fn parse_transaction(bytes: &[u8]) -> Result<Transaction, WireError> {
     let request: RouterTransaction = parse_body_with(bytes, &[""])?;
     request
         .validate()

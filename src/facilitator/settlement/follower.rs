@@ -548,7 +548,7 @@ impl Worker {
 }
 
 /// A receipt in a block at or below `head` (a node ahead of our head is asked again later).
-fn inclusion_of(hash: H256, answer: &CallResult, head: u64) -> Option<Inclusion> {
+pub(crate) fn inclusion_of(hash: H256, answer: &CallResult, head: u64) -> Option<Inclusion> {
     let receipt: &Value = answer.as_ref().ok()?;
     let block = receipt.get("blockNumber").and_then(chain::parse_u64)?;
     let block_hash = receipt.get("blockHash").and_then(chain::head::parse_hash)?;

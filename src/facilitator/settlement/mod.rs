@@ -7,7 +7,7 @@
 //! EIP-712 digest) and whose requirements that authorization meets: a success can never be given
 //! to a merchant whose payment it is not.
 
-mod follower;
+pub(crate) mod follower;
 pub mod lane;
 mod lease;
 pub mod state;

@@ -1,0 +1,289 @@
+//! Entry points for the coverage-guided fuzzer (`fuzz/`, `scripts/fuzz`) and for the replay of
+//! its committed corpus (`tests/fuzz_corpus.rs`). Each takes any bytes and runs them through the
+//! parsers that read that input in the daemon, as the daemon calls them. None panics on its own:
+//! a panic out of one of these is a panic of a parser.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use ethers_core::types::H256;
+use http::{HeaderMap, HeaderValue};
+use serde_json::Value;
+
+use crate::chain::{self, head};
+use crate::facilitator::protocol::v2;
+use crate::facilitator::settlement::follower;
+use crate::facilitator::{erc3009, lens, verify};
+use crate::router::probe;
+use crate::server::rest::{self, Payment};
+use crate::server::rpc;
+use crate::server::wire_errors::parse_body;
+
+/// `max_signature_bytes` as configured by default.
+const MAX_SIGNATURE_BYTES: usize = 2048;
+
+/// `Idempotency-Key` and API key name, for the tags of payments that carry neither or both.
+const HEADER_KEY: &str = "order-8812";
+const SCOPE: &str = "shop-a";
+
+/// `POST /verify` and `POST /settle` bodies: one payment (v1 or v2) or, for settle, an array of
+/// them; read with v2 served and not. Each payment read is then checked as verify checks it
+/// before asking a chain (v2 lowered first, the payload's values, the signature recovered), and
+/// tagged as settle tags it.
+pub fn payment_body(data: &[u8]) {
+    for serves_v2 in [false, true] {
+        // /verify, and /settle of a single payment (rest::parse_payment_body, which takes the
+        // facilitator only for its `serves_v2`).
+        let single = match rest::parse_payment_direct(serves_v2, data) {
+            Some(payment) => Ok(payment),
+            None => parse_body(data).and_then(|body| rest::parse_payment(serves_v2, body, "")),
+        };
+        if let Ok(payment) = single {
+            check_payment(&payment, None, data);
+        }
+        // /settle of an array.
+        if rest::first_json_byte(data) == Some(b'[') {
+            let Ok(items) = parse_body::<Vec<Value>>(data) else {
+                continue;
+            };
+            for (i, item) in items.into_iter().enumerate() {
+                let Ok(element) = serde_json::to_vec(&item) else {
+                    continue;
+                };
+                if let Ok(payment) = rest::parse_payment(serves_v2, item, &format!("[{i}]")) {
+                    check_payment(&payment, Some(i), &element);
+                }
+            }
+        }
+    }
+}
+
+fn check_payment(payment: &Payment, element: Option<usize>, body: &[u8]) {
+    let _ = payment.label();
+    for (scope, header) in [(None, None), (Some(SCOPE), Some(HEADER_KEY))] {
+        let _ = payment.tag(scope, header, element, body);
+    }
+    let lowered;
+    let request = match payment {
+        Payment::V1(request) => request,
+        Payment::V2(request) => {
+            let by_chain_id = BTreeMap::from([
+                (8453, "base".to_string()),
+                (84532, "base-sepolia".to_string()),
+            ]);
+            lowered = v2::lower(request, &by_chain_id);
+            &lowered.request
+        }
+    };
+    let _ = verify::payer_of(request);
+    if let Ok((auth, signature)) = verify::check_payload(request, MAX_SIGNATURE_BYTES) {
+        let digest = erc3009::digest(H256::repeat_byte(0x5a), &auth);
+        let _ = erc3009::recover(digest, &signature);
+    }
+}
+
+/// `POST /` and `POST /quote`: a JSON-RPC call or batch whose params are the transaction, read
+/// as jsonrpsee hands them to the method, or the bare transaction (the REST form); also the bytes
+/// taken as `params` themselves.
+pub fn router_body(data: &[u8]) {
+    use jsonrpsee::types::{Params, Request};
+    use serde_json::value::RawValue;
+
+    let _ = rest::extra_calls(data);
+    if rest::is_json_rpc(data) {
+        let calls = match rest::first_json_byte(data) {
+            Some(b'[') => serde_json::from_slice::<Vec<&RawValue>>(data).unwrap_or_default(),
+            _ => serde_json::from_slice::<&RawValue>(data).map_or(Vec::new(), |call| vec![call]),
+        };
+        for call in calls {
+            if let Ok(request) = serde_json::from_str::<Request>(call.get()) {
+                let _ = rpc::transaction_from_params(&request.params());
+            }
+        }
+    }
+    let _ = rpc::parse_transaction(data);
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = rpc::transaction_from_params(&Params::new(Some(text)));
+    }
+}
+
+/// `GET /settlements/{network}/{asset}/{from}/{nonce}`: the path after `/settlements/`.
+pub fn status_path(data: &[u8]) {
+    let path = String::from_utf8_lossy(data);
+    if let Ok(key) = rest::parse_status_path(&path) {
+        let _ = key.to_string();
+    }
+}
+
+/// A configuration file, as `routerd --config` reads it, then the effective configuration as
+/// `routerd check-config` renders it. Input: the file's TOML, then optionally a NUL byte and
+/// environment overrides, one `SECTION__KEY=value` a line (read as `ROUTERD__SECTION__KEY`).
+pub fn config(data: &[u8]) {
+    let (file, env) = split_at_nul(data);
+    let env = String::from_utf8_lossy(env)
+        .lines()
+        .filter_map(|line| line.split_once('='))
+        .map(|(key, value)| {
+            (
+                format!("{}__{key}", crate::config::ENV_PREFIX),
+                value.to_string(),
+            )
+        })
+        .collect();
+    let Some(path) = TempFile::write("config.toml", file) else {
+        return;
+    };
+    if let Ok(settings) = crate::config::Settings::load_from(std::slice::from_ref(&path.0), &env) {
+        let _ = settings.render();
+    }
+}
+
+/// The API keys file (`auth.api_keys_file`), then a request's `Authorization` header checked
+/// against the keys read. Input: the file's TOML, then optionally a NUL byte and the header's
+/// value.
+pub fn api_keys(data: &[u8]) {
+    let (file, header) = split_at_nul(data);
+    let Some(path) = TempFile::write("api-keys.toml", file) else {
+        return;
+    };
+    let Ok(keys) = crate::server::Keys::load(&path.0) else {
+        return;
+    };
+    let _ = keys.count();
+    let mut headers = HeaderMap::new();
+    if let Ok(value) = HeaderValue::from_bytes(header) {
+        headers.insert(http::header::AUTHORIZATION, value);
+    }
+    if let Ok(key) = keys.caller(&headers) {
+        let pay_to = String::from_utf8_lossy(header);
+        let _ = key.may_pay(verify::parse_address(pay_to.trim()));
+        let _ = key.admit(header.len() as u32);
+    }
+}
+
+/// Node answers about blocks: the head block (number, timestamp, hashes, base fee, as the head
+/// watcher reads `eth_getBlockByNumber`), fee hints and `eth_feeHistory` rewards, and a
+/// transaction receipt as the settlement follower reads it. Input: any JSON value.
+pub fn node_block(data: &[u8]) {
+    let Ok(answer) = serde_json::from_slice::<Value>(data) else {
+        return;
+    };
+    for field in ["number", "timestamp", "blockNumber", "status", "gasUsed"] {
+        let _ = answer.get(field).and_then(chain::parse_u64);
+    }
+    for field in ["hash", "parentHash", "blockHash"] {
+        let _ = answer.get(field).and_then(head::parse_hash);
+    }
+    for field in ["baseFeePerGas", "gasPrice", "effectiveGasPrice"] {
+        let _ = answer.get(field).and_then(chain::parse_quantity);
+    }
+    let _ = chain::parse_quantity(&answer);
+    let _ = chain::parse_u64(&answer);
+    let _ = chain::parse_word(&answer);
+    let _ = head::parse_hash(&answer);
+    if let Some(rewards) = answer.get("reward").and_then(Value::as_array) {
+        for reward in rewards {
+            let _ = reward.get(0).and_then(chain::parse_quantity);
+        }
+    }
+    if let Some(text) = answer.as_str() {
+        let _ = chain::hex_decode(text);
+        let _ = chain::parse_h256(text);
+    }
+    let hash = H256::repeat_byte(0x11);
+    for head in [0, 1 << 20, u64::MAX] {
+        let _ = follower::inclusion_of(hash, &Ok(answer.clone()), head);
+    }
+}
+
+/// The lens's `eth_call` answer (`facilitator::lens::decode_answer`). Input: the answer as JSON
+/// (a string of 0x-hex, or anything a node may send instead), or else the raw return data.
+pub fn lens_answer(data: &[u8]) {
+    match serde_json::from_slice::<Value>(data) {
+        Ok(answer) => {
+            let _ = lens::decode_answer(&answer);
+        }
+        Err(_) => {
+            let _ = lens::decode_answer(&Value::String(chain::hex_bytes(data)));
+        }
+    }
+}
+
+/// Revert data and node errors: the raw data through `revert_message`, and, when the input is
+/// a JSON-RPC error object (`{code, message, data}`), the node's error as the router and the
+/// settlement classify it.
+pub fn revert_data(data: &[u8]) {
+    let _ = chain::revert_message(data);
+    let Ok(Value::Object(error)) = serde_json::from_slice::<Value>(data) else {
+        return;
+    };
+    let error = chain::client::RpcError {
+        code: error
+            .get("code")
+            .and_then(Value::as_i64)
+            .and_then(|c| i32::try_from(c).ok())
+            .unwrap_or(-32000),
+        message: error
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        data: error.get("data").cloned(),
+    };
+    let _ = error.is_revert();
+    let _ = error.is_execution_failure();
+    let _ = error.refusal();
+    let _ = probe::revert_reason(&error);
+    if let Some(bytes) = error
+        .data
+        .as_ref()
+        .and_then(Value::as_str)
+        .and_then(chain::hex_decode)
+    {
+        let _ = chain::revert_message(&bytes);
+    }
+}
+
+/// A fuzz target: any bytes in, nothing out.
+pub type Target = fn(&[u8]);
+
+/// The targets by name, for the corpus replay.
+pub const TARGETS: &[(&str, Target)] = &[
+    ("payment_body", payment_body),
+    ("router_body", router_body),
+    ("status_path", status_path),
+    ("config", config),
+    ("api_keys", api_keys),
+    ("node_block", node_block),
+    ("lens_answer", lens_answer),
+    ("revert_data", revert_data),
+];
+
+fn split_at_nul(data: &[u8]) -> (&[u8], &[u8]) {
+    match data.iter().position(|&b| b == 0) {
+        Some(i) => (&data[..i], &data[i + 1..]),
+        None => (data, &[]),
+    }
+}
+
+/// A file of this process's own in the temporary directory, removed when dropped: the parsers
+/// of files read paths.
+struct TempFile(PathBuf);
+
+impl TempFile {
+    fn write(name: &str, contents: &[u8]) -> Option<Self> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("routerd-fuzz-{}-{n}-{name}", std::process::id()));
+        std::fs::write(&path, contents).ok()?;
+        Some(Self(path))
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
