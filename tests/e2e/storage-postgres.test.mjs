@@ -58,6 +58,8 @@ rpc_urls = ["${anvil.url}"]
 
 [router]
 chains = ["local"]
+# 26 reservations of one caller in the test below; the 27th is one too many on either instance.
+max_reservations_ahead = 26
 `;
 }
 
@@ -118,7 +120,7 @@ test('the daemon creates its schema at start, serves, and logs no password; a se
   assert.doesNotMatch(readFileSync(again.logFile, 'utf8'), /database schema migrated/);
 });
 
-async function routerTransaction(port, from) {
+async function routerCall(port, from) {
   const res = await fetch(`http://127.0.0.1:${port}`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
@@ -127,7 +129,11 @@ async function routerTransaction(port, from) {
       params: [{ from, to: '0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC', data: '0x', value: '1000' }],
     }),
   });
-  const body = await res.json();
+  return res.json();
+}
+
+async function routerTransaction(port, from) {
+  const body = await routerCall(port, from);
   assert.ok(body.result, JSON.stringify(body));
   return Number(BigInt(body.result.nonce));
 }
@@ -144,6 +150,11 @@ test('router: back-to-back and concurrent calls reaching two instances get conse
     assert.deepEqual(sequential, [0, 1, 2, 3, 4, 5]);
     const concurrent = await Promise.all(Array.from({ length: 20 }, (_, i) => routerTransaction(ports[i % 2], from)));
     assert.deepEqual([...concurrent].sort((a, b) => a - b), Array.from({ length: 20 }, (_, i) => 6 + i));
+    // The bound ahead of the pending nonce is shared too: the 27th is refused on both.
+    for (const port of ports) {
+      const refused = await routerCall(port, from);
+      assert.equal(refused.error?.code, -32005, JSON.stringify(refused));
+    }
   } finally {
     await Promise.all(daemons.map((d) => d.stop()));
   }
