@@ -83,6 +83,8 @@ pub struct ServerSettings {
     /// Bound on receiving a request's headers (also while a keep-alive connection waits for
     /// its next request) and, separately, its body (access.md §7).
     pub request_read_timeout_ms: u64,
+    /// A keep-alive connection with no request in flight is closed after this (access.md §7).
+    pub idle_timeout_secs: u64,
     /// Without API keys: a token bucket per client address (unset: no limit).
     pub client_rate_per_sec: Option<u32>,
     pub client_burst: Option<u32>,
@@ -103,6 +105,22 @@ impl ServerSettings {
         self.worker_threads
             .unwrap_or_else(Self::default_worker_threads)
     }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.request_read_timeout_ms == 0 {
+            return Err(ConfigError::new(
+                "server.request_read_timeout_ms",
+                "must be at least 1",
+            ));
+        }
+        if self.idle_timeout_secs == 0 {
+            return Err(ConfigError::new(
+                "server.idle_timeout_secs",
+                "must be at least 1",
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for ServerSettings {
@@ -115,6 +133,7 @@ impl Default for ServerSettings {
             shutdown_grace_secs: 30,
             max_connections: 1024,
             request_read_timeout_ms: 10_000,
+            idle_timeout_secs: 60,
             client_rate_per_sec: None,
             client_burst: None,
             worker_threads: None,
@@ -538,6 +557,7 @@ impl Settings {
                 "must be at least 1",
             ));
         }
+        self.server.validate()?;
         self.storage.validate()?;
         for (name, chain) in &self.chains {
             chain.validate(name)?;

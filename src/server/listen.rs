@@ -1,19 +1,24 @@
 //! The accept loop of one listener. routerd accepts its own connections (rather than letting
 //! jsonrpsee do it) for two things: each request carries the client's address (the caller of
-//! a router reservation when no API keys are set, access.md §6), and hyper bounds how long a
-//! client may take to send its request headers, also between the requests of a keep-alive
-//! connection (access.md §7; the body's bound is `rest::read_body`'s).
+//! a router reservation when no API keys are set, access.md §6), and each connection runs on a
+//! [`silence::Clock`] that closes it when a client is too slow to send a request, or idle too
+//! long between two (access.md §7).
 
+use std::future::Future;
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
 use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse, StopHandle};
 use tokio::net::{TcpListener, TcpStream};
 use tower::Service;
+
+use super::silence::{Clock, Timeouts, Watched};
 
 /// The address a request came from, in its extensions.
 #[derive(Debug, Clone, Copy)]
@@ -35,12 +40,8 @@ impl Caller {
 }
 
 /// Accepts until `stop`, serving each connection with a fresh service from `make`.
-pub async fn accept<M, S>(
-    listener: TcpListener,
-    mut make: M,
-    stop: StopHandle,
-    read_timeout: Duration,
-) where
+pub async fn accept<M, S>(listener: TcpListener, mut make: M, stop: StopHandle, timeouts: Timeouts)
+where
     M: FnMut() -> S,
     S: Service<HttpRequest, Response = HttpResponse> + Clone + Send + 'static,
     S::Future: Send + 'static,
@@ -60,40 +61,87 @@ pub async fn accept<M, S>(
             _ = &mut stopped => return,
         };
         let service = make();
-        tokio::spawn(serve(socket, remote, service, stop.clone(), read_timeout));
+        tokio::spawn(serve(socket, remote, service, stop.clone(), timeouts));
     }
 }
 
-/// One connection: every request gets [`ClientAddr`]; on `stop` the requests in flight finish.
+/// One connection: every request gets [`ClientAddr`] and counts on the connection's clock; on
+/// `stop` the requests in flight finish.
 async fn serve<S>(
     socket: TcpStream,
     remote: SocketAddr,
     service: S,
     stop: StopHandle,
-    read_timeout: Duration,
+    timeouts: Timeouts,
 ) where
     S: Service<HttpRequest, Response = HttpResponse> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    let clock = Clock::new(timeouts, tokio::time::Instant::now());
     let tagged = tower::util::MapRequestLayer::new(move |request: http::Request<Incoming>| {
         let mut request = request.map(HttpBody::new);
         request.extensions_mut().insert(ClientAddr(remote));
         request
     });
-    let service = TowerToHyperService::new(tower::Layer::layer(&tagged, service));
-    let mut builder = Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(read_timeout);
-    let connection = builder.serve_connection(TokioIo::new(socket), service);
+    let counted = Counted {
+        inner: tower::Layer::layer(&tagged, service),
+        clock: clock.clone(),
+    };
+    let service = TowerToHyperService::new(counted);
+    let builder = Builder::new(TokioExecutor::new());
+    let io = TokioIo::new(Watched::new(socket, clock.clone()));
+    let connection = builder.serve_connection(io, service);
     tokio::pin!(connection);
-    tokio::select! {
-        _ = &mut connection => {}
-        _ = stop.shutdown() => {
-            connection.as_mut().graceful_shutdown();
-            let _ = connection.await;
+    let stopped = stop.shutdown();
+    tokio::pin!(stopped);
+    loop {
+        let deadline = match clock.check(tokio::time::Instant::now()) {
+            Ok(deadline) => deadline,
+            Err(expired) => {
+                tracing::debug!(client = %remote, ?expired, "connection closed: silent too long");
+                return;
+            }
+        };
+        tokio::select! {
+            _ = &mut connection => return,
+            _ = &mut stopped => {
+                connection.as_mut().graceful_shutdown();
+                let _ = connection.await;
+                return;
+            }
+            _ = tokio::time::sleep_until(deadline) => {}
         }
+    }
+}
+
+/// A service that marks each request on the connection's clock until its answer is ready.
+#[derive(Clone)]
+struct Counted<S> {
+    inner: S,
+    clock: Arc<Clock>,
+}
+
+impl<S, R> Service<R> for Counted<S>
+where
+    S: Service<R>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: R) -> Self::Future {
+        let in_flight = self.clock.request_started();
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let answer = answer.await;
+            drop(in_flight);
+            answer
+        })
     }
 }

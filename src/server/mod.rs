@@ -7,6 +7,7 @@ mod listen;
 mod ops;
 pub(crate) mod rest;
 pub(crate) mod rpc;
+mod silence;
 pub mod wire_errors;
 
 use std::collections::BTreeMap;
@@ -95,7 +96,10 @@ pub async fn start(settings: &ServerSettings, app: Arc<App>) -> std::io::Result<
     for (address, surface) in plan {
         bound.push((TcpListener::bind(address).await?, surface));
     }
-    let read_timeout = Duration::from_millis(settings.request_read_timeout_ms);
+    let timeouts = silence::Timeouts {
+        read: Duration::from_millis(settings.request_read_timeout_ms),
+        idle: Duration::from_secs(settings.idle_timeout_secs),
+    };
     let mut listeners = Vec::new();
     for (listener, surface) in bound {
         let address = listener.local_addr()?;
@@ -122,7 +126,7 @@ pub async fn start(settings: &ServerSettings, app: Arc<App>) -> std::io::Result<
             let stop = stop.clone();
             move || builder.clone().build(methods.clone(), stop.clone())
         };
-        tokio::spawn(listen::accept(listener, make, stop, read_timeout));
+        tokio::spawn(listen::accept(listener, make, stop, timeouts));
         listeners.push(Listener { address, handle });
     }
     Ok(listeners)

@@ -10,12 +10,13 @@ import { freshAccount } from './lib/accounts.mjs';
 
 const MAX_AHEAD = 5;
 const READ_TIMEOUT_MS = 1000;
+const IDLE_TIMEOUT_SECS = 4;
 
 let stack;
 const it = (name, fn) => test(name, { timeout: 60_000 }, withRouterLogTail(() => stack, fn));
 
 before(async () => {
-  stack = await startRouterStack({ router: { maxReservationsAhead: MAX_AHEAD, requestReadTimeoutMs: READ_TIMEOUT_MS } });
+  stack = await startRouterStack({ router: { maxReservationsAhead: MAX_AHEAD, requestReadTimeoutMs: READ_TIMEOUT_MS, idleTimeoutSecs: IDLE_TIMEOUT_SECS } });
 });
 after(() => stack?.stop());
 
@@ -82,11 +83,36 @@ it('a client that stalls its body, or its headers, is cut off while others are s
   const stalls = [
     stallAfter(`POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length + 50}\r\n\r\n${body}`, 15_000),
     stallAfter('POST / HTTP/1.1\r\nhost: x\r\ncontent-', 15_000),
+    stallAfter('', 15_000),
   ];
   // Meanwhile the daemon answers others.
   assert.equal(nonceOf(await routeFrom('127.0.0.1', routerTx({ from: sender.address, to: freshAccount().address }))), 0);
-  const [bodyStall, headerStall] = await Promise.all(stalls);
+  const [bodyStall, headerStall, silent] = await Promise.all(stalls);
   assert.ok(bodyStall.closed, 'a stalled body keeps its connection');
   assert.match(bodyStall.answer, /^HTTP\/1\.1 408/, bodyStall.answer);
   assert.ok(headerStall.closed, 'stalled headers keep their connection');
+  assert.ok(silent.closed, 'a connection that never sends a request is kept');
+});
+
+/** Sends `GET /health` on `socket` and resolves with the answer's status line. */
+function health(socket) {
+  return new Promise((resolve, reject) => {
+    socket.once('data', (chunk) => resolve(String(chunk).split('\r\n')[0]));
+    socket.once('error', reject);
+    socket.write('GET /health HTTP/1.1\r\nhost: x\r\n\r\n');
+  });
+}
+
+it('a keep-alive connection outlives the read timeout between requests, then closes when idle', async () => {
+  const url = new URL(stack.routerd.url);
+  const socket = net.connect(Number(url.port), url.hostname);
+  await new Promise((resolve) => socket.once('connect', resolve));
+  const closed = new Promise((resolve) => socket.once('close', () => resolve(true)));
+  assert.match(await health(socket), /^HTTP\/1\.1 200/);
+  // Quiet for three read timeouts: a quiet client is not a slow one.
+  await new Promise((resolve) => setTimeout(resolve, 3 * READ_TIMEOUT_MS));
+  assert.match(await health(socket), /^HTTP\/1\.1 200/, 'closed before server.idle_timeout_secs');
+  const limit = new Promise((resolve) => setTimeout(() => resolve(false), 15_000));
+  assert.ok(await Promise.race([closed, limit]), 'an idle connection is never closed');
+  socket.destroy();
 });

@@ -60,7 +60,8 @@ export function routerOnlyConfig({ port, storePath, chains, router = {} }) {
   const r = { ...ROUTER_DEFAULTS, ...router };
   const parts = [
     `[server]\nlisten = ${q(`127.0.0.1:${port}`)}\nshutdown_grace_secs = 5\n`
-      + (r.requestReadTimeoutMs ? `request_read_timeout_ms = ${r.requestReadTimeoutMs}\n` : ''),
+      + (r.requestReadTimeoutMs ? `request_read_timeout_ms = ${r.requestReadTimeoutMs}\n` : '')
+      + (r.idleTimeoutSecs ? `idle_timeout_secs = ${r.idleTimeoutSecs}\n` : ''),
     `[storage]\npath = ${q(storePath)}\n`,
   ];
   for (const c of chains) {
