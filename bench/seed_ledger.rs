@@ -4,8 +4,8 @@
 //!   cargo run --release --example seed-ledger -- STORE_PATH COUNT
 
 use ethers_core::types::{Address, Bytes, H256, U256};
-use routerd::chain::TxFees;
-use routerd::facilitator::settlement::state::{Attempt, Inclusion, Outcome, Record, State};
+use routerd::evm::TxFees;
+use routerd::ledger::{Attempt, Inclusion, Outcome, Record, State};
 use routerd::store::sled::Store;
 use routerd::store::SettlementStore;
 

@@ -12,9 +12,11 @@ use http::{HeaderMap, HeaderValue};
 use serde_json::Value;
 
 use crate::chain::{self, head};
+use crate::evm;
+use crate::evm::erc3009;
 use crate::facilitator::protocol::v2;
 use crate::facilitator::settlement::follower;
-use crate::facilitator::{erc3009, lens, verify};
+use crate::facilitator::{lens, verify};
 use crate::router::probe;
 use crate::server::rest::{self, Payment};
 use crate::server::rpc;
@@ -170,26 +172,26 @@ pub fn node_block(data: &[u8]) {
         return;
     };
     for field in ["number", "timestamp", "blockNumber", "status", "gasUsed"] {
-        let _ = answer.get(field).and_then(chain::parse_u64);
+        let _ = answer.get(field).and_then(evm::parse_u64);
     }
     for field in ["hash", "parentHash", "blockHash"] {
         let _ = answer.get(field).and_then(head::parse_hash);
     }
     for field in ["baseFeePerGas", "gasPrice", "effectiveGasPrice"] {
-        let _ = answer.get(field).and_then(chain::parse_quantity);
+        let _ = answer.get(field).and_then(evm::parse_quantity);
     }
-    let _ = chain::parse_quantity(&answer);
-    let _ = chain::parse_u64(&answer);
-    let _ = chain::parse_word(&answer);
+    let _ = evm::parse_quantity(&answer);
+    let _ = evm::parse_u64(&answer);
+    let _ = evm::parse_word(&answer);
     let _ = head::parse_hash(&answer);
     if let Some(rewards) = answer.get("reward").and_then(Value::as_array) {
         for reward in rewards {
-            let _ = reward.get(0).and_then(chain::parse_quantity);
+            let _ = reward.get(0).and_then(evm::parse_quantity);
         }
     }
     if let Some(text) = answer.as_str() {
-        let _ = chain::hex_decode(text);
-        let _ = chain::parse_h256(text);
+        let _ = evm::hex_decode(text);
+        let _ = evm::parse_h256(text);
     }
     let hash = H256::repeat_byte(0x11);
     for head in [0, 1 << 20, u64::MAX] {
@@ -205,7 +207,7 @@ pub fn lens_answer(data: &[u8]) {
             let _ = lens::decode_answer(&answer);
         }
         Err(_) => {
-            let _ = lens::decode_answer(&Value::String(chain::hex_bytes(data)));
+            let _ = lens::decode_answer(&Value::String(evm::hex_bytes(data)));
         }
     }
 }
@@ -214,7 +216,7 @@ pub fn lens_answer(data: &[u8]) {
 /// a JSON-RPC error object (`{code, message, data}`), the node's error as the router and the
 /// settlement classify it.
 pub fn revert_data(data: &[u8]) {
-    let _ = chain::revert_message(data);
+    let _ = evm::revert_message(data);
     let Ok(Value::Object(error)) = serde_json::from_slice::<Value>(data) else {
         return;
     };
@@ -239,9 +241,9 @@ pub fn revert_data(data: &[u8]) {
         .data
         .as_ref()
         .and_then(Value::as_str)
-        .and_then(chain::hex_decode)
+        .and_then(evm::hex_decode)
     {
-        let _ = chain::revert_message(&bytes);
+        let _ = evm::revert_message(&bytes);
     }
 }
 

@@ -82,7 +82,7 @@ fn check_config(settings: &Settings) -> ExitCode {
             Ok(signers) => {
                 let addresses: Vec<String> = signers
                     .iter()
-                    .map(|s| routerd::chain::hex_bytes(s.address))
+                    .map(|s| routerd::evm::hex_bytes(s.address))
                     .collect();
                 println!(
                     "\n# signer keys: redacted; signer addresses: {}",

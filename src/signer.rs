@@ -10,7 +10,7 @@ use ethers_core::types::{
 use ethers_core::utils::{keccak256, secret_key_to_address};
 use k256::ecdsa::SigningKey;
 
-use crate::chain::TxFees;
+use crate::evm::TxFees;
 
 pub const ENV_KEY: &str = "ROUTERD_SIGNER_KEY";
 const CREDENTIAL_NAME: &str = "signer-key";

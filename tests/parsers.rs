@@ -3,7 +3,7 @@
 
 use ethers_core::types::U256;
 use proptest::prelude::*;
-use routerd::chain::{hex_bytes, hex_decode};
+use routerd::evm::{hex_bytes, hex_decode};
 use routerd::facilitator::types::PaymentRequest;
 use routerd::facilitator::verify::{parse_address, parse_decimal};
 use routerd::router::types::RouterTransaction;

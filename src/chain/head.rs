@@ -19,8 +19,8 @@ use serde_json::{json, Value};
 use tokio::sync::{watch, Notify};
 
 use super::client::{Call, ChainClient, Unreachable};
-use super::fees::Fees;
-use super::{parse_quantity, parse_u64};
+use crate::evm::Fees;
+use crate::evm::{parse_h256, parse_quantity, parse_u64};
 
 /// Canonical block hashes kept: as many as the deepest `finality_depth` allowed.
 use crate::config::KEPT_BLOCKS;
@@ -358,7 +358,7 @@ async fn fetch_block(client: &ChainClient, number: u64) -> Result<(H256, H256), 
 }
 
 pub fn parse_hash(value: &Value) -> Option<H256> {
-    super::parse_h256(value.as_str()?)
+    parse_h256(value.as_str()?)
 }
 
 /// One batch: the latest block and both fee hints; which hint applies depends on the block.

@@ -14,7 +14,8 @@ use ethers_core::types::Address;
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use super::{eth_call, parse_word, Call, ChainClient, Unreachable};
+use super::{eth_call, Call, ChainClient, Unreachable};
+use crate::evm::parse_word;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReadMode {

@@ -35,7 +35,7 @@ impl Cooldown {
         map.retain(|_, end| *end > unix_now());
         map.insert(payer, until);
         self.imposed.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(payer = %crate::chain::hex_bytes(payer), seconds = self.period.as_secs(), "a settlement reverted on chain: payer refused for the revert cooldown");
+        tracing::warn!(payer = %crate::evm::hex_bytes(payer), seconds = self.period.as_secs(), "a settlement reverted on chain: payer refused for the revert cooldown");
     }
 
     /// Seconds left of `payer`'s refusal, if it is refused now.

@@ -10,7 +10,8 @@ use ethers_core::utils::id;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::chain::{self, read_mode, Call};
+use crate::chain::{read_mode, Call};
+use crate::evm;
 
 const CODE: &str = include_str!("lens.hex");
 
@@ -65,7 +66,7 @@ pub fn call(
 /// Decodes the lens's `Facts` struct; `None` for anything else (a node that ignored the
 /// override answers `0x`).
 pub fn decode_answer(answer: &Value) -> Option<LensFacts> {
-    let bytes = chain::hex_decode(answer.as_str()?)?;
+    let bytes = evm::hex_decode(answer.as_str()?)?;
     let shape = ParamType::Tuple(vec![
         ParamType::Uint(256), // blockNumber
         ParamType::Uint(256), // timestamp
@@ -132,7 +133,7 @@ mod tests {
             word(61_000),
             Token::Bytes(vec![0x08, 0xc3, 0x79, 0xa0]),
         ])]);
-        let facts = decode_answer(&json!(chain::hex_bytes(&answer))).unwrap();
+        let facts = decode_answer(&json!(evm::hex_bytes(&answer))).unwrap();
         assert_eq!(
             facts,
             LensFacts {

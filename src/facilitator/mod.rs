@@ -2,7 +2,6 @@
 //! version (`protocol` maps the versions onto one rule engine and one ledger). No HTTP in here.
 
 pub mod cooldown;
-pub mod erc3009;
 pub mod lens;
 pub mod protocol;
 pub mod settlement;
@@ -18,11 +17,13 @@ use ethers_core::utils::to_checksum;
 
 use crate::chain::Chain;
 use crate::config::{ChainSettings, FacilitatorSettings};
+use crate::evm::erc3009;
+use crate::ledger::{PaymentKey, Reason, RequestTag};
 use crate::signer::Signer;
 use crate::store::{Storage, StoreError};
 use cooldown::Cooldown;
 use settlement::ClaimOn;
-pub use settlement::{Lane, LaneSettings, PaymentKey, RequestTag, SettleError};
+pub use settlement::{Lane, LaneSettings, SettleError};
 use types::{
     PaymentRequest, SettleResponse, SettlementStatus, SupportedKind, SupportedResponse,
     VerifyResponse,
@@ -172,7 +173,7 @@ impl Facilitator {
             Some(ClaimOn::Settled) => "authorization already settled",
         };
         Ok(Err(Invalid {
-            reason: types::Reason::AlreadySettled,
+            reason: Reason::AlreadySettled,
             message: message.to_string(),
         }))
     }
@@ -204,7 +205,7 @@ impl Facilitator {
     /// With `x402_versions` lacking 1, a v1 body fails rule 1 as any other version would.
     fn v1_refused(&self) -> Option<Invalid> {
         (!self.serves_v1).then(|| Invalid {
-            reason: types::Reason::X402Version,
+            reason: Reason::X402Version,
             message: "x402Version 1 is not served (facilitator.x402_versions)".to_string(),
         })
     }

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 
 use super::verify::Invalid;
+use crate::ledger::Reason;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -162,28 +163,7 @@ pub struct SupportedResponse {
     pub signers: Option<std::collections::BTreeMap<&'static str, Vec<String>>>,
 }
 
-/// Why a payment fails verification, in the order of the rules (x402-facilitator.md §2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Reason {
-    X402Version,
-    Scheme,
-    Network,
-    PaymentRequirements,
-    Payload,
-    FromKyt,
-    ToKyt,
-    TypedDataMessage,
-    ValueTooLow,
-    Value,
-    ValidAfter,
-    ValidBefore,
-    Signature,
-    SignatureAddress,
-    InsufficientFunds,
-    /// The payment's nonce is claimed for settlement: being settled or settled (access.md §1).
-    AlreadySettled,
-}
-
+/// The wire names of a [`Reason`], per list (x402-facilitator.md §2).
 impl Reason {
     /// Every reason, for tests that check each has a name.
     #[cfg(test)]

@@ -9,12 +9,14 @@ use ethers_core::utils::to_checksum;
 use serde_json::{json, Number, Value};
 
 use super::cooldown::Cooldown;
-use super::erc3009::{self, TransferAuthorization};
 use super::lens;
-use super::settlement::PaymentKey;
-use super::types::{PaymentRequest, Reason, VerifyResponse};
+use super::types::{PaymentRequest, VerifyResponse};
 use crate::chain::{self, Call, CallResult, Chain, ReadMode, Unreachable};
 use crate::clock::unix_now;
+use crate::evm;
+use crate::evm::erc3009::{self, TransferAuthorization};
+use crate::ledger::PaymentKey;
+use crate::ledger::Reason;
 
 /// A served network: its chain and the ERC-3009 tokens the facilitator may call there.
 pub struct Network {
@@ -359,7 +361,7 @@ const LENS_READS_GAS: u64 = 300_000;
 fn as_settlement(mut call: Call, trial: &Trial<'_>, max_settlement_gas: u64) -> Call {
     let gas = LENS_READS_GAS.saturating_add(max_settlement_gas.saturating_mul(2));
     if let Some(tx) = call.params.first_mut().and_then(Value::as_object_mut) {
-        tx.insert("from".into(), json!(chain::hex_bytes(trial.sender)));
+        tx.insert("from".into(), json!(evm::hex_bytes(trial.sender)));
         tx.insert("gasPrice".into(), json!(format!("{:#x}", trial.gas_price)));
         tx.insert("gas".into(), json!(format!("{gas:#x}")));
     }
@@ -506,7 +508,7 @@ async fn read_in_batch(
     let mut calls = vec![
         Call::new(
             "eth_getCode",
-            vec![json!(chain::hex_bytes(auth.from)), json!("latest")],
+            vec![json!(evm::hex_bytes(auth.from)), json!("latest")],
         ),
         chain::eth_call(token, &erc3009::balance_of(auth.from), "latest"),
         chain::eth_call(
@@ -530,7 +532,7 @@ async fn read_in_batch(
     let answers = chain.client.batch(&calls).await?;
     let word = |i: usize, what: &str| -> Result<U256, Unreachable> {
         match &answers[i] {
-            Ok(v) => chain::parse_word(v)
+            Ok(v) => evm::parse_word(v)
                 .ok_or_else(|| unreadable(chain, what, format!("unexpected answer {v}"))),
             Err(e) => Err(unreadable(chain, what, e.to_string())),
         }
@@ -538,7 +540,7 @@ async fn read_in_batch(
     // A token without a blacklist reverts `isBlacklisted`: nobody is blacklisted there. A node
     // that could not run the call (a block it no longer has) said nothing about anybody.
     let flag = |i: usize, what: &str| match &answers[i] {
-        Ok(v) => Ok(chain::parse_word(v).is_some_and(|w| !w.is_zero())),
+        Ok(v) => Ok(evm::parse_word(v).is_some_and(|w| !w.is_zero())),
         Err(e) if e.is_revert() => Ok(false),
         Err(e) => Err(unreadable(chain, what, e.to_string())),
     };
@@ -549,7 +551,7 @@ async fn read_in_batch(
     // not run the call did not say so.
     let erc1271_answer = |answer: &CallResult| match answer {
         Ok(v) => Ok(erc1271_accepted(
-            &v.as_str().and_then(chain::hex_decode).unwrap_or_default(),
+            &v.as_str().and_then(evm::hex_decode).unwrap_or_default(),
         )),
         Err(e) if e.is_revert() => Ok(false),
         Err(e) => Err(unreadable(chain, "isValidSignature", e.to_string())),
@@ -579,9 +581,9 @@ fn estimate_call(payment: &Payment<'_>, trial: &Trial<'_>) -> Call {
         "eth_estimateGas",
         vec![
             json!({
-                "from": chain::hex_bytes(trial.sender),
-                "to": chain::hex_bytes(payment.token.address),
-                "data": chain::hex_bytes(trial.calldata),
+                "from": evm::hex_bytes(trial.sender),
+                "to": evm::hex_bytes(payment.token.address),
+                "data": evm::hex_bytes(trial.calldata),
             }),
             json!("latest"),
         ],
@@ -593,9 +595,7 @@ fn estimate_call(payment: &Payment<'_>, trial: &Trial<'_>) -> Call {
 /// no longer has) is no answer about the payment.
 fn estimate_tried(chain: &Chain, answer: &CallResult) -> Result<Tried, Unreachable> {
     match answer {
-        Ok(v) => Ok(Tried::Gas(
-            chain::parse_u64(v).unwrap_or(FALLBACK_GAS_LIMIT),
-        )),
+        Ok(v) => Ok(Tried::Gas(evm::parse_u64(v).unwrap_or(FALLBACK_GAS_LIMIT))),
         Err(e) if e.is_execution_failure() => Ok(Tried::Reverted(e.message.clone())),
         Err(e) => Err(unreadable(chain, "eth_estimateGas", e.to_string())),
     }
@@ -612,7 +612,7 @@ fn lens_tried(
             erc3009::intrinsic_gas(trial.calldata)
                 .saturating_add(t.gas.min(u64::MAX.into()).as_u64()),
         )),
-        Some(t) => Ok(Tried::Reverted(chain::revert_message(&t.revert_data))),
+        Some(t) => Ok(Tried::Reverted(evm::revert_message(&t.revert_data))),
         None => Err(unreadable(
             chain,
             "the settlement's trial",
@@ -708,7 +708,7 @@ pub(crate) fn check_payload(
             "signature: longer than {max_signature_bytes} bytes (facilitator.max_signature_bytes)"
         )));
     }
-    let signature = chain::hex_decode(&payload.signature)
+    let signature = evm::hex_decode(&payload.signature)
         .filter(|s| !s.is_empty())
         .ok_or_else(|| bad("signature: not 0x-hex"))?;
     let auth = TransferAuthorization {
@@ -720,7 +720,7 @@ pub(crate) fn check_payload(
             .ok_or_else(|| bad("authorization.validAfter: not a decimal uint256"))?,
         valid_before: parse_decimal(&a.valid_before)
             .ok_or_else(|| bad("authorization.validBefore: not a decimal uint256"))?,
-        nonce: chain::parse_h256(&a.nonce)
+        nonce: evm::parse_h256(&a.nonce)
             .ok_or_else(|| bad("authorization.nonce: not 0x + 64 hex digits"))?,
     };
     Ok((auth, signature))
@@ -738,7 +738,7 @@ pub fn payer_of(request: &PaymentRequest) -> String {
 pub fn parse_address(s: &str) -> Option<Address> {
     let digits = s.strip_prefix("0x")?;
     (digits.len() == 40 && digits.bytes().all(|b| b.is_ascii_hexdigit()))
-        .then(|| chain::hex_decode(s).map(|b| Address::from_slice(&b)))
+        .then(|| evm::hex_decode(s).map(|b| Address::from_slice(&b)))
         .flatten()
 }
 
@@ -803,7 +803,7 @@ mod tests {
         ] {
             assert!(parse_address(bad).is_none(), "{bad}");
         }
-        assert!(chain::parse_h256(&format!("0x{}", "ab".repeat(32))).is_some());
-        assert!(chain::parse_h256(&format!("0x{}", "ab".repeat(31))).is_none());
+        assert!(evm::parse_h256(&format!("0x{}", "ab".repeat(32))).is_some());
+        assert!(evm::parse_h256(&format!("0x{}", "ab".repeat(31))).is_none());
     }
 }

@@ -10,9 +10,10 @@ use ethers_core::types::{Address, U256};
 use super::nonces::NonceBook;
 use super::probe::{self, Estimate, Infeasible, Probe};
 use super::types::{ChainQuote, ChainStatus, FeeFields, RouterTransactionRes, Transaction};
-use crate::chain::{hex_u256, Chain};
+use crate::chain::Chain;
 use crate::clock::unix_now;
 use crate::config::{ChainKind, FeeModel, RouterSettings};
+use crate::evm::hex_u256;
 use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
@@ -115,7 +116,7 @@ impl Router {
             .nonces
             .reserve(
                 &chain.name,
-                &crate::chain::hex_bytes(tx.from),
+                &crate::evm::hex_bytes(tx.from),
                 caller,
                 priced.estimate.pending_nonce,
                 unix_now(),

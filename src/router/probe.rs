@@ -9,8 +9,10 @@ use ethers_core::utils::keccak256;
 use serde_json::{json, Value};
 
 use super::types::Transaction;
-use crate::chain::{self, Call, CallResult, Chain, Fees, RpcError};
+use crate::chain::{self, Call, CallResult, Chain, RpcError};
 use crate::config::FeeModel;
+use crate::evm;
+use crate::evm::Fees;
 
 /// What one chain said about a transaction.
 #[derive(Debug, Clone)]
@@ -108,10 +110,11 @@ async fn ask(
         .latest_head()
         .await
         .map_err(|e| Infeasible::Unreachable(e.detail))?;
-    let from = json!(chain::hex_bytes(tx.from));
-    let mut call = json!({"from": from, "data": chain::hex_bytes(&tx.data), "value": chain::hex_u256(tx.value)});
+    let from = json!(evm::hex_bytes(tx.from));
+    let mut call =
+        json!({"from": from, "data": evm::hex_bytes(&tx.data), "value": evm::hex_u256(tx.value)});
     if let Some(to) = tx.to {
-        call["to"] = json!(chain::hex_bytes(to));
+        call["to"] = json!(evm::hex_bytes(to));
     }
     let op_stack = chain.settings.fee_model == FeeModel::OpStack;
     let mut calls = vec![
@@ -127,7 +130,7 @@ async fn ask(
         calls.push(Call::new(
             "eth_getCode",
             vec![
-                json!(chain::hex_bytes(tx.to.expect("checked"))),
+                json!(evm::hex_bytes(tx.to.expect("checked"))),
                 json!("latest"),
             ],
         ));
@@ -165,14 +168,14 @@ fn interpret(
     }
     let quantity = |i: usize, what: &str| -> Result<U256, Infeasible> {
         match &answers[i] {
-            Ok(v) => chain::parse_quantity(v)
+            Ok(v) => evm::parse_quantity(v)
                 .ok_or_else(|| Infeasible::Unreachable(format!("malformed {what}: {v}"))),
             Err(e) => Err(Infeasible::Unreachable(format!("{what}: {e}"))),
         }
     };
     let balance = quantity(2, "eth_getBalance")?;
     let gas_estimate = match &answers[0] {
-        Ok(v) => chain::parse_u64(v)
+        Ok(v) => evm::parse_u64(v)
             .ok_or_else(|| Infeasible::Unreachable(format!("malformed estimate {v}")))?,
         Err(e) if is_insufficient_funds(e) => {
             return Err(Infeasible::CannotPayForEstimate { balance })
@@ -200,7 +203,7 @@ fn interpret(
 /// zero would make the chain look cheaper than it is.
 fn l1_fee(answer: &CallResult) -> Result<U256, Infeasible> {
     match answer {
-        Ok(v) => chain::parse_word(v).ok_or_else(|| {
+        Ok(v) => evm::parse_word(v).ok_or_else(|| {
             Infeasible::Unreachable(format!("malformed GasPriceOracle.getL1Fee answer {v}"))
         }),
         Err(e) => Err(Infeasible::Unreachable(format!(
@@ -222,8 +225,8 @@ pub fn revert_reason(e: &RpcError) -> String {
         _ => None,
     });
     data.as_deref()
-        .and_then(chain::hex_decode)
-        .and_then(|bytes| chain::error_string(&bytes))
+        .and_then(evm::hex_decode)
+        .and_then(|bytes| evm::error_string(&bytes))
         .unwrap_or_else(|| e.message.clone())
 }
 
@@ -265,7 +268,7 @@ mod tests {
         let e = RpcError {
             code: 3,
             message: "execution reverted".into(),
-            data: Some(json!(chain::hex_bytes(&data))),
+            data: Some(json!(evm::hex_bytes(&data))),
         };
         assert_eq!(revert_reason(&e), "not owner");
         let plain = RpcError {

@@ -4,7 +4,8 @@ use ethers_core::types::{Address, Bytes, U256};
 use ethers_core::utils::to_checksum;
 use serde::{Deserialize, Serialize};
 
-use crate::chain::{self, Fees};
+use crate::evm;
+use crate::evm::Fees;
 
 /// The request as sent: four strings. Values are checked by [`RouterTransaction::validate`].
 #[derive(Debug, Clone, Deserialize)]
@@ -46,7 +47,7 @@ impl RouterTransaction {
             "" | "0x" => None,
             other => Some(parse_checksummed(other).map_err(|p| invalid("to", p))?),
         };
-        let data = chain::hex_decode(&self.data)
+        let data = evm::hex_decode(&self.data)
             .filter(|_| self.data.starts_with("0x"))
             .ok_or_else(|| {
                 invalid(
@@ -81,7 +82,7 @@ fn parse_checksummed(s: &str) -> Result<Address, &'static str> {
         return Err("expected 0x followed by 40 hex digits");
     }
     let address =
-        Address::from_slice(&chain::hex_decode(s).ok_or("expected 0x followed by 40 hex digits")?);
+        Address::from_slice(&evm::hex_decode(s).ok_or("expected 0x followed by 40 hex digits")?);
     let mixed = digits.bytes().any(|b| b.is_ascii_lowercase())
         && digits.bytes().any(|b| b.is_ascii_uppercase());
     if mixed && to_checksum(&address, None) != s {
@@ -130,12 +131,12 @@ impl FeeFields {
     pub fn of(fees: &Fees) -> Self {
         match *fees {
             Fees::Eip1559 { priority_fee, .. } => FeeFields {
-                max_fee_per_gas: Some(chain::hex_u256(fees.max_fee_per_gas())),
-                max_priority_fee_per_gas: Some(chain::hex_u256(priority_fee)),
+                max_fee_per_gas: Some(evm::hex_u256(fees.max_fee_per_gas())),
+                max_priority_fee_per_gas: Some(evm::hex_u256(priority_fee)),
                 gas_price: None,
             },
             Fees::Legacy { gas_price } => FeeFields {
-                gas_price: Some(chain::hex_u256(gas_price)),
+                gas_price: Some(evm::hex_u256(gas_price)),
                 ..FeeFields::default()
             },
         }

@@ -7,7 +7,7 @@ use ethers_core::utils::keccak256;
 use http::HeaderMap;
 
 use super::wire_errors::WireError;
-use crate::facilitator::RequestTag;
+use crate::ledger::RequestTag;
 
 pub const HEADER: &str = "idempotency-key";
 

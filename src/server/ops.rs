@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 use super::wire_errors::{json_response, text_response};
 use super::App;
 use crate::chain::{self, Call, Chain};
+use crate::evm;
 use crate::facilitator::settlement::lane::SETTLEMENT_GAS;
 use crate::guard::Guard;
 
@@ -375,9 +376,9 @@ pub async fn signer_states(app: &App) -> Vec<SignerState> {
             };
             states.push(SignerState {
                 network: chain.name.clone(),
-                address: crate::chain::hex_bytes(lane.signer_address()),
-                balance: pick(0).as_ref().and_then(chain::parse_quantity),
-                nonce: pick(1).as_ref().and_then(chain::parse_u64),
+                address: crate::evm::hex_bytes(lane.signer_address()),
+                balance: pick(0).as_ref().and_then(evm::parse_quantity),
+                nonce: pick(1).as_ref().and_then(evm::parse_u64),
                 needed: price.saturating_mul(SETTLEMENT_GAS.into()),
             });
         }
@@ -391,7 +392,7 @@ async fn probe_signers(
 ) -> Option<Vec<chain::CallResult>> {
     let calls: Vec<Call> = signers
         .flat_map(|a| {
-            let address = json!(crate::chain::hex_bytes(a));
+            let address = json!(crate::evm::hex_bytes(a));
             [
                 Call::new("eth_getBalance", vec![address.clone(), json!("latest")]),
                 Call::new("eth_getTransactionCount", vec![address, json!("pending")]),

@@ -19,11 +19,12 @@ use super::idempotency;
 use super::listen::{Caller, ClientAddr};
 use super::wire_errors::{json_response, parse_body, parse_value_with, WireError};
 use super::{ops, App, Surface};
-use crate::chain;
+use crate::evm;
 use crate::facilitator::protocol::{self, v2};
 use crate::facilitator::types::{PaymentRequest, SettleResponse};
 use crate::facilitator::verify::parse_address;
-use crate::facilitator::{Facilitator, PaymentKey, RequestTag, SettleError};
+use crate::facilitator::{Facilitator, SettleError};
+use crate::ledger::{PaymentKey, RequestTag};
 
 #[derive(Clone)]
 pub struct RestLayer {
@@ -309,7 +310,7 @@ pub(crate) fn parse_status_path(rest: &str) -> Result<PaymentKey, WireError> {
         parse_address(value)
             .ok_or_else(|| WireError::bad_request(format!("{field}: not a 0x address")))
     };
-    let nonce = chain::parse_h256(nonce)
+    let nonce = evm::parse_h256(nonce)
         .ok_or_else(|| WireError::bad_request("nonce: not 0x + 64 hex digits"))?;
     if network.is_empty() {
         return Err(WireError::bad_request("network: empty"));

@@ -10,10 +10,8 @@ use std::time::Duration;
 use ethers_core::types::{Address, Bytes, H256, U256};
 
 use super::{Claim, Storage, StoreError};
-use crate::chain::TxFees;
-use crate::facilitator::settlement::state::{
-    Attempt, Inclusion, LaneId, Outcome, Record, RequestTag, State,
-};
+use crate::evm::TxFees;
+use crate::ledger::{Attempt, Inclusion, LaneId, Outcome, Record, RequestTag, State};
 
 const LONG: Duration = Duration::from_secs(600);
 

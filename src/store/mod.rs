@@ -12,6 +12,7 @@
 
 mod conformance;
 pub mod postgres;
+mod rows;
 pub mod sled;
 mod sled_v1;
 
@@ -22,33 +23,41 @@ use async_trait::async_trait;
 use ethers_core::types::U256;
 
 use crate::config::{StorageBackend, StorageSettings};
-use crate::facilitator::settlement::state::{LaneId, PaymentKey, Record};
+use crate::ledger::{LaneId, PaymentKey, Record};
 
+/// What went wrong, in words every backend can say: callers decide on the kind, and the
+/// backend's own error rides along, boxed, for the log (never a URL or a password).
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// Out of reach, or unable to make writes durable: a retry later may work.
     #[error("store: {0}")]
-    Sled(#[from] ::sled::Error),
+    Unavailable(Detail),
     #[error("store: record {key} is corrupt: {detail}")]
     Corrupt { key: String, detail: String },
-    #[error("store: cannot make writes durable: {0}")]
-    Io(String),
-    #[error("store at {0} has schema version {1}; this routerd reads version 2")]
-    Schema(String, String),
-    /// The database could not be reached or refused a statement (never carries the URL).
-    #[error("store: PostgreSQL: {0}")]
-    Postgres(String),
-    #[error("store: the database schema is at version {0}; this routerd knows up to {1}")]
-    NewerSchema(i32, i32),
+    /// Written by a routerd this one cannot read (the message names the store).
+    #[error("{0}")]
+    Schema(String),
     /// The lane's lease moved to another instance: nothing was written.
     #[error("store: lane {0} is leased to another instance")]
     LeaseLost(String),
+    /// Any other failure the backend reports.
+    #[error("store: {0}")]
+    Backend(Detail),
 }
 
+/// A backend's own error.
+pub type Detail = Box<dyn std::error::Error + Send + Sync>;
+
 impl StoreError {
-    /// Whether the failure is the database being out of reach (a retry later may work), as
+    /// The store cannot be reached: `detail` says which and why.
+    pub fn unavailable(detail: impl Into<String>) -> Self {
+        StoreError::Unavailable(detail.into().into())
+    }
+
+    /// Whether the failure is the store being out of reach (a retry later may work), as
     /// opposed to data or schema problems.
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, StoreError::Postgres(_) | StoreError::Io(_))
+        matches!(self, StoreError::Unavailable(_))
     }
 }
 
@@ -173,7 +182,7 @@ pub async fn open(settings: &StorageSettings) -> Result<Storage, StoreError> {
         StorageBackend::Sled => Ok(Arc::new(sled::Store::open_migrated(&settings.path).await?)),
         StorageBackend::Postgres => {
             let url = settings.postgres_url.as_ref().ok_or_else(|| {
-                StoreError::Postgres("storage.postgres_url is not set".to_string())
+                StoreError::unavailable("PostgreSQL: storage.postgres_url is not set")
             })?;
             Ok(Arc::new(postgres::PgStore::connect(url.expose()).await?))
         }

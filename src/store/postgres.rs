@@ -19,8 +19,9 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
 
+use super::rows::{self, Row};
 use super::{Backend, Claim, LaneStore, Lease, RouterNonceStore, SettlementStore, StoreError};
-use crate::facilitator::settlement::state::{LaneId, PaymentKey, Record};
+use crate::ledger::{LaneId, PaymentKey, Record};
 
 /// Connections per instance: the operator provisions instances x this on the server.
 pub const POOL_SIZE: usize = 16;
@@ -95,30 +96,25 @@ fn pg(e: impl std::error::Error) -> StoreError {
         message.push_str(&inner.to_string());
         cause = inner.source();
     }
-    StoreError::Postgres(message)
+    StoreError::unavailable(format!("PostgreSQL: {message}"))
 }
 
 fn int(value: u64) -> Result<i64, StoreError> {
-    i64::try_from(value).map_err(|_| StoreError::Postgres(format!("{value} exceeds bigint")))
+    i64::try_from(value)
+        .map_err(|_| StoreError::unavailable(format!("PostgreSQL: {value} exceeds bigint")))
 }
 
 fn uint(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)
 }
 
+/// The record in a `record` column (JSON text), through the one codec.
 fn decode(id: &str, text: &str) -> Result<Record, StoreError> {
-    serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
-        key: id.to_string(),
-        detail: e.to_string(),
-    })
+    rows::decode(id, text.as_bytes())
 }
 
-fn encode(record: &Record) -> String {
-    serde_json::to_string(record).expect("store records serialize")
-}
-
-/// The columns a record is stored with: unfinished unless terminal with a finish time; its
-/// account, and the value it still exposes (decimal) while it does.
+/// A [`Row`] as PostgreSQL's columns take it: the JSON as text, the finish time as bigint, the
+/// exposure in decimal for `numeric`.
 struct Columns {
     key: String,
     text: String,
@@ -129,18 +125,14 @@ struct Columns {
 }
 
 fn columns(record: &Record) -> Result<Columns, StoreError> {
-    let finished_at = record
-        .finished_at
-        .filter(|_| record.state.is_terminal())
-        .map(int)
-        .transpose()?;
+    let row = Row::of(record);
     Ok(Columns {
-        key: record.key().to_string(),
-        text: encode(record),
-        unfinished: finished_at.is_none(),
-        finished_at,
-        account: record.account().to_string(),
-        exposure: record.exposes().then(|| record.value.to_string()),
+        unfinished: row.unfinished(),
+        finished_at: row.finished_at.map(int).transpose()?,
+        text: String::from_utf8(row.encoded).expect("JSON is UTF-8"),
+        key: row.id,
+        account: row.account,
+        exposure: row.exposure.map(|value| value.to_string()),
     })
 }
 
@@ -164,7 +156,7 @@ fn describe(config: &tokio_postgres::Config) -> String {
 
 fn parse(url: &str) -> Result<tokio_postgres::Config, StoreError> {
     let mut config: tokio_postgres::Config = url.parse().map_err(|_| {
-        StoreError::Postgres("storage.postgres_url is not a connection URL".to_string())
+        StoreError::unavailable("PostgreSQL: storage.postgres_url is not a connection URL")
     })?;
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT);
@@ -282,7 +274,10 @@ impl PgStore {
             .map_err(pg)?
             .get(0);
         if current > Self::schema_version() {
-            return Err(StoreError::NewerSchema(current, Self::schema_version()));
+            return Err(StoreError::Schema(format!(
+                "store: the database schema is at version {current}; this routerd knows up to {}",
+                Self::schema_version()
+            )));
         }
         for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
             tx.batch_execute(sql).await.map_err(pg)?;
@@ -348,7 +343,7 @@ fn record_columns(records: &[&Record]) -> Result<RecordColumns, StoreError> {
 #[async_trait]
 impl SettlementStore for PgStore {
     async fn get(&self, key: &PaymentKey) -> Result<Option<Record>, StoreError> {
-        let id = key.to_string();
+        let id = key.storage_key();
         let row = self
             .client()
             .await?
@@ -371,9 +366,9 @@ impl SettlementStore for PgStore {
         taken_by: Option<&Lease>,
         limit: U256,
     ) -> Result<Claim, StoreError> {
-        let id = key.to_string();
+        let id = key.storage_key();
         let c = columns(record)?;
-        let lane = taken_by.map(|l| l.lane.to_string());
+        let lane = taken_by.map(|l| l.lane.storage_key());
         let fence = taken_by.map(|l| int(l.fence)).transpose()?;
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg)?;
@@ -442,7 +437,7 @@ impl SettlementStore for PgStore {
     async fn release(&self, key: &PaymentKey) -> Result<(), StoreError> {
         self.execute(
             "DELETE FROM settlements WHERE payment_key = $1",
-            &[&key.to_string()],
+            &[&key.storage_key()],
         )
         .await
     }
@@ -504,8 +499,11 @@ async fn exposed(tx: &tokio_postgres::Transaction<'_>, account: &str) -> Result<
         .await
         .map_err(pg)?
         .get(0);
-    U256::from_dec_str(&total)
-        .map_err(|_| StoreError::Postgres(format!("exposure of {account} is not a uint256")))
+    U256::from_dec_str(&total).map_err(|_| {
+        StoreError::unavailable(format!(
+            "PostgreSQL: exposure of {account} is not a uint256"
+        ))
+    })
 }
 
 /// Moves the lane's next nonce under the lease; the row lock it takes orders it against a
@@ -534,7 +532,7 @@ impl LaneStore for PgStore {
                      expires_at = EXCLUDED.expires_at
                  WHERE signer_lanes.holder = EXCLUDED.holder OR signer_lanes.expires_at <= now()
                  RETURNING fence",
-                &[&lane.to_string(), &holder, &ttl.as_secs_f64()],
+                &[&lane.storage_key(), &holder, &ttl.as_secs_f64()],
             )
             .await
             .map_err(pg)?;
@@ -549,7 +547,7 @@ impl LaneStore for PgStore {
         self.execute(
             "UPDATE signer_lanes SET expires_at = now()
                  WHERE lane = $1 AND holder = $2 AND fence = $3",
-            &[&lease.lane.to_string(), &lease.holder, &int(lease.fence)?],
+            &[&lease.lane.storage_key(), &lease.holder, &int(lease.fence)?],
         )
         .await
     }
@@ -560,7 +558,7 @@ impl LaneStore for PgStore {
             .await?
             .query_opt(
                 "SELECT next_nonce FROM signer_lanes WHERE lane = $1",
-                &[&lane.to_string()],
+                &[&lane.storage_key()],
             )
             .await
             .map_err(pg)?;
@@ -573,7 +571,7 @@ impl LaneStore for PgStore {
         next_nonce: u64,
         records: &[&Record],
     ) -> Result<(), StoreError> {
-        let lane = lease.lane.to_string();
+        let lane = lease.lane.storage_key();
         let columns = record_columns(records)?;
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg)?;
@@ -603,7 +601,7 @@ impl LaneStore for PgStore {
     }
 
     async fn take_queued(&self, lease: &Lease, limit: usize) -> Result<Vec<Record>, StoreError> {
-        let lane = lease.lane.to_string();
+        let lane = lease.lane.storage_key();
         let rows = self
             .client()
             .await?
@@ -633,7 +631,7 @@ impl LaneStore for PgStore {
     }
 
     async fn requeue(&self, keys: &[PaymentKey]) -> Result<(), StoreError> {
-        let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+        let keys: Vec<String> = keys.iter().map(PaymentKey::storage_key).collect();
         self.execute(
             "UPDATE settlement_queue SET lane = NULL, fence = NULL WHERE payment_key = ANY($1)",
             &[&keys],

@@ -19,10 +19,11 @@ use sled::transaction::{ConflictableTransactionError, TransactionError};
 use sled::{Db, Transactional, Tree};
 
 use super::{
-    next_router_nonce, Backend, Claim, LaneStore, Lease, RouterNonceStore, SettlementStore,
-    StoreError,
+    next_router_nonce,
+    rows::{self, Row},
+    Backend, Claim, LaneStore, Lease, RouterNonceStore, SettlementStore, StoreError,
 };
-use crate::facilitator::settlement::state::{Account, LaneId, PaymentKey, Record};
+use crate::ledger::{Account, LaneId, PaymentKey, Record};
 use ethers_core::types::U256;
 
 /// Version 2: settlement records with explicit states, and the unfinished/finished indexes.
@@ -85,10 +86,11 @@ impl Store {
             }
             Some(v) if v.as_ref() == SCHEMA_VERSION || v.as_ref() == SCHEMA_V1 => {}
             Some(v) => {
-                return Err(StoreError::Schema(
-                    path.display().to_string(),
-                    String::from_utf8_lossy(&v).to_string(),
-                ))
+                return Err(StoreError::Schema(format!(
+                    "store at {} has schema version {}; this routerd reads version 2",
+                    path.display(),
+                    String::from_utf8_lossy(&v)
+                )))
             }
         }
         let lane_leases = db.open_tree("lane_leases")?;
@@ -127,7 +129,7 @@ impl Store {
         let commit = self.commit.clone();
         tokio::task::spawn_blocking(move || sync_to_disk(&db, &path, &commit))
             .await
-            .map_err(|e| StoreError::Io(e.to_string()))??;
+            .map_err(|e| StoreError::unavailable(format!("cannot make writes durable: {e}")))??;
         self.commit.physical.fetch_add(1, Ordering::Relaxed);
         *durable = covered;
         Ok(())
@@ -179,9 +181,12 @@ impl Store {
             }
         }
     }
+}
 
-    pub fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
-        serde_json::to_vec(value).expect("store records serialize")
+/// sled's own errors (its I/O, a corrupt page) are the backend's detail.
+impl From<sled::Error> for StoreError {
+    fn from(e: sled::Error) -> Self {
+        StoreError::Backend(Box::new(e))
     }
 }
 
@@ -200,7 +205,7 @@ fn void_leases(leases: &Tree) -> Result<(), StoreError> {
         let (id, bytes) = entry?;
         if let Ok(mut lease) = serde_json::from_slice::<StoredLease>(&bytes) {
             lease.expires_ms = 0;
-            leases.insert(id, Store::encode(&lease))?;
+            leases.insert(id, rows::encode(&lease))?;
         }
     }
     Ok(())
@@ -218,7 +223,7 @@ fn check_lease(
     leases: &sled::transaction::TransactionalTree,
     lease: &Lease,
 ) -> Result<(), ConflictableTransactionError<StoreError>> {
-    let id = lease.lane.to_string();
+    let id = lease.lane.storage_key();
     let current = leases
         .get(id.as_bytes())?
         .and_then(|bytes| serde_json::from_slice::<StoredLease>(&bytes).ok());
@@ -232,37 +237,8 @@ fn check_lease(
 
 fn transaction_error(e: TransactionError<StoreError>) -> StoreError {
     match e {
-        TransactionError::Storage(e) => StoreError::Sled(e),
+        TransactionError::Storage(e) => e.into(),
         TransactionError::Abort(e) => e,
-    }
-}
-
-/// A record as `save` writes it: its key, its encoding and, once it has ended, its key in the
-/// finished index.
-struct SavedRow {
-    id: String,
-    encoded: Vec<u8>,
-    terminal: bool,
-    finished: Option<Vec<u8>>,
-    /// The value it still exposes, if any.
-    exposure: Option<[u8; 32]>,
-}
-
-impl SavedRow {
-    fn of(record: &Record) -> Self {
-        let id = record.key().to_string();
-        let terminal = record.state.is_terminal();
-        let finished = record
-            .finished_at
-            .filter(|_| terminal)
-            .map(|at| finished_key(at, &id));
-        SavedRow {
-            encoded: Store::encode(record),
-            id,
-            terminal,
-            finished,
-            exposure: record.exposes().then(|| word(record.value)),
-        }
     }
 }
 
@@ -282,7 +258,7 @@ impl Store {
         let Some(bytes) = self.settlements.get(id.as_bytes())? else {
             return Ok(None);
         };
-        Ok(decode(id, &bytes)?.request.map(|tag| tag.key))
+        Ok(rows::decode(id, &bytes)?.request.map(|tag| tag.key))
     }
 }
 
@@ -294,7 +270,7 @@ fn word(value: U256) -> [u8; 32] {
 
 /// The values the account's settlements still expose, added up.
 fn exposed(exposure: &Tree, account: &Account) -> Result<U256, StoreError> {
-    let prefix = format!("{account}|");
+    let prefix = format!("{}|", account.storage_key());
     let mut total = U256::zero();
     for entry in exposure.scan_prefix(prefix.as_bytes()) {
         let (_, value) = entry?;
@@ -309,17 +285,10 @@ fn finished_key(at: u64, id: &str) -> Vec<u8> {
     key
 }
 
-fn decode(id: &str, bytes: &[u8]) -> Result<Record, StoreError> {
-    serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
-        key: id.to_string(),
-        detail: e.to_string(),
-    })
-}
-
 #[async_trait]
 impl SettlementStore for Store {
     async fn get(&self, key: &PaymentKey) -> Result<Option<Record>, StoreError> {
-        Store::get_json(&self.settlements, &key.to_string())
+        Store::get_json(&self.settlements, &key.storage_key())
     }
 
     /// One instance: the claimer always signs, so nothing is queued.
@@ -330,10 +299,10 @@ impl SettlementStore for Store {
         _taken_by: Option<&Lease>,
         limit: U256,
     ) -> Result<Claim, StoreError> {
-        let id = key.to_string();
+        let id = key.storage_key();
         let _claiming = self.claims.lock().expect("claims lock");
         if let Some(current) = self.settlements.get(id.as_bytes())? {
-            return Ok(Claim::Exists(Box::new(decode(&id, &current)?)));
+            return Ok(Claim::Exists(Box::new(rows::decode(&id, &current)?)));
         }
         let request_key = record.request.as_ref().map(|tag| tag.key.as_bytes());
         if let Some(key) = request_key {
@@ -349,7 +318,7 @@ impl SettlementStore for Store {
         if exposed.saturating_add(record.value) > limit {
             return Ok(Claim::OverLimit { exposed });
         }
-        let encoded = Store::encode(record);
+        let encoded = rows::encode(record);
         let value = word(record.value);
         self.record_trees()
             .transaction(|(settlements, unfinished, exposure, request_keys)| {
@@ -366,7 +335,7 @@ impl SettlementStore for Store {
     }
 
     async fn save(&self, records: &[&Record], durable: bool) -> Result<(), StoreError> {
-        let rows: Vec<SavedRow> = records.iter().map(|r| SavedRow::of(r)).collect();
+        let rows: Vec<Row> = records.iter().map(|r| Row::of(r)).collect();
         (
             &self.settlements,
             &self.unfinished,
@@ -376,15 +345,18 @@ impl SettlementStore for Store {
             .transaction(|(settlements, unfinished, done, exposure)| {
                 for row in &rows {
                     settlements.insert(row.id.as_bytes(), row.encoded.as_slice())?;
-                    match &row.exposure {
-                        Some(value) => exposure.insert(row.id.as_bytes(), value)?,
+                    match row.exposure {
+                        Some(value) => exposure.insert(row.id.as_bytes(), &word(value))?,
                         None => exposure.remove(row.id.as_bytes())?,
                     };
-                    if let Some(finished) = &row.finished {
-                        unfinished.remove(row.id.as_bytes())?;
-                        done.insert(finished.as_slice(), &[])?;
-                    } else if !row.terminal {
-                        unfinished.insert(row.id.as_bytes(), &[])?;
+                    match row.finished_at {
+                        Some(at) => {
+                            unfinished.remove(row.id.as_bytes())?;
+                            done.insert(finished_key(at, &row.id), &[])?;
+                        }
+                        None => {
+                            unfinished.insert(row.id.as_bytes(), &[])?;
+                        }
                     }
                 }
                 Ok::<_, ConflictableTransactionError<StoreError>>(())
@@ -397,7 +369,7 @@ impl SettlementStore for Store {
     }
 
     async fn release(&self, key: &PaymentKey) -> Result<(), StoreError> {
-        let id = key.to_string();
+        let id = key.storage_key();
         let request_key = self.request_key_of(&id)?;
         self.record_trees()
             .transaction(|(settlements, unfinished, exposure, request_keys)| {
@@ -419,7 +391,7 @@ impl SettlementStore for Store {
             let (id, _) = entry?;
             let id = String::from_utf8_lossy(&id).to_string();
             match self.settlements.get(id.as_bytes())? {
-                Some(bytes) => out.push(decode(&id, &bytes)?),
+                Some(bytes) => out.push(rows::decode(&id, &bytes)?),
                 None => {
                     self.unfinished.remove(id.as_bytes())?;
                 }
@@ -452,7 +424,7 @@ impl LaneStore for Store {
         holder: &str,
         ttl: Duration,
     ) -> Result<Option<Lease>, StoreError> {
-        let id = lane.to_string();
+        let id = lane.storage_key();
         let now = now_ms();
         let fence = self
             .lane_leases
@@ -471,7 +443,7 @@ impl LaneStore for Store {
                     fence,
                     expires_ms: now.saturating_add(ttl.as_millis() as u64),
                 };
-                leases.insert(id.as_bytes(), Store::encode(&stored))?;
+                leases.insert(id.as_bytes(), rows::encode(&stored))?;
                 Ok::<_, ConflictableTransactionError<StoreError>>(Some(fence))
             })
             .map_err(transaction_error)?;
@@ -484,7 +456,7 @@ impl LaneStore for Store {
     }
 
     async fn surrender(&self, lease: &Lease) -> Result<(), StoreError> {
-        let id = lease.lane.to_string();
+        let id = lease.lane.storage_key();
         let released = self.lane_leases.transaction(|leases| {
             check_lease(leases, lease)?;
             let stored = StoredLease {
@@ -492,7 +464,7 @@ impl LaneStore for Store {
                 fence: lease.fence,
                 expires_ms: 0,
             };
-            leases.insert(id.as_bytes(), Store::encode(&stored))?;
+            leases.insert(id.as_bytes(), rows::encode(&stored))?;
             Ok(())
         });
         match released.map_err(transaction_error) {
@@ -504,7 +476,7 @@ impl LaneStore for Store {
     async fn lane_nonce(&self, lane: &LaneId) -> Result<Option<u64>, StoreError> {
         Ok(self
             .signer_nonces
-            .get(lane.to_string())?
+            .get(lane.storage_key())?
             .and_then(|v| Some(u64::from_be_bytes(v.as_ref().try_into().ok()?))))
     }
 
@@ -514,10 +486,10 @@ impl LaneStore for Store {
         next_nonce: u64,
         records: &[&Record],
     ) -> Result<(), StoreError> {
-        let lane_id = lease.lane.to_string();
+        let lane_id = lease.lane.storage_key();
         let encoded: Vec<(String, Vec<u8>)> = records
             .iter()
-            .map(|r| (r.key().to_string(), Store::encode(r)))
+            .map(|r| (r.key().storage_key(), rows::encode(r)))
             .collect();
         (&self.settlements, &self.signer_nonces, &self.lane_leases)
             .transaction(|(settlements, nonces, leases)| {
@@ -568,7 +540,7 @@ impl RouterNonceStore for Store {
                 .map(|r| (r.last, r.at));
             handed_out = next_router_nonce(previous, pending, now, ttl_secs, max_ahead);
             match handed_out {
-                Some(last) => Some(Store::encode(&RouterReservation { last, at: now })),
+                Some(last) => Some(rows::encode(&RouterReservation { last, at: now })),
                 None => old.map(<[u8]>::to_vec),
             }
         })?;
@@ -614,7 +586,10 @@ fn sync_to_disk(db: &Db, path: &Path, commit: &GroupCommit) -> Result<(), StoreE
 }
 
 fn io_error(path: &Path, e: std::io::Error) -> StoreError {
-    StoreError::Io(format!("{}: {e}", path.display()))
+    StoreError::unavailable(format!(
+        "cannot make writes durable: {}: {e}",
+        path.display()
+    ))
 }
 
 /// `fsync` of each regular file in `dir`; answers the directory's entries, sorted. A file sled

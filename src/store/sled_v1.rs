@@ -38,9 +38,8 @@ mod v1 {
     use ethers_core::types::{Address, Bytes, H256, U256};
     use serde::Deserialize;
 
-    use crate::chain::TxFees;
-    use crate::facilitator::settlement::state::{self, Inclusion, State};
-    use crate::facilitator::types::Reason;
+    use crate::evm::{erc3009, TxFees};
+    use crate::ledger::{self, Inclusion, Reason, State};
 
     #[derive(Deserialize)]
     pub struct Attempt {
@@ -76,75 +75,78 @@ mod v1 {
         outcome: Option<Outcome>,
     }
 
+    impl Attempt {
+        fn upgrade(self, signer: Address, nonce: u64) -> ledger::Attempt {
+            ledger::Attempt {
+                signer,
+                nonce,
+                hash: self.hash,
+                raw: self.raw,
+                // Version 1 stored a legacy price in both fields.
+                fees: if self.max_fee_per_gas == self.priority_fee {
+                    TxFees::Legacy {
+                        gas_price: self.max_fee_per_gas,
+                    }
+                } else {
+                    TxFees::Eip1559 {
+                        max_fee: self.max_fee_per_gas,
+                        priority_fee: self.priority_fee,
+                    }
+                },
+                sent_at_block: self.sent_at_block,
+            }
+        }
+    }
+
+    impl Outcome {
+        /// The terminal state and the answer of a settlement that had one (its block unknown).
+        fn upgrade(self) -> (State, ledger::Outcome) {
+            let inclusion = Inclusion {
+                block: 0,
+                block_hash: H256::zero(),
+                transaction: self.transaction,
+                succeeded: self.success,
+            };
+            let state = if self.success {
+                State::Final { inclusion }
+            } else {
+                State::Reverted { inclusion }
+            };
+            // Version 1 stored the wire name; only this one was told apart.
+            let reason = self.reason.map(|name| match name.as_str() {
+                "insufficient_funds" => Reason::InsufficientFunds,
+                _ => Reason::Payload,
+            });
+            let outcome = ledger::Outcome {
+                success: self.success,
+                reason,
+                message: self.message,
+                transaction: Some(self.transaction),
+            };
+            (state, outcome)
+        }
+    }
+
     impl Record {
-        pub fn upgrade(self, now: u64) -> Option<state::Record> {
+        pub fn upgrade(self, now: u64) -> Option<ledger::Record> {
             let (signer, nonce) = (self.signer?, self.signer_nonce?);
-            let attempts: Vec<state::Attempt> = self
+            let attempts: Vec<ledger::Attempt> = self
                 .attempts
                 .into_iter()
-                .map(|a| state::Attempt {
-                    signer,
-                    nonce,
-                    hash: a.hash,
-                    raw: a.raw,
-                    // Version 1 stored a legacy price in both fields.
-                    fees: if a.max_fee_per_gas == a.priority_fee {
-                        TxFees::Legacy {
-                            gas_price: a.max_fee_per_gas,
-                        }
-                    } else {
-                        TxFees::Eip1559 {
-                            max_fee: a.max_fee_per_gas,
-                            priority_fee: a.priority_fee,
-                        }
-                    },
-                    sent_at_block: a.sent_at_block,
-                })
+                .map(|a| a.upgrade(signer, nonce))
                 .collect();
             if attempts.is_empty() {
                 return None;
             }
-            // transferWithAuthorization(from, to, ...): `to` is the second word after the selector.
-            let pay_to = self
-                .calldata
-                .get(4 + 44..4 + 64)
-                .map(Address::from_slice)
-                .unwrap_or_default();
-            let (state, outcome, finished_at) = match self.outcome {
+            let (state, outcome, finished_at) = match self.outcome.map(Outcome::upgrade) {
                 None => (State::Sent { nonce }, None, None),
-                Some(o) => {
-                    let inclusion = Inclusion {
-                        block: 0,
-                        block_hash: H256::zero(),
-                        transaction: o.transaction,
-                        succeeded: o.success,
-                    };
-                    let state = if o.success {
-                        State::Final { inclusion }
-                    } else {
-                        State::Reverted { inclusion }
-                    };
-                    let reason = o.reason.map(|name| {
-                        if name == Reason::InsufficientFunds.settle_name() {
-                            Reason::InsufficientFunds
-                        } else {
-                            Reason::Payload
-                        }
-                    });
-                    let outcome = state::Outcome {
-                        success: o.success,
-                        reason,
-                        message: o.message,
-                        transaction: Some(o.transaction),
-                    };
-                    (state, Some(outcome), Some(now))
-                }
+                Some((state, outcome)) => (state, Some(outcome), Some(now)),
             };
-            Some(state::Record {
+            Some(ledger::Record {
                 network: self.network,
                 token: self.token,
                 payer: self.payer,
-                pay_to,
+                pay_to: erc3009::payee(&self.calldata).unwrap_or_default(),
                 value: self.value,
                 nonce: self.nonce,
                 valid_before: self.valid_before,

@@ -13,8 +13,9 @@ use serde::Deserialize;
 use serde_json::{Map, Number, Value};
 
 use super::super::settlement::SettleError;
-use super::super::types::{self, ExactEvmPayload, Reason, SettleResponse, VerifyResponse};
+use super::super::types::{self, ExactEvmPayload, SettleResponse, VerifyResponse};
 use super::super::verify::{Invalid, Verifier};
+use crate::ledger::Reason;
 
 /// `eip155:<chain id>`: the CAIP-2 namespace of EVM chains.
 const EIP155: &str = "eip155:";
@@ -311,7 +312,7 @@ pub fn settle_answer(
             error_reason: Some(SETTLEMENT_PENDING.to_string()),
             error_message: Some(SettleError::Pending(Some(hash)).to_string()),
             payer: super::super::verify::payer_of(lowered),
-            transaction: crate::chain::hex_bytes(hash),
+            transaction: crate::evm::hex_bytes(hash),
             network,
         }),
         Err(other) => Err(other),

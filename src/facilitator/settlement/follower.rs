@@ -11,13 +11,15 @@ use ethers_core::types::{Bytes, H256, U256};
 use serde_json::{json, Value};
 
 use super::lane::SETTLEMENT_GAS;
-use super::state::{Attempt, Inclusion, Lost, Outcome, Record, State};
 use super::waiters::Progress;
 use super::worker::{Slot, Worker, FILLER_GAS};
-use crate::chain::{self, Call, CallResult, Canonical, Chain, Head, TxFees};
+use crate::chain::{self, Call, CallResult, Canonical, Chain, Head};
 use crate::clock::unix_now;
-use crate::facilitator::erc3009;
-use crate::facilitator::types::Reason;
+use crate::evm;
+use crate::evm::erc3009;
+use crate::evm::TxFees;
+use crate::ledger::Reason;
+use crate::ledger::{Attempt, Inclusion, Lost, Outcome, Record, State};
 use crate::store::StoreError;
 
 /// Heads without the chain's nonce moving, with transactions waiting, before they are all sent
@@ -63,7 +65,7 @@ impl Worker {
 
     /// The chain's nonce for the signer (transactions mined) and its balance, in one batch.
     async fn read_lane(&self, head: &Head) -> Option<(u64, U256)> {
-        let address = json!(chain::hex_bytes(self.lane.signer.address));
+        let address = json!(evm::hex_bytes(self.lane.signer.address));
         let block = json!(format!("{:#x}", head.number));
         let calls = [
             Call::new(
@@ -73,8 +75,8 @@ impl Worker {
             Call::new("eth_getBalance", vec![address, block]),
         ];
         let answers = self.lane.chain.client.batch(&calls).await.ok()?;
-        let nonce = answers[0].as_ref().ok().and_then(chain::parse_u64)?;
-        let balance = answers[1].as_ref().ok().and_then(chain::parse_quantity)?;
+        let nonce = answers[0].as_ref().ok().and_then(evm::parse_u64)?;
+        let balance = answers[1].as_ref().ok().and_then(evm::parse_quantity)?;
         Some((nonce, balance))
     }
 
@@ -128,7 +130,7 @@ impl Worker {
             .map(|(_, hash)| {
                 Call::new(
                     "eth_getTransactionReceipt",
-                    vec![json!(chain::hex_bytes(hash))],
+                    vec![json!(evm::hex_bytes(hash))],
                 )
             })
             .collect();
@@ -195,7 +197,7 @@ impl Worker {
             "latest",
         );
         let used = match self.lane.chain.client.batch(&[call]).await {
-            Ok(answers) => answers[0].as_ref().ok().and_then(chain::parse_word),
+            Ok(answers) => answers[0].as_ref().ok().and_then(evm::parse_word),
             Err(_) => None,
         };
         match used {
@@ -550,13 +552,13 @@ impl Worker {
 /// A receipt in a block at or below `head` (a node ahead of our head is asked again later).
 pub(crate) fn inclusion_of(hash: H256, answer: &CallResult, head: u64) -> Option<Inclusion> {
     let receipt: &Value = answer.as_ref().ok()?;
-    let block = receipt.get("blockNumber").and_then(chain::parse_u64)?;
+    let block = receipt.get("blockNumber").and_then(evm::parse_u64)?;
     let block_hash = receipt.get("blockHash").and_then(chain::head::parse_hash)?;
     (block <= head).then_some(Inclusion {
         block,
         block_hash,
         transaction: hash,
-        succeeded: receipt.get("status").and_then(chain::parse_u64) == Some(1),
+        succeeded: receipt.get("status").and_then(evm::parse_u64) == Some(1),
     })
 }
 
@@ -575,7 +577,7 @@ async fn diagnose_revert(chain: &Chain, record: &Record, hash: H256) -> Outcome 
         answers
             .get(i)
             .and_then(|a| a.as_ref().ok())
-            .and_then(chain::parse_word)
+            .and_then(evm::parse_word)
     };
     let (reason, message) = if word(0).is_some_and(|w| !w.is_zero()) {
         (

@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex};
 use ethers_core::types::{Address, U256};
 use tokio::sync::mpsc;
 
-use super::state::{LaneId, Record};
 use crate::chain::Chain;
 use crate::facilitator::cooldown::Cooldown;
 use crate::guard::Guard;
+use crate::ledger::{LaneId, Record};
 use crate::signer::Signer;
 use crate::store::Lease;
 
@@ -80,7 +80,7 @@ impl Lane {
         let guard = Guard::new(format!(
             "signer lane {} {}",
             chain.name,
-            crate::chain::hex_bytes(signer.address)
+            crate::evm::hex_bytes(signer.address)
         ));
         let lane = Arc::new(Self {
             id: LaneId {

@@ -11,9 +11,9 @@ use std::sync::atomic::Ordering;
 
 use tokio::time::Instant;
 
-use super::state::{LaneId, Record};
 use super::waiters::Progress;
 use super::worker::{transaction_count, Worker, MAX_BATCH};
+use crate::ledger::{LaneId, Record};
 use crate::store::{Lease, StoreError};
 
 impl Worker {

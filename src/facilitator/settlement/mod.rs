@@ -10,7 +10,6 @@
 pub(crate) mod follower;
 pub mod lane;
 mod lease;
-pub mod state;
 pub mod waiters;
 mod worker;
 
@@ -21,14 +20,16 @@ use ethers_core::types::{Bytes, H256, U256};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::erc3009;
-use super::types::{PaymentRequest, Reason, SettleResponse, SettlementStatus, StatusOutcome};
+use super::types::{PaymentRequest, SettleResponse, SettlementStatus, StatusOutcome};
 use super::verify::{check_terms, payer_of, Invalid, Payer, Payment, Trial, Tried, Verifier};
-use crate::chain::{self, Unreachable};
+use crate::chain::Unreachable;
 use crate::clock::unix_now;
+use crate::evm;
+use crate::evm::erc3009;
+use crate::ledger::Reason;
+use crate::ledger::{self, LaneId, Outcome, PaymentKey, Record, RequestTag, State};
 use crate::store::{Claim, Lease, Storage, StoreError};
 pub use lane::{Lane, LaneSettings, Lanes};
-pub use state::{LaneId, Outcome, PaymentKey, Record, RequestTag, State};
 use waiters::{Progress, Running, Waiters};
 use worker::Worker;
 
@@ -278,22 +279,22 @@ impl Settler {
             .or_else(|| record.latest().map(|a| a.hash));
         Ok(Some(SettlementStatus {
             network: record.network.clone(),
-            asset: chain::hex_bytes(record.token),
-            payer: chain::hex_bytes(record.payer),
-            nonce: chain::hex_bytes(record.nonce),
+            asset: evm::hex_bytes(record.token),
+            payer: evm::hex_bytes(record.payer),
+            nonce: evm::hex_bytes(record.nonce),
             state: record.state.name(),
-            transaction: transaction.map(chain::hex_bytes),
-            signer: record.latest().map(|a| chain::hex_bytes(a.signer)),
+            transaction: transaction.map(evm::hex_bytes),
+            signer: record.latest().map(|a| evm::hex_bytes(a.signer)),
             signer_nonce: record.latest().map(|a| a.nonce),
             block: block.map(|i| i.block),
-            block_hash: block.map(|i| chain::hex_bytes(i.block_hash)),
+            block_hash: block.map(|i| evm::hex_bytes(i.block_hash)),
             confirmations: match (block, head) {
-                (Some(i), Some(head)) => state::depth(head, i.block),
+                (Some(i), Some(head)) => ledger::depth(head, i.block),
                 _ => 0,
             },
             outcome: record.outcome.as_ref().map(|o| StatusOutcome {
                 success: o.success,
-                transaction: o.transaction.map(chain::hex_bytes),
+                transaction: o.transaction.map(evm::hex_bytes),
                 error_reason: o.reason.map(Reason::settle_name),
                 error_message: o.message.clone(),
             }),
@@ -699,7 +700,7 @@ impl Answer {
                 (answer.transaction, message)
             }
             Err(SettleError::Pending(Some(hash))) => {
-                let hash = chain::hex_bytes(hash);
+                let hash = evm::hex_bytes(hash);
                 (hash.clone(), format!("already being settled by {hash}"))
             }
             other => return other,
@@ -722,10 +723,7 @@ impl Answer {
             error_reason: outcome.reason.map(|r| r.settle_name().to_string()),
             error_message: outcome.message.clone(),
             payer: self.payer.clone(),
-            transaction: outcome
-                .transaction
-                .map(chain::hex_bytes)
-                .unwrap_or_default(),
+            transaction: outcome.transaction.map(evm::hex_bytes).unwrap_or_default(),
             network: self.network.clone(),
         }
     }

@@ -9,7 +9,7 @@ use std::sync::{Mutex, MutexGuard};
 use ethers_core::types::H256;
 use tokio::sync::watch;
 
-use super::state::{Outcome, PaymentKey, RequestTag};
+use crate::ledger::{Outcome, PaymentKey, RequestTag};
 
 /// What waiters learn about a settlement.
 #[derive(Debug, Clone)]

@@ -19,11 +19,13 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::lane::{Lane, Lanes};
-use super::state::{Attempt, Lost, Record, State};
 use super::waiters::{Progress, Waiters};
 use super::{LeaseSettings, Ledger};
-use crate::chain::{self, Call, Refusal, TxFees};
+use crate::chain::{Call, Refusal};
 use crate::clock::unix_now;
+use crate::evm;
+use crate::evm::TxFees;
+use crate::ledger::{Attempt, Lost, Record, State};
 use crate::signer::UnsignedTx;
 use crate::store::{Lease, StoreError};
 
@@ -426,7 +428,7 @@ impl Worker {
         }
         let calls: Vec<Call> = raws
             .iter()
-            .map(|raw| Call::new("eth_sendRawTransaction", vec![json!(chain::hex_bytes(raw))]))
+            .map(|raw| Call::new("eth_sendRawTransaction", vec![json!(evm::hex_bytes(raw))]))
             .collect();
         match self.lane.chain.client.batch(&calls).await {
             Ok(answers) => answers
@@ -468,12 +470,12 @@ pub(super) async fn transaction_count(lane: &Lane, block: &str) -> Option<u64> {
         .call(
             "eth_getTransactionCount",
             vec![
-                json!(crate::chain::hex_bytes(lane.signer.address)),
+                json!(crate::evm::hex_bytes(lane.signer.address)),
                 json!(block),
             ],
         )
         .await
         .ok()?
         .ok()?;
-    chain::parse_u64(&answer)
+    evm::parse_u64(&answer)
 }

@@ -6,56 +6,12 @@
 //! somebody else moves `Sent` back to `Signed` at a new nonce. `outcome` is what callers are
 //! answered, set once the inclusion is `confirmations` deep, and never changed afterwards.
 
-use std::fmt;
-
 use ethers_core::types::{Address, Bytes, H256, U256};
 use serde::{Deserialize, Serialize};
 
-use crate::chain::{hex_bytes, TxFees};
-use crate::facilitator::types::Reason;
-
-/// A payment, as x402-facilitator.md §3 identifies it: (network, asset, from, nonce).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PaymentKey {
-    pub network: String,
-    pub asset: Address,
-    pub from: Address,
-    pub nonce: H256,
-}
-
-impl fmt::Display for PaymentKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}|{}|{}|{}",
-            self.network,
-            hex_bytes(self.asset),
-            hex_bytes(self.from),
-            hex_bytes(self.nonce)
-        )
-    }
-}
-
-/// One payer's funds in one token on one network: what the payer-exposure rule (access.md §2)
-/// adds its unfinished settlements up on.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Account {
-    pub network: String,
-    pub asset: Address,
-    pub payer: Address,
-}
-
-impl fmt::Display for Account {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}|{}|{}",
-            self.network,
-            hex_bytes(self.asset),
-            hex_bytes(self.payer)
-        )
-    }
-}
+use super::keys::{Account, PaymentKey};
+use super::Reason;
+use crate::evm::TxFees;
 
 /// The request that claimed a payment, as its retries name it: an `Idempotency-Key` header (or
 /// v2's `payment-identifier`) and a hash of the body it first came with. A settle is told the
@@ -64,19 +20,6 @@ impl fmt::Display for Account {
 pub struct RequestTag {
     pub key: String,
     pub body: H256,
-}
-
-/// One signer key on one network: its own nonce sequence.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct LaneId {
-    pub network: String,
-    pub signer: Address,
-}
-
-impl fmt::Display for LaneId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}|{:?}", self.network, self.signer)
-    }
 }
 
 /// Why a settlement can no longer land.

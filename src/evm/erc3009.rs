@@ -3,7 +3,7 @@
 
 use std::sync::LazyLock;
 
-use ethers_core::abi::{encode, Token};
+use ethers_core::abi::{decode, encode, ParamType, Token};
 use ethers_core::types::{Address, Bytes, Signature, H256, U256};
 use ethers_core::utils::keccak256;
 use secp256k1::ecdsa::{RecoverableSignature, RecoveryId};
@@ -198,10 +198,28 @@ pub fn transfer_with_authorization(
     }
 }
 
+/// The payee (`to`) of `transferWithAuthorization` calldata, either overload: the second
+/// argument, read by the ABI decoder (`None` when the calldata is not such a call).
+pub fn payee(calldata: &[u8]) -> Option<Address> {
+    let args = calldata.get(4..)?;
+    let mut head = decode(&[ParamType::Address, ParamType::Address], args).ok()?;
+    head.pop()?.into_address()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signer::Signer;
+    use ethers_core::utils::secret_key_to_address;
+    use k256::ecdsa::SigningKey;
+
+    /// A test key's address and its 65-byte signature (`v` = 27/28) of `digest`.
+    fn sign(key: &[u8], digest: H256) -> (Address, Vec<u8>) {
+        let key = SigningKey::from_slice(key).unwrap();
+        let (signature, recovery) = key.sign_prehash_recoverable(digest.as_bytes()).unwrap();
+        let mut bytes = signature.to_bytes().to_vec();
+        bytes.push(27 + recovery.to_byte());
+        (secret_key_to_address(&key), bytes)
+    }
 
     const DEV_KEY: &str = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d";
 
@@ -245,11 +263,10 @@ mod tests {
 
     #[test]
     fn signed_digest_recovers_and_rejects_malleable_forms() {
-        let signer = Signer::from_hex(DEV_KEY).unwrap();
         let separator = domain_separator("USD Coin", "2", 84532, Address::repeat_byte(0x22));
         let digest = digest(separator, &sample());
-        let mut bytes = signer.sign_hash(digest).to_vec();
-        assert_eq!(recover(digest, &bytes), Some(signer.address));
+        let (signer, mut bytes) = sign(&crate::evm::hex_decode(DEV_KEY).unwrap(), digest);
+        assert_eq!(recover(digest, &bytes), Some(signer));
 
         let mut bad_v = bytes.clone();
         bad_v[64] = 1;
@@ -272,19 +289,27 @@ mod tests {
     #[test]
     fn recovery_agrees_with_k256_on_many_signatures() {
         for i in 1..=64u8 {
-            let key = crate::chain::hex_bytes([i; 32]);
-            let signer = Signer::from_hex(&key).unwrap();
             let digest = H256::from(keccak256([i, 7, i]));
-            let bytes = signer.sign_hash(digest).to_vec();
+            let (signer, bytes) = sign(&[i; 32], digest);
             let k256 = split_signature(&bytes).and_then(|s| s.recover(digest).ok());
             assert_eq!(recover(digest, &bytes), k256);
-            assert_eq!(recover(digest, &bytes), Some(signer.address));
+            assert_eq!(recover(digest, &bytes), Some(signer));
             // Another digest recovers someone else, on both.
             let other = H256::from(keccak256([i]));
             let k256_other = split_signature(&bytes).and_then(|s| s.recover(other).ok());
             assert_eq!(recover(other, &bytes), k256_other);
-            assert_ne!(recover(other, &bytes), Some(signer.address));
+            assert_ne!(recover(other, &bytes), Some(signer));
         }
+    }
+
+    #[test]
+    fn the_payee_is_read_from_either_overload() {
+        let to = sample().to;
+        let eoa = transfer_with_authorization(&sample(), &[7u8; 65], false);
+        assert_eq!(payee(&eoa), Some(to));
+        let wallet = transfer_with_authorization(&sample(), &[1, 2, 3], true);
+        assert_eq!(payee(&wallet), Some(to));
+        assert_eq!(payee(&eoa[..40]), None);
     }
 
     #[test]

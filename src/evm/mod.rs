@@ -1,0 +1,12 @@
+//! EVM primitives, with no I/O and no knowledge of their users: hex and quantity parsers, fee
+//! arithmetic, revert data, and the ERC-3009 token's typed data and calldata. Every room above
+//! reads and writes chain values through here.
+
+pub mod erc3009;
+pub mod fees;
+mod hex;
+mod revert;
+
+pub use fees::{Fees, TxFees};
+pub use hex::{hex_bytes, hex_decode, hex_u256, parse_h256, parse_quantity, parse_u64, parse_word};
+pub use revert::{error_string, revert_message};

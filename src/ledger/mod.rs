@@ -1,0 +1,11 @@
+//! The settlement ledger's model: what a settlement is, the only ways it moves on, what it is
+//! keyed by and why it failed. Plain data and pure transitions, no I/O: the store keeps it, the
+//! facilitator drives it, and neither is known here.
+
+pub mod keys;
+mod reason;
+pub mod record;
+
+pub use keys::{Account, LaneId, PaymentKey, RouterNonceKey};
+pub use reason::Reason;
+pub use record::{depth, Attempt, Inclusion, Lost, Outcome, Record, RequestTag, State};

@@ -1,0 +1,43 @@
+//! Why a payment failed, as the ledger stores it. The stored names are spelled out here, one per
+//! variant, so that renaming a variant or a wire name never changes what is on disk; the wire
+//! names of each protocol version are the facilitator's (`facilitator::types`).
+
+use serde::{Deserialize, Serialize};
+
+/// Why a payment fails verification, in the order of the rules (x402-facilitator.md §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Reason {
+    #[serde(rename = "X402Version")]
+    X402Version,
+    #[serde(rename = "Scheme")]
+    Scheme,
+    #[serde(rename = "Network")]
+    Network,
+    #[serde(rename = "PaymentRequirements")]
+    PaymentRequirements,
+    #[serde(rename = "Payload")]
+    Payload,
+    #[serde(rename = "FromKyt")]
+    FromKyt,
+    #[serde(rename = "ToKyt")]
+    ToKyt,
+    #[serde(rename = "TypedDataMessage")]
+    TypedDataMessage,
+    #[serde(rename = "ValueTooLow")]
+    ValueTooLow,
+    #[serde(rename = "Value")]
+    Value,
+    #[serde(rename = "ValidAfter")]
+    ValidAfter,
+    #[serde(rename = "ValidBefore")]
+    ValidBefore,
+    #[serde(rename = "Signature")]
+    Signature,
+    #[serde(rename = "SignatureAddress")]
+    SignatureAddress,
+    #[serde(rename = "InsufficientFunds")]
+    InsufficientFunds,
+    /// The payment's nonce is claimed for settlement: being settled or settled (access.md §1).
+    #[serde(rename = "AlreadySettled")]
+    AlreadySettled,
+}

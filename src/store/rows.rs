@@ -1,0 +1,54 @@
+//! One codec for both backends: how a record becomes a stored row (its key, its JSON, whether it
+//! is finished, its account and the value it still exposes) and how a stored row becomes a
+//! record again. A backend decides where the row goes, never what it holds.
+
+use ethers_core::types::U256;
+use serde::Serialize;
+
+use super::StoreError;
+use crate::ledger::Record;
+
+/// A record as every backend writes it.
+pub struct Row {
+    /// `PaymentKey::storage_key`.
+    pub id: String,
+    /// The record's JSON.
+    pub encoded: Vec<u8>,
+    /// Set once the record is terminal with a finish time: it leaves the unfinished index for
+    /// the finished one (pruned after `retention_days`).
+    pub finished_at: Option<u64>,
+    /// `Account::storage_key`: whose balance its exposure counts against.
+    pub account: String,
+    /// The value it still exposes (`Record::exposes`), if any.
+    pub exposure: Option<U256>,
+}
+
+impl Row {
+    pub fn of(record: &Record) -> Self {
+        Row {
+            id: record.key().storage_key(),
+            encoded: encode(record),
+            finished_at: record.finished_at.filter(|_| record.state.is_terminal()),
+            account: record.account().storage_key(),
+            exposure: record.exposes().then_some(record.value),
+        }
+    }
+
+    /// The one finished/unfinished rule: unfinished until terminal with a finish time.
+    pub fn unfinished(&self) -> bool {
+        self.finished_at.is_none()
+    }
+}
+
+/// JSON, the stored form of records and of a backend's own small values (leases, reservations).
+pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    serde_json::to_vec(value).expect("stored values serialize")
+}
+
+/// The record stored under `id`; `Corrupt` (naming the key) when it does not read.
+pub fn decode(id: &str, bytes: &[u8]) -> Result<Record, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
+        key: id.to_string(),
+        detail: e.to_string(),
+    })
+}
