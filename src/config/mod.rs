@@ -1,0 +1,58 @@
+//! Typed settings: layered TOML files, `ROUTERD__SECTION__KEY` environment overrides, validation
+//! that names the bad key, and a redacted rendering for `check-config`.
+//!
+//! What holds throughout: [`Settings::load`] and [`Settings::load_from`] return settings only once
+//! every check has passed, and every [`ConfigError`] names the key at fault; a [`Secret`] or an
+//! [`Endpoint`] is never shown in full, neither in `Debug` nor in [`Settings::render`]. This
+//! module depends on no other routerd module.
+//!
+//! - `schema`: the settings structs and enums, their serde attributes and defaults;
+//! - `redacted`: [`Secret`] and [`Endpoint`], the values shown redacted;
+//! - `env`: the layered sources (files, then the environment, then systemd credentials);
+//! - `validate`: the checks of each section;
+//! - `error`: [`ConfigError`], and the key read out of the `config` crate's errors;
+//! - `render`: the effective configuration as TOML, for `check-config`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+mod env;
+mod error;
+mod redacted;
+mod render;
+mod schema;
+#[cfg(test)]
+mod testing;
+mod validate;
+
+pub use env::ENV_PREFIX;
+pub use error::ConfigError;
+pub use redacted::{Endpoint, Secret};
+pub use schema::{
+    AuthSettings, ChainKind, ChainSettings, FacilitatorSettings, FeeModel, RouterSettings,
+    ServerSettings, Settings, StorageBackend, StorageSettings, TokenSettings, KEPT_BLOCKS,
+};
+
+impl Settings {
+    /// Loads `paths` in order (later files win), then the environment, then validates.
+    pub fn load(paths: &[PathBuf]) -> Result<Self, ConfigError> {
+        let env: HashMap<String, String> = std::env::vars().collect();
+        Self::load_from(paths, &env)
+    }
+
+    pub fn load_from(
+        paths: &[PathBuf],
+        env: &HashMap<String, String>,
+    ) -> Result<Self, ConfigError> {
+        let mut settings = env::read_layers(paths, env)?;
+        settings.storage.resolve_url(env)?;
+        settings.auth.resolve_file(env);
+        settings.validate()?;
+        Ok(settings)
+    }
+}
+
+/// Where the default configuration lives when `--config` is not given.
+pub fn default_config_path() -> &'static Path {
+    Path::new("conf/default.toml")
+}
