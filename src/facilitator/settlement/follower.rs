@@ -29,6 +29,17 @@ const STALL_BEFORE_RESEND: u64 = 2;
 /// load-balanced endpoint may answer the nonce and the receipt from different nodes.
 const MISSES_BEFORE_MOVE: u8 = 2;
 
+/// What the follower keeps from one head to the next; a lane taken over starts without it.
+#[derive(Default)]
+pub(super) struct Seen {
+    /// The chain's nonce for the signer at the previous head.
+    pub(super) chain_nonce: Option<u64>,
+    /// Heads in a row at which the chain's nonce did not move while transactions waited.
+    pub(super) stalled: u64,
+    /// Nonces below the next one with nothing in them, seen at the previous head.
+    pub(super) gaps: Vec<u64>,
+}
+
 impl Worker {
     pub(super) async fn on_head(&mut self, head: &Head) {
         if self.current_lease().await.is_none() {
@@ -42,12 +53,12 @@ impl Worker {
             .max_fee_per_gas()
             .saturating_mul(SETTLEMENT_GAS.into());
         self.lane.funded.store(balance >= needed, Ordering::Relaxed);
-        if chain_nonce > self.next_nonce {
+        if chain_nonce > self.nonces.next {
             // Transactions sent with this key outside routerd: never hand those nonces out.
-            tracing::warn!(lane = %self.lane.id, chain_nonce, next = self.next_nonce, "signer nonce used outside routerd");
-            self.next_nonce = chain_nonce;
-            if let Some(lease) = &self.lease {
-                if let Err(e) = self.ledger.set_lane_nonce(lease, chain_nonce).await {
+            tracing::warn!(lane = %self.lane.id, chain_nonce, next = self.nonces.next, "signer nonce used outside routerd");
+            self.nonces.next = chain_nonce;
+            if let Some(lease) = &self.store.lease {
+                if let Err(e) = self.store.ledger.set_lane_nonce(lease, chain_nonce).await {
                     tracing::error!(lane = %self.lane.id, error = %e, "could not store the lane nonce");
                 }
             }
@@ -59,7 +70,7 @@ impl Worker {
         resend.extend(self.unstick(head, chain_nonce, market).await);
         self.fill_gaps(head, chain_nonce, market).await;
         self.broadcast(&resend).await;
-        self.last_chain_nonce = Some(chain_nonce);
+        self.seen.chain_nonce = Some(chain_nonce);
         self.sign_waiting().await;
     }
 
@@ -84,7 +95,7 @@ impl Worker {
     /// transactions to send again (same nonce, same hash).
     fn check_reorgs(&mut self, head: &Head) -> Vec<Bytes> {
         let mut resend = Vec::new();
-        for slot in self.slots.values_mut() {
+        for slot in self.nonces.slots.values_mut() {
             let Slot::Settlement { record, .. } = slot else {
                 continue;
             };
@@ -117,6 +128,7 @@ impl Worker {
     /// Answers the nonces of the settlements included now, in order; `confirm` stores them.
     async fn find_inclusions(&mut self, head: &Head, chain_nonce: u64) -> Vec<u64> {
         let asked: Vec<(u64, H256)> = self
+            .nonces
             .slots
             .range(..chain_nonce)
             .filter(|(_, slot)| !slot.is_included())
@@ -148,15 +160,20 @@ impl Worker {
                 found.insert(*nonce, inclusion);
             }
         }
-        let nonces: Vec<u64> = self.slots.range(..chain_nonce).map(|(n, _)| *n).collect();
+        let nonces: Vec<u64> = self
+            .nonces
+            .slots
+            .range(..chain_nonce)
+            .map(|(n, _)| *n)
+            .collect();
         let mut moved = Vec::new();
         let mut included = Vec::new();
         for nonce in nonces {
             let inclusion = found.get(&nonce).copied();
-            match self.slots.get_mut(&nonce) {
+            match self.nonces.slots.get_mut(&nonce) {
                 Some(Slot::Filler { .. }) => {
                     // Mined, or the nonce went to something else: either way it is used.
-                    self.slots.remove(&nonce);
+                    self.nonces.slots.remove(&nonce);
                 }
                 Some(Slot::Settlement { record, misses })
                     if !matches!(record.state, State::Included { .. }) =>
@@ -180,7 +197,7 @@ impl Worker {
             }
         }
         for nonce in moved {
-            if let Some(Slot::Settlement { record, .. }) = self.slots.remove(&nonce) {
+            if let Some(Slot::Settlement { record, .. }) = self.nonces.slots.remove(&nonce) {
                 self.nonce_taken(*record).await;
             }
         }
@@ -203,7 +220,7 @@ impl Worker {
         match used {
             Some(word) if word.is_zero() => {
                 tracing::warn!(payment = %key, nonce = ?record.state.nonce(), "signer nonce used by another transaction; signing the settlement again at a new nonce");
-                self.to_sign.push(record);
+                self.nonces.to_sign.push(record);
             }
             Some(_) => {
                 tracing::error!(payment = %key, "authorization used by a transaction that is not routerd's");
@@ -213,13 +230,7 @@ impl Worker {
             None => {
                 // Cannot tell now: look again at the next head.
                 let nonce = record.state.nonce().expect("followed");
-                self.slots.insert(
-                    nonce,
-                    Slot::Settlement {
-                        record: Box::new(record),
-                        misses: 0,
-                    },
-                );
+                self.nonces.slots.insert(nonce, Slot::settlement(record));
             }
         }
     }
@@ -236,9 +247,9 @@ impl Worker {
         let settings = self.lane.settings.clone();
         let mut changed = Vec::new();
         let mut answers = Vec::new();
-        let nonces: Vec<u64> = self.slots.keys().copied().collect();
+        let nonces: Vec<u64> = self.nonces.slots.keys().copied().collect();
         for nonce in nonces {
-            let Some(Slot::Settlement { record, .. }) = self.slots.get_mut(&nonce) else {
+            let Some(Slot::Settlement { record, .. }) = self.nonces.slots.get_mut(&nonce) else {
                 continue;
             };
             let State::Included { inclusion, .. } = record.state else {
@@ -266,7 +277,7 @@ impl Worker {
             return; // finality waits for the next head too
         }
         let mut finals = Vec::new();
-        for (nonce, slot) in self.slots.iter_mut() {
+        for (nonce, slot) in self.nonces.slots.iter_mut() {
             if let Slot::Settlement { record, .. } = slot {
                 if record.finalize(head.number, settings.finality_depth, unix_now()) {
                     finals.push(*nonce);
@@ -277,7 +288,7 @@ impl Worker {
             tracing::error!(error = %e, settlements = finals.len(), "could not store final states");
         }
         for nonce in finals {
-            self.slots.remove(&nonce);
+            self.nonces.slots.remove(&nonce);
         }
     }
 
@@ -288,12 +299,12 @@ impl Worker {
         }
         let records: Vec<&Record> = nonces
             .iter()
-            .filter_map(|nonce| match self.slots.get(nonce) {
+            .filter_map(|nonce| match self.nonces.slots.get(nonce) {
                 Some(Slot::Settlement { record, .. }) => Some(&**record),
                 _ => None,
             })
             .collect();
-        self.ledger.save(&records, false).await
+        self.store.ledger.save(&records, false).await
     }
 
     /// Stores the records of `changed` and tells the callers of `answers` (some of them) their
@@ -303,27 +314,27 @@ impl Worker {
     async fn store_and_answer(&mut self, changed: &[u64], answers: &[u64]) -> bool {
         let stored = match self.store(changed).await {
             Ok(()) if answers.is_empty() => return true,
-            Ok(()) => self.ledger.flush().await,
+            Ok(()) => self.store.ledger.flush().await,
             Err(e) => Err(e),
         };
         if let Err(e) = stored {
             tracing::error!(error = %e, settlements = changed.len(), "could not store the settlements this head changed");
             for nonce in answers {
-                if let Some(Slot::Settlement { record, .. }) = self.slots.get_mut(nonce) {
+                if let Some(Slot::Settlement { record, .. }) = self.nonces.slots.get_mut(nonce) {
                     record.outcome = None;
                 }
             }
             return false;
         }
         for nonce in answers {
-            let Some(Slot::Settlement { record, .. }) = self.slots.get(nonce) else {
+            let Some(Slot::Settlement { record, .. }) = self.nonces.slots.get(nonce) else {
                 continue;
             };
             let key = record.key();
             let outcome = record.outcome.clone().expect("confirm sets the outcome");
             tracing::info!(payment = %key, success = outcome.success, transaction = ?outcome.transaction, "settlement answered");
             self.lane.answered();
-            self.waiters.finish(&key, Progress::Done(outcome));
+            self.out.waiters.finish(&key, Progress::Done(outcome));
         }
         true
     }
@@ -333,6 +344,7 @@ impl Worker {
     /// is replaced.
     async fn expire(&mut self, head: &Head, chain_nonce: u64, market: TxFees) -> Vec<Bytes> {
         let expired: Vec<u64> = self
+            .nonces
             .slots
             .range(chain_nonce..)
             .filter(|(_, slot)| match slot {
@@ -345,7 +357,7 @@ impl Worker {
             .collect();
         let mut resend = Vec::new();
         for nonce in expired {
-            let Some(Slot::Settlement { mut record, .. }) = self.slots.remove(&nonce) else {
+            let Some(Slot::Settlement { mut record, .. }) = self.nonces.slots.remove(&nonce) else {
                 continue;
             };
             tracing::warn!(payment = %record.key(), nonce, "authorization expired before the settlement was mined");
@@ -353,12 +365,7 @@ impl Worker {
             let answered_now = record.expire(Lost::ValidBeforePassed, unix_now());
             let filler = self.filler(nonce, previous.replacement(market), head.number);
             resend.push(filler.raw.clone());
-            self.slots.insert(
-                nonce,
-                Slot::Filler {
-                    attempts: vec![filler],
-                },
-            );
+            self.nonces.slots.insert(nonce, Slot::filler(filler));
             self.finished(*record, answered_now).await;
         }
         resend
@@ -369,24 +376,26 @@ impl Worker {
     /// blocks the lane with higher fees, within the caps.
     async fn unstick(&mut self, head: &Head, chain_nonce: u64, market: TxFees) -> Vec<Bytes> {
         let waiting = self
+            .nonces
             .slots
             .range(chain_nonce..)
             .any(|(_, s)| !s.is_included());
-        if !waiting || self.last_chain_nonce != Some(chain_nonce) {
-            self.stalled = 0;
+        if !waiting || self.seen.chain_nonce != Some(chain_nonce) {
+            self.seen.stalled = 0;
             return Vec::new();
         }
-        self.stalled += 1;
+        self.seen.stalled += 1;
         let mut resend = Vec::new();
-        if self.stalled.is_multiple_of(STALL_BEFORE_RESEND) {
+        if self.seen.stalled.is_multiple_of(STALL_BEFORE_RESEND) {
             resend.extend(
-                self.slots
+                self.nonces
+                    .slots
                     .range(chain_nonce..)
                     .filter(|(_, s)| !s.is_included())
                     .filter_map(|(_, s)| s.latest().map(|a| a.raw.clone())),
             );
         }
-        if self.stalled >= self.lane.settings.bump_after_blocks {
+        if self.seen.stalled >= self.lane.settings.bump_after_blocks {
             if let Some(raw) = self.bump(chain_nonce, head, market).await {
                 resend.push(raw);
             }
@@ -397,7 +406,7 @@ impl Worker {
     /// Replaces the transaction at `nonce` with higher fees if the caps allow it.
     async fn bump(&mut self, nonce: u64, head: &Head, market: TxFees) -> Option<Bytes> {
         let (latest, first, gas) = {
-            let slot = self.slots.get(&nonce)?;
+            let slot = self.nonces.slots.get(&nonce)?;
             let latest = slot.latest()?.clone();
             let first = slot.attempts().first()?.fees.max_fee_per_gas();
             let gas = match slot {
@@ -414,7 +423,7 @@ impl Worker {
         if !fees.replaces(&latest.fees) {
             let waited =
                 head.number >= latest.sent_at_block + 2 * self.lane.settings.bump_after_blocks;
-            if waited && matches!(self.slots.get(&nonce)?, Slot::Settlement { .. }) {
+            if waited && matches!(self.nonces.slots.get(&nonce)?, Slot::Settlement { .. }) {
                 // The self-transfer may cost as much as the settlement could, not more.
                 let spend = ceiling.saturating_mul(gas.into()) / U256::from(FILLER_GAS);
                 return self.give_up(nonce, &latest, market, spend, head).await;
@@ -423,7 +432,7 @@ impl Worker {
             return None;
         }
         tracing::info!(lane = %self.lane.id, nonce, max_fee = %fees.max_fee_per_gas(), "replacing the transaction that blocks the lane with higher fees");
-        let call = match self.slots.get(&nonce)? {
+        let call = match self.nonces.slots.get(&nonce)? {
             Slot::Settlement { record, .. } => Some((record.token, record.calldata.clone())),
             Slot::Filler { .. } => None,
         };
@@ -431,17 +440,18 @@ impl Worker {
             Some((token, calldata)) => self.sign(nonce, *token, calldata, gas, fees, head.number),
             None => self.filler(nonce, fees, head.number),
         };
-        match self.slots.get_mut(&nonce)? {
+        match self.nonces.slots.get_mut(&nonce)? {
             Slot::Settlement { record, .. } => {
                 let raw = attempt.raw.clone();
                 record.signed(attempt);
                 record.sent();
                 let record = record.clone();
-                if let Err(e) = self.ledger.save(&[&record], true).await {
+                if let Err(e) = self.store.ledger.save(&[&record], true).await {
                     tracing::error!(payment = %record.key(), error = %e, "could not store a replacement");
                     return None;
                 }
-                self.waiters
+                self.out
+                    .waiters
                     .sent(&record.key(), record.latest().expect("signed").hash);
                 Some(raw)
             }
@@ -472,34 +482,27 @@ impl Worker {
             tracing::warn!(lane = %self.lane.id, nonce, "settlement cannot be mined under the fee caps, nor replaced within them; it waits for the market");
             return None;
         }
-        let Some(Slot::Settlement { mut record, .. }) = self.slots.remove(&nonce) else {
+        let Some(Slot::Settlement { mut record, .. }) = self.nonces.slots.remove(&nonce) else {
             return None;
         };
         tracing::warn!(lane = %self.lane.id, payment = %record.key(), nonce, "settlement unmined at its fee ceiling; answered as failed, and a self-transfer takes its nonce");
         let answered_now = record.expire(Lost::PricedOut, unix_now());
         let raw = filler.raw.clone();
-        self.slots.insert(
-            nonce,
-            Slot::Filler {
-                attempts: vec![filler],
-            },
-        );
+        self.nonces.slots.insert(nonce, Slot::filler(filler));
         self.finished(*record, answered_now).await;
         Some(raw)
     }
 
-    /// Nonces below `next_nonce` that nothing occupies, seen empty at two heads in a row (a
+    /// Nonces below the next one that nothing occupies, seen empty at two heads in a row (a
     /// settlement arriving meanwhile takes them first), get a self-transfer.
     async fn fill_gaps(&mut self, head: &Head, chain_nonce: u64, market: TxFees) {
-        let gaps: Vec<u64> = (chain_nonce..self.next_nonce)
-            .filter(|n| !self.slots.contains_key(n))
-            .collect();
+        let gaps: Vec<u64> = self.nonces.free(chain_nonce).collect();
         let due: Vec<u64> = gaps
             .iter()
             .copied()
-            .filter(|n| self.gaps_seen.contains(n))
+            .filter(|n| self.seen.gaps.contains(n))
             .collect();
-        self.gaps_seen = gaps;
+        self.seen.gaps = gaps;
         if due.is_empty() || !self.lane.funded() {
             return;
         }
@@ -509,12 +512,7 @@ impl Worker {
             tracing::info!(lane = %self.lane.id, nonce, "filling an unused signer nonce with a self-transfer");
             let attempt = self.filler(nonce, fees, head.number);
             raws.push(attempt.raw.clone());
-            self.slots.insert(
-                nonce,
-                Slot::Filler {
-                    attempts: vec![attempt],
-                },
-            );
+            self.nonces.slots.insert(nonce, Slot::filler(attempt));
         }
         self.broadcast(&raws).await;
     }
@@ -535,16 +533,16 @@ impl Worker {
     /// their answer (`answered_now`), or reports a success already answered as lost.
     pub(super) async fn finished(&mut self, record: Record, answered_now: bool) {
         let key = record.key();
-        if let Err(e) = self.ledger.save(&[&record], true).await {
+        if let Err(e) = self.store.ledger.save(&[&record], true).await {
             tracing::error!(payment = %key, error = %e, "could not store a settlement's end");
         }
         if record.lost {
-            self.lanes.lost.fetch_add(1, Ordering::Relaxed);
+            self.out.lanes.lost.fetch_add(1, Ordering::Relaxed);
             tracing::error!(payment = %key, "settlement answered as successful can no longer land: the payment is lost");
         }
         if let Some(outcome) = record.outcome.clone().filter(|_| answered_now) {
             self.lane.answered();
-            self.waiters.finish(&key, Progress::Done(outcome));
+            self.out.waiters.finish(&key, Progress::Done(outcome));
         }
     }
 }

@@ -141,6 +141,20 @@ impl Lane {
             .under_way
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
     }
+
+    /// Moves a settlement, and its count, to `other`'s worker. Never waits on `other`'s queue:
+    /// two workers moving work to each other must not deadlock. A full (or closed) queue keeps
+    /// it here, still counted here: answers it then.
+    pub(super) fn pass(&self, other: &Lane, record: Record) -> Option<Record> {
+        // Counted on `other` before its worker can answer it: `answered` never goes below zero,
+        // so a count added after the answer would stay.
+        other.under_way.fetch_add(1, Ordering::Relaxed);
+        self.answered();
+        let refused = other.queue.try_send(record).err()?;
+        other.answered();
+        self.under_way.fetch_add(1, Ordering::Relaxed);
+        Some(refused.into_inner())
+    }
 }
 
 /// A settlement counted on a lane before it is handed to the worker.

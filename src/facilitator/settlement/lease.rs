@@ -11,36 +11,58 @@ use std::sync::atomic::Ordering;
 
 use tokio::time::Instant;
 
+use super::follower::Seen;
 use super::waiters::Progress;
-use super::worker::{transaction_count, Worker, MAX_BATCH};
+use super::worker::{transaction_count, Slot, Worker, MAX_BATCH};
+use super::{LeaseSettings, Ledger};
 use crate::ledger::{LaneId, Record};
 use crate::store::{Lease, StoreError};
+
+/// The store, and the lane's lease in it while this instance holds the lane.
+pub(super) struct LeaseHold {
+    pub(super) ledger: Ledger,
+    /// The lane's lease while this instance holds it: every signed write names it.
+    pub(super) lease: Option<Lease>,
+    pub(super) settings: LeaseSettings,
+    /// Until when the lease is surely still ours (by this process's clock): past it, the lease
+    /// is renewed before anything more is signed.
+    fresh_until: Instant,
+}
+
+impl LeaseHold {
+    /// Without the lease yet: `take_over` gives it.
+    pub(super) fn new(ledger: Ledger, settings: LeaseSettings, asked_at: Instant) -> Self {
+        Self {
+            ledger,
+            lease: None,
+            settings,
+            fresh_until: asked_at,
+        }
+    }
+}
 
 impl Worker {
     /// The lease, renewed first if this process cannot be sure it still holds it.
     pub(super) async fn current_lease(&mut self) -> Option<Lease> {
-        if self.lease.is_some() && Instant::now() >= self.lease_fresh_until {
+        if self.store.lease.is_some() && Instant::now() >= self.store.fresh_until {
             self.keep_lease().await;
         }
-        self.lease.clone()
+        self.store.lease.clone()
     }
 
     /// Renews the lease, or takes the lane over when its holder stopped renewing. A failure to
     /// reach the store is only logged: the fence, not the clock, keeps a lane from being signed
     /// on by two instances.
     pub(super) async fn keep_lease(&mut self) {
-        let settings = &self.lease_settings;
+        let settings = &self.store.settings;
         let asked_at = Instant::now();
         let acquired = self
+            .store
             .ledger
             .acquire(&self.lane.id, &settings.holder, settings.ttl)
             .await;
         match acquired {
-            Ok(Some(lease)) if self.lease.is_some() => {
-                self.lane.set_lease(Some(lease.clone()));
-                self.lease = Some(lease);
-                self.lease_fresh_until = asked_at + self.lease_settings.ttl;
-            }
+            Ok(Some(lease)) if self.store.lease.is_some() => self.hold(lease, asked_at),
             Ok(Some(lease)) => {
                 tracing::warn!(lane = %self.lane.id, fence = lease.fence, "taking the lane over");
                 let resumed = match self.stored_settlements().await {
@@ -55,7 +77,7 @@ impl Worker {
                     self.step_down().await;
                 }
             }
-            Ok(None) if self.lease.is_some() => {
+            Ok(None) if self.store.lease.is_some() => {
                 tracing::warn!(lane = %self.lane.id, "lane lease taken by another instance");
                 self.step_down().await;
             }
@@ -73,24 +95,34 @@ impl Worker {
         resumed: Vec<Record>,
         asked_at: Instant,
     ) -> Result<(), StoreError> {
-        let stored = self.ledger.lane_nonce(&self.lane.id).await?.unwrap_or(0);
+        let stored = self
+            .store
+            .ledger
+            .lane_nonce(&self.lane.id)
+            .await?
+            .unwrap_or(0);
         let chain_pending = transaction_count(&self.lane, "pending").await.unwrap_or(0);
-        self.next_nonce = stored.max(chain_pending);
-        self.last_chain_nonce = None;
-        self.stalled = 0;
-        self.gaps_seen.clear();
-        self.lane.set_lease(Some(lease.clone()));
-        self.lease = Some(lease);
-        self.lease_fresh_until = asked_at + self.lease_settings.ttl;
+        self.nonces.next = stored.max(chain_pending);
+        // What the follower saw belongs to the previous holder's time: start afresh.
+        self.seen = Seen::default();
+        self.hold(lease, asked_at);
         self.adopt(resumed).await;
         self.take_queued().await;
         Ok(())
+    }
+
+    /// Holds `lease`, asked for at `asked_at`, here and on the lane's handle.
+    fn hold(&mut self, lease: Lease, asked_at: Instant) {
+        self.lane.set_lease(Some(lease.clone()));
+        self.store.lease = Some(lease);
+        self.store.fresh_until = asked_at + self.store.settings.ttl;
     }
 
     /// The unfinished settlements whose latest transaction is this lane's.
     async fn stored_settlements(&self) -> Result<Vec<Record>, StoreError> {
         let lane = &self.lane.id;
         Ok(self
+            .store
             .ledger
             .unfinished()
             .await?
@@ -108,17 +140,17 @@ impl Worker {
 
     /// Moves claims queued for this lane into `to_sign`; answers whether there were any.
     pub(super) async fn take_queued(&mut self) -> bool {
-        let Some(lease) = &self.lease else {
+        let Some(lease) = &self.store.lease else {
             return false;
         };
-        let room = MAX_BATCH.saturating_sub(self.to_sign.len());
-        match self.ledger.take_queued(lease, room).await {
+        let room = MAX_BATCH.saturating_sub(self.nonces.to_sign.len());
+        match self.store.ledger.take_queued(lease, room).await {
             Ok(records) if records.is_empty() => false,
             Ok(records) => {
                 self.lane
                     .under_way
                     .fetch_add(records.len(), Ordering::Relaxed);
-                self.to_sign.extend(records);
+                self.nonces.to_sign.extend(records);
                 true
             }
             Err(e) => {
@@ -130,15 +162,15 @@ impl Worker {
 
     /// Stops holding the lane: whatever was under way here is the next holder's.
     pub(super) async fn step_down(&mut self) {
-        self.lease = None;
+        self.store.lease = None;
         self.lane.set_lease(None);
-        let waiting = std::mem::take(&mut self.to_sign);
+        let waiting = std::mem::take(&mut self.nonces.to_sign);
         self.hand_over(waiting).await;
-        for slot in std::mem::take(&mut self.slots).into_values() {
-            if let super::worker::Slot::Settlement { record, .. } = slot {
+        for slot in std::mem::take(&mut self.nonces.slots).into_values() {
+            if let Slot::Settlement { record, .. } = slot {
                 if record.outcome.is_none() {
                     self.lane.answered();
-                    self.waiters.finish(&record.key(), Progress::Elsewhere);
+                    self.out.waiters.finish(&record.key(), Progress::Elsewhere);
                 }
             }
         }
@@ -151,13 +183,13 @@ impl Worker {
             return;
         }
         let keys: Vec<_> = records.iter().map(Record::key).collect();
-        if let Err(e) = self.ledger.requeue(&keys).await {
+        if let Err(e) = self.store.ledger.requeue(&keys).await {
             // Still queued under this lane's old fence: its next holder takes them.
             tracing::warn!(lane = %self.lane.id, error = %e, "could not give settlements back to the queue");
         }
         for key in keys {
             self.lane.answered();
-            self.waiters.finish(&key, Progress::Elsewhere);
+            self.out.waiters.finish(&key, Progress::Elsewhere);
         }
     }
 }

@@ -8,8 +8,17 @@
 //! - what happens at each new head is in follower.rs.
 //!
 //! The worker owns its state alone (no lock): callers reach it through the lane's queue.
+//!
+//! One `Worker`, its `impl` in three files, one concern each:
+//! - worker.rs (here): the state (`Nonces`, `Out`), start and the main loop, and signing:
+//!   assign and sign (`assign_and_sign`), what a failed store write does to a batch
+//!   (`after_commit_failure`), where the node's answer sends each settlement (`route`);
+//! - lease.rs: the store and the lane's lease (`LeaseHold`): renewal, takeover, standing
+//!   down, handing settlements back to the queue;
+//! - follower.rs: what happens at each new head, and what it keeps from one to the next
+//!   (`Seen`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -18,7 +27,9 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::follower::Seen;
 use super::lane::{Lane, Lanes};
+use super::lease::LeaseHold;
 use super::waiters::{Progress, Waiters};
 use super::{LeaseSettings, Ledger};
 use crate::chain::{Call, Refusal};
@@ -49,6 +60,21 @@ pub(super) enum Slot {
 }
 
 impl Slot {
+    /// A settlement that has just taken (or taken again) its nonce: no heads missed yet.
+    pub(super) fn settlement(record: Record) -> Self {
+        Slot::Settlement {
+            record: Box::new(record),
+            misses: 0,
+        }
+    }
+
+    /// A self-transfer signed into a nonce.
+    pub(super) fn filler(attempt: Attempt) -> Self {
+        Slot::Filler {
+            attempts: vec![attempt],
+        }
+    }
+
     pub(super) fn attempts(&self) -> Vec<&Attempt> {
         match self {
             Slot::Settlement { record, .. } => record.live_attempts().collect(),
@@ -68,25 +94,110 @@ impl Slot {
     }
 }
 
-pub struct Worker {
-    pub(super) lane: Arc<Lane>,
-    pub(super) lanes: Arc<Lanes>,
-    pub(super) ledger: Ledger,
-    pub(super) waiters: Arc<Waiters>,
-    /// The lane's lease while this instance holds it: every signed write names it.
-    pub(super) lease: Option<Lease>,
-    pub(super) lease_settings: LeaseSettings,
-    /// Until when the lease is surely still ours (by this process's clock): past it, the lease
-    /// is renewed before anything more is signed.
-    pub(super) lease_fresh_until: Instant,
-    pub(super) next_nonce: u64,
+/// The lane's nonces: the next one to give out, what occupies those given out, and the records
+/// waiting for one.
+#[derive(Default)]
+pub(super) struct Nonces {
+    /// The lowest nonce never given out; stored with every signed batch.
+    pub(super) next: u64,
     pub(super) slots: BTreeMap<u64, Slot>,
     /// Records waiting for a nonce: new claims, and settlements whose nonce was taken.
     pub(super) to_sign: Vec<Record>,
-    pub(super) last_chain_nonce: Option<u64>,
-    pub(super) stalled: u64,
-    /// Nonces below `next_nonce` with nothing in them, seen at the previous head.
-    pub(super) gaps_seen: Vec<u64>,
+}
+
+impl Nonces {
+    /// Nonces from `floor` up to `next` that nothing occupies.
+    pub(super) fn free(&self, floor: u64) -> impl Iterator<Item = u64> + '_ {
+        (floor..self.next).filter(|n| !self.slots.contains_key(n))
+    }
+
+    /// The first of `gaps`, else a new nonce.
+    fn take(&mut self, gaps: &mut VecDeque<u64>) -> u64 {
+        gaps.pop_front().unwrap_or_else(|| {
+            self.next += 1;
+            self.next - 1
+        })
+    }
+}
+
+/// What the worker shares with the rest of the process: where its answers go out.
+pub(super) struct Out {
+    /// Every lane: where a settlement this signer cannot pay for moves; the count of lost ones.
+    pub(super) lanes: Arc<Lanes>,
+    /// The callers waiting on this lane's settlements.
+    pub(super) waiters: Arc<Waiters>,
+}
+
+pub struct Worker {
+    /// The lane's identity, signer, chain and settings, and the counts callers read (lane.rs).
+    pub(super) lane: Arc<Lane>,
+    /// The other lanes and the callers waiting.
+    pub(super) out: Out,
+    /// The store, and the lane's lease in it (lease.rs).
+    pub(super) store: LeaseHold,
+    /// The signer's nonces and what occupies them; the records waiting for one.
+    pub(super) nonces: Nonces,
+    /// What the follower saw at the previous head (follower.rs).
+    pub(super) seen: Seen,
+}
+
+/// Settlements given nonces and signed together, not stored yet.
+struct Batch {
+    /// The lease they were signed under: the write that stores them names it.
+    lease: Lease,
+    /// The fees of the head they were signed at, and its number.
+    market: TxFees,
+    block: u64,
+    signed: Vec<Record>,
+    /// The same records before signing, kept (shared store only) to sign again.
+    unsigned: Vec<Record>,
+    /// The lane's next nonce before this batch, to give its nonces back if it is not stored.
+    next_before: u64,
+}
+
+/// What becomes of a signed batch the store did not take. Nothing of it left the process, so
+/// its nonces are given back whichever it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CommitFailure {
+    /// The lane's lease moved to another instance: its settlements go to the new holder.
+    HandOver,
+    /// A shared database out of reach: the claims stay, and are signed again at the next head
+    /// (callers see pending meanwhile, and their retries find the claim).
+    SignAgain,
+    /// Anything else: the settlements are abandoned, their callers told nothing was sent.
+    Abandon,
+}
+
+/// The commit-failure policy (see `CommitFailure`). An embedded store that fails is not
+/// "briefly out of reach": only a shared one is waited for.
+fn after_commit_failure(error: &StoreError, shared: bool) -> CommitFailure {
+    match error {
+        StoreError::LeaseLost(_) => CommitFailure::HandOver,
+        e if e.is_unavailable() && shared => CommitFailure::SignAgain,
+        _ => CommitFailure::Abandon,
+    }
+}
+
+/// Where a stored settlement goes once the node answered its broadcast.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// Taken, or not refused for good: followed at its nonce from now on.
+    Sent,
+    /// The signer cannot pay for gas: another signer's lane takes it if one can.
+    AnotherSigner,
+    /// Refused as it is: answered as failed, and a self-transfer takes its nonce.
+    Refused,
+}
+
+/// Only two refusals change a settlement's course at once. The others leave it followed like
+/// a sent transaction: a nonce too low is found mined, or moved to a new nonce, at the next
+/// heads; an underpriced or busy one is sent again, and bumped, by the follower.
+fn route(answer: Option<Refusal>) -> Route {
+    match answer {
+        Some(Refusal::InsufficientFunds) => Route::AnotherSigner,
+        Some(Refusal::Other) => Route::Refused,
+        _ => Route::Sent,
+    }
 }
 
 impl Worker {
@@ -107,18 +218,10 @@ impl Worker {
             .await?;
         let mut worker = Self {
             lane,
-            lanes,
-            ledger,
-            waiters,
-            lease: None,
-            lease_settings: lease_settings.clone(),
-            lease_fresh_until: asked_at,
-            next_nonce: 0,
-            slots: BTreeMap::new(),
-            to_sign: Vec::new(),
-            last_chain_nonce: None,
-            stalled: 0,
-            gaps_seen: Vec::new(),
+            out: Out { lanes, waiters },
+            store: LeaseHold::new(ledger, lease_settings.clone(), asked_at),
+            nonces: Nonces::default(),
+            seen: Seen::default(),
         };
         match lease {
             Some(lease) => worker.take_over(lease, resumed, asked_at).await?,
@@ -138,13 +241,13 @@ impl Worker {
             record.reorged();
             match record.state.nonce() {
                 Some(nonce) => {
-                    self.next_nonce = self.next_nonce.max(nonce + 1);
+                    self.nonces.next = self.nonces.next.max(nonce + 1);
                     if let Some(latest) = record.latest() {
                         raws.push(latest.raw.clone());
                         if record.outcome.is_none() {
                             self.lane.under_way.fetch_add(1, Ordering::Relaxed);
                             Waiters::register(
-                                &mut self.waiters.lock(),
+                                &mut self.out.waiters.lock(),
                                 record.key(),
                                 record.digest,
                                 record.request.clone(),
@@ -152,15 +255,9 @@ impl Worker {
                             );
                         }
                     }
-                    self.slots.insert(
-                        nonce,
-                        Slot::Settlement {
-                            record: Box::new(record),
-                            misses: 0,
-                        },
-                    );
+                    self.nonces.slots.insert(nonce, Slot::settlement(record));
                 }
-                None => self.to_sign.push(record),
+                None => self.nonces.to_sign.push(record),
             }
         }
         self.broadcast(&raws).await;
@@ -168,9 +265,9 @@ impl Worker {
 
     pub async fn run(mut self, mut queue: mpsc::Receiver<Record>) {
         let mut heads = self.lane.chain.head.subscribe();
-        let mut renewal = tokio::time::interval(self.lease_settings.ttl / 3);
+        let mut renewal = tokio::time::interval(self.store.settings.ttl / 3);
         let mut shared_queue = tokio::time::interval(QUEUE_POLL);
-        let shared = self.ledger.shared();
+        let shared = self.store.ledger.shared();
         // Every step runs through the lane's guard: one that panics (a node answer nobody
         // foresaw) is logged, and the worker keeps its nonces and goes on with the next.
         let lane = self.lane.clone();
@@ -179,7 +276,7 @@ impl Worker {
                 _ = renewal.tick() => {
                     lane.guard.step(self.renew()).await;
                 }
-                _ = shared_queue.tick(), if shared && self.lease.is_some() => {
+                _ = shared_queue.tick(), if shared && self.store.lease.is_some() => {
                     lane.guard.step(async {
                         if self.take_queued().await {
                             self.sign_waiting().await;
@@ -188,10 +285,10 @@ impl Worker {
                 }
                 received = queue.recv() => {
                     let Some(record) = received else { return };
-                    self.to_sign.push(record);
-                    while self.to_sign.len() < MAX_BATCH {
+                    self.nonces.to_sign.push(record);
+                    while self.nonces.to_sign.len() < MAX_BATCH {
                         match queue.try_recv() {
-                            Ok(record) => self.to_sign.push(record),
+                            Ok(record) => self.nonces.to_sign.push(record),
                             Err(_) => break,
                         }
                     }
@@ -214,10 +311,10 @@ impl Worker {
     /// chain from where it is now (what the previous holder sent may all be mined already, and
     /// an idle chain brings no new head to find those inclusions at); else it signs what waits.
     async fn renew(&mut self) {
-        let standing_by = self.lease.is_none();
+        let standing_by = self.store.lease.is_none();
         self.keep_lease().await;
         match self.lane.chain.head.current() {
-            Some(head) if standing_by && self.lease.is_some() => self.on_head(&head).await,
+            Some(head) if standing_by && self.store.lease.is_some() => self.on_head(&head).await,
             _ => self.sign_waiting().await,
         }
     }
@@ -225,32 +322,53 @@ impl Worker {
     // ---- signing -------------------------------------------------------------------------
 
     /// Gives each waiting record a nonce, signs, stores all in one flush, then broadcasts them
-    /// in nonce order in one batch.
+    /// in nonce order in one batch. The store write comes first: nothing signed leaves the
+    /// process before it is stored with the lane's next nonce, so that after a crash whatever
+    /// the network may have is resumed from the store and no nonce is given out twice.
     pub(super) async fn sign_waiting(&mut self) {
-        if self.to_sign.is_empty() {
+        let Some(batch) = self.assign_and_sign().await else {
             return;
+        };
+        let records: Vec<&Record> = batch.signed.iter().collect();
+        let committed = self
+            .store
+            .ledger
+            .commit_signed(&batch.lease, self.nonces.next, &records)
+            .await;
+        match committed {
+            Ok(()) => self.send_signed(batch).await,
+            Err(e) => self.commit_failed(batch, e).await,
+        }
+    }
+
+    /// Holding the lease, takes every record waiting for a nonce, gives each one (the gaps
+    /// first) and signs it at the latest head's fees within the caps; stores and sends nothing.
+    /// Without the lease the records go back to the queue; without a head they wait for the next.
+    async fn assign_and_sign(&mut self) -> Option<Batch> {
+        if self.nonces.to_sign.is_empty() {
+            return None;
         }
         let Some(lease) = self.current_lease().await else {
-            let records = std::mem::take(&mut self.to_sign);
+            let records = std::mem::take(&mut self.nonces.to_sign);
             self.hand_over(records).await;
-            return;
+            return None;
         };
         let Ok(head) = self.lane.chain.latest_head().await else {
-            return; // they wait for the next head
+            return None; // they wait for the next head
         };
         let market = head.fees.for_transaction();
-        let records = std::mem::take(&mut self.to_sign);
+        let records = std::mem::take(&mut self.nonces.to_sign);
         // Kept to sign again if a shared database is briefly out of reach.
-        let unsigned = if self.ledger.shared() {
+        let unsigned = if self.store.ledger.shared() {
             records.clone()
         } else {
             Vec::new()
         };
-        let before = self.next_nonce;
+        let next_before = self.nonces.next;
         let mut signed = Vec::with_capacity(records.len());
         let mut gaps = self.gaps();
         for mut record in records {
-            let nonce = self.take_nonce(&mut gaps);
+            let nonce = self.nonces.take(&mut gaps);
             let fees = market.capped(self.lane.settings.cap(record.gas_limit));
             let attempt = self.sign(
                 nonce,
@@ -263,91 +381,113 @@ impl Worker {
             record.signed(attempt);
             signed.push(record);
         }
-        let refs: Vec<&Record> = signed.iter().collect();
-        if let Err(e) = self
-            .ledger
-            .commit_signed(&lease, self.next_nonce, &refs)
-            .await
-        {
-            // Nothing left the process: the nonces can be given back.
-            self.next_nonce = before;
-            match e {
-                StoreError::LeaseLost(_) => {
-                    tracing::warn!(lane = %self.lane.id, "lane lease lost before signing; its settlements go to the new holder");
-                    self.hand_over(signed).await;
-                    self.step_down().await;
-                }
-                // A shared database out of reach: the claims stay, and are signed again at the
-                // next head (callers see pending meanwhile, and their retries find the claim).
-                e if e.is_unavailable() && self.ledger.shared() => {
-                    tracing::error!(lane = %self.lane.id, error = %e, "could not store signed settlements; signing them again at the next head");
-                    self.to_sign = unsigned;
-                }
-                e => {
-                    tracing::error!(lane = %self.lane.id, error = %e, "could not store signed settlements");
-                    for record in signed {
-                        self.abandon(record, format!("could not store the settlement: {e}"))
-                            .await;
-                    }
+        Some(Batch {
+            lease,
+            market,
+            block: head.number,
+            signed,
+            unsigned,
+            next_before,
+        })
+    }
+
+    /// The store did not take the batch: its settlements go where `after_commit_failure` says.
+    async fn commit_failed(&mut self, batch: Batch, e: StoreError) {
+        // Nothing left the process: the nonces can be given back.
+        self.nonces.next = batch.next_before;
+        match after_commit_failure(&e, self.store.ledger.shared()) {
+            CommitFailure::HandOver => {
+                tracing::warn!(lane = %self.lane.id, "lane lease lost before signing; its settlements go to the new holder");
+                self.hand_over(batch.signed).await;
+                self.step_down().await;
+            }
+            CommitFailure::SignAgain => {
+                tracing::error!(lane = %self.lane.id, error = %e, "could not store signed settlements; signing them again at the next head");
+                self.nonces.to_sign = batch.unsigned;
+            }
+            CommitFailure::Abandon => {
+                tracing::error!(lane = %self.lane.id, error = %e, "could not store signed settlements");
+                for record in batch.signed {
+                    self.abandon(record, format!("could not store the settlement: {e}"))
+                        .await;
                 }
             }
-            return;
         }
-        let raws: Vec<Bytes> = signed
+    }
+
+    /// Broadcasts a stored batch in nonce order in one batch, routes each settlement by the
+    /// node's answer, then broadcasts the self-transfers that took refused settlements' nonces.
+    async fn send_signed(&mut self, batch: Batch) {
+        let raws: Vec<Bytes> = batch
+            .signed
             .iter()
             .map(|r| r.latest().expect("just signed").raw.clone())
             .collect();
         let answers = self.broadcast(&raws).await;
+        let (market, block) = (batch.market, batch.block);
         let mut fillers = Vec::new();
-        for (mut record, answer) in signed.into_iter().zip(answers) {
-            let nonce = record.state.nonce().expect("just signed");
-            match answer {
-                Some(Refusal::InsufficientFunds) => {
-                    self.lane.funded.store(false, Ordering::Relaxed);
-                    if let Some(other) = self.lanes.pick(self.lane.network(), Some(&self.lane.id)) {
-                        tracing::warn!(lane = %self.lane.id, to = %other.id, nonce, "signer cannot pay for gas; settlement moves to another signer");
-                        // This nonce is now a gap: the next settlement or a self-transfer fills it.
-                        other.under_way.fetch_add(1, Ordering::Relaxed);
-                        self.lane.answered();
-                        // Never wait on another worker's queue: two workers moving work to
-                        // each other must not deadlock. A full queue keeps it here.
-                        match other.queue.try_send(record) {
-                            Ok(()) => continue,
-                            Err(e) => {
-                                other.answered();
-                                self.lane.under_way.fetch_add(1, Ordering::Relaxed);
-                                record = match e {
-                                    mpsc::error::TrySendError::Full(r)
-                                    | mpsc::error::TrySendError::Closed(r) => r,
-                                };
-                            }
-                        }
-                    }
-                    tracing::warn!(lane = %self.lane.id, nonce, "signer cannot pay for gas and no other signer can; the settlement waits");
-                }
-                Some(Refusal::Other) => {
-                    fillers.push(self.refused(record, nonce, market, head.number).await);
-                    continue;
-                }
-                _ => {
-                    record.sent();
-                    // Informative (recovery treats signed and sent alike): no flush to wait for.
-                    if let Err(e) = self.ledger.save(&[&record], false).await {
-                        tracing::error!(payment = %record.key(), error = %e, "could not store a sent state");
-                    }
-                    self.waiters
-                        .sent(&record.key(), record.latest().expect("signed").hash);
-                }
+        for (record, answer) in batch.signed.into_iter().zip(answers) {
+            if let Some(raw) = self.route_answer(record, answer, market, block).await {
+                fillers.push(raw);
             }
-            self.slots.insert(
-                nonce,
-                Slot::Settlement {
-                    record: Box::new(record),
-                    misses: 0,
-                },
-            );
         }
         self.broadcast(&fillers).await;
+    }
+
+    /// Sends one settlement where the node's answer to its broadcast says (`route`); answers
+    /// the self-transfer to broadcast when one takes its nonce.
+    async fn route_answer(
+        &mut self,
+        record: Record,
+        answer: Option<Refusal>,
+        market: TxFees,
+        block: u64,
+    ) -> Option<Bytes> {
+        let nonce = record.state.nonce().expect("just signed");
+        let stays = match route(answer) {
+            Route::Sent => self.sent(record).await,
+            Route::AnotherSigner => match self.move_unfunded(record, nonce) {
+                Some(stays) => stays,
+                None => return None, // its nonce here is a gap now
+            },
+            Route::Refused => return Some(self.refused(record, nonce, market, block).await),
+        };
+        self.nonces.slots.insert(nonce, Slot::settlement(stays));
+        None
+    }
+
+    /// A settlement the node took (or may take when sent again): `Sent`, and its callers are
+    /// told the hash.
+    async fn sent(&mut self, mut record: Record) -> Record {
+        record.sent();
+        // Informative (recovery treats signed and sent alike): no flush to wait for.
+        if let Err(e) = self.store.ledger.save(&[&record], false).await {
+            tracing::error!(payment = %record.key(), error = %e, "could not store a sent state");
+        }
+        self.out
+            .waiters
+            .sent(&record.key(), record.latest().expect("signed").hash);
+        record
+    }
+
+    /// The signer cannot pay for gas: the settlement moves to another signer's lane when one
+    /// takes it (this nonce is then a gap: the next settlement or a self-transfer fills it);
+    /// else it waits here at its nonce, as signed. Answers it when it stays.
+    fn move_unfunded(&self, mut record: Record, nonce: u64) -> Option<Record> {
+        self.lane.funded.store(false, Ordering::Relaxed);
+        if let Some(other) = self
+            .out
+            .lanes
+            .pick(self.lane.network(), Some(&self.lane.id))
+        {
+            tracing::warn!(lane = %self.lane.id, to = %other.id, nonce, "signer cannot pay for gas; settlement moves to another signer");
+            match self.lane.pass(other, record) {
+                None => return None,
+                Some(kept) => record = kept, // the other lane's queue is full
+            }
+        }
+        tracing::warn!(lane = %self.lane.id, nonce, "signer cannot pay for gas and no other signer can; the settlement waits");
+        Some(record)
     }
 
     /// A settlement the node refused for a reason that sending it again will not change (not
@@ -364,32 +504,18 @@ impl Worker {
         let answered_now = record.expire(Lost::Refused, unix_now());
         let filler = self.filler(nonce, market, block);
         let raw = filler.raw.clone();
-        self.slots.insert(
-            nonce,
-            Slot::Filler {
-                attempts: vec![filler],
-            },
-        );
+        self.nonces.slots.insert(nonce, Slot::filler(filler));
         self.finished(record, answered_now).await;
         raw
     }
 
-    /// Nonces between the chain's and `next_nonce` that nothing occupies: given first to new
+    /// Nonces between the chain's and the next one that nothing occupies: given first to new
     /// settlements, so a nonce given up is filled by real work before a self-transfer.
-    pub(super) fn gaps(&self) -> std::collections::VecDeque<u64> {
-        let Some(floor) = self.last_chain_nonce else {
+    fn gaps(&self) -> VecDeque<u64> {
+        let Some(floor) = self.seen.chain_nonce else {
             return Default::default();
         };
-        (floor..self.next_nonce)
-            .filter(|n| !self.slots.contains_key(n))
-            .collect()
-    }
-
-    pub(super) fn take_nonce(&mut self, gaps: &mut std::collections::VecDeque<u64>) -> u64 {
-        gaps.pop_front().unwrap_or_else(|| {
-            self.next_nonce += 1;
-            self.next_nonce - 1
-        })
+        self.nonces.free(floor).collect()
     }
 
     pub(super) fn sign(
@@ -454,12 +580,12 @@ impl Worker {
     pub(super) async fn abandon(&mut self, record: Record, why: String) {
         let key = record.key();
         if record.attempts.is_empty() {
-            if let Err(e) = self.ledger.release(&key).await {
+            if let Err(e) = self.store.ledger.release(&key).await {
                 tracing::error!(payment = %key, error = %e, "could not release a claim");
             }
         }
         self.lane.answered();
-        self.waiters.finish(&key, Progress::Abandoned(why));
+        self.out.waiters.finish(&key, Progress::Abandoned(why));
     }
 }
 
@@ -478,4 +604,55 @@ pub(super) async fn transaction_count(lane: &Lane, block: &str) -> Option<u64> {
         .ok()?
         .ok()?;
     evm::parse_u64(&answer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_the_store_did_not_take_goes_to_the_new_holder_waits_or_is_abandoned() {
+        let lost = StoreError::LeaseLost("base/0x01".to_string());
+        let unreachable = [
+            StoreError::unavailable("PostgreSQL: connection refused"),
+            StoreError::unavailable("cannot make writes durable: fsync failed"),
+        ];
+        let broken = [
+            StoreError::Corrupt {
+                key: "k".to_string(),
+                detail: "bad json".to_string(),
+            },
+            StoreError::Schema("store: the database schema is at version 3".to_string()),
+        ];
+        for shared in [true, false] {
+            // The lease moved: whatever the store, the new holder signs them.
+            assert_eq!(after_commit_failure(&lost, shared), CommitFailure::HandOver);
+            for e in &broken {
+                assert_eq!(after_commit_failure(e, shared), CommitFailure::Abandon);
+            }
+        }
+        for e in &unreachable {
+            // Only a shared database is waited for; the claims are signed again.
+            assert_eq!(after_commit_failure(e, true), CommitFailure::SignAgain);
+            assert_eq!(after_commit_failure(e, false), CommitFailure::Abandon);
+        }
+    }
+
+    #[test]
+    fn only_an_unpayable_or_a_final_refusal_changes_a_settlements_course() {
+        assert_eq!(
+            route(Some(Refusal::InsufficientFunds)),
+            Route::AnotherSigner
+        );
+        assert_eq!(route(Some(Refusal::Other)), Route::Refused);
+        for followed in [
+            None,
+            Some(Refusal::AlreadyKnown),
+            Some(Refusal::NonceTooLow),
+            Some(Refusal::Underpriced),
+            Some(Refusal::Busy),
+        ] {
+            assert_eq!(route(followed), Route::Sent);
+        }
+    }
 }
