@@ -1,7 +1,28 @@
-//! routerd: an EVM transaction router and x402 v1 payment facilitator.
+//! routerd: an EVM transaction router and x402 payment facilitator.
 //!
-//! Dependencies point one way: `server` (transport) -> `router`, `facilitator` (services) ->
-//! `chain`, `store`, `signer`. `config` is read by `daemon`, which wires everything together.
+//! The rooms, top to bottom. Each imports only rooms below it (`scripts/check-layers` holds
+//! every room to the list in its line, and `scripts/test` runs it):
+//!
+//! ```text
+//! daemon, main     wiring: settings -> store -> chains -> services -> listeners; recovery, shutdown
+//! server           transport: listeners, API keys and rate limits, REST and JSON-RPC, ops,
+//!                  wire errors              -> router facilitator chain ledger evm config guard clock
+//! router           eth_routerTransaction: probe every chain, choose, reserve the caller's nonce
+//!                                           -> chain store evm config clock
+//! facilitator      x402 verify and settle: protocol versions, the lens, lanes, the follower
+//!                                           -> chain store ledger signer evm config guard clock
+//! store            sled and PostgreSQL behind one set of traits, one codec, one conformance
+//!                  suite                    -> ledger evm config clock
+//! ledger           the settlement record, its keys and reasons: plain data, pure transitions
+//!                                           -> evm
+//! chain            upstream nodes: batches, failover, refusals, heads and fees
+//!                                           -> evm config guard clock
+//! signer           keys and signatures      -> evm
+//! evm              hex, quantities, fees, revert data, ERC-3009: no I/O
+//! config, guard, clock                      leaves
+//! ```
+//!
+//! `fuzzing` exposes the parsers to the fuzz targets; `testing` holds the unit tests' fixtures.
 
 pub mod chain;
 pub mod clock;
@@ -16,3 +37,5 @@ pub mod router;
 pub mod server;
 pub mod signer;
 pub mod store;
+#[cfg(test)]
+mod testing;

@@ -302,38 +302,14 @@ pub fn depth(head: u64, block: u64) -> u64 {
 mod tests {
     use super::*;
 
+    use crate::testing::record as claimed;
+
     fn record() -> Record {
-        Record {
-            network: "n".into(),
-            token: Address::repeat_byte(1),
-            payer: Address::repeat_byte(2),
-            pay_to: Address::repeat_byte(3),
-            value: 10.into(),
-            nonce: H256::repeat_byte(4),
-            valid_before: 100,
-            digest: H256::repeat_byte(5),
-            calldata: Bytes::default(),
-            gas_limit: 90_000,
-            request: None,
-            state: State::Claimed,
-            attempts: vec![],
-            outcome: None,
-            lost: false,
-            finished_at: None,
-        }
+        claimed(4)
     }
 
     fn attempt(nonce: u64) -> Attempt {
-        Attempt {
-            signer: Address::repeat_byte(9),
-            nonce,
-            hash: H256::repeat_byte(nonce as u8),
-            raw: Bytes::default(),
-            fees: TxFees::Legacy {
-                gas_price: 1.into(),
-            },
-            sent_at_block: 1,
-        }
+        crate::testing::attempt(Address::repeat_byte(9), nonce)
     }
 
     fn inclusion(block: u64, succeeded: bool) -> Inclusion {

@@ -53,8 +53,7 @@ mod tests {
 
     #[tokio::test]
     async fn reservations_survive_a_reopen() {
-        let dir = std::env::temp_dir().join(format!("routerd-nonces-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = crate::testing::temp_dir("nonces");
         {
             let book = NonceBook::new(Arc::new(Store::open(&dir).unwrap()), 120, 16);
             assert_eq!(

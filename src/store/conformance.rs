@@ -7,34 +7,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ethers_core::types::{Address, Bytes, H256, U256};
+use ethers_core::types::{Address, H256, U256};
 
 use super::{Claim, Storage, StoreError};
-use crate::evm::TxFees;
-use crate::ledger::{Attempt, Inclusion, LaneId, Outcome, Record, RequestTag, State};
+use crate::ledger::{Inclusion, LaneId, Outcome, Record, RequestTag, State};
 
 const LONG: Duration = Duration::from_secs(600);
 
-fn record(nonce: u8) -> Record {
-    Record {
-        network: "net".to_string(),
-        token: Address::repeat_byte(1),
-        payer: Address::repeat_byte(2),
-        pay_to: Address::repeat_byte(3),
-        value: U256::from(1000),
-        nonce: H256::repeat_byte(nonce),
-        valid_before: u64::MAX / 2,
-        digest: H256::repeat_byte(0xd0),
-        calldata: Bytes::from(vec![1, 2, 3]),
-        gas_limit: 90_000,
-        request: None,
-        state: State::Claimed,
-        attempts: Vec::new(),
-        outcome: None,
-        lost: false,
-        finished_at: None,
-    }
-}
+use crate::testing::record;
 
 fn lane() -> LaneId {
     LaneId {
@@ -44,16 +24,7 @@ fn lane() -> LaneId {
 }
 
 fn signed(mut record: Record, nonce: u64) -> Record {
-    record.signed(Attempt {
-        signer: lane().signer,
-        nonce,
-        hash: H256::from_low_u64_be(nonce + 1),
-        raw: Bytes::from(vec![0xf8]),
-        fees: TxFees::Legacy {
-            gas_price: U256::from(1),
-        },
-        sent_at_block: 1,
-    });
+    record.signed(crate::testing::attempt(lane().signer, nonce));
     record
 }
 
@@ -453,9 +424,7 @@ macro_rules! conformance {
 
 /// sled allows one process per directory: both handles are the same store.
 async fn open_sled(name: &str) -> (Storage, Storage) {
-    let dir =
-        std::env::temp_dir().join(format!("routerd-conformance-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = crate::testing::temp_dir(&format!("conformance-{name}"));
     let store: Storage = Arc::new(super::sled::Store::open_migrated(&dir).await.unwrap());
     (store.clone(), store)
 }

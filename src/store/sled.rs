@@ -630,9 +630,7 @@ mod durability_tests {
     use super::*;
 
     fn temp_store(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("routerd-store-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir
+        crate::testing::temp_dir(&format!("store-{name}"))
     }
 
     /// What sled 0.34 keeps in the store directory (the files `sync_to_disk` syncs), and a flushed

@@ -1,0 +1,51 @@
+//! Fixtures the unit tests share: a claimed record, a signed attempt, a fresh directory.
+
+use std::path::PathBuf;
+
+use ethers_core::types::{Address, Bytes, H256, U256};
+
+use crate::evm::TxFees;
+use crate::ledger::{Attempt, Record, State};
+
+/// A claimed payment of 1000 from 0x02…02 to 0x03…03 on `net`, told apart by `nonce`.
+pub fn record(nonce: u8) -> Record {
+    Record {
+        network: "net".to_string(),
+        token: Address::repeat_byte(1),
+        payer: Address::repeat_byte(2),
+        pay_to: Address::repeat_byte(3),
+        value: U256::from(1000),
+        nonce: H256::repeat_byte(nonce),
+        valid_before: u64::MAX / 2,
+        digest: H256::repeat_byte(0xd0),
+        calldata: Bytes::from(vec![1, 2, 3]),
+        gas_limit: 90_000,
+        request: None,
+        state: State::Claimed,
+        attempts: Vec::new(),
+        outcome: None,
+        lost: false,
+        finished_at: None,
+    }
+}
+
+/// A legacy-priced transaction of `signer` at `nonce`, its hash told apart by the nonce.
+pub fn attempt(signer: Address, nonce: u64) -> Attempt {
+    Attempt {
+        signer,
+        nonce,
+        hash: H256::from_low_u64_be(nonce + 1),
+        raw: Bytes::from(vec![0xf8]),
+        fees: TxFees::Legacy {
+            gas_price: U256::from(1),
+        },
+        sent_at_block: 1,
+    }
+}
+
+/// An empty directory of this process named `name` (what was there before is removed).
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("routerd-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
