@@ -1,9 +1,12 @@
-//! The wire layer of the x402 versions: each version's shapes map into the one version-free
-//! request the rule engine and the ledger use, and their answers back into that version's
-//! names. v1's shapes are the engine's own (`types`); v2's live in `v2`. The version lives here
-//! only: past this layer a payment is the same payment whichever version carried it.
+//! The wire layer of the x402 versions, side by side: `v1` and `v2` each lower their request
+//! into the one version-free, already-parsed `facilitator::request::Request` (their own rules
+//! 1-3, then the shared rules 4-5 of `values`), and raise verdicts and settlements back into
+//! their own names and field paths. The version lives here only: past this layer a payment is
+//! the same payment whichever version carried it.
 
+pub mod v1;
 pub mod v2;
+pub mod values;
 
 use serde_json::Value;
 
