@@ -1,6 +1,6 @@
-//! The answers that speak no x402 version: a settlement's status and the supported kinds. Each
-//! version's requests and its verify and settle answers are its own (`protocol::v1`,
-//! `protocol::v2`).
+//! The answers no single version's request shapes: a settlement's status (in v1's reason
+//! names, as it always was) and the supported kinds of every served version. Each version's
+//! requests and its verify and settle answers are its own (`protocol::v1`, `protocol::v2`).
 
 use serde::Serialize;
 
