@@ -14,8 +14,11 @@ use serde_json::Value;
 use crate::chain::{self, head};
 use crate::evm;
 use crate::evm::erc3009;
-use crate::facilitator::protocol::v2;
+use crate::facilitator::protocol::values::{self, Served};
+use crate::facilitator::protocol::{v1, v2};
+use crate::facilitator::request::Spelling;
 use crate::facilitator::settlement::follower;
+use crate::facilitator::verify::TokenInfo;
 use crate::facilitator::{lens, verify};
 use crate::router::probe;
 use crate::server::rest::{self, Payment};
@@ -66,22 +69,61 @@ fn check_payment(payment: &Payment, element: Option<usize>, body: &[u8]) {
     for (scope, header) in [(None, None), (Some(SCOPE), Some(HEADER_KEY))] {
         let _ = payment.tag(scope, header, element, body);
     }
-    let lowered;
-    let request = match payment {
-        Payment::V1(request) => request,
+    let served = FuzzServed::new();
+    let (lowered, payload, path): (_, _, Spelling) = match payment {
+        Payment::V1(request) => (
+            v1::lower(request, &served),
+            &request.payment_payload.payload,
+            v1::path,
+        ),
         Payment::V2(request) => {
             let by_chain_id = BTreeMap::from([
                 (8453, "base".to_string()),
                 (84532, "base-sepolia".to_string()),
             ]);
-            lowered = v2::lower(request, &by_chain_id);
-            &lowered.request
+            (
+                v2::lower(request, &by_chain_id, &served),
+                &request.payment_payload.payload,
+                v2::path,
+            )
         }
     };
-    let _ = verify::payer_of(request);
-    if let Ok((auth, signature)) = verify::check_payload(request, MAX_SIGNATURE_BYTES) {
+    if let Err(failure) = lowered {
+        let _ = failure.message.render(path);
+    }
+    let _ = v1::payer_of(payload);
+    // Rule 5 on its own as well: most bodies fail rule 4 first (an asset that is not served).
+    if let Ok((auth, signature)) = values::payload(payload, MAX_SIGNATURE_BYTES) {
         let digest = erc3009::digest(H256::repeat_byte(0x5a), &auth);
         let _ = erc3009::recover(digest, &signature);
+    }
+}
+
+/// The configuration fuzzed payments are lowered against: two networks with one token each.
+struct FuzzServed(Vec<TokenInfo>);
+
+impl FuzzServed {
+    fn new() -> Self {
+        Self(vec![TokenInfo {
+            address: ethers_core::types::Address::repeat_byte(0xd),
+            eip712_name: "USDC".to_string(),
+            eip712_version: "2".to_string(),
+            domain_separator: H256::repeat_byte(0x5a),
+        }])
+    }
+}
+
+impl Served for FuzzServed {
+    fn tokens(&self, network: &str) -> Option<&[TokenInfo]> {
+        matches!(network, "base" | "base-sepolia").then_some(self.0.as_slice())
+    }
+
+    fn allow_http_resource(&self) -> bool {
+        false
+    }
+
+    fn max_signature_bytes(&self) -> usize {
+        MAX_SIGNATURE_BYTES
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod cooldown;
 pub mod lens;
 pub mod protocol;
+pub mod request;
 pub mod settlement;
 pub mod types;
 pub mod verify;
@@ -22,13 +23,14 @@ use crate::ledger::{PaymentKey, Reason, RequestTag};
 use crate::signer::Signer;
 use crate::store::{Storage, StoreError};
 use cooldown::Cooldown;
+use protocol::v1::{self, SettleResponse, VerifyResponse};
+use protocol::v2;
+use request::{Invalid, Request};
 use settlement::ClaimOn;
+use settlement::Settled;
 pub use settlement::{Lane, LaneSettings, SettleError};
-use types::{
-    PaymentRequest, SettleResponse, SettlementStatus, SupportedKind, SupportedResponse,
-    VerifyResponse,
-};
-use verify::{Invalid, Network, TokenInfo, Verifier};
+use types::{SettlementStatus, SupportedKind, SupportedResponse};
+use verify::{Network, TokenInfo, Verifier};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
@@ -150,19 +152,20 @@ impl Facilitator {
         kinds.extend(v2_networks.keys().map(|&chain_id| SupportedKind {
             x402_version: 2,
             scheme: "exact",
-            network: protocol::v2::network_id(chain_id),
+            network: v2::network_id(chain_id),
         }));
         let signers = self.signers.iter().map(|a| to_checksum(a, None)).collect();
         SupportedResponse {
             kinds,
-            extensions: Some(vec![protocol::v2::PAYMENT_IDENTIFIER]),
+            extensions: Some(vec![v2::PAYMENT_IDENTIFIER]),
             signers: Some(BTreeMap::from([("eip155:*", signers)])),
         }
     }
 
-    /// Verify's rules, and one more: a payment whose nonce is claimed for settlement (by this
-    /// or any other authorization) is not one a merchant may deliver on (access.md §1).
-    async fn verdict(&self, request: &PaymentRequest) -> Result<Result<(), Invalid>, SettleError> {
+    /// Verify's rules from rule 6 on, and one more: a payment whose nonce is claimed for
+    /// settlement (by this or any other authorization) is not one a merchant may deliver on
+    /// (access.md §1).
+    async fn verdict(&self, request: &Request) -> Result<Result<(), Invalid>, SettleError> {
         let payment = match self.verifier.check_local(request) {
             Err(failure) => return Ok(Err(failure)),
             Ok(payment) => payment,
@@ -172,42 +175,45 @@ impl Facilitator {
             Some(ClaimOn::BeingSettled) => "authorization already being settled",
             Some(ClaimOn::Settled) => "authorization already settled",
         };
-        Ok(Err(Invalid {
-            reason: Reason::AlreadySettled,
-            message: message.to_string(),
-        }))
+        Ok(Err(Invalid::new(Reason::AlreadySettled, message)))
     }
 
-    pub async fn verify(&self, request: &PaymentRequest) -> Result<VerifyResponse, SettleError> {
-        let verdict = match self.v1_refused() {
-            Some(refused) => Err(refused),
-            None => self.verdict(request).await?,
+    /// `/verify` in x402 v1: v1's rules 1-3, the shared rules, answered in v1's names.
+    pub async fn verify(
+        &self,
+        request: &v1::PaymentRequest,
+    ) -> Result<VerifyResponse, SettleError> {
+        let verdict = match self.lower_v1(request) {
+            Err(refused) => Err(refused),
+            Ok(lowered) => self.verdict(&lowered).await?,
         };
-        Ok(Verifier::respond(request, verdict))
+        Ok(v1::verify_answer(request, verdict))
     }
 
-    /// `tag` names the request for its retries (`Idempotency-Key`): see [`RequestTag`].
+    /// `/settle` in x402 v1. `tag` names the request for its retries (`Idempotency-Key`): see
+    /// [`RequestTag`].
     pub async fn settle(
         &self,
-        request: &PaymentRequest,
+        request: &v1::PaymentRequest,
         tag: Option<RequestTag>,
     ) -> Result<SettleResponse, SettleError> {
-        match self.v1_refused() {
-            Some(refused) => Ok(SettleResponse::refused(
-                &refused,
-                verify::payer_of(request),
-                request.payment_requirements.network.clone(),
-            )),
-            None => self.settler.settle(request, tag).await,
-        }
+        let settled = match self.lower_v1(request) {
+            Err(refused) => Settled::failed(refused),
+            Ok(lowered) => self.settler.settle(&lowered, tag).await?,
+        };
+        Ok(v1::settle_answer(request, settled))
     }
 
-    /// With `x402_versions` lacking 1, a v1 body fails rule 1 as any other version would.
-    fn v1_refused(&self) -> Option<Invalid> {
-        (!self.serves_v1).then(|| Invalid {
-            reason: Reason::X402Version,
-            message: "x402Version 1 is not served (facilitator.x402_versions)".to_string(),
-        })
+    /// A v1 request lowered; with `x402_versions` lacking 1, a v1 body fails rule 1 as any other
+    /// version would.
+    fn lower_v1(&self, request: &v1::PaymentRequest) -> Result<Request, Invalid> {
+        if !self.serves_v1 {
+            return Err(Invalid::new(
+                Reason::X402Version,
+                "x402Version 1 is not served (facilitator.x402_versions)",
+            ));
+        }
+        v1::lower(request, self.verifier.as_ref())
     }
 
     /// Whether a v2 request may be parsed as v2 at all (`facilitator.x402_versions`).
@@ -215,36 +221,30 @@ impl Facilitator {
         self.v2_networks.is_some()
     }
 
-    /// `/verify` in x402 v2: v2's own rules, then the engine's, answered in v2's names.
+    /// `/verify` in x402 v2: v2's own rules, then the shared ones, answered in v2's names.
     pub async fn verify_v2(
         &self,
-        request: &protocol::v2::PaymentRequest,
+        request: &v2::PaymentRequest,
     ) -> Result<VerifyResponse, SettleError> {
-        let lowered = self.lower_v2(request);
-        let verdict = match lowered.verdict {
-            Err(failure) => Err(failure),
-            Ok(()) => self.verdict(&lowered.request).await?,
+        let verdict = match self.lower_v2(request) {
+            Err(refused) => Err(refused),
+            Ok(lowered) => self.verdict(&lowered).await?,
         };
-        Ok(protocol::v2::verify_answer(&lowered.request, verdict))
+        Ok(v2::verify_answer(request, verdict))
     }
 
     /// `/settle` in x402 v2: v2's own rules, then the one settlement path, answered in v2's
     /// names and network.
     pub async fn settle_v2(
         &self,
-        request: &protocol::v2::PaymentRequest,
+        request: &v2::PaymentRequest,
         tag: Option<RequestTag>,
     ) -> Result<SettleResponse, SettleError> {
-        let lowered = self.lower_v2(request);
-        let outcome = match &lowered.verdict {
-            Err(failure) => Ok(SettleResponse::refused(
-                failure,
-                verify::payer_of(&lowered.request),
-                String::new(),
-            )),
-            Ok(()) => self.settler.settle(&lowered.request, tag).await,
+        let outcome = match self.lower_v2(request) {
+            Err(refused) => Ok(Settled::failed(refused)),
+            Ok(lowered) => self.settler.settle(&lowered, tag).await,
         };
-        protocol::v2::settle_answer(request, &lowered.request, outcome)
+        v2::settle_answer(request, outcome)
     }
 
     /// The configured name of a network given by that name or, when v2 is served, by its CAIP-2
@@ -252,13 +252,13 @@ impl Facilitator {
     pub fn network_name<'a>(&'a self, given: &'a str) -> &'a str {
         self.v2_networks
             .as_ref()
-            .and_then(|networks| protocol::v2::served_network(given, networks))
+            .and_then(|networks| v2::served_network(given, networks))
             .map_or(given, String::as_str)
     }
 
-    fn lower_v2(&self, request: &protocol::v2::PaymentRequest) -> protocol::v2::Lowered {
+    fn lower_v2(&self, request: &v2::PaymentRequest) -> Result<Request, Invalid> {
         let networks = self.v2_networks.as_ref().expect("checked by serves_v2");
-        protocol::v2::lower(request, networks)
+        v2::lower(request, networks, self.verifier.as_ref())
     }
 
     /// What happened to one payment, or `None` if routerd never settled it.

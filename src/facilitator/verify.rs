@@ -1,16 +1,17 @@
-//! The verify rules of x402-facilitator.md §2, in order: local checks of shape-valid values,
-//! then one batched read of the chain, then the chain-dependent rules. First failure wins.
+//! The verify rules of x402-facilitator.md §2 from rule 6 on, in order, on a request whose rules
+//! 1-5 passed when its version lowered it (`protocol`): the deny list and cooldown, then one
+//! batched read of the chain, then the chain-dependent rules. First failure wins.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 
 use ethers_core::types::{Address, H256, U256};
-use ethers_core::utils::to_checksum;
-use serde_json::{json, Number, Value};
+use serde_json::{json, Value};
 
 use super::cooldown::Cooldown;
 use super::lens;
-use super::types::{PaymentRequest, VerifyResponse};
+use super::protocol::values::Served;
+use super::request::{Invalid, Message, Request};
 use crate::chain::{self, Call, CallResult, Chain, ReadMode, Unreachable};
 use crate::clock::unix_now;
 use crate::evm;
@@ -68,17 +69,8 @@ pub struct TokenInfo {
     pub domain_separator: H256,
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct Invalid {
-    pub reason: Reason,
-    pub message: String,
-}
-
-fn invalid(reason: Reason, message: impl Into<String>) -> Invalid {
-    Invalid {
-        reason,
-        message: message.into(),
-    }
+fn invalid(reason: Reason, message: impl Into<Message>) -> Invalid {
+    Invalid::new(reason, message)
 }
 
 /// A payment whose values all parse and whose requirements match the configuration.
@@ -155,53 +147,27 @@ impl Verifier {
         self.networks.values()
     }
 
-    /// The answer to `/verify` for a verdict on `request`.
-    pub fn respond(request: &PaymentRequest, verdict: Result<(), Invalid>) -> VerifyResponse {
-        let payer = payer_of(request);
-        match verdict {
-            Ok(()) => VerifyResponse {
-                is_valid: true,
-                invalid_reason: None,
-                invalid_message: None,
-                payer,
-            },
-            Err(failure) => VerifyResponse {
-                is_valid: false,
-                invalid_reason: Some(failure.reason.verify_name()),
-                invalid_message: Some(failure.message),
-                payer,
-            },
-        }
-    }
-
-    /// Rules 1-5 and the configured deny list for `from` (rule 6): everything that needs no chain.
-    pub fn check_local<'a>(&'a self, request: &PaymentRequest) -> Result<Payment<'a>, Invalid> {
-        let payload = &request.payment_payload;
-        let requirements = &request.payment_requirements;
-        if !is_one(&request.x402_version) || !is_one(&payload.x402_version) {
-            return Err(invalid(Reason::X402Version, "x402Version must be 1"));
-        }
-        if payload.scheme != "exact" || requirements.scheme != "exact" {
-            return Err(invalid(
-                Reason::Scheme,
-                "scheme must be \"exact\" in payload and requirements",
-            ));
-        }
-        if payload.network != requirements.network {
-            return Err(invalid(
-                Reason::Network,
-                "payload and requirements name different networks",
-            ));
-        }
-        let network = self.networks.get(&requirements.network).ok_or_else(|| {
+    /// Rule 6's local half (the configured deny list and the revert cooldown for `from`): the
+    /// payment as the chain rules and the settlement read it.
+    pub fn check_local<'a>(&'a self, request: &Request) -> Result<Payment<'a>, Invalid> {
+        // The request was lowered against this verifier (`Served`), so both are found.
+        let network = self.networks.get(&request.network).ok_or_else(|| {
             invalid(
                 Reason::Network,
-                format!("network {:?} is not served", requirements.network),
+                format!("network {:?} is not served", request.network),
             )
         })?;
-        let (token, pay_to, max_amount) =
-            check_requirements(network, request, self.allow_http_resource)?;
-        let (auth, signature) = check_payload(request, self.max_signature_bytes)?;
+        let token = network
+            .tokens
+            .iter()
+            .find(|t| t.address == request.asset)
+            .ok_or_else(|| {
+                invalid(
+                    Reason::PaymentRequirements,
+                    "asset: not a token this facilitator settles on that network",
+                )
+            })?;
+        let auth = request.authorization.clone();
         if self.deny_list.contains(&auth.from) {
             return Err(invalid(Reason::FromKyt, "payer is on the deny list"));
         }
@@ -212,14 +178,14 @@ impl Verifier {
             ));
         }
         let digest = erc3009::digest(token.domain_separator, &auth);
-        let recovered = erc3009::recover(digest, &signature);
+        let recovered = erc3009::recover(digest, &request.signature);
         Ok(Payment {
             network,
             token,
             auth,
-            pay_to,
-            max_amount,
-            signature,
+            pay_to: request.pay_to,
+            max_amount: request.amount,
+            signature: request.signature.clone(),
             digest,
             recovered,
         })
@@ -293,27 +259,33 @@ impl Verifier {
     }
 }
 
-/// Rules 9-11: the authorization pays what the requirements ask, to whom they ask. Also the test
+/// The configuration the versions lower their requests against.
+impl Served for Verifier {
+    fn tokens(&self, network: &str) -> Option<&[TokenInfo]> {
+        self.networks.get(network).map(|n| n.tokens.as_slice())
+    }
+
+    fn allow_http_resource(&self) -> bool {
+        self.allow_http_resource
+    }
+
+    fn max_signature_bytes(&self) -> usize {
+        self.max_signature_bytes
+    }
+}
+
+/// Rules 8-10: the authorization pays what the requirements ask, to whom they ask. Also the test
 /// a replay must pass to be told a stored settlement's outcome.
 pub fn check_terms(payment: &Payment<'_>) -> Result<(), Invalid> {
     let auth = &payment.auth;
     if auth.to != payment.pay_to {
-        return Err(invalid(
-            Reason::TypedDataMessage,
-            "authorization.to is not paymentRequirements.payTo",
-        ));
+        return Err(invalid(Reason::TypedDataMessage, Message::ToIsNotPayTo));
     }
     if auth.value < payment.max_amount {
-        return Err(invalid(
-            Reason::ValueTooLow,
-            "authorization.value is below maxAmountRequired",
-        ));
+        return Err(invalid(Reason::ValueTooLow, Message::ValueBelowAmount));
     }
     if auth.value > payment.max_amount {
-        return Err(invalid(
-            Reason::Value,
-            "authorization.value exceeds maxAmountRequired",
-        ));
+        return Err(invalid(Reason::Value, Message::ValueAboveAmount));
     }
     Ok(())
 }
@@ -632,108 +604,6 @@ fn erc1271_accepted(answer: &[u8]) -> bool {
     answer.len() >= 4 && answer[..4] == erc3009::ERC1271_MAGIC
 }
 
-fn is_one(version: &Number) -> bool {
-    version.as_u64() == Some(1)
-}
-
-/// Rule 4: the requirements' values, and that they name a token configured for the network.
-fn check_requirements<'a>(
-    network: &'a Network,
-    request: &PaymentRequest,
-    allow_http: bool,
-) -> Result<(&'a TokenInfo, Address, U256), Invalid> {
-    let r = &request.payment_requirements;
-    let bad = |what: &str| {
-        invalid(
-            Reason::PaymentRequirements,
-            format!("paymentRequirements.{what}"),
-        )
-    };
-    let max_amount = parse_decimal(&r.max_amount_required)
-        .filter(|v| !v.is_zero())
-        .ok_or_else(|| bad("maxAmountRequired: not a decimal amount above 0"))?;
-    if !resource_allowed(&r.resource, allow_http) {
-        return Err(bad(if allow_http {
-            "resource: not an http:// or https:// URL of 11 to 2048 characters"
-        } else {
-            "resource: not an https:// URL of 11 to 2048 characters"
-        }));
-    }
-    let pay_to = parse_address(&r.pay_to).ok_or_else(|| bad("payTo: not a 0x address"))?;
-    let asset = parse_address(&r.asset).ok_or_else(|| bad("asset: not a 0x address"))?;
-    if r.max_timeout_seconds.as_u64().is_none_or(|t| t < 1) {
-        return Err(bad(
-            "maxTimeoutSeconds: must be a whole number of at least 1",
-        ));
-    }
-    let token = network
-        .tokens
-        .iter()
-        .find(|t| t.address == asset)
-        .ok_or_else(|| bad("asset: not a token this facilitator settles on that network"))?;
-    let extra = r.extra.as_ref();
-    for (field, expected) in [
-        ("name", &token.eip712_name),
-        ("version", &token.eip712_version),
-    ] {
-        match extra.and_then(|e| e.get(field)) {
-            None | Some(Value::Null) => {}
-            Some(Value::String(given)) if given == expected => {}
-            Some(_) => {
-                return Err(bad(&format!(
-                    "extra.{field}: does not match the token's EIP-712 domain"
-                )))
-            }
-        }
-    }
-    Ok((token, pay_to, max_amount))
-}
-
-fn resource_allowed(resource: &str, allow_http: bool) -> bool {
-    let scheme_ok = resource.starts_with("https://")
-        || (allow_http && resource.starts_with("http://") && resource.len() > "http://".len());
-    scheme_ok && (11..=2048).contains(&resource.len())
-}
-
-/// Rule 5: the payload's values.
-pub(crate) fn check_payload(
-    request: &PaymentRequest,
-    max_signature_bytes: usize,
-) -> Result<(TransferAuthorization, Vec<u8>), Invalid> {
-    let payload = &request.payment_payload.payload;
-    let a = &payload.authorization;
-    let bad = |what: &str| invalid(Reason::Payload, format!("paymentPayload.payload.{what}"));
-    if payload.signature.len() > 2 + 2 * max_signature_bytes {
-        return Err(bad(&format!(
-            "signature: longer than {max_signature_bytes} bytes (facilitator.max_signature_bytes)"
-        )));
-    }
-    let signature = evm::hex_decode(&payload.signature)
-        .filter(|s| !s.is_empty())
-        .ok_or_else(|| bad("signature: not 0x-hex"))?;
-    let auth = TransferAuthorization {
-        from: parse_address(&a.from).ok_or_else(|| bad("authorization.from: not a 0x address"))?,
-        to: parse_address(&a.to).ok_or_else(|| bad("authorization.to: not a 0x address"))?,
-        value: parse_decimal(&a.value)
-            .ok_or_else(|| bad("authorization.value: not a decimal uint256"))?,
-        valid_after: parse_decimal(&a.valid_after)
-            .ok_or_else(|| bad("authorization.validAfter: not a decimal uint256"))?,
-        valid_before: parse_decimal(&a.valid_before)
-            .ok_or_else(|| bad("authorization.validBefore: not a decimal uint256"))?,
-        nonce: evm::parse_h256(&a.nonce)
-            .ok_or_else(|| bad("authorization.nonce: not 0x + 64 hex digits"))?,
-    };
-    Ok((auth, signature))
-}
-
-/// `payer` of every answer: the checksummed `from`, or the string as sent.
-pub fn payer_of(request: &PaymentRequest) -> String {
-    let from = &request.payment_payload.payload.authorization.from;
-    parse_address(from)
-        .map(|a| to_checksum(&a, None))
-        .unwrap_or_else(|| from.clone())
-}
-
 /// `^0x[0-9a-fA-F]{40}$`, case-insensitive as the spec's pattern allows.
 pub fn parse_address(s: &str) -> Option<Address> {
     let digits = s.strip_prefix("0x")?;
@@ -780,15 +650,6 @@ mod tests {
             ),
             None
         );
-    }
-
-    #[test]
-    fn http_resources_only_when_allowed() {
-        assert!(resource_allowed("https://a.example/x", false));
-        assert!(!resource_allowed("http://127.0.0.1:3000/x", false));
-        assert!(resource_allowed("http://127.0.0.1:3000/x", true));
-        assert!(!resource_allowed("ftp://a.example/x", true));
-        assert!(!resource_allowed("https://", true));
     }
 
     #[test]

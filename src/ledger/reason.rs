@@ -1,6 +1,6 @@
 //! Why a payment failed, as the ledger stores it. The stored names are spelled out here, one per
 //! variant, so that renaming a variant or a wire name never changes what is on disk; the wire
-//! names of each protocol version are the facilitator's (`facilitator::types`).
+//! names of each protocol version are the facilitator's (`facilitator::protocol`).
 
 use serde::{Deserialize, Serialize};
 
@@ -40,4 +40,27 @@ pub enum Reason {
     /// The payment's nonce is claimed for settlement: being settled or settled (access.md §1).
     #[serde(rename = "AlreadySettled")]
     AlreadySettled,
+}
+
+impl Reason {
+    /// Every reason, for tests that check each has a name in every list.
+    #[cfg(test)]
+    pub const ALL: [Reason; 16] = [
+        Reason::X402Version,
+        Reason::Scheme,
+        Reason::Network,
+        Reason::PaymentRequirements,
+        Reason::Payload,
+        Reason::FromKyt,
+        Reason::ToKyt,
+        Reason::TypedDataMessage,
+        Reason::ValueTooLow,
+        Reason::Value,
+        Reason::ValidAfter,
+        Reason::ValidBefore,
+        Reason::Signature,
+        Reason::SignatureAddress,
+        Reason::InsufficientFunds,
+        Reason::AlreadySettled,
+    ];
 }

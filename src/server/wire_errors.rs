@@ -290,7 +290,7 @@ fn strip_position(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::facilitator::types::PaymentRequest;
+    use crate::facilitator::protocol::v1::PaymentRequest;
 
     fn message(body: &str) -> String {
         parse_body_with::<PaymentRequest>(body.as_bytes(), PaymentRequest::OBJECTS)

@@ -1,20 +1,23 @@
-//! x402 version 2 on the wire: its request shapes, its CAIP-2 network names and its reason names.
-//! A v2 request is lowered into the engine's version-free request (the same fields v1 carries),
-//! after the rules only v2 has; answers are raised back into v2's names. Nothing past this module
-//! knows which version carried a payment, so the ledger binds a v2 payment and its v1 replay alike.
+//! x402 version 2 on the wire: its request shapes, its field paths, its CAIP-2 network names and
+//! its reason names. A v2 request is lowered into the version-free [`Request`] after the rules
+//! only v2 has; answers are raised back into v2's names (in v1's answer shapes, whose fields v2
+//! kept). Nothing past this module knows which version carried a payment, so the ledger binds a
+//! v2 payment and its v1 replay alike.
 //!
 //! Rule order, first failure wins: x402Version (1), scheme (2), network (3), then v2's own
 //! requirement rules (4: `accepted` agrees with `paymentRequirements`, a resource is named), then
-//! the engine's rules from its rule 4 on.
+//! the shared rules 4 and 5 (`values`).
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use serde_json::{Map, Number, Value};
 
-use super::super::settlement::SettleError;
-use super::super::types::{self, ExactEvmPayload, SettleResponse, VerifyResponse};
-use super::super::verify::{Invalid, Verifier};
+use super::v1::{self, ExactEvmPayload, SettleResponse, VerifyResponse};
+use super::values::{self, Served, Values};
+use crate::evm;
+use crate::facilitator::request::{Field, Invalid, Request};
+use crate::facilitator::settlement::{SettleError, Settled};
 use crate::ledger::Reason;
 
 /// `eip155:<chain id>`: the CAIP-2 namespace of EVM chains.
@@ -132,55 +135,44 @@ pub fn served_network<'a>(
     by_chain_id.get(&id.parse().ok()?)
 }
 
-/// A v2 request in the engine's terms, with the verdict of the rules only v2 has.
-pub struct Lowered {
-    pub request: types::PaymentRequest,
-    pub verdict: Result<(), Invalid>,
-}
-
-/// Lowers `request` into the engine's request. The engine's version rule is v1's; the version
-/// was checked here, so the lowered request carries the engine's version and the network's
-/// configured name. `by_chain_id` maps served chain ids to configured network names.
-pub fn lower(request: &PaymentRequest, by_chain_id: &BTreeMap<u64, String>) -> Lowered {
-    let payload = &request.payment_payload;
-    let required = &request.payment_requirements;
-    let network = served_network(&required.network, by_chain_id);
-    let resource = payload.resource.as_ref();
-    let engine_version = Number::from(1);
-    let lowered = types::PaymentRequest {
-        x402_version: engine_version.clone(),
-        payment_payload: types::PaymentPayload {
-            x402_version: engine_version,
-            scheme: payload.accepted.scheme.clone(),
-            network: network.cloned().unwrap_or_else(|| required.network.clone()),
-            payload: payload.payload.clone(),
-        },
-        payment_requirements: types::PaymentRequirements {
-            scheme: required.scheme.clone(),
-            network: network.cloned().unwrap_or_else(|| required.network.clone()),
-            max_amount_required: required.amount.clone(),
-            resource: resource.map(|r| r.url.clone()).unwrap_or_default(),
-            description: resource
-                .and_then(|r| r.description.clone())
-                .unwrap_or_default(),
-            mime_type: resource
-                .and_then(|r| r.mime_type.clone())
-                .unwrap_or_default(),
-            output_schema: None,
-            pay_to: required.pay_to.clone(),
-            max_timeout_seconds: required.max_timeout_seconds.clone(),
-            asset: required.asset.clone(),
-            extra: required.extra.clone(),
-        },
-    };
-    Lowered {
-        request: lowered,
-        verdict: check(request, network.is_some()),
+/// v2's path of a field in its request: v1's, where v2 neither moved nor renamed it.
+pub fn path(field: Field) -> &'static str {
+    match field {
+        Field::Amount => "paymentRequirements.amount",
+        Field::Resource => "paymentPayload.resource.url",
+        other => v1::path(other),
     }
 }
 
-/// Rules 1-3 in v2's terms and v2's own requirement rules.
-fn check(request: &PaymentRequest, network_served: bool) -> Result<(), Invalid> {
+/// v2's own rules, then the shared rules 4-5: the version-free request, or the first failure.
+/// `by_chain_id` maps served chain ids to configured network names.
+pub fn lower(
+    request: &PaymentRequest,
+    by_chain_id: &BTreeMap<u64, String>,
+    served: &dyn Served,
+) -> Result<Request, Invalid> {
+    let payload = &request.payment_payload;
+    let required = &request.payment_requirements;
+    let (network, resource) = check(request, by_chain_id)?;
+    let values = Values {
+        network,
+        amount: &required.amount,
+        resource: &resource.url,
+        pay_to: &required.pay_to,
+        asset: &required.asset,
+        max_timeout_seconds: &required.max_timeout_seconds,
+        extra: required.extra.as_ref(),
+        payload: &payload.payload,
+    };
+    values::parse(values, served)
+}
+
+/// Rules 1-3 in v2's terms and v2's own requirement rules: the configured name of the served
+/// network, and the resource paid for.
+fn check<'a>(
+    request: &'a PaymentRequest,
+    by_chain_id: &'a BTreeMap<u64, String>,
+) -> Result<(&'a str, &'a ResourceInfo), Invalid> {
     let payload = &request.payment_payload;
     let accepted = &payload.accepted;
     let required = &request.payment_requirements;
@@ -200,7 +192,7 @@ fn check(request: &PaymentRequest, network_served: bool) -> Result<(), Invalid> 
             "paymentPayload.accepted and paymentRequirements name different networks",
         ));
     }
-    if !network_served {
+    let Some(network) = served_network(&required.network, by_chain_id) else {
         return Err(invalid(
             Reason::Network,
             format!(
@@ -208,7 +200,7 @@ fn check(request: &PaymentRequest, network_served: bool) -> Result<(), Invalid> 
                 required.network
             ),
         ));
-    }
+    };
     let differs = |field: &str| {
         invalid(
             Reason::PaymentRequirements,
@@ -224,20 +216,17 @@ fn check(request: &PaymentRequest, network_served: bool) -> Result<(), Invalid> 
     if !accepted.pay_to.eq_ignore_ascii_case(&required.pay_to) {
         return Err(differs("payTo"));
     }
-    if payload.resource.is_none() {
+    let Some(resource) = &payload.resource else {
         return Err(invalid(
             Reason::PaymentRequirements,
             "paymentPayload.resource: missing; routerd checks the resource URL it is paid for",
         ));
-    }
-    Ok(())
+    };
+    Ok((network, resource))
 }
 
 fn invalid(reason: Reason, message: impl Into<String>) -> Invalid {
-    Invalid {
-        reason,
-        message: message.into(),
-    }
+    Invalid::new(reason, message.into())
 }
 
 /// v2's name of a reason (x402 v2 specification §9), on verify and settle alike. v2 has no KYT
@@ -264,55 +253,41 @@ pub fn reason_name(reason: Reason) -> &'static str {
 /// The settle answer's reason while the transaction is broadcast and its outcome still unknown.
 pub const SETTLEMENT_PENDING: &str = "settlement_pending";
 
-/// The `/verify` answer for a verdict on a lowered request, in v2's names.
-pub fn verify_answer(
-    lowered: &types::PaymentRequest,
-    verdict: Result<(), Invalid>,
-) -> VerifyResponse {
-    let reason = verdict
-        .as_ref()
-        .err()
-        .map(|failure| reason_name(failure.reason));
-    let mut answer = Verifier::respond(lowered, verdict);
-    answer.invalid_reason = reason;
-    answer.invalid_message = answer.invalid_message.as_deref().map(message);
-    answer
+/// The `/verify` answer for a verdict on `request`, in v2's names.
+pub fn verify_answer(request: &PaymentRequest, verdict: Result<(), Invalid>) -> VerifyResponse {
+    let failure = verdict.err();
+    VerifyResponse {
+        is_valid: failure.is_none(),
+        invalid_reason: failure.as_ref().map(|f| reason_name(f.reason)),
+        invalid_message: failure.map(|f| f.message.render(path)),
+        payer: v1::payer_of(&request.payment_payload.payload),
+    }
 }
 
-/// An engine message in v2's field names: the engine speaks of v1's fields where v2 moved or
-/// renamed them.
-fn message(engine: &str) -> String {
-    engine
-        .replace(
-            "paymentRequirements.resource",
-            "paymentPayload.resource.url",
-        )
-        .replace("maxAmountRequired", "amount")
-}
-
-/// The `/settle` outcome of a lowered request raised into v2: v2's reason names, the network as
-/// the request gave it, and an outcome still unknown after broadcast as `settlement_pending`
-/// with the hash (before broadcast there is no hash, and the error body stays).
+/// The `/settle` outcome of `request` raised into v2: v2's reason names, the network as the
+/// request gave it, and an outcome still unknown after broadcast as `settlement_pending` with
+/// the hash (before broadcast there is no hash, and the error body stays).
 pub fn settle_answer(
     request: &PaymentRequest,
-    lowered: &types::PaymentRequest,
-    outcome: Result<SettleResponse, SettleError>,
+    outcome: Result<Settled, SettleError>,
 ) -> Result<SettleResponse, SettleError> {
+    let payer = v1::payer_of(&request.payment_payload.payload);
     let network = request.payment_requirements.network.clone();
     match outcome {
-        Ok(answer) => Ok(SettleResponse {
-            error_reason: answer.reason.map(|r| reason_name(r).to_string()),
-            error_message: answer.error_message.as_deref().map(message),
+        Ok(settled) => Ok(SettleResponse {
+            success: settled.success,
+            error_reason: settled.reason.map(|r| reason_name(r).to_string()),
+            error_message: settled.message.map(|m| m.render(path)),
+            payer,
+            transaction: settled.transaction.map(evm::hex_bytes).unwrap_or_default(),
             network,
-            ..answer
         }),
         Err(SettleError::Pending(Some(hash))) => Ok(SettleResponse {
             success: false,
-            reason: None,
             error_reason: Some(SETTLEMENT_PENDING.to_string()),
             error_message: Some(SettleError::Pending(Some(hash)).to_string()),
-            payer: super::super::verify::payer_of(lowered),
-            transaction: crate::evm::hex_bytes(hash),
+            payer,
+            transaction: evm::hex_bytes(hash),
             network,
         }),
         Err(other) => Err(other),
@@ -322,6 +297,7 @@ pub fn settle_answer(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::facilitator::request::Message;
 
     fn served() -> BTreeMap<u64, String> {
         BTreeMap::from([(84532, "base-sepolia".to_string())])
@@ -349,14 +325,37 @@ mod tests {
     }
 
     #[test]
-    fn engine_messages_name_v2_fields() {
+    fn messages_name_v2_fields() {
+        let render = |message: Message| message.render(path);
         assert_eq!(
-            message("authorization.value is below maxAmountRequired"),
+            render(Message::ValueBelowAmount),
             "authorization.value is below amount"
         );
         assert_eq!(
-            message("paymentRequirements.resource: not an https:// URL of 11 to 2048 characters"),
+            render(Message::ValueAboveAmount),
+            "authorization.value exceeds amount"
+        );
+        assert_eq!(
+            render(Message::Field(
+                Field::Resource,
+                "not an https:// URL of 11 to 2048 characters".into()
+            )),
             "paymentPayload.resource.url: not an https:// URL of 11 to 2048 characters"
+        );
+        assert_eq!(
+            render(Message::Field(
+                Field::Amount,
+                "not a decimal amount above 0".into()
+            )),
+            "paymentRequirements.amount: not a decimal amount above 0"
+        );
+        assert_eq!(
+            render(Message::ToIsNotPayTo),
+            "authorization.to is not paymentRequirements.payTo"
+        );
+        assert_eq!(
+            render(Message::Field(Field::Nonce, "x".into())),
+            "paymentPayload.payload.authorization.nonce: x"
         );
     }
 

@@ -20,8 +20,10 @@ use ethers_core::types::{Bytes, H256, U256};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::types::{PaymentRequest, SettleResponse, SettlementStatus, StatusOutcome};
-use super::verify::{check_terms, payer_of, Invalid, Payer, Payment, Trial, Tried, Verifier};
+use super::protocol::v1;
+use super::request::{Invalid, Message, Request};
+use super::types::{SettlementStatus, StatusOutcome};
+use super::verify::{check_terms, Payer, Payment, Trial, Tried, Verifier};
 use crate::chain::Unreachable;
 use crate::clock::unix_now;
 use crate::evm;
@@ -189,21 +191,17 @@ impl Settler {
     /// of the same authorization is told the transaction that settled it, as a failure.
     pub async fn settle(
         &self,
-        request: &PaymentRequest,
+        request: &Request,
         tag: Option<RequestTag>,
-    ) -> Result<SettleResponse, SettleError> {
-        let answer = Answer {
-            payer: payer_of(request),
-            network: request.payment_requirements.network.clone(),
-        };
+    ) -> Result<Settled, SettleError> {
         let payment = match self.verifier.check_local(request) {
             Ok(payment) => payment,
-            Err(failure) => return Ok(answer.failed(&failure)),
+            Err(failure) => return Ok(Settled::failed(failure)),
         };
         let deadline = Instant::now() + self.wait_bound(payment.auth.valid_before);
         let key = payment.key();
         if let Some(known) = self.known(&key, &payment, tag.as_ref()).await? {
-            return self.answer_known(known, &key, &answer, deadline).await;
+            return self.answer_known(known, &key, deadline).await;
         }
         let reservation = self
             .lanes
@@ -223,9 +221,9 @@ impl Settler {
                 // A concurrent duplicate may have settled this very authorization while we read
                 // the chain (its nonce then reads as used): its outcome is the answer.
                 if let Some(known) = self.known(&key, &payment, tag.as_ref()).await? {
-                    return self.answer_known(known, &key, &answer, deadline).await;
+                    return self.answer_known(known, &key, deadline).await;
                 }
-                return Ok(answer.failed(&failure));
+                return Ok(Settled::failed(failure));
             }
         };
         let record = new_record(&payment, calldata, gas_limit, tag);
@@ -236,14 +234,14 @@ impl Settler {
         {
             Claimed::Here(progress) => {
                 reservation.submit(record).await;
-                self.wait(progress, &key, &answer, deadline).await
+                self.wait(progress, &key, deadline).await
             }
             Claimed::Queued => {
                 drop(reservation);
-                self.await_stored(record, &answer, deadline).await
+                self.await_stored(record, deadline).await
             }
-            Claimed::Known(known) => self.answer_known(known, &key, &answer, deadline).await,
-            Claimed::OverLimit(failure) => Ok(answer.failed(&failure)),
+            Claimed::Known(known) => self.answer_known(known, &key, deadline).await,
+            Claimed::OverLimit(failure) => Ok(Settled::failed(failure)),
         }
     }
 
@@ -295,7 +293,7 @@ impl Settler {
             outcome: record.outcome.as_ref().map(|o| StatusOutcome {
                 success: o.success,
                 transaction: o.transaction.map(evm::hex_bytes),
-                error_reason: o.reason.map(Reason::settle_name),
+                error_reason: o.reason.map(v1::settle_reason),
                 error_message: o.message.clone(),
             }),
             lost: record.lost,
@@ -347,7 +345,7 @@ impl Settler {
             }
             Tried::Reverted(reason) => Err(Invalid {
                 reason: Reason::Payload,
-                message: format!("transferWithAuthorization would revert: {reason}"),
+                message: format!("transferWithAuthorization would revert: {reason}").into(),
             }),
         })
     }
@@ -412,14 +410,15 @@ impl Settler {
             Claim::OverLimit { exposed } if exposed.saturating_add(record.value) <= balance => {
                 Ok(Claimed::OverLimit(Invalid {
                     reason: Reason::Payload,
-                    message: "a smart-wallet payer settles one payment at a time: settle again once its settlement under way is answered".to_string(),
+                    message: "a smart-wallet payer settles one payment at a time: settle again once its settlement under way is answered".into(),
                 }))
             }
             Claim::OverLimit { exposed } => Ok(Claimed::OverLimit(Invalid {
                 reason: Reason::InsufficientFunds,
                 message: format!(
                     "payer balance {balance} does not cover this payment and its {exposed} still being settled"
-                ),
+                )
+                .into(),
             })),
         }
     }
@@ -430,21 +429,20 @@ impl Settler {
         &self,
         known: Known,
         key: &PaymentKey,
-        answer: &Answer,
         deadline: Instant,
-    ) -> Result<SettleResponse, SettleError> {
+    ) -> Result<Settled, SettleError> {
         let (found, caller) = match known {
-            Known::Unmet(failure) => return Ok(answer.failed(&failure)),
+            Known::Unmet(failure) => return Ok(Settled::failed(failure)),
             Known::Bound(found, caller) => (found, caller),
         };
         let outcome = match found {
-            Found::Running(progress) => self.wait(progress, key, answer, deadline).await,
-            Found::Finished(outcome) => Ok(answer.settled(&outcome)),
-            Found::Unfinished(record) => self.await_stored(*record, answer, deadline).await,
+            Found::Running(progress) => self.wait(progress, key, deadline).await,
+            Found::Finished(outcome) => Ok(Settled::of(&outcome)),
+            Found::Unfinished(record) => self.await_stored(*record, deadline).await,
         };
         match caller {
             Caller::Claimant => outcome,
-            Caller::Another => answer.duplicate(outcome),
+            Caller::Another => Settled::duplicate(outcome),
         }
     }
 
@@ -455,9 +453,8 @@ impl Settler {
     async fn await_stored(
         &self,
         record: Record,
-        answer: &Answer,
         deadline: Instant,
-    ) -> Result<SettleResponse, SettleError> {
+    ) -> Result<Settled, SettleError> {
         let key = record.key();
         let followed = self.ledger.shared()
             || record.latest().is_none_or(|a| {
@@ -476,7 +473,7 @@ impl Settler {
                 ));
             };
             if let Some(outcome) = current.outcome {
-                return Ok(answer.settled(&outcome));
+                return Ok(Settled::of(&outcome));
             }
             hash = current.latest().map(|a| a.hash);
         }
@@ -487,18 +484,17 @@ impl Settler {
         &self,
         mut progress: watch::Receiver<Progress>,
         key: &PaymentKey,
-        answer: &Answer,
         deadline: Instant,
-    ) -> Result<SettleResponse, SettleError> {
+    ) -> Result<Settled, SettleError> {
         let settled = tokio::time::timeout_at(deadline, progress.wait_for(Progress::finished))
             .await
             .map(|waited| waited.map(|state| state.clone()));
         match settled {
-            Ok(Ok(Progress::Done(outcome))) => Ok(answer.settled(&outcome)),
+            Ok(Ok(Progress::Done(outcome))) => Ok(Settled::of(&outcome)),
             Ok(Ok(Progress::Abandoned(reason))) => Err(SettleError::Abandoned(reason)),
             // This instance lost the lane: another one settles it, and the store tells how.
             Ok(Ok(Progress::Elsewhere)) => match self.ledger.get(key).await? {
-                Some(record) => self.await_stored(record, answer, deadline).await,
+                Some(record) => self.await_stored(record, deadline).await,
                 None => Err(SettleError::Abandoned(
                     "the claim was released before anything was sent".to_string(),
                 )),
@@ -536,7 +532,8 @@ fn gas_limit(tried: u64, calldata: &[u8], bound: u64) -> Result<u64, Invalid> {
             reason: Reason::Payload,
             message: format!(
                 "the settlement needs {needed} gas, above this network's max_settlement_gas ({bound})"
-            ),
+            )
+            .into(),
         });
     }
     let limit = needed.saturating_mul(100 + GAS_HEADROOM_PERCENT) / 100;
@@ -549,7 +546,7 @@ fn bind(digest: H256, payment: &Payment<'_>) -> Result<(), Invalid> {
     if digest != payment.digest {
         return Err(Invalid {
             reason: Reason::Payload,
-            message: "authorization nonce already claimed by another authorization".to_string(),
+            message: "authorization nonce already claimed by another authorization".into(),
         });
     }
     check_terms(payment)
@@ -669,62 +666,57 @@ impl Known {
     }
 }
 
-/// The fields every settle answer carries, whatever happened.
-struct Answer {
-    payer: String,
-    network: String,
+/// What settling a payment came to, in no version's words: each version raises it into its
+/// own answer (`protocol`), with the payer and network as its request gave them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settled {
+    pub success: bool,
+    pub reason: Option<Reason>,
+    pub message: Option<Message>,
+    /// The settling transaction; `None` when nothing was sent.
+    pub transaction: Option<H256>,
 }
 
-impl Answer {
-    fn failed(&self, failure: &Invalid) -> SettleResponse {
-        SettleResponse {
+impl Settled {
+    /// A payment refused before anything was sent.
+    pub fn failed(failure: Invalid) -> Self {
+        Settled {
             success: false,
             reason: Some(failure.reason),
-            error_reason: Some(failure.reason.settle_name().to_string()),
-            error_message: Some(failure.message.clone()),
-            payer: self.payer.clone(),
-            transaction: String::new(),
-            network: self.network.clone(),
+            message: Some(failure.message),
+            transaction: None,
         }
     }
 
     /// What another request than the claimant is told: never the success, only which
     /// transaction settles the payment (access.md §1).
-    fn duplicate(
-        &self,
-        outcome: Result<SettleResponse, SettleError>,
-    ) -> Result<SettleResponse, SettleError> {
+    fn duplicate(outcome: Result<Settled, SettleError>) -> Result<Settled, SettleError> {
         let (transaction, message) = match outcome {
-            Ok(answer) if answer.success => {
-                let message = format!("already settled by {}", answer.transaction);
-                (answer.transaction, message)
+            Ok(settled) if settled.success => {
+                let hash = settled.transaction.map(evm::hex_bytes).unwrap_or_default();
+                (settled.transaction, format!("already settled by {hash}"))
             }
             Err(SettleError::Pending(Some(hash))) => {
-                let hash = evm::hex_bytes(hash);
-                (hash.clone(), format!("already being settled by {hash}"))
+                let message = format!("already being settled by {}", evm::hex_bytes(hash));
+                (Some(hash), message)
             }
             other => return other,
         };
-        Ok(SettleResponse {
+        Ok(Settled {
             success: false,
             reason: Some(Reason::AlreadySettled),
-            error_reason: Some(Reason::AlreadySettled.settle_name().to_string()),
-            error_message: Some(message),
-            payer: self.payer.clone(),
+            message: Some(Message::Text(message)),
             transaction,
-            network: self.network.clone(),
         })
     }
 
-    fn settled(&self, outcome: &Outcome) -> SettleResponse {
-        SettleResponse {
+    /// A stored outcome.
+    fn of(outcome: &Outcome) -> Self {
+        Settled {
             success: outcome.success,
             reason: outcome.reason,
-            error_reason: outcome.reason.map(|r| r.settle_name().to_string()),
-            error_message: outcome.message.clone(),
-            payer: self.payer.clone(),
-            transaction: outcome.transaction.map(evm::hex_bytes).unwrap_or_default(),
-            network: self.network.clone(),
+            message: outcome.message.clone().map(Message::Text),
+            transaction: outcome.transaction,
         }
     }
 }
@@ -745,7 +737,9 @@ mod tests {
         for (tried, calldata) in [(300_001, &small[..]), (50_000, &[1u8; 8_000][..])] {
             let refused = gas_limit(tried, calldata, 300_000).unwrap_err();
             assert_eq!(refused.reason, Reason::Payload);
-            assert!(refused.message.contains("max_settlement_gas"));
+            assert!(
+                matches!(&refused.message, Message::Text(text) if text.contains("max_settlement_gas"))
+            );
         }
     }
 }

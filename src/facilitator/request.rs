@@ -1,0 +1,150 @@
+//! The version-free request and verdict. A [`Request`] is a payment as verify and settle take it,
+//! whichever x402 version carried it: every value typed, and the rules that need only the
+//! request and the served configuration (x402-facilitator.md §2, rules 1-5) passed. A refusal
+//! names the fields it means by [`Field`], never by text: each version spells them when it
+//! raises the answer, so no message is ever rewritten.
+
+use ethers_core::types::{Address, U256};
+
+use crate::evm::erc3009::TransferAuthorization;
+use crate::ledger::Reason;
+
+/// One payment, parsed: what every rule from rule 6 on and the settlement read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// The configured name of the served network the payment is for.
+    pub network: String,
+    /// A token configured for `network`.
+    pub asset: Address,
+    pub pay_to: Address,
+    /// What the requirements ask; above 0.
+    pub amount: U256,
+    pub resource: String,
+    pub max_timeout_seconds: u64,
+    pub authorization: TransferAuthorization,
+    /// Non-empty, and no longer than `facilitator.max_signature_bytes`.
+    pub signature: Vec<u8>,
+}
+
+/// A field of the request that a refusal names. Its path differs between versions (v1's
+/// `paymentRequirements.maxAmountRequired` is v2's `paymentRequirements.amount`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    Amount,
+    Resource,
+    PayTo,
+    Asset,
+    MaxTimeoutSeconds,
+    ExtraName,
+    ExtraVersion,
+    Signature,
+    From,
+    To,
+    Value,
+    ValidAfter,
+    ValidBefore,
+    Nonce,
+}
+
+/// A version's spelling of the fields: the JSON path of each in that version's request.
+pub type Spelling = fn(Field) -> &'static str;
+
+/// Why a payment fails, in words a version renders with its own [`Spelling`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    /// Words that name no renamed field: the same in every version.
+    Text(String),
+    /// A field's value is refused: `<path>: <problem>`.
+    Field(Field, String),
+    /// Rule 8: `authorization.to` is not the requirements' payTo.
+    ToIsNotPayTo,
+    /// Rule 9: `authorization.value` is below the amount asked.
+    ValueBelowAmount,
+    /// Rule 10: `authorization.value` is above the amount asked (exact means exact).
+    ValueAboveAmount,
+}
+
+impl Message {
+    /// The message as the version with spelling `path` says it.
+    pub fn render(&self, path: Spelling) -> String {
+        // The terms rules name the amount by its bare name, as the requirements spell it.
+        let amount = || path(Field::Amount).rsplit('.').next().unwrap_or_default();
+        match self {
+            Message::Text(text) => text.clone(),
+            Message::Field(field, problem) => format!("{}: {problem}", path(*field)),
+            Message::ToIsNotPayTo => format!("authorization.to is not {}", path(Field::PayTo)),
+            Message::ValueBelowAmount => format!("authorization.value is below {}", amount()),
+            Message::ValueAboveAmount => format!("authorization.value exceeds {}", amount()),
+        }
+    }
+}
+
+impl From<String> for Message {
+    fn from(text: String) -> Self {
+        Message::Text(text)
+    }
+}
+
+impl From<&str> for Message {
+    fn from(text: &str) -> Self {
+        Message::Text(text.to_string())
+    }
+}
+
+/// A payment that fails a rule: the rule's reason, and why in typed words.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Invalid {
+    pub reason: Reason,
+    pub message: Message,
+}
+
+impl Invalid {
+    pub fn new(reason: Reason, message: impl Into<Message>) -> Self {
+        Invalid {
+            reason,
+            message: message.into(),
+        }
+    }
+
+    /// A field's value refused under `reason` (rule 4 or 5).
+    pub fn field(reason: Reason, field: Field, problem: impl Into<String>) -> Self {
+        Invalid {
+            reason,
+            message: Message::Field(field, problem.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn short(field: Field) -> &'static str {
+        match field {
+            Field::Amount => "requirements.price",
+            Field::PayTo => "requirements.to",
+            _ => "other",
+        }
+    }
+
+    #[test]
+    fn messages_name_fields_in_the_given_spelling() {
+        assert_eq!(
+            Message::Field(Field::Amount, "not a number".into()).render(short),
+            "requirements.price: not a number"
+        );
+        assert_eq!(
+            Message::ValueBelowAmount.render(short),
+            "authorization.value is below price"
+        );
+        assert_eq!(
+            Message::ValueAboveAmount.render(short),
+            "authorization.value exceeds price"
+        );
+        assert_eq!(
+            Message::ToIsNotPayTo.render(short),
+            "authorization.to is not requirements.to"
+        );
+        assert_eq!(Message::from("as is").render(short), "as is");
+    }
+}
