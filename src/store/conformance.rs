@@ -432,9 +432,16 @@ async fn open_sled(name: &str) -> (Storage, Storage) {
 /// A fresh database per case on the server `ROUTERD_TEST_POSTGRES_URL` names, and two
 /// connection pools to it.
 async fn open_postgres(name: &str) -> (Storage, Storage) {
+    let url = fresh_database(&format!("routerd_conformance_{name}")).await;
+    let a: Storage = Arc::new(super::postgres::PgStore::connect(&url).await.unwrap());
+    let b: Storage = Arc::new(super::postgres::PgStore::connect(&url).await.unwrap());
+    (a, b)
+}
+
+/// An empty database named `database` on the server `ROUTERD_TEST_POSTGRES_URL` names; its URL.
+pub(super) async fn fresh_database(database: &str) -> String {
     let admin_url = std::env::var("ROUTERD_TEST_POSTGRES_URL")
         .expect("ROUTERD_TEST_POSTGRES_URL: scripts/test-postgres sets it");
-    let database = format!("routerd_conformance_{name}");
     let (admin, connection) = tokio_postgres::connect(&admin_url, tokio_postgres::NoTls)
         .await
         .expect("connecting to the test server");
@@ -450,11 +457,8 @@ async fn open_postgres(name: &str) -> (Storage, Storage) {
     }
     drop(creating);
     let mut config: tokio_postgres::Config = admin_url.parse().unwrap();
-    config.dbname(&database);
-    let url = postgres_url(&config);
-    let a: Storage = Arc::new(super::postgres::PgStore::connect(&url).await.unwrap());
-    let b: Storage = Arc::new(super::postgres::PgStore::connect(&url).await.unwrap());
-    (a, b)
+    config.dbname(database);
+    postgres_url(&config)
 }
 
 /// The URL of `config` (host, port, user, database: the test cluster trusts local users).

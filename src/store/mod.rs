@@ -15,6 +15,7 @@ pub mod postgres;
 mod rows;
 pub mod sled;
 mod sled_v1;
+mod upgrade_tests;
 
 use std::sync::Arc;
 use std::time::Duration;

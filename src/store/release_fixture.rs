@@ -1,0 +1,143 @@
+// What the stores in tests/fixtures/store-53628ba/ hold: written by routerd 53628ba (the release
+// before the ledger room) through its store API, by this very text `include!`d into its tree,
+// and read back by this routerd in `store::upgrade_tests`. Kept free of paths so that both
+// trees compile it; the includer brings Record, State, Attempt, Inclusion, Outcome, Lost,
+// RequestTag, LaneId, Reason, TxFees, Storage, Duration, Address, Bytes, H256 and U256.
+
+const FIXTURE_AT: u64 = 1_700_000_000;
+const FIXTURE_ROUTER_KEY: &str = "l1|0x7070707070707070707070707070707070707070|ip:127.0.0.1";
+
+fn fixture_lane() -> LaneId {
+    LaneId {
+        network: "chainX".to_string(),
+        signer: Address::repeat_byte(0x51),
+    }
+}
+
+fn fixture_claim(n: u8) -> Record {
+    Record {
+        network: "chainX".to_string(),
+        token: Address::repeat_byte(0x10),
+        payer: Address::repeat_byte(0x20 + n % 2),
+        pay_to: Address::repeat_byte(0x30),
+        value: U256::from(1000 * u64::from(n)),
+        nonce: H256::repeat_byte(n),
+        valid_before: FIXTURE_AT + 3600,
+        digest: H256::repeat_byte(0x80 + n),
+        calldata: Bytes::from(vec![0xe3, 0xee, 0x16, 0x0e, n]),
+        gas_limit: 150_000,
+        request: Some(RequestTag {
+            key: format!("order-{n}"),
+            body: H256::repeat_byte(0xb0 + n),
+        }),
+        state: State::Claimed,
+        attempts: Vec::new(),
+        outcome: None,
+        lost: false,
+        finished_at: None,
+    }
+}
+
+fn fixture_attempt(n: u8, nonce: u64) -> Attempt {
+    Attempt {
+        signer: fixture_lane().signer,
+        nonce,
+        hash: H256::repeat_byte(0xa0 + n),
+        raw: Bytes::from(vec![0x02, n]),
+        fees: if n % 2 == 0 {
+            TxFees::Legacy {
+                gas_price: U256::from(7_000_000_000u64),
+            }
+        } else {
+            TxFees::Eip1559 {
+                max_fee: U256::from(9_000_000_000u64),
+                priority_fee: U256::from(1_000_000_000u64),
+            }
+        },
+        sent_at_block: 100 + u64::from(n),
+    }
+}
+
+fn fixture_inclusion(n: u8, succeeded: bool) -> Inclusion {
+    Inclusion {
+        block: 110 + u64::from(n),
+        block_hash: H256::repeat_byte(0xc0 + n),
+        transaction: H256::repeat_byte(0xa0 + n),
+        succeeded,
+    }
+}
+
+/// Every record of the fixture, one per state a settlement can be left in.
+fn fixture_records() -> Vec<Record> {
+    let claimed = fixture_claim(1);
+    let mut signed = fixture_claim(2);
+    signed.signed(fixture_attempt(2, 2));
+    let mut sent = fixture_claim(3);
+    sent.signed(fixture_attempt(3, 3));
+    sent.sent();
+    let mut included = fixture_claim(4);
+    included.signed(fixture_attempt(4, 4));
+    included.sent();
+    included.included(fixture_inclusion(4, true));
+    included.confirm(116, 1, || unreachable!("it succeeded"));
+    let mut settled = fixture_claim(5);
+    settled.signed(fixture_attempt(5, 5));
+    settled.signed(fixture_attempt(6, 5));
+    settled.sent();
+    settled.included(fixture_inclusion(5, true));
+    settled.confirm(200, 1, || unreachable!("it succeeded"));
+    settled.finalize(200, 64, FIXTURE_AT);
+    let mut reverted = fixture_claim(7);
+    reverted.signed(fixture_attempt(7, 6));
+    reverted.sent();
+    reverted.included(fixture_inclusion(7, false));
+    reverted.confirm(200, 1, || Outcome {
+        success: false,
+        reason: Some(Reason::InsufficientFunds),
+        message: Some("ERC20: transfer amount exceeds balance".to_string()),
+        transaction: Some(H256::repeat_byte(0xa7)),
+    });
+    reverted.finalize(200, 64, FIXTURE_AT);
+    let mut expired = fixture_claim(8);
+    expired.signed(fixture_attempt(8, 7));
+    expired.expire(Lost::ValidBeforePassed, FIXTURE_AT);
+    let mut lost = fixture_claim(9);
+    lost.signed(fixture_attempt(9, 8));
+    lost.included(fixture_inclusion(9, true));
+    lost.confirm(200, 1, || unreachable!("it succeeded"));
+    lost.reorged();
+    lost.expire(Lost::AuthorizationUsedElsewhere, FIXTURE_AT);
+    vec![claimed, signed, sent, included, settled, reverted, expired, lost]
+}
+
+/// Writes the fixture as the settlement service would: claims, signed attempts under the lane's
+/// lease with its next nonce, the states that followed, and two router reservations.
+async fn write_fixture(store: &Storage) {
+    let lease = store
+        .acquire(&fixture_lane(), "fixture", Duration::from_secs(3600))
+        .await
+        .unwrap()
+        .unwrap();
+    let records = fixture_records();
+    for record in &records {
+        let mut claim = record.clone();
+        claim.state = State::Claimed;
+        claim.attempts.clear();
+        claim.outcome = None;
+        claim.lost = false;
+        claim.finished_at = None;
+        let taken = store.claim(&record.key(), &claim, None, U256::MAX).await;
+        assert!(matches!(taken.unwrap(), Claim::Claimed));
+    }
+    let signed: Vec<&Record> = records.iter().filter(|r| !r.attempts.is_empty()).collect();
+    store.commit_signed(&lease, 9, &signed).await.unwrap();
+    let all: Vec<&Record> = records.iter().collect();
+    store.save(&all, true).await.unwrap();
+    for pending in [3, 3] {
+        store
+            .reserve_router_nonce(FIXTURE_ROUTER_KEY, pending, FIXTURE_AT, 120, 16)
+            .await
+            .unwrap();
+    }
+    store.flush().await.unwrap();
+}
