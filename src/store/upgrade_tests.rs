@@ -4,7 +4,7 @@
 //! the ones it wrote (`ledger::keys`), so opening migrates nothing; this test is what keeps it so.
 //!
 //! How the fixture was written: release_fixture.rs `include!`d into the tree of 53628ba (with
-//! `crate::facilitator::settlement::state` for `crate::ledger`) and its `write_fixture` run on
+//! the old `settlement::state` module for `ledger`) and its `write_fixture` run on
 //! an empty sled directory, and on an empty PostgreSQL database then dumped with
 //! `pg_dump --inserts --no-owner --no-privileges` (psql's `\restrict` lines removed).
 
