@@ -44,7 +44,7 @@ fn fixture_attempt(n: u8, nonce: u64) -> Attempt {
         nonce,
         hash: H256::repeat_byte(0xa0 + n),
         raw: Bytes::from(vec![0x02, n]),
-        fees: if n % 2 == 0 {
+        fees: if n.is_multiple_of(2) {
             TxFees::Legacy {
                 gas_price: U256::from(7_000_000_000u64),
             }
