@@ -131,3 +131,21 @@ pub async fn start(settings: &ServerSettings, app: Arc<App>) -> std::io::Result<
     }
     Ok(listeners)
 }
+
+/// An app of the given router, no facilitator, no chains and no keys.
+#[cfg(test)]
+fn test_app(router: Option<Arc<Router>>, chains: BTreeMap<String, Arc<Chain>>) -> App {
+    App {
+        facilitator: None,
+        router,
+        chains,
+        metrics: Metrics::new(),
+        max_body_bytes: 1 << 20,
+        read_timeout: Duration::from_secs(5),
+        keys: None,
+        client_limit: None,
+    }
+}
+
+#[cfg(test)]
+mod wire_tests;
