@@ -134,9 +134,13 @@ pub async fn start(settings: &ServerSettings, app: Arc<App>) -> std::io::Result<
 
 /// An app of the given router, no facilitator, no chains and no keys.
 #[cfg(test)]
-fn test_app(router: Option<Arc<Router>>, chains: BTreeMap<String, Arc<Chain>>) -> App {
+fn test_app(
+    router: Option<Arc<Router>>,
+    facilitator: Option<Arc<Facilitator>>,
+    chains: BTreeMap<String, Arc<Chain>>,
+) -> App {
     App {
-        facilitator: None,
+        facilitator,
         router,
         chains,
         metrics: Metrics::new(),

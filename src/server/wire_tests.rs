@@ -37,7 +37,7 @@ async fn app_of(with_router: bool, chains: BTreeMap<String, Arc<Chain>>) -> Arc<
             NonceBook::new(store, 60, 16),
         ))
     });
-    Arc::new(test_app(router, chains))
+    Arc::new(test_app(router, None, chains))
 }
 
 async fn exchange(address: SocketAddr, method: &str, path: &str, body: &str) -> String {
@@ -197,4 +197,73 @@ async fn answers_with_a_silent_chain() {
         answers.push(format!("{method} {path} {body}\n=> {answer}"));
     }
     compare(&answers.join("\n\n"), "silent_chain.txt");
+}
+
+const KEY: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+
+/// A facilitator on a chain that never answers: its routes, its refusals that need no chain,
+/// and `/ready` naming the chain and the signer whose balance is unknown.
+#[tokio::test]
+async fn answers_with_a_facilitator() {
+    let dir = std::env::temp_dir().join(format!("routerd-wire-{}-f", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let storage = StorageSettings {
+        path: dir,
+        ..StorageSettings::default()
+    };
+    let store = crate::store::open(&storage)
+        .await
+        .expect("a temporary store");
+    let chain_settings: crate::config::ChainSettings = toml::from_str(
+        "chain_id = 10\nkind = \"l2\"\nrpc_urls = [\"http://127.0.0.1:9\"]\n[tokens.usdc]\naddress = \"0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913\"\neip712_name = \"USD Coin\"\neip712_version = \"2\"",
+    )
+    .expect("chain settings");
+    let chain = Chain::new("silent", &chain_settings).expect("a chain");
+    let chains = BTreeMap::from([("silent".to_string(), chain)]);
+    let settings: crate::config::FacilitatorSettings =
+        toml::from_str("networks = [\"silent\"]\nx402_versions = [1, 2]")
+            .expect("facilitator settings");
+    let signer = Arc::new(crate::signer::Signer::from_hex(KEY).expect("a key"));
+    let facilitator = Facilitator::new(
+        &settings,
+        &BTreeMap::from([("silent".to_string(), chain_settings)]),
+        &chains,
+        vec![signer],
+        store,
+        crate::facilitator::settlement::LeaseSettings {
+            holder: "test".to_string(),
+            ttl: std::time::Duration::from_secs(60),
+        },
+    )
+    .expect("a facilitator");
+    let app = Arc::new(test_app(None, Some(Arc::new(facilitator)), chains));
+    let listeners = start(&test_settings(), app).await.expect("listening");
+    let address = listeners[0].address;
+    let v1 = r#"{"x402Version":1,"paymentPayload":{"x402Version":1,"scheme":"exact","network":"base","payload":{"signature":"0x01","authorization":{"from":"0x52908400098527886E0F7030069857D2E4169EE7","to":"0x8617E340B3D01FA5F11F306F4090FD50E238070D","value":"1","validAfter":"0","validBefore":"9","nonce":"0x0000000000000000000000000000000000000000000000000000000000000001"}}},"paymentRequirements":{"scheme":"exact","network":"base","maxAmountRequired":"1","resource":"https://r.example","description":"d","mimeType":"m","payTo":"0x8617E340B3D01FA5F11F306F4090FD50E238070D","maxTimeoutSeconds":60,"asset":"0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913","extra":{"name":"USD Coin","version":"2"}}}"#;
+    let status = "/settlements/silent/0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913/0x52908400098527886E0F7030069857D2E4169EE7/0x0000000000000000000000000000000000000000000000000000000000000001";
+    let mut answers = Vec::new();
+    for (method, path, body) in [
+        ("GET", "/ready", String::new()),
+        ("GET", "/supported", String::new()),
+        ("POST", "/supported", String::new()),
+        ("GET", "/verify", String::new()),
+        ("POST", "/verify", "{}".to_string()),
+        ("POST", "/verify", "[]".to_string()),
+        ("POST", "/verify", v1.to_string()),
+        ("POST", "/settle", "{}".to_string()),
+        ("POST", "/settle", "[]".to_string()),
+        ("POST", "/settle", v1.to_string()),
+        ("POST", "/settle", format!("[{v1},{{}}]")),
+        ("GET", "/settle", String::new()),
+        ("GET", status, String::new()),
+        ("POST", status, String::new()),
+        ("GET", "/settlements/a/b", String::new()),
+        ("POST", "/", call("router_chains", None)),
+        ("POST", "/", TX.to_string()),
+        ("POST", "/quote", TX.to_string()),
+    ] {
+        let answer = exchange(address, method, path, &body).await;
+        answers.push(format!("{method} {path} {body}\n=> {answer}"));
+    }
+    compare(&answers.join("\n\n"), "facilitator.txt");
 }
