@@ -11,7 +11,7 @@ use crate::facilitator::settlement::LeaseSettings;
 use crate::facilitator::{Facilitator, SettleError, SetupError};
 use crate::router::nonces::NonceBook;
 use crate::router::Router;
-use crate::server::{self, App, ClientLimit, Keys, KeysError, Metrics};
+use crate::server::{self, App, ClientLimit, Keys, KeysError, Metrics, Services};
 use crate::signer::{load_signers, SignerError};
 use crate::store::{self, StoreError};
 
@@ -84,9 +84,11 @@ pub async fn run(settings: Settings) -> Result<(), StartError> {
         ))
     });
     let app = Arc::new(App {
-        facilitator,
-        router,
-        chains,
+        services: Services {
+            facilitator,
+            router,
+            chains,
+        },
         metrics: Metrics::new(),
         max_body_bytes: settings.server.max_body_bytes,
         read_timeout: Duration::from_millis(settings.server.request_read_timeout_ms),
@@ -116,7 +118,7 @@ pub async fn run(settings: Settings) -> Result<(), StartError> {
     if drained.is_err() {
         tracing::warn!("grace period over with requests in flight; their settlements are stored and resume on start");
     }
-    if let Some(facilitator) = &app.facilitator {
+    if let Some(facilitator) = &app.services.facilitator {
         facilitator.surrender_lanes().await;
     }
     store.flush().await?;
@@ -171,6 +173,7 @@ fn log_banner(settings: &Settings, app: &App, listeners: &[server::Listener], st
         .flat_map(|r| r.chains.iter().map(String::as_str))
         .collect();
     let signers: Vec<String> = app
+        .services
         .facilitator
         .iter()
         .flat_map(|f| {
@@ -201,7 +204,7 @@ fn notify_systemd_ready(app: Arc<App>) {
             let mut ticker = tokio::time::interval(period);
             loop {
                 ticker.tick().await;
-                if server::guards_down(&app).is_empty() {
+                if server::guards_down(&app.services).is_empty() {
                     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
                 }
             }

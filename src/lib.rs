@@ -6,7 +6,7 @@
 //! ```text
 //! daemon, main     wiring: settings -> store -> chains -> services -> listeners; recovery, shutdown
 //! server           transport: listeners, API keys and rate limits, REST and JSON-RPC, ops,
-//!                  wire errors              -> router facilitator chain ledger evm config guard clock
+//!                  wire errors              -> every room below
 //! router           eth_routerTransaction: probe every chain, choose, reserve the caller's nonce
 //!                                           -> chain store evm config clock
 //! facilitator      x402 verify and settle: protocol versions, the lens, lanes, the follower

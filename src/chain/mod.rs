@@ -1,5 +1,8 @@
 //! Talking to EVM nodes: the upstream client, the per-block head and fee cache. What a value
 //! means (hex, fees, calldata) is `evm`'s; this room only carries it.
+//!
+//! A chain reports its own readiness ([`Chain::readiness`]): whether it answered recently, and
+//! whether its head watcher's last step panicked. It asks no node to say so.
 
 pub mod client;
 pub mod head;
@@ -14,6 +17,7 @@ use serde_json::json;
 use crate::evm::hex_bytes;
 
 use crate::config::ChainSettings;
+use crate::guard::Guard;
 pub use client::{Call, CallResult, ChainClient, Refusal, RpcError, Unreachable};
 pub use head::{Canonical, Head, HeadWatcher};
 pub use read_mode::ReadMode;
@@ -57,6 +61,27 @@ impl Chain {
         self.head.latest_or_fetch().await
     }
 
+    /// Whether the chain answered within five polls and a request timeout.
+    pub fn answering(&self) -> Answering {
+        let fresh = Duration::from_millis(
+            self.settings.poll_interval_ms * 5 + self.settings.request_timeout_ms,
+        );
+        match self.client.since_last_success() {
+            Some(age) if age <= fresh => Answering::Recently(age),
+            Some(age) => Answering::Silent(age),
+            None => Answering::Never,
+        }
+    }
+
+    /// What `/ready` asks of a chain; answered from what the chain saw, without a request.
+    pub fn readiness(&self) -> Readiness<'_> {
+        Readiness {
+            answering: self.answering(),
+            watcher_down: Some(&*self.head.guard).filter(|g| g.is_down()),
+            read_mode: self.read_mode(),
+        }
+    }
+
     pub fn read_mode(&self) -> ReadMode {
         self.read_mode.get()
     }
@@ -81,6 +106,37 @@ impl Chain {
             tracing::warn!(chain = %self.name, %why, "verify read mode to be probed again");
         }
     }
+}
+
+/// How recently a chain answered: `Recently` is within five polls and a request timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answering {
+    Recently(Duration),
+    Silent(Duration),
+    Never,
+}
+
+impl Answering {
+    pub fn is_recent(&self) -> bool {
+        matches!(self, Answering::Recently(_))
+    }
+
+    /// Time since the last answer, if there was one.
+    pub fn age(&self) -> Option<Duration> {
+        match self {
+            Answering::Recently(age) | Answering::Silent(age) => Some(*age),
+            Answering::Never => None,
+        }
+    }
+}
+
+/// A chain's readiness report.
+pub struct Readiness<'a> {
+    pub answering: Answering,
+    /// The head watcher, when its last step panicked.
+    pub watcher_down: Option<&'a Guard>,
+    /// Not a readiness condition (batch mode is slower, not wrong); shown to operators.
+    pub read_mode: ReadMode,
 }
 
 pub fn eth_call(to: Address, data: &[u8], block: &str) -> Call {

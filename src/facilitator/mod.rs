@@ -4,6 +4,7 @@
 pub mod cooldown;
 pub mod lens;
 pub mod protocol;
+pub mod readiness;
 pub mod request;
 pub mod settlement;
 pub mod types;

@@ -134,20 +134,19 @@ impl Router {
         ))
     }
 
+    /// Each candidate as `router_chains` reports it; healthy is [`Chain::answering`]'s recently.
     pub fn chains(&self) -> Vec<ChainStatus> {
         self.candidates
             .iter()
             .map(|c| {
                 let chain = &c.chain;
-                let last = chain.client.since_last_success();
-                let fresh = Duration::from_millis(
-                    chain.settings.poll_interval_ms * 5 + chain.settings.request_timeout_ms,
-                );
+                let answering = chain.answering();
+                let last = answering.age();
                 ChainStatus {
                     chain: chain.name.clone(),
                     kind: chain.settings.kind,
                     chain_id: format!("{:#x}", chain.settings.chain_id),
-                    healthy: last.is_some_and(|age| age <= fresh),
+                    healthy: answering.is_recent(),
                     head_block: chain.head.current().map(|h| h.number),
                     last_answer_ms_ago: last.map(|d| d.as_millis() as u64),
                     fee_model: match chain.settings.fee_model {

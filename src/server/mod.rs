@@ -1,5 +1,10 @@
 //! Transport: the jsonrpsee server with the REST layer in front, on one listener (or two, when
 //! the facilitator has its own address). Handlers stay thin; the services do the work.
+//!
+//! Invariants: the services are built once at start ([`Services`]); each listener's [`Routes`]
+//! are built once from them and its [`Surface`], holding a service's handlers only where the
+//! listener serves it and it is configured, so no handler checks for a service. Typed errors
+//! become wire errors in `wire_errors` only.
 
 mod auth;
 mod idempotency;
@@ -16,6 +21,7 @@ use std::sync::Arc;
 
 use std::time::Duration;
 
+use jsonrpsee::server::middleware::rpc::RpcServiceBuilder;
 use jsonrpsee::server::{stop_channel, BatchRequestConfig, Server, ServerConfig, ServerHandle};
 use jsonrpsee::Methods;
 use tokio::net::TcpListener;
@@ -32,9 +38,7 @@ const MAX_BATCH_CALLS: u32 = 100;
 
 /// What the transport serves from.
 pub struct App {
-    pub facilitator: Option<Arc<Facilitator>>,
-    pub router: Option<Arc<Router>>,
-    pub chains: BTreeMap<String, Arc<Chain>>,
+    pub services: Services,
     pub metrics: Metrics,
     pub max_body_bytes: u32,
     /// `server.request_read_timeout_ms`: bound on receiving a request body.
@@ -43,6 +47,17 @@ pub struct App {
     pub keys: Option<Arc<Keys>>,
     /// Without keys, with `server.client_rate_per_sec`: each client address's rate.
     pub client_limit: Option<ClientLimit>,
+}
+
+/// The services, built once at start: a section left out of the configuration leaves its
+/// service out. Handlers do not read this; operator routes ask it for readiness.
+pub struct Services {
+    /// With `[router]`.
+    pub router: Option<Arc<Router>>,
+    /// With `[facilitator]`.
+    pub facilitator: Option<Arc<Facilitator>>,
+    /// The chains the router or the facilitator use.
+    pub chains: BTreeMap<String, Arc<Chain>>,
 }
 
 /// Which routes a listener serves; operator routes are on every listener.
@@ -54,6 +69,39 @@ pub struct Surface {
     pub ops: bool,
 }
 
+/// What one listener answers, built once at start.
+pub(crate) struct Routes {
+    pub app: Arc<App>,
+    pub surface: Surface,
+    /// With `surface.rpc` and a router: `POST /` in REST form, `POST /quote`, the methods.
+    pub router: Option<rpc::RouterApi>,
+    /// With `surface.facilitator` and a facilitator: `/supported`, `/verify`, `/settle`,
+    /// `/settlements/…`.
+    pub facilitator: Option<Arc<Facilitator>>,
+}
+
+impl Routes {
+    fn new(app: Arc<App>, surface: Surface) -> Self {
+        let router = app
+            .services
+            .router
+            .clone()
+            .filter(|_| surface.rpc)
+            .map(|router| rpc::RouterApi::new(router, app.clone()));
+        let facilitator = app
+            .services
+            .facilitator
+            .clone()
+            .filter(|_| surface.facilitator);
+        Self {
+            app,
+            surface,
+            router,
+            facilitator,
+        }
+    }
+}
+
 pub struct Listener {
     pub address: SocketAddr,
     pub handle: ServerHandle,
@@ -62,6 +110,22 @@ pub struct Listener {
 /// Binds every configured address, then starts serving. A bind failure is returned before
 /// anything serves, so a half-started daemon never answers.
 pub async fn start(settings: &ServerSettings, app: Arc<App>) -> std::io::Result<Vec<Listener>> {
+    let mut bound = Vec::new();
+    for (address, surface) in plan(settings) {
+        bound.push((TcpListener::bind(address).await?, surface));
+    }
+    let mut listeners = Vec::new();
+    for (listener, surface) in bound {
+        let address = listener.local_addr()?;
+        let routes = Arc::new(Routes::new(app.clone(), surface));
+        let handle = serve(settings, listener, routes);
+        listeners.push(Listener { address, handle });
+    }
+    Ok(listeners)
+}
+
+/// Each configured address and what it serves.
+fn plan(settings: &ServerSettings) -> Vec<(SocketAddr, Surface)> {
     let split = settings.facilitator_listen.is_some();
     let ops = settings.ops_listen.is_none();
     let mut plan = vec![(
@@ -92,42 +156,58 @@ pub async fn start(settings: &ServerSettings, app: Arc<App>) -> std::io::Result<
             },
         ));
     }
-    let mut bound = Vec::new();
-    for (address, surface) in plan {
-        bound.push((TcpListener::bind(address).await?, surface));
-    }
+    plan
+}
+
+/// Serves `routes` on `listener` until its handle stops it.
+fn serve(settings: &ServerSettings, listener: TcpListener, routes: Arc<Routes>) -> ServerHandle {
     let timeouts = silence::Timeouts {
         read: Duration::from_millis(settings.request_read_timeout_ms),
         idle: Duration::from_secs(settings.idle_timeout_secs),
     };
-    let mut listeners = Vec::new();
-    for (listener, surface) in bound {
-        let address = listener.local_addr()?;
-        let config = ServerConfig::builder()
-            .http_only()
-            .max_request_body_size(settings.max_body_bytes)
-            .max_connections(settings.max_connections)
-            // Each call fans out to every chain: a bounded batch keeps one request from
-            // monopolising the upstreams.
-            .set_batch_request_config(BatchRequestConfig::Limit(MAX_BATCH_CALLS))
-            .build();
-        let builder = Server::builder()
-            .set_config(config)
-            .set_http_middleware(
-                tower::ServiceBuilder::new().layer(rest::RestLayer::new(app.clone(), surface)),
-            )
-            .to_service_builder();
-        let methods: Methods = match surface.rpc {
-            true => rpc::module(app.clone()).into(),
-            false => jsonrpsee::RpcModule::new(app.clone()).into(),
-        };
-        let (stop, handle) = stop_channel();
-        let make = {
-            let stop = stop.clone();
-            move || builder.clone().build(methods.clone(), stop.clone())
-        };
-        tokio::spawn(listen::accept(listener, make, stop, timeouts));
-        listeners.push(Listener { address, handle });
-    }
-    Ok(listeners)
+    let config = ServerConfig::builder()
+        .http_only()
+        .max_request_body_size(settings.max_body_bytes)
+        .max_connections(settings.max_connections)
+        // Each call fans out to every chain: a bounded batch keeps one request from
+        // monopolising the upstreams.
+        .set_batch_request_config(BatchRequestConfig::Limit(MAX_BATCH_CALLS))
+        .build();
+    let methods: Methods = rpc::module(routes.router.clone()).into();
+    let builder = Server::builder()
+        .set_config(config)
+        .set_rpc_middleware(RpcServiceBuilder::new().layer_fn(rpc::KeepParams))
+        .set_http_middleware(tower::ServiceBuilder::new().layer(rest::RestLayer::new(routes)))
+        .to_service_builder();
+    let (stop, handle) = stop_channel();
+    let make = {
+        let stop = stop.clone();
+        move || builder.clone().build(methods.clone(), stop.clone())
+    };
+    tokio::spawn(listen::accept(listener, make, stop, timeouts));
+    handle
 }
+
+/// An app of the given services, without keys.
+#[cfg(test)]
+fn test_app(
+    router: Option<Arc<Router>>,
+    facilitator: Option<Arc<Facilitator>>,
+    chains: BTreeMap<String, Arc<Chain>>,
+) -> App {
+    App {
+        services: Services {
+            facilitator,
+            router,
+            chains,
+        },
+        metrics: Metrics::new(),
+        max_body_bytes: 1 << 20,
+        read_timeout: Duration::from_secs(5),
+        keys: None,
+        client_limit: None,
+    }
+}
+
+#[cfg(test)]
+mod wire_tests;

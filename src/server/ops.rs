@@ -1,6 +1,10 @@
 //! Operator endpoints: /health, /ready, /metrics, and the metrics the transport records.
+//!
+//! Invariants: the services say how they are (`Chain::readiness`, `Facilitator::readiness`,
+//! `Facilitator::signer_funds`); this module asks no chain anything itself and only words their
+//! reports for the wire. Metrics are registered in one fixed order, which `/metrics` keeps.
 
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use ethers_core::types::U256;
@@ -15,14 +19,11 @@ use prometheus_client::registry::Registry;
 use serde_json::{json, Value};
 
 use super::wire_errors::{json_response, text_response};
-use super::App;
-use crate::chain::{self, Call, Chain};
-use crate::evm;
-use crate::facilitator::settlement::lane::SETTLEMENT_GAS;
+use super::{App, Services};
+use crate::chain::{self, Answering, Chain};
+use crate::facilitator::readiness::{Funding, SignerFunds};
+use crate::facilitator::Facilitator;
 use crate::guard::Guard;
-
-/// How long a reachability probe of /ready or /metrics may take per chain.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -78,96 +79,104 @@ pub struct Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("routerd");
-        let requests = Family::<RequestLabels, Counter>::default();
-        let latency = Family::<RouteLabel, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.0005, 2.0, 16))
-        });
-        let settlements = Family::<OutcomeLabel, Counter>::default();
-        let decisions = Family::<ChainLabel, Counter>::default();
-        let upstream_requests = Family::<UpstreamLabels, Counter>::default();
-        let upstream_errors = Family::<UpstreamLabels, Counter>::default();
-        let pending_settlements = Gauge::default();
-        let lost_settlements = Counter::default();
-        let revert_cooldowns = Counter::default();
-        let signer_balance = Family::default();
-        let signer_nonce = Family::default();
-        let chain_head = Family::default();
-        registry.register(
+        let mut metrics = Self {
+            registry: Registry::with_prefix("routerd"),
+            requests: Family::default(),
+            latency: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+            }),
+            settlements: Family::default(),
+            decisions: Family::default(),
+            upstream_requests: Family::default(),
+            upstream_errors: Family::default(),
+            pending_settlements: Gauge::default(),
+            lost_settlements: Counter::default(),
+            revert_cooldowns: Counter::default(),
+            signer_balance: Family::default(),
+            signer_nonce: Family::default(),
+            chain_head: Family::default(),
+        };
+        metrics.register_answers();
+        metrics.register_upstreams();
+        metrics.register_settlements();
+        metrics.register_signers_and_heads();
+        metrics
+    }
+
+    fn register_answers(&mut self) {
+        let r = &mut self.registry;
+        r.register(
             "http_requests",
             "HTTP requests by route, status and API key name",
-            requests.clone(),
+            self.requests.clone(),
         );
-        registry.register(
+        r.register(
             "http_request_duration_seconds",
             "Request latency by route",
-            latency.clone(),
+            self.latency.clone(),
         );
-        registry.register(
+        r.register(
             "settlements",
             "Settle answers by outcome",
-            settlements.clone(),
+            self.settlements.clone(),
         );
-        registry.register(
+        r.register(
             "router_decisions",
             "Routed transactions by chosen chain",
-            decisions.clone(),
+            self.decisions.clone(),
         );
-        registry.register(
+    }
+
+    fn register_upstreams(&mut self) {
+        let r = &mut self.registry;
+        r.register(
             "upstream_requests",
             "Upstream HTTP requests (each one JSON-RPC batch, which may carry the calls of several callers) by chain and upstream (<chain>#<index> in rpc_urls)",
-            upstream_requests.clone(),
+            self.upstream_requests.clone(),
         );
-        registry.register(
+        r.register(
             "upstream_errors",
             "Failed upstream requests by chain and upstream (<chain>#<index> in rpc_urls)",
-            upstream_errors.clone(),
+            self.upstream_errors.clone(),
         );
-        registry.register(
+    }
+
+    fn register_settlements(&mut self) {
+        let r = &mut self.registry;
+        r.register(
             "pending_settlements",
             "Settlements under way and not yet answered",
-            pending_settlements.clone(),
+            self.pending_settlements.clone(),
         );
-        registry.register(
+        r.register(
             "settlements_lost",
             "Settlements answered as successful whose transaction can no longer land",
-            lost_settlements.clone(),
+            self.lost_settlements.clone(),
         );
-        registry.register(
+        r.register(
             "payer_revert_cooldowns",
             "Payers refused for facilitator.revert_cooldown_secs because a settlement of theirs reverted on chain",
-            revert_cooldowns.clone(),
+            self.revert_cooldowns.clone(),
         );
-        registry.register(
+    }
+
+    fn register_signers_and_heads(&mut self) {
+        let r = &mut self.registry;
+        r.register(
             "signer_balance_wei",
             "Native balance of each signer",
-            signer_balance.clone(),
+            self.signer_balance.clone(),
         );
-        registry.register(
+        r.register(
             "signer_nonce",
             "Pending nonce of each signer",
-            signer_nonce.clone(),
+            self.signer_nonce.clone(),
         );
-        registry.register(
+        r.register(
             "chain_head_block",
             "Latest block seen per chain",
-            chain_head.clone(),
+            self.chain_head.clone(),
         );
-        Self {
-            registry,
-            requests,
-            latency,
-            settlements,
-            decisions,
-            upstream_requests,
-            upstream_errors,
-            pending_settlements,
-            lost_settlements,
-            revert_cooldowns,
-            signer_balance,
-            signer_nonce,
-            chain_head,
-        }
     }
 
     pub fn observe_request(&self, route: &'static str, status: u16, key: &str, elapsed: Duration) {
@@ -223,36 +232,31 @@ pub fn health() -> HttpResponse {
 
 /// 200 when every chain answered recently and every signer can pay for a settlement; otherwise
 /// 503 naming each problem.
-pub async fn ready(app: &App) -> HttpResponse {
-    let mut problems = Vec::new();
-    for chain in app.chains.values() {
-        let fresh = Duration::from_millis(
-            chain.settings.poll_interval_ms * 5 + chain.settings.request_timeout_ms,
-        );
-        match chain.client.since_last_success() {
-            Some(age) if age <= fresh => {}
-            Some(age) => problems.push(json!({"chain": chain.name, "problem": format!("no answer for {}s", age.as_secs())})),
-            None => problems.push(json!({"chain": chain.name, "problem": "never answered"})),
-        }
-    }
-    for guard in guards_down(app) {
-        problems.push(json!({"task": guard.what(), "problem": format!("its last step panicked ({} so far); it runs again at the next", guard.panics())}));
-    }
-    for signer in signer_states(app).await {
-        match signer.balance {
-            Some(balance) if balance >= signer.needed => {}
-            Some(balance) => problems.push(json!({
-                "signer": signer.address, "network": signer.network,
-                "problem": format!("balance {balance} wei is below {} wei needed for one settlement", signer.needed),
-            })),
-            None => problems.push(json!({"signer": signer.address, "network": signer.network, "problem": "balance unknown: chain unreachable"})),
-        }
-    }
-    // Not a readiness condition: batch mode is slower, not wrong. Shown so operators see it.
-    let read_modes: serde_json::Map<String, Value> = app
+pub async fn ready(services: &Services) -> HttpResponse {
+    let chains: Vec<(&Chain, chain::Readiness)> = services
         .chains
         .values()
-        .map(|c| (c.name.clone(), json!(c.read_mode().as_str())))
+        .map(|c| (&**c, c.readiness()))
+        .collect();
+    let facilitator = match &services.facilitator {
+        Some(f) => Some(f.readiness().await),
+        None => None,
+    };
+    let mut problems: Vec<Value> = chains
+        .iter()
+        .filter_map(|(chain, r)| silence_problem(chain, r.answering))
+        .collect();
+    let watchers = chains.iter().filter_map(|(_, r)| r.watcher_down);
+    let lanes = facilitator
+        .iter()
+        .flat_map(|f| f.lanes_down.iter().copied());
+    problems.extend(watchers.chain(lanes).map(guard_problem));
+    let signers = facilitator.iter().flat_map(|f| &f.signers);
+    problems.extend(signers.filter_map(funding_problem));
+    // Not a readiness condition: batch mode is slower, not wrong. Shown so operators see it.
+    let read_modes: serde_json::Map<String, Value> = chains
+        .iter()
+        .map(|(c, r)| (c.name.clone(), json!(r.read_mode.as_str())))
         .collect();
     if problems.is_empty() {
         json_response(
@@ -267,66 +271,48 @@ pub async fn ready(app: &App) -> HttpResponse {
     }
 }
 
-/// The background loops whose last step panicked (see `guard`).
-pub fn guards_down(app: &App) -> Vec<&Guard> {
-    let watchers = app.chains.values().map(|c| &*c.head.guard);
-    let lanes = app
-        .facilitator
-        .iter()
-        .flat_map(|f| f.lanes().map(|l| &l.guard));
-    watchers.chain(lanes).filter(|g| g.is_down()).collect()
+fn silence_problem(chain: &Chain, answering: Answering) -> Option<Value> {
+    match answering {
+        Answering::Recently(_) => None,
+        Answering::Silent(age) => Some(
+            json!({"chain": chain.name, "problem": format!("no answer for {}s", age.as_secs())}),
+        ),
+        Answering::Never => Some(json!({"chain": chain.name, "problem": "never answered"})),
+    }
+}
+
+fn guard_problem(guard: &Guard) -> Value {
+    json!({"task": guard.what(), "problem": format!("its last step panicked ({} so far); it runs again at the next", guard.panics())})
+}
+
+fn funding_problem(signer: &SignerFunds) -> Option<Value> {
+    match signer.funding() {
+        Funding::Enough => None,
+        Funding::Short { balance, needed } => Some(json!({
+            "signer": signer.address, "network": signer.network,
+            "problem": format!("balance {balance} wei is below {needed} wei needed for one settlement"),
+        })),
+        Funding::Unknown => Some(
+            json!({"signer": signer.address, "network": signer.network, "problem": "balance unknown: chain unreachable"}),
+        ),
+    }
+}
+
+/// The background loops whose last step panicked (see `guard`): head watchers, then lanes.
+pub fn guards_down(services: &Services) -> Vec<&Guard> {
+    let watchers = services.chains.values().map(|c| &*c.head.guard);
+    let watchers = watchers.filter(|g| g.is_down());
+    let lanes = services.facilitator.iter().flat_map(|f| f.lanes_down());
+    watchers.chain(lanes).collect()
 }
 
 pub async fn metrics(app: &App) -> HttpResponse {
     let m = &app.metrics;
-    for chain in app.chains.values() {
-        for stats in chain.client.stats() {
-            let labels = UpstreamLabels {
-                chain: chain.name.clone(),
-                upstream: stats.upstream,
-            };
-            m.upstream_requests
-                .get_or_create(&labels)
-                .inner()
-                .store(stats.requests, std::sync::atomic::Ordering::Relaxed);
-            m.upstream_errors
-                .get_or_create(&labels)
-                .inner()
-                .store(stats.errors, std::sync::atomic::Ordering::Relaxed);
-        }
-        if let Some(head) = chain.head.current() {
-            m.chain_head
-                .get_or_create(&ChainLabel {
-                    chain: chain.name.clone(),
-                })
-                .set(head.number as i64);
-        }
+    for chain in app.services.chains.values() {
+        m.record_chain(chain);
     }
-    if let Some(facilitator) = &app.facilitator {
-        m.pending_settlements
-            .set(facilitator.pending_settlements() as i64);
-        m.lost_settlements.inner().store(
-            facilitator.lost_settlements(),
-            std::sync::atomic::Ordering::Relaxed,
-        );
-        m.revert_cooldowns.inner().store(
-            facilitator.revert_cooldowns(),
-            std::sync::atomic::Ordering::Relaxed,
-        );
-    }
-    for signer in signer_states(app).await {
-        let labels = SignerLabels {
-            network: signer.network,
-            signer: signer.address,
-        };
-        if let Some(balance) = signer.balance {
-            m.signer_balance
-                .get_or_create(&labels)
-                .set(u256_to_f64(balance));
-        }
-        if let Some(nonce) = signer.nonce {
-            m.signer_nonce.get_or_create(&labels).set(nonce as i64);
-        }
+    if let Some(facilitator) = &app.services.facilitator {
+        m.record_facilitator(facilitator).await;
     }
     let mut body = String::new();
     prometheus_client::encoding::text::encode(&mut body, &m.registry).expect("writing to a String");
@@ -337,72 +323,57 @@ pub async fn metrics(app: &App) -> HttpResponse {
     )
 }
 
-#[derive(Debug, Clone)]
-pub struct SignerState {
-    pub network: String,
-    pub address: String,
-    pub balance: Option<U256>,
-    pub nonce: Option<u64>,
-    pub needed: U256,
-}
-
-/// Balance and pending nonce of every signer, one batch per network.
-pub async fn signer_states(app: &App) -> Vec<SignerState> {
-    let Some(facilitator) = &app.facilitator else {
-        return Vec::new();
-    };
-    let mut states = Vec::new();
-    for chain in app.chains.values() {
-        let lanes: Vec<_> = facilitator
-            .lanes()
-            .filter(|l| l.network() == chain.name)
-            .collect();
-        if lanes.is_empty() {
-            continue;
-        }
-        let answers = probe_signers(chain, lanes.iter().map(|l| l.signer_address())).await;
-        let price = chain
-            .head
-            .current()
-            .map(|h| h.fees.max_fee_per_gas())
-            .unwrap_or_default();
-        for (i, lane) in lanes.iter().enumerate() {
-            let pick = |j: usize| {
-                answers
-                    .as_ref()
-                    .and_then(|a| a.get(2 * i + j))
-                    .and_then(|r| r.as_ref().ok())
-                    .cloned()
+impl Metrics {
+    /// A chain's upstream counts and head, as the chain saw them.
+    fn record_chain(&self, chain: &Chain) {
+        for stats in chain.client.stats() {
+            let labels = UpstreamLabels {
+                chain: chain.name.clone(),
+                upstream: stats.upstream,
             };
-            states.push(SignerState {
-                network: chain.name.clone(),
-                address: crate::evm::hex_bytes(lane.signer_address()),
-                balance: pick(0).as_ref().and_then(evm::parse_quantity),
-                nonce: pick(1).as_ref().and_then(evm::parse_u64),
-                needed: price.saturating_mul(SETTLEMENT_GAS.into()),
-            });
+            self.upstream_requests
+                .get_or_create(&labels)
+                .inner()
+                .store(stats.requests, Ordering::Relaxed);
+            self.upstream_errors
+                .get_or_create(&labels)
+                .inner()
+                .store(stats.errors, Ordering::Relaxed);
+        }
+        if let Some(head) = chain.head.current() {
+            self.chain_head
+                .get_or_create(&ChainLabel {
+                    chain: chain.name.clone(),
+                })
+                .set(head.number as i64);
         }
     }
-    states
-}
 
-async fn probe_signers(
-    chain: &Arc<Chain>,
-    signers: impl Iterator<Item = ethers_core::types::Address>,
-) -> Option<Vec<chain::CallResult>> {
-    let calls: Vec<Call> = signers
-        .flat_map(|a| {
-            let address = json!(crate::evm::hex_bytes(a));
-            [
-                Call::new("eth_getBalance", vec![address.clone(), json!("latest")]),
-                Call::new("eth_getTransactionCount", vec![address, json!("pending")]),
-            ]
-        })
-        .collect();
-    tokio::time::timeout(PROBE_TIMEOUT, chain.client.batch(&calls))
-        .await
-        .ok()?
-        .ok()
+    /// The facilitator's counts, and its signers' funds as their chains answer now.
+    async fn record_facilitator(&self, facilitator: &Facilitator) {
+        self.pending_settlements
+            .set(facilitator.pending_settlements() as i64);
+        self.lost_settlements
+            .inner()
+            .store(facilitator.lost_settlements(), Ordering::Relaxed);
+        self.revert_cooldowns
+            .inner()
+            .store(facilitator.revert_cooldowns(), Ordering::Relaxed);
+        for signer in facilitator.signer_funds().await {
+            let labels = SignerLabels {
+                network: signer.network,
+                signer: signer.address,
+            };
+            if let Some(balance) = signer.balance {
+                self.signer_balance
+                    .get_or_create(&labels)
+                    .set(u256_to_f64(balance));
+            }
+            if let Some(nonce) = signer.nonce {
+                self.signer_nonce.get_or_create(&labels).set(nonce as i64);
+            }
+        }
+    }
 }
 
 fn u256_to_f64(v: U256) -> f64 {

@@ -1,6 +1,10 @@
 //! The tower layer in front of jsonrpsee: it serves the REST routes itself and hands JSON-RPC
 //! requests at `POST /` through to jsonrpsee. A `POST /` body that is not a JSON-RPC envelope is
 //! the REST form of the router.
+//!
+//! Invariants: a route is answered from the listener's [`Routes`]: a service's routes are
+//! there only with its handlers, and answer "no route" (404) otherwise, as any unknown path.
+//! Every request is counted and logged once, by route label, status and API key name.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -18,7 +22,7 @@ use super::auth::Key;
 use super::idempotency;
 use super::listen::{Caller, ClientAddr};
 use super::wire_errors::{json_response, parse_body, parse_value_with, WireError};
-use super::{ops, App, Surface};
+use super::{ops, App, Routes, Surface};
 use crate::evm;
 use crate::facilitator::protocol::v1::{PaymentRequest, SettleResponse};
 use crate::facilitator::protocol::{self, v2};
@@ -28,13 +32,12 @@ use crate::ledger::{PaymentKey, RequestTag};
 
 #[derive(Clone)]
 pub struct RestLayer {
-    app: Arc<App>,
-    surface: Surface,
+    routes: Arc<Routes>,
 }
 
 impl RestLayer {
-    pub fn new(app: Arc<App>, surface: Surface) -> Self {
-        Self { app, surface }
+    pub(crate) fn new(routes: Arc<Routes>) -> Self {
+        Self { routes }
     }
 }
 
@@ -44,8 +47,7 @@ impl<S> Layer<S> for RestLayer {
     fn layer(&self, inner: S) -> Self::Service {
         RestService {
             inner,
-            app: self.app.clone(),
-            surface: self.surface,
+            routes: self.routes.clone(),
         }
     }
 }
@@ -53,8 +55,7 @@ impl<S> Layer<S> for RestLayer {
 #[derive(Clone)]
 pub struct RestService<S> {
     inner: S,
-    app: Arc<App>,
-    surface: Surface,
+    routes: Arc<Routes>,
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -76,14 +77,13 @@ where
         // The clone that was polled ready serves this call; a fresh clone is left for the next.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        let app = self.app.clone();
-        let surface = self.surface;
+        let routes = self.routes.clone();
         Box::pin(async move {
             let started = Instant::now();
             let method = request.method().clone();
             let route = ops::route_label(request.uri().path());
             let mut note = Note::default();
-            let response = match dispatch(app.clone(), surface, request, inner, &mut note).await {
+            let response = match dispatch(&routes, request, inner, &mut note).await {
                 Ok(response) => response,
                 Err(error) => {
                     note.outcome
@@ -92,7 +92,7 @@ where
                 }
             };
             let status = response.status().as_u16();
-            app.metrics.observe_request(
+            routes.app.metrics.observe_request(
                 route,
                 status,
                 note.key.as_deref().unwrap_or(""),
@@ -124,50 +124,77 @@ struct Note {
 }
 
 async fn dispatch<S>(
-    app: Arc<App>,
-    surface: Surface,
+    routes: &Routes,
     request: HttpRequest,
-    mut inner: S,
+    inner: S,
     note: &mut Note,
 ) -> Result<HttpResponse, WireError>
 where
     S: Service<HttpRequest, Response = HttpResponse, Error = BoxError>,
 {
+    let (app, surface) = (&*routes.app, routes.surface);
     let method = request.method().clone();
     let path = request.uri().path().to_string();
-    let caller = caller_of(&app, surface, &method, &path, request.headers())?;
+    let caller = caller_of(app, surface, &method, &path, request.headers())?;
     note.key = caller.as_ref().map(|k| k.name.clone());
     let caller = caller.as_deref();
     let client = request.extensions().get::<ClientAddr>().copied();
     if path != "/health" {
-        admit(&app, caller, client, 1)?;
+        admit(app, caller, client, 1)?;
     }
-    let who = Caller::of(caller.map(|k| k.name.as_str()), client.as_ref());
+    if let Some(facilitator) = &routes.facilitator {
+        if is_facilitator_path(&path) {
+            return facilitator_route(app, facilitator, caller, &method, &path, request, note)
+                .await;
+        }
+    }
+    if surface.rpc && matches!(path.as_str(), "/" | "/quote") {
+        let who = Caller::of(caller.map(|k| k.name.as_str()), client.as_ref());
+        let call = RouterCall {
+            caller,
+            client,
+            who,
+        };
+        return router_route(routes, call, &method, &path, request, inner).await;
+    }
     match (path.as_str(), &method) {
         ("/health", &Method::GET) => Ok(ops::health()),
-        ("/ready", &Method::GET) if surface.ops => Ok(ops::ready(&app).await),
-        ("/metrics", &Method::GET) if surface.ops => Ok(ops::metrics(&app).await),
+        ("/ready", &Method::GET) if surface.ops => Ok(ops::ready(&app.services).await),
+        ("/metrics", &Method::GET) if surface.ops => Ok(ops::metrics(app).await),
         ("/health", _) => Err(WireError::method_not_allowed(&method, &path, "GET")),
         ("/ready" | "/metrics", _) if surface.ops => {
             Err(WireError::method_not_allowed(&method, &path, "GET"))
         }
-        ("/supported" | "/verify" | "/settle", _)
-            if surface.facilitator && app.facilitator.is_some() =>
-        {
-            facilitator_route(&app, caller, &method, &path, request, note).await
-        }
-        (p, m)
-            if p.starts_with(STATUS_PREFIX) && surface.facilitator && app.facilitator.is_some() =>
-        {
-            if m != Method::GET {
-                return Err(WireError::method_not_allowed(&method, &path, "GET"));
-            }
-            settlement_status(&app, &path, note).await
-        }
-        ("/", &Method::POST) if surface.rpc => {
+        _ => Err(WireError::not_found(&path)),
+    }
+}
+
+/// Who calls the router, for its rate and its nonce reservations.
+struct RouterCall<'a> {
+    caller: Option<&'a Key>,
+    client: Option<ClientAddr>,
+    who: Caller,
+}
+
+/// `/` and `/quote` on a listener serving the router's surface. JSON-RPC at `POST /` goes to
+/// jsonrpsee whether or not a router is configured (its methods are there only with one).
+async fn router_route<S>(
+    routes: &Routes,
+    call: RouterCall<'_>,
+    method: &Method,
+    path: &str,
+    request: HttpRequest,
+    mut inner: S,
+) -> Result<HttpResponse, WireError>
+where
+    S: Service<HttpRequest, Response = HttpResponse, Error = BoxError>,
+{
+    let app = &*routes.app;
+    match (path, method, &routes.router) {
+        ("/", &Method::POST, router) => {
             let (mut parts, body) = request.into_parts();
-            let bytes = read_body(&app, body).await?;
-            admit(&app, caller, client, extra_calls(&bytes))?; // each entry of a batch counts
+            let bytes = read_body(app, body).await?;
+            admit(app, call.caller, call.client, extra_calls(&bytes))?; // each entry of a batch counts
             if is_json_rpc(&bytes) {
                 // The body was read as JSON already; a client that left out the header is served
                 // rather than told 415 in plain text.
@@ -175,25 +202,31 @@ where
                     http::header::CONTENT_TYPE,
                     http::HeaderValue::from_static("application/json"),
                 );
-                parts.extensions.insert(who);
+                parts.extensions.insert(call.who);
                 let request = HttpRequest::from_parts(parts, HttpBody::from(bytes));
                 inner.call(request).await.map_err(|e| {
                     WireError::new(StatusCode::INTERNAL_SERVER_ERROR, 500, e.to_string())
                 })
             } else {
-                super::rpc::route_rest(&app, &bytes, &who).await
+                match router {
+                    Some(router) => router.route_rest(&bytes, &call.who).await,
+                    None => Err(WireError::not_found("/ (no [router] configured)")),
+                }
             }
         }
-        ("/quote", &Method::POST) if surface.rpc && app.router.is_some() => {
-            let bytes = read_body(&app, request.into_body()).await?;
-            super::rpc::quote_rest(&app, &bytes).await
+        ("/quote", &Method::POST, Some(router)) => {
+            let bytes = read_body(app, request.into_body()).await?;
+            router.quote_rest(&bytes).await
         }
-        ("/", _) if surface.rpc => Err(WireError::method_not_allowed(&method, &path, "POST")),
-        ("/quote", _) if surface.rpc && app.router.is_some() => {
-            Err(WireError::method_not_allowed(&method, &path, "POST"))
+        ("/", _, _) | ("/quote", _, Some(_)) => {
+            Err(WireError::method_not_allowed(method, path, "POST"))
         }
-        _ => Err(WireError::not_found(&path)),
+        _ => Err(WireError::not_found(path)),
     }
+}
+
+fn is_facilitator_path(path: &str) -> bool {
+    matches!(path, "/supported" | "/verify" | "/settle") || path.starts_with(STATUS_PREFIX)
 }
 
 /// Who makes a request, when API keys are configured: `/health`, `/supported` and the ops
@@ -242,13 +275,19 @@ pub(crate) fn extra_calls(bytes: &[u8]) -> u32 {
 
 async fn facilitator_route(
     app: &App,
+    facilitator: &Facilitator,
     caller: Option<&Key>,
     method: &Method,
     path: &str,
     request: HttpRequest,
     note: &mut Note,
 ) -> Result<HttpResponse, WireError> {
-    let facilitator = app.facilitator.as_ref().expect("checked by the caller");
+    if path.starts_with(STATUS_PREFIX) {
+        if method != Method::GET {
+            return Err(WireError::method_not_allowed(method, path, "GET"));
+        }
+        return settlement_status(facilitator, path, note).await;
+    }
     match (path, method) {
         ("/supported", &Method::GET) => Ok(json_response(StatusCode::OK, &facilitator.supported())),
         ("/verify", &Method::POST) => {
@@ -266,7 +305,7 @@ async fn facilitator_route(
         ("/settle", &Method::POST) => {
             let key = idempotency::header_key(request.headers())?;
             let bytes = read_body(app, request.into_body()).await?;
-            settle(app, caller, &bytes, key.as_deref(), note).await
+            settle(app, facilitator, caller, &bytes, key.as_deref(), note).await
         }
         ("/supported", _) => Err(WireError::method_not_allowed(method, path, "GET")),
         _ => Err(WireError::method_not_allowed(method, path, "POST")),
@@ -278,11 +317,10 @@ const STATUS_PREFIX: &str = "/settlements/";
 /// `GET /settlements/{network}/{asset}/{from}/{nonce}`: 200 with the settlement's state, or 404.
 /// `network` is the configured name, or with v2 served its CAIP-2 name.
 async fn settlement_status(
-    app: &App,
+    facilitator: &Facilitator,
     path: &str,
     note: &mut Note,
 ) -> Result<HttpResponse, WireError> {
-    let facilitator = app.facilitator.as_ref().expect("checked by the caller");
     let mut key = parse_status_path(&path[STATUS_PREFIX.len()..])?;
     key.network = facilitator.network_name(&key.network).to_string();
     note.payment = Some(key.to_string());
@@ -328,13 +366,13 @@ pub(crate) fn parse_status_path(rest: &str) -> Result<PaymentKey, WireError> {
 /// request's `Idempotency-Key`.
 async fn settle(
     app: &App,
+    facilitator: &Facilitator,
     caller: Option<&Key>,
     bytes: &[u8],
     key: Option<&str>,
     note: &mut Note,
 ) -> Result<HttpResponse, WireError> {
     let scope = caller.map(|k| k.name.as_str());
-    let facilitator = app.facilitator.as_ref().expect("checked by the caller");
     if first_json_byte(bytes) == Some(b'[') {
         let items: Vec<serde_json::Value> = parse_body(bytes)?;
         if items.is_empty() || items.len() > facilitator.max_batch() {
@@ -366,7 +404,7 @@ async fn settle(
         // An element whose payTo the key may not pay is refused in its own slot.
         let answers = futures::future::join_all(payments.into_iter().map(|(p, tag)| async move {
             p.allowed(caller)?;
-            settle_one(app, p, tag).await
+            settle_one(app, facilitator, p, tag).await
         }))
         .await;
         note.outcome = Some(
@@ -392,7 +430,7 @@ async fn settle(
     note.payment = Some(payment.label());
     payment.allowed(caller)?;
     let tag = payment.tag(scope, key, None, bytes)?;
-    let answer = settle_one(app, payment, tag).await?;
+    let answer = settle_one(app, facilitator, payment, tag).await?;
     note.outcome = Some(settle_outcome(&answer));
     Ok(json_response(StatusCode::OK, &answer))
 }
@@ -406,10 +444,10 @@ fn settle_outcome(answer: &SettleResponse) -> String {
 
 async fn settle_one(
     app: &App,
+    facilitator: &Facilitator,
     payment: Payment,
     tag: Option<RequestTag>,
 ) -> Result<SettleResponse, WireError> {
-    let facilitator = app.facilitator.as_ref().expect("checked by the caller");
     let result = match &payment {
         Payment::V1(p) => facilitator.settle(p, tag).await,
         Payment::V2(p) => facilitator.settle_v2(p, tag).await,

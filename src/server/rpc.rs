@@ -1,57 +1,184 @@
-//! The JSON-RPC module (`eth_routerTransaction`, `router_quote`, `router_chains`) and the REST
-//! form of the same calls. Both envelopes share one path: parse -> validate -> engine.
+//! The router's JSON-RPC methods, one `#[rpc]` trait per namespace (`eth_routerTransaction`;
+//! `router_quote`, `router_chains`), and the REST form of the same calls (`POST /`,
+//! `POST /quote`). Both envelopes share one path: parse -> validate -> engine.
+//!
+//! Invariants: a [`RouterApi`] exists only where a router is configured and served, so its
+//! handlers hold the router itself and check nothing. A transaction's params are `[tx]` or the
+//! bare object, read by [`transaction_from_params`] with this transport's messages rather than
+//! by the macro (which reads an object's members as named arguments): the handlers find the
+//! params as sent in their extensions, left there by [`KeepParams`].
 
+use std::future::Future;
 use std::sync::Arc;
 
+use http::Extensions;
 use http::StatusCode;
+use jsonrpsee::core::async_trait;
+use jsonrpsee::proc_macros::rpc;
+use jsonrpsee::server::middleware::rpc::{Batch, BatchEntry, Notification, Request, RpcServiceT};
 use jsonrpsee::server::HttpResponse;
-use jsonrpsee::types::{ErrorObjectOwned, Params};
+use jsonrpsee::types::Params;
 use jsonrpsee::RpcModule;
 
 use super::listen::Caller;
 use super::wire_errors::{json_response, parse_body_with, WireError};
 use super::App;
-use crate::router::types::{RouterTransaction, Transaction};
+use crate::router::types::{
+    ChainQuote, ChainStatus, RouterTransaction, RouterTransactionRes, Transaction,
+};
+use crate::router::Router;
 
 pub const INVALID_PARAMS: i32 = -32602;
 
-/// The router methods; empty when no `[router]` is configured (calls answer "method not found").
-pub fn module(app: Arc<App>) -> RpcModule<Arc<App>> {
-    let mut module = RpcModule::new(app.clone());
-    if app.router.is_none() {
-        return module;
+/// The `eth` namespace.
+#[rpc(server, namespace = "eth")]
+pub trait EthNamespace {
+    /// The completed transaction on the best chain; params `[tx]` or the bare `tx`.
+    #[method(name = "routerTransaction", with_extensions)]
+    async fn router_transaction(&self) -> Result<RouterTransactionRes, WireError>;
+}
+
+/// The `router` namespace.
+#[rpc(server, namespace = "router")]
+pub trait RouterNamespace {
+    /// Every candidate ranked, reserving nothing; params `[tx]` or the bare `tx`.
+    #[method(name = "quote", with_extensions)]
+    async fn quote(&self) -> Result<Vec<ChainQuote>, WireError>;
+
+    /// The candidate chains and their health; params are ignored.
+    #[method(name = "chains")]
+    fn chains(&self) -> Result<Vec<ChainStatus>, WireError>;
+}
+
+/// The router's handlers, JSON-RPC and REST.
+#[derive(Clone)]
+pub struct RouterApi {
+    router: Arc<Router>,
+    app: Arc<App>,
+}
+
+impl RouterApi {
+    pub fn new(router: Arc<Router>, app: Arc<App>) -> Self {
+        Self { router, app }
+    }
+
+    /// Routes `tx` for `who`, counting the decision.
+    async fn route(
+        &self,
+        tx: &Transaction,
+        who: &Caller,
+    ) -> Result<RouterTransactionRes, WireError> {
+        let (answer, chain) = self.router.route(tx, &who.0).await?;
+        self.app.metrics.observe_decision(&chain);
+        tracing::debug!(from = ?tx.from, chain = %chain, nonce = %answer.nonce, "routed");
+        Ok(answer)
+    }
+
+    /// `POST /` with a bare RouterTransaction: 200 with the answer or 400 `{error, message}`.
+    pub async fn route_rest(&self, bytes: &[u8], who: &Caller) -> Result<HttpResponse, WireError> {
+        let tx = parse_rest_transaction(bytes)?;
+        Ok(json_response(StatusCode::OK, &self.route(&tx, who).await?))
+    }
+
+    /// `POST /quote`: the ranked explanation, as `router_quote` answers it.
+    pub async fn quote_rest(&self, bytes: &[u8]) -> Result<HttpResponse, WireError> {
+        let tx = parse_rest_transaction(bytes)?;
+        Ok(json_response(StatusCode::OK, &self.router.quote(&tx).await))
+    }
+}
+
+#[async_trait]
+impl EthNamespaceServer for RouterApi {
+    async fn router_transaction(
+        &self,
+        ext: &Extensions,
+    ) -> Result<RouterTransactionRes, WireError> {
+        let tx = transaction_from_params(&params_of(ext))?;
+        let who = ext
+            .get::<Caller>()
+            .cloned()
+            .unwrap_or_else(|| Caller::of(None, None));
+        self.route(&tx, &who).await
+    }
+}
+
+#[async_trait]
+impl RouterNamespaceServer for RouterApi {
+    async fn quote(&self, ext: &Extensions) -> Result<Vec<ChainQuote>, WireError> {
+        let tx = transaction_from_params(&params_of(ext))?;
+        Ok(self.router.quote(&tx).await)
+    }
+
+    fn chains(&self) -> Result<Vec<ChainStatus>, WireError> {
+        Ok(self.router.chains())
+    }
+}
+
+/// The router's methods; empty without a router (calls answer "method not found").
+pub fn module(api: Option<RouterApi>) -> RpcModule<()> {
+    let mut module = RpcModule::new(());
+    if let Some(api) = api {
+        module
+            .merge(EthNamespaceServer::into_rpc(api.clone()))
+            .expect("method names are unique");
+        module
+            .merge(RouterNamespaceServer::into_rpc(api))
+            .expect("method names are unique");
     }
     module
-        .register_async_method("eth_routerTransaction", |params, app, ext| async move {
-            let tx = transaction_from_params(&params)?;
-            let who = ext
-                .get::<Caller>()
-                .cloned()
-                .unwrap_or_else(|| Caller::of(None, None));
-            route(&app, &tx, &who).await.map_err(ErrorObjectOwned::from)
-        })
-        .expect("method names are unique");
-    module
-        .register_async_method("router_quote", |params, app, _| async move {
-            let tx = transaction_from_params(&params)?;
-            Ok::<_, ErrorObjectOwned>(
-                app.router
-                    .as_ref()
-                    .expect("registered with a router")
-                    .quote(&tx)
-                    .await,
-            )
-        })
-        .expect("method names are unique");
-    module
-        .register_method("router_chains", |_, app, _| {
-            app.router
-                .as_ref()
-                .expect("registered with a router")
-                .chains()
-        })
-        .expect("method names are unique");
-    module
+}
+
+/// A call's params as sent (see [`KeepParams`]).
+#[derive(Clone)]
+struct RawParams(Option<String>);
+
+fn params_of(ext: &Extensions) -> Params<'_> {
+    Params::new(ext.get::<RawParams>().and_then(|p| p.0.as_deref()))
+}
+
+/// RPC middleware leaving each call's params, as sent, in its extensions.
+#[derive(Clone)]
+pub struct KeepParams<S>(pub S);
+
+fn keep_params(request: &mut Request<'_>) {
+    let raw = RawParams(request.params.as_ref().map(|p| p.get().to_string()));
+    request.extensions_mut().insert(raw);
+}
+
+impl<S> RpcServiceT for KeepParams<S>
+where
+    S: RpcServiceT + Send + Sync + Clone + 'static,
+{
+    type MethodResponse = S::MethodResponse;
+    type NotificationResponse = S::NotificationResponse;
+    type BatchResponse = S::BatchResponse;
+
+    fn call<'a>(
+        &self,
+        mut request: Request<'a>,
+    ) -> impl Future<Output = Self::MethodResponse> + Send + 'a {
+        keep_params(&mut request);
+        self.0.call(request)
+    }
+
+    fn batch<'a>(
+        &self,
+        mut batch: Batch<'a>,
+    ) -> impl Future<Output = Self::BatchResponse> + Send + 'a {
+        for entry in batch.iter_mut() {
+            if let Ok(BatchEntry::Call(request)) = entry {
+                keep_params(request);
+            }
+        }
+        self.0.batch(batch)
+    }
+
+    fn notification<'a>(
+        &self,
+        n: Notification<'a>,
+    ) -> impl Future<Output = Self::NotificationResponse> + Send + 'a {
+        self.0.notification(n)
+    }
 }
 
 /// `params` is `[tx]` or the bare object.
@@ -88,40 +215,14 @@ pub(crate) fn parse_transaction(bytes: &[u8]) -> Result<Transaction, WireError> 
         .map_err(|e| WireError::new(StatusCode::BAD_REQUEST, INVALID_PARAMS, e.to_string()))
 }
 
+/// A REST body's transaction; every failure answers the JSON-RPC invalid-params code.
+fn parse_rest_transaction(bytes: &[u8]) -> Result<Transaction, WireError> {
+    parse_transaction(bytes).map_err(|e| WireError {
+        code: INVALID_PARAMS,
+        ..e
+    })
+}
+
 fn invalid_params(message: impl Into<String>) -> WireError {
     WireError::new(StatusCode::BAD_REQUEST, INVALID_PARAMS, message)
-}
-
-async fn route(
-    app: &App,
-    tx: &Transaction,
-    who: &Caller,
-) -> Result<crate::router::types::RouterTransactionRes, WireError> {
-    let router = app.router.as_ref().expect("called with a router");
-    let (answer, chain) = router.route(tx, &who.0).await?;
-    app.metrics.observe_decision(&chain);
-    tracing::debug!(from = ?tx.from, chain = %chain, nonce = %answer.nonce, "routed");
-    Ok(answer)
-}
-
-/// `POST /` with a bare RouterTransaction: 200 with the answer or 400 `{error, message}`.
-pub async fn route_rest(app: &App, bytes: &[u8], who: &Caller) -> Result<HttpResponse, WireError> {
-    if app.router.is_none() {
-        return Err(WireError::not_found("/ (no [router] configured)"));
-    }
-    let tx = parse_transaction(bytes).map_err(|e| WireError {
-        code: INVALID_PARAMS,
-        ..e
-    })?;
-    Ok(json_response(StatusCode::OK, &route(app, &tx, who).await?))
-}
-
-/// `POST /quote`: the ranked explanation, as `router_quote` answers it.
-pub async fn quote_rest(app: &App, bytes: &[u8]) -> Result<HttpResponse, WireError> {
-    let router = app.router.as_ref().expect("checked by the caller");
-    let tx = parse_transaction(bytes).map_err(|e| WireError {
-        code: INVALID_PARAMS,
-        ..e
-    })?;
-    Ok(json_response(StatusCode::OK, &router.quote(&tx).await))
 }

@@ -1,0 +1,150 @@
+//! What the facilitator reports of itself to `/ready` and `/metrics`: each signer's funds and
+//! pending nonce, and the signer lanes whose last step panicked.
+//!
+//! Invariants: whether a signer can pay is judged here, against [`SETTLEMENT_GAS`] at the
+//! chain's current price, the same gas a lane is chosen by; each network is asked once, in one
+//! batch, bounded by [`PROBE_TIMEOUT`]; signers come network by network in name order, each
+//! network's in configuration order.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ethers_core::types::{Address, U256};
+use serde_json::json;
+
+use super::settlement::lane::SETTLEMENT_GAS;
+use super::{Facilitator, Lane};
+use crate::chain::{Call, CallResult, Chain};
+use crate::evm;
+use crate::guard::Guard;
+
+/// How long the probe of one network's signers may take.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The facilitator's readiness report.
+pub struct Readiness<'a> {
+    /// Lanes whose worker's last step panicked.
+    pub lanes_down: Vec<&'a Guard>,
+    pub signers: Vec<SignerFunds>,
+}
+
+/// One signer on one network, as its chain answered (`None`: no answer in time).
+#[derive(Debug, Clone)]
+pub struct SignerFunds {
+    pub network: String,
+    /// Lower-case 0x hex.
+    pub address: String,
+    pub balance: Option<U256>,
+    pub nonce: Option<u64>,
+    /// What one settlement costs at the current price.
+    pub needed: U256,
+}
+
+/// Whether a signer can pay for one settlement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Funding {
+    Enough,
+    Short {
+        balance: U256,
+        needed: U256,
+    },
+    /// The chain did not answer.
+    Unknown,
+}
+
+impl SignerFunds {
+    pub fn funding(&self) -> Funding {
+        match self.balance {
+            Some(balance) if balance >= self.needed => Funding::Enough,
+            Some(balance) => Funding::Short {
+                balance,
+                needed: self.needed,
+            },
+            None => Funding::Unknown,
+        }
+    }
+}
+
+impl Facilitator {
+    /// What `/ready` asks of the facilitator.
+    pub async fn readiness(&self) -> Readiness<'_> {
+        Readiness {
+            lanes_down: self.lanes_down().collect(),
+            signers: self.signer_funds().await,
+        }
+    }
+
+    /// The lanes whose worker's last step panicked (see `guard`).
+    pub fn lanes_down(&self) -> impl Iterator<Item = &Guard> {
+        self.lanes().map(|l| &l.guard).filter(|g| g.is_down())
+    }
+
+    /// Balance and pending nonce of every signer, one batch per network.
+    pub async fn signer_funds(&self) -> Vec<SignerFunds> {
+        let mut by_network: BTreeMap<&str, Vec<&Arc<Lane>>> = BTreeMap::new();
+        for lane in self.lanes() {
+            by_network.entry(lane.network()).or_default().push(lane);
+        }
+        let mut funds = Vec::new();
+        for (network, lanes) in by_network {
+            let Some(chain) = self
+                .verifier
+                .networks()
+                .find(|n| n.name == network)
+                .map(|n| &n.chain)
+            else {
+                continue;
+            };
+            funds.extend(network_funds(chain, &lanes).await);
+        }
+        funds
+    }
+}
+
+/// The signers of `lanes`, all on `chain`.
+async fn network_funds(chain: &Arc<Chain>, lanes: &[&Arc<Lane>]) -> Vec<SignerFunds> {
+    let answers = probe_signers(chain, lanes.iter().map(|l| l.signer_address())).await;
+    let price = chain
+        .head
+        .current()
+        .map(|h| h.fees.max_fee_per_gas())
+        .unwrap_or_default();
+    let answer = |i: usize| {
+        answers
+            .as_ref()
+            .and_then(|a| a.get(i))
+            .and_then(|r| r.as_ref().ok())
+            .cloned()
+    };
+    lanes
+        .iter()
+        .enumerate()
+        .map(|(i, lane)| SignerFunds {
+            network: chain.name.clone(),
+            address: evm::hex_bytes(lane.signer_address()),
+            balance: answer(2 * i).as_ref().and_then(evm::parse_quantity),
+            nonce: answer(2 * i + 1).as_ref().and_then(evm::parse_u64),
+            needed: price.saturating_mul(SETTLEMENT_GAS.into()),
+        })
+        .collect()
+}
+
+async fn probe_signers(
+    chain: &Chain,
+    signers: impl Iterator<Item = Address>,
+) -> Option<Vec<CallResult>> {
+    let calls: Vec<Call> = signers
+        .flat_map(|a| {
+            let address = json!(evm::hex_bytes(a));
+            [
+                Call::new("eth_getBalance", vec![address.clone(), json!("latest")]),
+                Call::new("eth_getTransactionCount", vec![address, json!("pending")]),
+            ]
+        })
+        .collect();
+    tokio::time::timeout(PROBE_TIMEOUT, chain.client.batch(&calls))
+        .await
+        .ok()?
+        .ok()
+}

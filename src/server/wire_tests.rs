@@ -1,0 +1,269 @@
+//! The transport's answers, byte for byte, on a listener with a router of no chains and on one
+//! without a router: status, content type and body of each request.
+
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::*;
+use crate::config::{RouterSettings, StorageSettings};
+use crate::router::nonces::NonceBook;
+
+async fn app(with_router: bool) -> Arc<App> {
+    app_of(with_router, BTreeMap::new()).await
+}
+
+async fn app_of(with_router: bool, chains: BTreeMap<String, Arc<Chain>>) -> Arc<App> {
+    let dir = std::env::temp_dir().join(format!(
+        "routerd-wire-{}-{}-{}",
+        std::process::id(),
+        with_router,
+        chains.len()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let storage = StorageSettings {
+        path: dir,
+        ..StorageSettings::default()
+    };
+    let store = crate::store::open(&storage)
+        .await
+        .expect("a temporary store");
+    let router = with_router.then(|| {
+        let settings: RouterSettings = toml::from_str("chains = []").expect("router settings");
+        let candidates = chains.values().cloned().collect();
+        Arc::new(Router::new(
+            &settings,
+            candidates,
+            NonceBook::new(store, 60, 16),
+        ))
+    });
+    Arc::new(test_app(router, None, chains))
+}
+
+async fn exchange(address: SocketAddr, method: &str, path: &str, body: &str) -> String {
+    let mut stream = tokio::net::TcpStream::connect(address)
+        .await
+        .expect("connect");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.expect("read");
+    let answer = String::from_utf8(answer).expect("utf-8");
+    let (head, body) = answer.split_once("\r\n\r\n").expect("a head");
+    let status = head.lines().next().unwrap_or_default();
+    let content_type = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-type: "))
+        .unwrap_or_default();
+    format!("{status} | {content_type} | {body}")
+}
+
+const TX: &str = r#"{"from":"0x52908400098527886E0F7030069857D2E4169EE7","to":"0x8617E340B3D01FA5F11F306F4090FD50E238070D","data":"0x","value":"1"}"#;
+
+fn call(method: &str, params: Option<&str>) -> String {
+    match params {
+        Some(p) => format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{p}}}"#),
+        None => format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}"}}"#),
+    }
+}
+
+fn requests() -> Vec<(&'static str, &'static str, String)> {
+    let tx_list = format!("[{TX}]");
+    vec![
+        ("GET", "/metrics", String::new()),
+        ("GET", "/health", String::new()),
+        ("GET", "/ready", String::new()),
+        ("POST", "/ready", String::new()),
+        ("POST", "/", call("eth_routerTransaction", None)),
+        ("POST", "/", call("eth_routerTransaction", Some("[]"))),
+        (
+            "POST",
+            "/",
+            call("eth_routerTransaction", Some(&format!("[{TX},{TX}]"))),
+        ),
+        ("POST", "/", call("eth_routerTransaction", Some(&tx_list))),
+        ("POST", "/", call("eth_routerTransaction", Some(TX))),
+        ("POST", "/", call("eth_routerTransaction", Some("[7]"))),
+        (
+            "POST",
+            "/",
+            call("eth_routerTransaction", Some("[[1,2,3,4]]")),
+        ),
+        (
+            "POST",
+            "/",
+            call("eth_routerTransaction", Some(r#"{"from":"0x1"}"#)),
+        ),
+        (
+            "POST",
+            "/",
+            call("eth_routerTransaction", Some(&TX.replace("\"1\"", "\"x\""))),
+        ),
+        ("POST", "/", call("router_quote", Some(&tx_list))),
+        ("POST", "/", call("router_quote", Some(TX))),
+        ("POST", "/", call("router_quote", None)),
+        ("POST", "/", call("router_chains", None)),
+        ("POST", "/", call("router_chains", Some("[1]"))),
+        ("POST", "/", call("router_nothing", None)),
+        (
+            "POST",
+            "/",
+            format!(
+                "[{},{}]",
+                call("router_chains", None),
+                call("router_quote", Some(TX))
+            ),
+        ),
+        ("POST", "/", "not json".to_string()),
+        ("POST", "/", TX.to_string()),
+        (
+            "POST",
+            "/",
+            r#"{"from":"0x1","to":"0x","data":"0x","value":"1"}"#.to_string(),
+        ),
+        ("POST", "/", "[]".to_string()),
+        ("GET", "/", String::new()),
+        ("POST", "/quote", TX.to_string()),
+        ("POST", "/quote", "{}".to_string()),
+        ("GET", "/quote", String::new()),
+        ("GET", "/supported", String::new()),
+        ("POST", "/verify", "{}".to_string()),
+        ("GET", "/settlements/a/b/c/d", String::new()),
+        ("GET", "/nowhere", String::new()),
+    ]
+}
+
+async fn answers(with_router: bool) -> Vec<String> {
+    let app = app(with_router).await;
+    let listeners = start(&test_settings(), app).await.expect("listening");
+    let address = listeners[0].address;
+    let mut answers = Vec::new();
+    for (method, path, body) in requests() {
+        let answer = exchange(address, method, path, &body).await;
+        answers.push(format!("{method} {path} {body}\n=> {answer}"));
+    }
+    answers
+}
+
+fn test_settings() -> ServerSettings {
+    ServerSettings {
+        listen: "127.0.0.1:0".parse().expect("an address"),
+        ..ServerSettings::default()
+    }
+}
+
+/// Compares with the recorded answers; `ROUTERD_RECORD_WIRE=1` records them instead.
+fn compare(got: &str, file: &str) {
+    let path = format!(
+        "{}/src/server/wire_tests/{file}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    if std::env::var_os("ROUTERD_RECORD_WIRE").is_some() {
+        std::fs::write(&path, got).expect("recording");
+    }
+    let expected = std::fs::read_to_string(&path).expect("recorded answers");
+    assert_eq!(got, expected);
+}
+
+#[tokio::test]
+async fn answers_with_a_router() {
+    compare(&answers(true).await.join("\n\n"), "with_router.txt");
+}
+
+#[tokio::test]
+async fn answers_without_a_router() {
+    compare(&answers(false).await.join("\n\n"), "without_router.txt");
+}
+
+/// A chain that never answers: `/ready` names it, `router_chains` shows it unhealthy.
+#[tokio::test]
+async fn answers_with_a_silent_chain() {
+    let settings =
+        toml::from_str("chain_id = 10\nkind = \"l2\"\nrpc_urls = [\"http://127.0.0.1:9\"]")
+            .expect("chain settings");
+    let chain = Chain::new("silent", &settings).expect("a chain");
+    let app = app_of(true, BTreeMap::from([("silent".to_string(), chain)])).await;
+    let listeners = start(&test_settings(), app).await.expect("listening");
+    let address = listeners[0].address;
+    let mut answers = Vec::new();
+    for (method, path, body) in [
+        ("GET", "/ready", String::new()),
+        ("POST", "/", call("router_chains", None)),
+    ] {
+        let answer = exchange(address, method, path, &body).await;
+        answers.push(format!("{method} {path} {body}\n=> {answer}"));
+    }
+    compare(&answers.join("\n\n"), "silent_chain.txt");
+}
+
+const KEY: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+
+/// A facilitator on a chain that never answers: its routes, its refusals that need no chain,
+/// and `/ready` naming the chain and the signer whose balance is unknown.
+#[tokio::test]
+async fn answers_with_a_facilitator() {
+    let dir = std::env::temp_dir().join(format!("routerd-wire-{}-f", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let storage = StorageSettings {
+        path: dir,
+        ..StorageSettings::default()
+    };
+    let store = crate::store::open(&storage)
+        .await
+        .expect("a temporary store");
+    let chain_settings: crate::config::ChainSettings = toml::from_str(
+        "chain_id = 10\nkind = \"l2\"\nrpc_urls = [\"http://127.0.0.1:9\"]\n[tokens.usdc]\naddress = \"0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913\"\neip712_name = \"USD Coin\"\neip712_version = \"2\"",
+    )
+    .expect("chain settings");
+    let chain = Chain::new("silent", &chain_settings).expect("a chain");
+    let chains = BTreeMap::from([("silent".to_string(), chain)]);
+    let settings: crate::config::FacilitatorSettings =
+        toml::from_str("networks = [\"silent\"]\nx402_versions = [1, 2]")
+            .expect("facilitator settings");
+    let signer = Arc::new(crate::signer::Signer::from_hex(KEY).expect("a key"));
+    let facilitator = Facilitator::new(
+        &settings,
+        &BTreeMap::from([("silent".to_string(), chain_settings)]),
+        &chains,
+        vec![signer],
+        store,
+        crate::facilitator::settlement::LeaseSettings {
+            holder: "test".to_string(),
+            ttl: std::time::Duration::from_secs(60),
+        },
+    )
+    .expect("a facilitator");
+    let app = Arc::new(test_app(None, Some(Arc::new(facilitator)), chains));
+    let listeners = start(&test_settings(), app).await.expect("listening");
+    let address = listeners[0].address;
+    let v1 = r#"{"x402Version":1,"paymentPayload":{"x402Version":1,"scheme":"exact","network":"base","payload":{"signature":"0x01","authorization":{"from":"0x52908400098527886E0F7030069857D2E4169EE7","to":"0x8617E340B3D01FA5F11F306F4090FD50E238070D","value":"1","validAfter":"0","validBefore":"9","nonce":"0x0000000000000000000000000000000000000000000000000000000000000001"}}},"paymentRequirements":{"scheme":"exact","network":"base","maxAmountRequired":"1","resource":"https://r.example","description":"d","mimeType":"m","payTo":"0x8617E340B3D01FA5F11F306F4090FD50E238070D","maxTimeoutSeconds":60,"asset":"0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913","extra":{"name":"USD Coin","version":"2"}}}"#;
+    let status = "/settlements/silent/0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913/0x52908400098527886E0F7030069857D2E4169EE7/0x0000000000000000000000000000000000000000000000000000000000000001";
+    let mut answers = Vec::new();
+    for (method, path, body) in [
+        ("GET", "/ready", String::new()),
+        ("GET", "/supported", String::new()),
+        ("POST", "/supported", String::new()),
+        ("GET", "/verify", String::new()),
+        ("POST", "/verify", "{}".to_string()),
+        ("POST", "/verify", "[]".to_string()),
+        ("POST", "/verify", v1.to_string()),
+        ("POST", "/settle", "{}".to_string()),
+        ("POST", "/settle", "[]".to_string()),
+        ("POST", "/settle", v1.to_string()),
+        ("POST", "/settle", format!("[{v1},{{}}]")),
+        ("GET", "/settle", String::new()),
+        ("GET", status, String::new()),
+        ("POST", status, String::new()),
+        ("GET", "/settlements/a/b", String::new()),
+        ("POST", "/", call("router_chains", None)),
+        ("POST", "/", TX.to_string()),
+        ("POST", "/quote", TX.to_string()),
+    ] {
+        let answer = exchange(address, method, path, &body).await;
+        answers.push(format!("{method} {path} {body}\n=> {answer}"));
+    }
+    compare(&answers.join("\n\n"), "facilitator.txt");
+}
