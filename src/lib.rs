@@ -8,7 +8,7 @@
 //! server           transport: listeners, API keys and rate limits, REST and JSON-RPC, ops,
 //!                  wire errors              -> every room below
 //! router           eth_routerTransaction: probe every chain, choose, reserve the caller's nonce
-//!                                           -> chain store evm config clock
+//!                                           -> chain store ledger evm config clock
 //! facilitator      x402 verify and settle: protocol versions, the lens, lanes, the follower
 //!                                           -> chain store ledger signer evm config guard clock
 //! store            sled and PostgreSQL behind one set of traits, one codec, one conformance

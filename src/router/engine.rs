@@ -14,6 +14,7 @@ use crate::chain::Chain;
 use crate::clock::unix_now;
 use crate::config::{ChainKind, FeeModel, RouterSettings};
 use crate::evm::hex_u256;
+use crate::ledger::RouterNonceKey;
 use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
@@ -115,9 +116,11 @@ impl Router {
         let nonce = self
             .nonces
             .reserve(
-                &chain.name,
-                &crate::evm::hex_bytes(tx.from),
-                caller,
+                &RouterNonceKey {
+                    chain: chain.name.clone(),
+                    sender: tx.from,
+                    caller: caller.to_string(),
+                },
                 priced.estimate.pending_nonce,
                 unix_now(),
             )

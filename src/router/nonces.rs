@@ -4,6 +4,7 @@
 //! sender never moves them: each caller's answers start from the chain's pending nonce
 //! (access.md §6). The rule is `store::next_router_nonce`.
 
+use crate::ledger::RouterNonceKey;
 use crate::store::{Storage, StoreError};
 
 #[derive(Clone)]
@@ -26,20 +27,18 @@ impl NonceBook {
         self.max_ahead
     }
 
-    /// Hands out the nonce for the next transaction of `sender` on `chain` to `caller` (an API
-    /// key's name or a client address), given the chain's pending count, and stores it durably
-    /// before returning; `None` when the caller is `max_ahead` reservations past it already.
+    /// Hands out the nonce for the next transaction of the key's sender on its chain to its
+    /// caller (an API key's name or a client address), given the chain's pending count, and
+    /// stores it durably before returning; `None` when the caller is `max_ahead` reservations
+    /// past it already.
     pub async fn reserve(
         &self,
-        chain: &str,
-        sender: &str,
-        caller: &str,
+        key: &RouterNonceKey,
         pending: u64,
         now: u64,
     ) -> Result<Option<u64>, StoreError> {
-        let key = format!("{chain}|{sender}|{caller}");
         self.store
-            .reserve_router_nonce(&key, pending, now, self.ttl_secs, self.max_ahead)
+            .reserve_router_nonce(key, pending, now, self.ttl_secs, self.max_ahead)
             .await
     }
 }
@@ -50,6 +49,15 @@ mod tests {
 
     use super::*;
     use crate::store::sled::Store;
+    use ethers_core::types::Address;
+
+    fn key(chain: &str, caller: &str) -> RouterNonceKey {
+        RouterNonceKey {
+            chain: chain.to_string(),
+            sender: Address::repeat_byte(0xa),
+            caller: caller.to_string(),
+        }
+    }
 
     #[tokio::test]
     async fn reservations_survive_a_reopen() {
@@ -57,26 +65,26 @@ mod tests {
         {
             let book = NonceBook::new(Arc::new(Store::open(&dir).unwrap()), 120, 16);
             assert_eq!(
-                book.reserve("l1", "0xa", "me", 3, 10).await.unwrap(),
+                book.reserve(&key("l1", "me"), 3, 10).await.unwrap(),
                 Some(3)
             );
             assert_eq!(
-                book.reserve("l1", "0xa", "me", 3, 11).await.unwrap(),
+                book.reserve(&key("l1", "me"), 3, 11).await.unwrap(),
                 Some(4)
             );
             assert_eq!(
-                book.reserve("l2", "0xa", "me", 3, 11).await.unwrap(),
+                book.reserve(&key("l2", "me"), 3, 11).await.unwrap(),
                 Some(3)
             );
             // Another caller naming the same sender starts from the pending nonce.
             assert_eq!(
-                book.reserve("l1", "0xa", "other", 3, 11).await.unwrap(),
+                book.reserve(&key("l1", "other"), 3, 11).await.unwrap(),
                 Some(3)
             );
         }
         let book = NonceBook::new(Arc::new(Store::open(&dir).unwrap()), 120, 16);
         assert_eq!(
-            book.reserve("l1", "0xa", "me", 3, 12).await.unwrap(),
+            book.reserve(&key("l1", "me"), 3, 12).await.unwrap(),
             Some(5)
         );
         let _ = std::fs::remove_dir_all(&dir);

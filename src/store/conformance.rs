@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use ethers_core::types::{Address, H256, U256};
 
-use super::{Claim, Storage, StoreError};
-use crate::ledger::{Inclusion, LaneId, Outcome, Record, RequestTag, State};
+use super::{next_router_nonce, Claim, Storage, StoreError};
+use crate::ledger::{Inclusion, LaneId, Outcome, Record, RequestTag, RouterNonceKey, State};
 
 const LONG: Duration = Duration::from_secs(600);
 
@@ -258,25 +258,34 @@ async fn one_holder_per_lane_and_the_fence_stops_the_old_one(a: &Storage, b: &St
     assert!(third.fence > second.fence);
 }
 
+/// One sender's reservations on chain `c`, as one caller sees them.
+fn router_key(sender: u8) -> RouterNonceKey {
+    RouterNonceKey {
+        chain: "c".to_string(),
+        sender: Address::repeat_byte(sender),
+        caller: "ip:127.0.0.1".to_string(),
+    }
+}
+
 async fn router_nonces_are_consecutive_across_handles(a: &Storage, b: &Storage) {
-    let reserve = |store: &Storage, key: &'static str, pending: u64, now: u64| {
+    let reserve = |store: &Storage, sender: u8, pending: u64, now: u64| {
         let store = store.clone();
         async move {
             store
-                .reserve_router_nonce(key, pending, now, 120, 32)
+                .reserve_router_nonce(&router_key(sender), pending, now, 120, 32)
                 .await
                 .unwrap()
         }
     };
-    assert_eq!(reserve(a, "c|s", 3, 10).await, Some(3));
-    assert_eq!(reserve(b, "c|s", 3, 11).await, Some(4));
-    assert_eq!(reserve(a, "c|s", 9, 12).await, Some(9));
-    assert_eq!(reserve(b, "c|s", 3, 500).await, Some(3));
-    assert_eq!(reserve(a, "c|t", 0, 500).await, Some(0));
+    assert_eq!(reserve(a, 1, 3, 10).await, Some(3));
+    assert_eq!(reserve(b, 1, 3, 11).await, Some(4));
+    assert_eq!(reserve(a, 1, 9, 12).await, Some(9));
+    assert_eq!(reserve(b, 1, 3, 500).await, Some(3));
+    assert_eq!(reserve(a, 2, 0, 500).await, Some(0));
     let mut tasks = Vec::new();
     for i in 0..20 {
         let store = if i % 2 == 0 { a.clone() } else { b.clone() };
-        tasks.push(tokio::spawn(reserve(&store, "c|burst", 100, 1000)));
+        tasks.push(tokio::spawn(reserve(&store, 3, 100, 1000)));
     }
     let mut handed: Vec<u64> = Vec::new();
     for task in tasks {
@@ -286,10 +295,41 @@ async fn router_nonces_are_consecutive_across_handles(a: &Storage, b: &Storage) 
     assert_eq!(handed, (100..120).collect::<Vec<_>>());
     // At most 32 ahead of the pending nonce: the 33rd is refused and nothing moves.
     for expected in 120..132 {
-        assert_eq!(reserve(a, "c|burst", 100, 1001).await, Some(expected));
+        assert_eq!(reserve(a, 3, 100, 1001).await, Some(expected));
     }
-    assert_eq!(reserve(b, "c|burst", 100, 1002).await, None);
-    assert_eq!(reserve(a, "c|burst", 101, 1003).await, Some(132));
+    assert_eq!(reserve(b, 3, 100, 1002).await, None);
+    assert_eq!(reserve(a, 3, 101, 1003).await, Some(132));
+}
+
+/// PostgreSQL computes a reservation in SQL (one statement, so that concurrent ones queue on
+/// the row), sled by `next_router_nonce` itself: both must hand out what that rule says, step
+/// by step, at the edges of `ttl` and `max_ahead` included.
+async fn router_nonces_follow_the_rule(a: &Storage, _b: &Storage) {
+    let (ttl, max_ahead) = (120, 4);
+    let steps = [
+        (5, 100),
+        (5, 101),
+        (5, 102),
+        (5, 103),
+        (5, 104), // four ahead: refused, nothing stored
+        (7, 105),
+        (12, 106), // the chain moved past the reservations
+        (3, 226),  // exactly `ttl` after the last: expired
+        (3, 345),
+        (3, 466),
+    ];
+    let mut previous = None;
+    for (pending, now) in steps {
+        let expected = next_router_nonce(previous, pending, now, ttl, max_ahead);
+        let got = a
+            .reserve_router_nonce(&router_key(9), pending, now, ttl, max_ahead)
+            .await
+            .unwrap();
+        assert_eq!(got, expected, "pending {pending} at {now}");
+        if let Some(last) = got {
+            previous = Some((last, now));
+        }
+    }
 }
 
 fn other_lane() -> LaneId {
@@ -411,6 +451,12 @@ macro_rules! conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn exposure_adds_up_per_account() {
                 run("exposure", |a, b| async move { super::exposure_adds_up_per_account(&a, &b).await }).await;
+            }
+
+            $(#[$attr])?
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn router_nonces_follow_the_rule() {
+                run("router_rule", |a, b| async move { super::router_nonces_follow_the_rule(&a, &b).await }).await;
             }
 
             $(#[$attr])?

@@ -24,7 +24,7 @@ use async_trait::async_trait;
 use ethers_core::types::U256;
 
 use crate::config::{StorageBackend, StorageSettings};
-use crate::ledger::{LaneId, PaymentKey, Record};
+use crate::ledger::{LaneId, PaymentKey, Record, RouterNonceKey};
 
 /// What went wrong, in words every backend can say: callers decide on the kind, and the
 /// backend's own error rides along, boxed, for the log (never a URL or a password).
@@ -156,7 +156,7 @@ pub trait RouterNonceStore: Send + Sync {
     /// (and nothing stored) when it would be `max_ahead` or more past `pending`.
     async fn reserve_router_nonce(
         &self,
-        key: &str,
+        key: &RouterNonceKey,
         pending: u64,
         now: u64,
         ttl_secs: u64,

@@ -21,7 +21,7 @@ use tokio_postgres::NoTls;
 
 use super::rows::{self, Row};
 use super::{Backend, Claim, LaneStore, Lease, RouterNonceStore, SettlementStore, StoreError};
-use crate::ledger::{LaneId, PaymentKey, Record};
+use crate::ledger::{LaneId, PaymentKey, Record, RouterNonceKey};
 
 /// Connections per instance: the operator provisions instances x this on the server.
 pub const POOL_SIZE: usize = 16;
@@ -644,7 +644,7 @@ impl LaneStore for PgStore {
 impl RouterNonceStore for PgStore {
     async fn reserve_router_nonce(
         &self,
-        key: &str,
+        key: &RouterNonceKey,
         pending: u64,
         now: u64,
         ttl_secs: u64,
@@ -667,7 +667,7 @@ impl RouterNonceStore for PgStore {
                             ELSE $2 END < $2 + $5
                  RETURNING last_nonce",
                 &[
-                    &key,
+                    &key.storage_key(),
                     &int(pending)?,
                     &int(now)?,
                     &int(ttl_secs)?,

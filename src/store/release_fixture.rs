@@ -2,7 +2,9 @@
 // before the ledger room) through its store API, by this very text `include!`d into its tree,
 // and read back by this routerd in `store::upgrade_tests`. Kept free of paths so that both
 // trees compile it; the includer brings Record, State, Attempt, Inclusion, Outcome, Lost,
-// RequestTag, LaneId, Reason, TxFees, Storage, Duration, Address, Bytes, H256 and U256.
+// RequestTag, LaneId, Reason, TxFees, Storage, Duration, Address, Bytes, H256 and U256, and
+// `fixture_router_key()`: in 53628ba the reservation's key was its encoded string,
+// FIXTURE_ROUTER_KEY; here it is a RouterNonceKey that encodes to the same.
 
 const FIXTURE_AT: u64 = 1_700_000_000;
 const FIXTURE_ROUTER_KEY: &str = "l1|0x7070707070707070707070707070707070707070|ip:127.0.0.1";
@@ -135,7 +137,7 @@ async fn write_fixture(store: &Storage) {
     store.save(&all, true).await.unwrap();
     for pending in [3, 3] {
         store
-            .reserve_router_nonce(FIXTURE_ROUTER_KEY, pending, FIXTURE_AT, 120, 16)
+            .reserve_router_nonce(&fixture_router_key(), pending, FIXTURE_AT, 120, 16)
             .await
             .unwrap();
     }

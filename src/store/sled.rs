@@ -23,7 +23,7 @@ use super::{
     rows::{self, Row},
     Backend, Claim, LaneStore, Lease, RouterNonceStore, SettlementStore, StoreError,
 };
-use crate::ledger::{Account, LaneId, PaymentKey, Record};
+use crate::ledger::{Account, LaneId, PaymentKey, Record, RouterNonceKey};
 use ethers_core::types::U256;
 
 /// Version 2: settlement records with explicit states, and the unfinished/finished indexes.
@@ -526,7 +526,7 @@ struct RouterReservation {
 impl RouterNonceStore for Store {
     async fn reserve_router_nonce(
         &self,
-        key: &str,
+        key: &RouterNonceKey,
         pending: u64,
         now: u64,
         ttl_secs: u64,
@@ -534,16 +534,17 @@ impl RouterNonceStore for Store {
     ) -> Result<Option<u64>, StoreError> {
         let mut handed_out = None;
         // Atomic read-modify-write: concurrent calls for one sender each get their own nonce.
-        self.router_nonces.fetch_and_update(key, |old| {
-            let previous = old
-                .and_then(|bytes| serde_json::from_slice::<RouterReservation>(bytes).ok())
-                .map(|r| (r.last, r.at));
-            handed_out = next_router_nonce(previous, pending, now, ttl_secs, max_ahead);
-            match handed_out {
-                Some(last) => Some(rows::encode(&RouterReservation { last, at: now })),
-                None => old.map(<[u8]>::to_vec),
-            }
-        })?;
+        self.router_nonces
+            .fetch_and_update(key.storage_key(), |old| {
+                let previous = old
+                    .and_then(|bytes| serde_json::from_slice::<RouterReservation>(bytes).ok())
+                    .map(|r| (r.last, r.at));
+                handed_out = next_router_nonce(previous, pending, now, ttl_secs, max_ahead);
+                match handed_out {
+                    Some(last) => Some(rows::encode(&RouterReservation { last, at: now })),
+                    None => old.map(<[u8]>::to_vec),
+                }
+            })?;
         self.flush().await?;
         Ok(handed_out)
     }

@@ -18,9 +18,21 @@ use ethers_core::types::{Address, Bytes, H256, U256};
 
 use super::{Claim, Storage};
 use crate::evm::TxFees;
-use crate::ledger::{Attempt, Inclusion, LaneId, Lost, Outcome, Reason, Record, RequestTag, State};
+use crate::ledger::{
+    Attempt, Inclusion, LaneId, Lost, Outcome, Reason, Record, RequestTag, RouterNonceKey, State,
+};
 
 include!("release_fixture.rs");
+
+fn fixture_router_key() -> RouterNonceKey {
+    let key = RouterNonceKey {
+        chain: "l1".to_string(),
+        sender: Address::repeat_byte(0x70),
+        caller: "ip:127.0.0.1".to_string(),
+    };
+    assert_eq!(key.storage_key(), FIXTURE_ROUTER_KEY);
+    key
+}
 
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/store-53628ba");
 
@@ -71,7 +83,7 @@ async fn finds_everything(store: &Storage) {
         _ => panic!("the exposure of payer 0x21 is lost"),
     }
     let reserved = store
-        .reserve_router_nonce(FIXTURE_ROUTER_KEY, 3, FIXTURE_AT + 1, 120, 16)
+        .reserve_router_nonce(&fixture_router_key(), 3, FIXTURE_AT + 1, 120, 16)
         .await
         .unwrap();
     assert_eq!(reserved, Some(5), "the router's reservations");
