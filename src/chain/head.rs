@@ -18,6 +18,7 @@ use jsonrpsee::ws_client::WsClientBuilder;
 use serde_json::{json, Value};
 use tokio::sync::{watch, Notify};
 
+use super::batch::Batch;
 use super::client::{Call, ChainClient, Unreachable};
 use crate::evm::Fees;
 use crate::evm::{parse_h256, parse_quantity, parse_u64};
@@ -363,17 +364,22 @@ pub fn parse_hash(value: &Value) -> Option<H256> {
 
 /// One batch: the latest block and both fee hints; which hint applies depends on the block.
 async fn fetch_head(client: &ChainClient, fee_model: FeeModel) -> Result<Head, Unreachable> {
-    let calls = [
-        Call::new("eth_getBlockByNumber", vec![json!("latest"), json!(false)]),
-        Call::new("eth_maxPriorityFeePerGas", vec![]),
-        Call::new("eth_gasPrice", vec![]),
-    ];
-    let answers = client.batch(&calls).await?;
+    let mut batch = Batch::new();
+    let block = batch.add(Call::new(
+        "eth_getBlockByNumber",
+        vec![json!("latest"), json!(false)],
+    ));
+    let tip = batch.add(Call::new("eth_maxPriorityFeePerGas", vec![]));
+    let gas_price = batch.add(Call::new("eth_gasPrice", vec![]));
+    let answers = client.ask(&batch).await?;
     let malformed = |what: &str| Unreachable {
         chain: client.name().to_string(),
         detail: format!("malformed {what} in head block answer"),
     };
-    let block = answers[0].as_ref().map_err(|e| malformed(&e.message))?;
+    let block = answers
+        .get(block)
+        .as_ref()
+        .map_err(|e| malformed(&e.message))?;
     // Numbers no chain reaches are garbage, not a head: every sum made with them later
     // (depths, bump deadlines, costs) stays far from overflowing.
     let plausible = |n: &u64| *n <= MAX_PLAUSIBLE_NUMBER;
@@ -397,7 +403,7 @@ async fn fetch_head(client: &ChainClient, fee_model: FeeModel) -> Result<Head, U
         .and_then(parse_hash)
         .ok_or_else(|| malformed("parentHash"))?;
     let base_fee = block.get("baseFeePerGas").and_then(price);
-    let gas_price = answers[2].as_ref().ok().and_then(price);
+    let gas_price = answers.get(gas_price).as_ref().ok().and_then(price);
     let use_1559 = match fee_model {
         FeeModel::Legacy => false,
         FeeModel::Eip1559 | FeeModel::OpStack => true,
@@ -405,7 +411,7 @@ async fn fetch_head(client: &ChainClient, fee_model: FeeModel) -> Result<Head, U
     };
     let fees = if use_1559 {
         let base_fee = base_fee.unwrap_or_default();
-        let priority_fee = match answers[1].as_ref().ok().and_then(price) {
+        let priority_fee = match answers.get(tip).as_ref().ok().and_then(price) {
             Some(tip) => tip,
             None => priority_from_fee_history(client)
                 .await

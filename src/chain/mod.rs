@@ -4,6 +4,7 @@
 //! A chain reports its own readiness ([`Chain::readiness`]): whether it answered recently, and
 //! whether its head watcher's last step panicked. It asks no node to say so.
 
+pub mod batch;
 pub mod client;
 pub mod head;
 pub mod read_mode;
@@ -18,6 +19,7 @@ use crate::evm::hex_bytes;
 
 use crate::config::ChainSettings;
 use crate::guard::Guard;
+pub use batch::{Answered, Batch, Slot};
 pub use client::{Call, CallResult, ChainClient, Refusal, RpcError, Unreachable};
 pub use head::{Canonical, Head, HeadWatcher};
 pub use read_mode::ReadMode;

@@ -5,14 +5,14 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 
-use ethers_core::types::{Address, H256, U256};
+use ethers_core::types::{Address, Bytes, H256, U256};
 use serde_json::{json, Value};
 
 use super::cooldown::Cooldown;
 use super::lens;
 use super::protocol::values::Served;
 use super::request::{Invalid, Message, Request};
-use crate::chain::{self, Call, CallResult, Chain, ReadMode, Unreachable};
+use crate::chain::{self, Batch, Call, CallResult, Chain, ReadMode, Slot, Unreachable};
 use crate::clock::unix_now;
 use crate::evm;
 use crate::evm::erc3009::{self, TransferAuthorization};
@@ -422,14 +422,15 @@ async fn read_with_lens(
         lens_tries.map_or(&[], |t| t.calldata),
     );
     let max_gas = network.chain.settings.max_settlement_gas;
-    let mut calls = vec![match lens_tries {
+    let mut batch = Batch::new();
+    let lens = batch.add(match lens_tries {
         Some(trial) => as_settlement(facts, trial, max_gas),
         None => facts,
-    }];
-    calls.extend(estimate);
+    });
+    let estimate = estimate.map(|call| batch.add(call));
     let chain = &network.chain;
-    let answers = chain.client.batch(&calls).await?;
-    let read = match &answers[0] {
+    let answers = chain.client.ask(&batch).await?;
+    let read = match answers.get(lens) {
         Err(e) if e.is_execution_failure() => return Ok(LensRead::Halted),
         answer => answer.as_ref().ok().and_then(lens::decode_answer),
     };
@@ -439,9 +440,8 @@ async fn read_with_lens(
     let by_lens = lens_tries
         .map(|trial| lens_tried(chain, trial, read.trial.as_ref()))
         .transpose()?;
-    let by_estimate = answers
-        .get(1)
-        .map(|answer| estimate_tried(chain, answer))
+    let by_estimate = estimate
+        .map(|slot| estimate_tried(chain, answers.get(slot)))
         .transpose()?;
     let tried = match (by_lens, by_estimate) {
         (Some(Tried::Gas(tried)), Some(Tried::Gas(estimated))) => {
@@ -468,42 +468,57 @@ async fn read_with_lens(
     Ok(LensRead::Read((facts, tried)))
 }
 
-/// The same facts as separate calls in one batch, and a trial as an `eth_estimateGas`. The
-/// block time comes from the head watcher.
+/// Where each fact of [`read_in_batch`] is answered.
+struct FactSlots {
+    code: Slot,
+    balance: Slot,
+    state: Slot,
+    from_listed: Slot,
+    to_listed: Slot,
+    erc1271: Option<Slot>,
+    estimate: Option<Slot>,
+}
+
+/// The facts as separate calls in one batch, and a trial as an `eth_estimateGas`.
+fn facts_batch(payment: &Payment<'_>, trial: Option<&Trial<'_>>) -> (Batch, FactSlots) {
+    let auth = &payment.auth;
+    let token = payment.token.address;
+    let read = |to, data: Bytes| chain::eth_call(to, &data, "latest");
+    let mut batch = Batch::new();
+    let slots = FactSlots {
+        code: batch.add(Call::new(
+            "eth_getCode",
+            vec![json!(evm::hex_bytes(auth.from)), json!("latest")],
+        )),
+        balance: batch.add(read(token, erc3009::balance_of(auth.from))),
+        state: batch.add(read(
+            token,
+            erc3009::authorization_state(auth.from, auth.nonce),
+        )),
+        from_listed: batch.add(read(token, erc3009::is_blacklisted(auth.from))),
+        to_listed: batch.add(read(token, erc3009::is_blacklisted(payment.pay_to))),
+        erc1271: asks_erc1271(payment).then(|| {
+            batch.add(read(
+                auth.from,
+                erc3009::is_valid_signature(payment.digest, &payment.signature),
+            ))
+        }),
+        estimate: trial.map(|trial| batch.add(estimate_call(payment, trial))),
+    };
+    (batch, slots)
+}
+
+/// The same facts as the lens reads, from separate calls in one batch. The block time comes
+/// from the head watcher.
 async fn read_in_batch(
     payment: &Payment<'_>,
     trial: Option<&Trial<'_>>,
 ) -> Result<(ChainFacts, Option<Tried>), Unreachable> {
-    let auth = &payment.auth;
-    let token = payment.token.address;
-    let ask_erc1271 = asks_erc1271(payment);
-    let mut calls = vec![
-        Call::new(
-            "eth_getCode",
-            vec![json!(evm::hex_bytes(auth.from)), json!("latest")],
-        ),
-        chain::eth_call(token, &erc3009::balance_of(auth.from), "latest"),
-        chain::eth_call(
-            token,
-            &erc3009::authorization_state(auth.from, auth.nonce),
-            "latest",
-        ),
-        chain::eth_call(token, &erc3009::is_blacklisted(auth.from), "latest"),
-        chain::eth_call(token, &erc3009::is_blacklisted(payment.pay_to), "latest"),
-    ];
-    if ask_erc1271 {
-        calls.push(chain::eth_call(
-            auth.from,
-            &erc3009::is_valid_signature(payment.digest, &payment.signature),
-            "latest",
-        ));
-    }
-    let estimate_at = calls.len();
-    calls.extend(trial.map(|trial| estimate_call(payment, trial)));
+    let (batch, slots) = facts_batch(payment, trial);
     let chain = &payment.network.chain;
-    let answers = chain.client.batch(&calls).await?;
-    let word = |i: usize, what: &str| -> Result<U256, Unreachable> {
-        match &answers[i] {
+    let answers = chain.client.ask(&batch).await?;
+    let word = |slot: Slot, what: &str| -> Result<U256, Unreachable> {
+        match answers.get(slot) {
             Ok(v) => evm::parse_word(v)
                 .ok_or_else(|| unreadable(chain, what, format!("unexpected answer {v}"))),
             Err(e) => Err(unreadable(chain, what, e.to_string())),
@@ -511,12 +526,13 @@ async fn read_in_batch(
     };
     // A token without a blacklist reverts `isBlacklisted`: nobody is blacklisted there. A node
     // that could not run the call (a block it no longer has) said nothing about anybody.
-    let flag = |i: usize, what: &str| match &answers[i] {
+    let flag = |slot: Slot, what: &str| match answers.get(slot) {
         Ok(v) => Ok(evm::parse_word(v).is_some_and(|w| !w.is_zero())),
         Err(e) if e.is_revert() => Ok(false),
         Err(e) => Err(unreadable(chain, what, e.to_string())),
     };
-    let code = answers[0]
+    let code = answers
+        .get(slots.code)
         .as_ref()
         .map_err(|e| unreadable(chain, "eth_getCode", e.to_string()))?;
     // A wallet that reverts `isValidSignature` does not accept the signature; a node that could
@@ -530,17 +546,19 @@ async fn read_in_batch(
     };
     let facts = ChainFacts {
         from_has_code: code.as_str().is_some_and(|c| c.len() > 2),
-        balance: word(1, "balanceOf")?,
-        authorization_used: !word(2, "authorizationState")?.is_zero(),
-        from_blacklisted: flag(3, "isBlacklisted(from)")?,
-        to_blacklisted: flag(4, "isBlacklisted(payTo)")?,
-        erc1271_valid: ask_erc1271
-            .then(|| erc1271_answer(&answers[5]))
+        balance: word(slots.balance, "balanceOf")?,
+        authorization_used: !word(slots.state, "authorizationState")?.is_zero(),
+        from_blacklisted: flag(slots.from_listed, "isBlacklisted(from)")?,
+        to_blacklisted: flag(slots.to_listed, "isBlacklisted(payTo)")?,
+        erc1271_valid: slots
+            .erc1271
+            .map(|slot| erc1271_answer(answers.get(slot)))
             .transpose()?,
         block_timestamp: chain.head.current().map_or(0, |head| head.timestamp),
     };
-    let tried = trial
-        .map(|_| estimate_tried(chain, &answers[estimate_at]))
+    let tried = slots
+        .estimate
+        .map(|slot| estimate_tried(chain, answers.get(slot)))
         .transpose()?;
     Ok((facts, tried))
 }

@@ -9,7 +9,7 @@ use ethers_core::utils::keccak256;
 use serde_json::{json, Value};
 
 use super::types::Transaction;
-use crate::chain::{self, Call, CallResult, Chain, RpcError};
+use crate::chain::{self, Answered, Batch, Call, CallResult, Chain, RpcError, Slot};
 use crate::config::FeeModel;
 use crate::evm;
 use crate::evm::Fees;
@@ -92,13 +92,69 @@ pub async fn probe(
     }
 }
 
-/// Whether `to` has code, from the `eth_getCode` answer at `answers[3]`. A node that could not
-/// answer leaves the chain's feasibility unknown.
-fn learnt_code(answers: &[CallResult]) -> Result<bool, Infeasible> {
-    match &answers[3] {
+/// Whether `to` has code, from the `eth_getCode` answer. A node that could not answer leaves
+/// the chain's feasibility unknown.
+fn learnt_code(answer: &CallResult) -> Result<bool, Infeasible> {
+    match answer {
         Ok(code) => Ok(code.as_str().is_some_and(|c| c.len() > 2)),
         Err(e) => Err(Infeasible::Unreachable(format!("eth_getCode: {e}"))),
     }
+}
+
+/// Where each answer of the probe's batch is.
+struct Asked {
+    estimate: Slot,
+    nonce: Slot,
+    balance: Slot,
+    /// `eth_getCode` of `to`, unless known already.
+    code: Option<Slot>,
+    /// `GasPriceOracle.getL1Fee`, on an OP-stack chain.
+    l1_fee: Option<Slot>,
+}
+
+/// The batch of router.md §3 for `tx` on `chain`.
+fn batch_for(
+    chain: &Chain,
+    tx: &Transaction,
+    fees: &Fees,
+    known_code: Option<bool>,
+) -> (Batch, Asked) {
+    let from = json!(evm::hex_bytes(tx.from));
+    let mut call =
+        json!({"from": from, "data": evm::hex_bytes(&tx.data), "value": evm::hex_u256(tx.value)});
+    if let Some(to) = tx.to {
+        call["to"] = json!(evm::hex_bytes(to));
+    }
+    let mut batch = Batch::new();
+    let estimate = batch.add(Call::new("eth_estimateGas", vec![call]));
+    let nonce = batch.add(Call::new(
+        "eth_getTransactionCount",
+        vec![from.clone(), json!("pending")],
+    ));
+    let balance = batch.add(Call::new("eth_getBalance", vec![from, json!("latest")]));
+    let code = match tx.to {
+        Some(to) if known_code.is_none() && !tx.data.is_empty() => Some(batch.add(Call::new(
+            "eth_getCode",
+            vec![json!(evm::hex_bytes(to)), json!("latest")],
+        ))),
+        _ => None,
+    };
+    let l1_fee = (chain.settings.fee_model == FeeModel::OpStack).then(|| {
+        let unsigned = unsigned_rlp(chain.settings.chain_id, tx, fees);
+        batch.add(chain::eth_call(
+            oracle_address(),
+            &get_l1_fee_call(&unsigned),
+            "latest",
+        ))
+    });
+    let asked = Asked {
+        estimate,
+        nonce,
+        balance,
+        code,
+        l1_fee,
+    };
+    (batch, asked)
 }
 
 async fn ask(
@@ -110,71 +166,38 @@ async fn ask(
         .latest_head()
         .await
         .map_err(|e| Infeasible::Unreachable(e.detail))?;
-    let from = json!(evm::hex_bytes(tx.from));
-    let mut call =
-        json!({"from": from, "data": evm::hex_bytes(&tx.data), "value": evm::hex_u256(tx.value)});
-    if let Some(to) = tx.to {
-        call["to"] = json!(evm::hex_bytes(to));
-    }
-    let op_stack = chain.settings.fee_model == FeeModel::OpStack;
-    let mut calls = vec![
-        Call::new("eth_estimateGas", vec![call]),
-        Call::new(
-            "eth_getTransactionCount",
-            vec![from.clone(), json!("pending")],
-        ),
-        Call::new("eth_getBalance", vec![from, json!("latest")]),
-    ];
-    let ask_code = tx.to.is_some() && known_code.is_none() && !tx.data.is_empty();
-    if ask_code {
-        calls.push(Call::new(
-            "eth_getCode",
-            vec![
-                json!(evm::hex_bytes(tx.to.expect("checked"))),
-                json!("latest"),
-            ],
-        ));
-    }
-    if op_stack {
-        let unsigned = unsigned_rlp(chain.settings.chain_id, tx, &head.fees);
-        calls.push(chain::eth_call(
-            oracle_address(),
-            &get_l1_fee_call(&unsigned),
-            "latest",
-        ));
-    }
+    let (batch, asked) = batch_for(chain, tx, &head.fees, known_code);
     let answers = chain
         .client
-        .batch(&calls)
+        .ask(&batch)
         .await
         .map_err(|e| Infeasible::Unreachable(e.detail))?;
-    let has_code = if ask_code {
-        Some(learnt_code(&answers)?)
-    } else {
-        known_code
+    let has_code = match asked.code {
+        Some(code) => Some(learnt_code(answers.get(code))?),
+        None => known_code,
     };
-    interpret(&answers, tx, head.fees, has_code, op_stack)
+    interpret(&answers, &asked, tx, head.fees, has_code)
 }
 
 fn interpret(
-    answers: &[CallResult],
+    answers: &Answered,
+    asked: &Asked,
     tx: &Transaction,
     fees: Fees,
     has_code: Option<bool>,
-    op_stack: bool,
 ) -> Result<Estimate, Infeasible> {
     if tx.to.is_some() && !tx.data.is_empty() && has_code == Some(false) {
         return Err(Infeasible::NoCodeAtTo);
     }
-    let quantity = |i: usize, what: &str| -> Result<U256, Infeasible> {
-        match &answers[i] {
+    let quantity = |slot: Slot, what: &str| -> Result<U256, Infeasible> {
+        match answers.get(slot) {
             Ok(v) => evm::parse_quantity(v)
                 .ok_or_else(|| Infeasible::Unreachable(format!("malformed {what}: {v}"))),
             Err(e) => Err(Infeasible::Unreachable(format!("{what}: {e}"))),
         }
     };
-    let balance = quantity(2, "eth_getBalance")?;
-    let gas_estimate = match &answers[0] {
+    let balance = quantity(asked.balance, "eth_getBalance")?;
+    let gas_estimate = match answers.get(asked.estimate) {
         Ok(v) => evm::parse_u64(v)
             .ok_or_else(|| Infeasible::Unreachable(format!("malformed estimate {v}")))?,
         Err(e) if is_insufficient_funds(e) => {
@@ -184,11 +207,10 @@ fn interpret(
         // Rate-limited, mid-reorganisation, internal: the node said nothing about the call.
         Err(e) => return Err(Infeasible::Unreachable(format!("eth_estimateGas: {e}"))),
     };
-    let pending_nonce = quantity(1, "eth_getTransactionCount")?.low_u64();
-    let l1_fee = if op_stack {
-        l1_fee(&answers[answers.len() - 1])?
-    } else {
-        U256::zero()
+    let pending_nonce = quantity(asked.nonce, "eth_getTransactionCount")?.low_u64();
+    let l1_fee = match asked.l1_fee {
+        Some(slot) => l1_fee(answers.get(slot))?,
+        None => U256::zero(),
     };
     Ok(Estimate {
         gas_estimate,

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use super::lane::SETTLEMENT_GAS;
 use super::waiters::Progress;
 use super::worker::{Slot, Worker, FILLER_GAS};
-use crate::chain::{self, Call, CallResult, Canonical, Chain, Head};
+use crate::chain::{self, Batch, Call, CallResult, Canonical, Chain, Head};
 use crate::clock::unix_now;
 use crate::evm;
 use crate::evm::erc3009;
@@ -78,16 +78,19 @@ impl Worker {
     async fn read_lane(&self, head: &Head) -> Option<(u64, U256)> {
         let address = json!(evm::hex_bytes(self.lane.signer.address));
         let block = json!(format!("{:#x}", head.number));
-        let calls = [
-            Call::new(
-                "eth_getTransactionCount",
-                vec![address.clone(), block.clone()],
-            ),
-            Call::new("eth_getBalance", vec![address, block]),
-        ];
-        let answers = self.lane.chain.client.batch(&calls).await.ok()?;
-        let nonce = answers[0].as_ref().ok().and_then(evm::parse_u64)?;
-        let balance = answers[1].as_ref().ok().and_then(evm::parse_quantity)?;
+        let mut batch = Batch::new();
+        let nonce = batch.add(Call::new(
+            "eth_getTransactionCount",
+            vec![address.clone(), block.clone()],
+        ));
+        let balance = batch.add(Call::new("eth_getBalance", vec![address, block]));
+        let answers = self.lane.chain.client.ask(&batch).await.ok()?;
+        let nonce = answers.get(nonce).as_ref().ok().and_then(evm::parse_u64)?;
+        let balance = answers
+            .get(balance)
+            .as_ref()
+            .ok()
+            .and_then(evm::parse_quantity)?;
         Some((nonce, balance))
     }
 
@@ -208,13 +211,14 @@ impl Worker {
     /// unused the settlement is signed again at a new nonce; otherwise somebody else settled it.
     async fn nonce_taken(&mut self, mut record: Record) {
         let key = record.key();
-        let call = chain::eth_call(
+        let mut batch = Batch::new();
+        let state = batch.add(chain::eth_call(
             record.token,
             &erc3009::authorization_state(record.payer, record.nonce),
             "latest",
-        );
-        let used = match self.lane.chain.client.batch(&[call]).await {
-            Ok(answers) => answers[0].as_ref().ok().and_then(evm::parse_word),
+        ));
+        let used = match self.lane.chain.client.ask(&batch).await {
+            Ok(answers) => answers.get(state).as_ref().ok().and_then(evm::parse_word),
             Err(_) => None,
         };
         match used {
