@@ -14,12 +14,12 @@ use serde_json::Value;
 use crate::chain::{self, head};
 use crate::evm;
 use crate::evm::erc3009;
+use crate::facilitator::lens;
 use crate::facilitator::protocol::values::{self, Served};
 use crate::facilitator::protocol::{v1, v2};
 use crate::facilitator::request::Spelling;
 use crate::facilitator::settlement::follower;
 use crate::facilitator::verify::TokenInfo;
-use crate::facilitator::{lens, verify};
 use crate::router::probe;
 use crate::server::rest::{self, Payment};
 use crate::server::rpc;
@@ -201,7 +201,7 @@ pub fn api_keys(data: &[u8]) {
     }
     if let Ok(key) = keys.caller(&headers) {
         let pay_to = String::from_utf8_lossy(header);
-        let _ = key.may_pay(verify::parse_address(pay_to.trim()));
+        let _ = key.may_pay(crate::evm::parse_address(pay_to.trim()));
         let _ = key.admit(header.len() as u32);
     }
 }

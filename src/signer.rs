@@ -10,7 +10,7 @@ use ethers_core::types::{
 use ethers_core::utils::{keccak256, secret_key_to_address};
 use k256::ecdsa::SigningKey;
 
-use crate::evm::TxFees;
+use crate::evm::{hex_decode, TxFees};
 
 pub const ENV_KEY: &str = "ROUTERD_SIGNER_KEY";
 const CREDENTIAL_NAME: &str = "signer-key";
@@ -40,14 +40,12 @@ impl std::fmt::Debug for Signer {
 
 impl Signer {
     pub fn from_hex(text: &str) -> Option<Self> {
-        let digits = text.trim().strip_prefix("0x").unwrap_or(text.trim());
+        let text = text.trim();
+        let digits = text.strip_prefix("0x").unwrap_or(text);
         if digits.len() != 64 {
             return None;
         }
-        let mut bytes = [0u8; 32];
-        for (i, chunk) in bytes.iter_mut().enumerate() {
-            *chunk = u8::from_str_radix(digits.get(2 * i..2 * i + 2)?, 16).ok()?;
-        }
+        let bytes = hex_decode(&format!("0x{digits}"))?;
         let key = SigningKey::from_slice(&bytes).ok()?;
         let address = secret_key_to_address(&key);
         Some(Self { key, address })

@@ -4,8 +4,8 @@
 use ethers_core::types::U256;
 use proptest::prelude::*;
 use routerd::evm::{hex_bytes, hex_decode};
+use routerd::evm::{parse_address, parse_decimal};
 use routerd::facilitator::protocol::v1::PaymentRequest;
-use routerd::facilitator::verify::{parse_address, parse_decimal};
 use routerd::router::types::RouterTransaction;
 use routerd::server::wire_errors::{parse_body, parse_body_with};
 

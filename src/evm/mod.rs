@@ -6,7 +6,9 @@ pub mod erc3009;
 pub mod fees;
 mod hex;
 mod revert;
+mod values;
 
 pub use fees::{Fees, TxFees};
 pub use hex::{hex_bytes, hex_decode, hex_u256, parse_h256, parse_quantity, parse_u64, parse_word};
 pub use revert::{error_string, revert_message};
+pub use values::{parse_address, parse_checksummed, parse_decimal, parse_uint};

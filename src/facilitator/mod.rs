@@ -19,7 +19,7 @@ use ethers_core::utils::to_checksum;
 
 use crate::chain::Chain;
 use crate::config::{ChainSettings, FacilitatorSettings};
-use crate::evm::erc3009;
+use crate::evm::{self, erc3009};
 use crate::ledger::{PaymentKey, Reason, RequestTag};
 use crate::signer::Signer;
 use crate::store::{Storage, StoreError};
@@ -329,6 +329,6 @@ fn load_deny_list(path: &str) -> Result<HashSet<Address>, SetupError> {
         .map(str::trim)
         .enumerate()
         .filter(|(_, line)| !line.is_empty() && !line.starts_with('#'))
-        .map(|(i, line)| verify::parse_address(line).ok_or(SetupError::DenyListEntry(i + 1)))
+        .map(|(i, line)| evm::parse_address(line).ok_or(SetupError::DenyListEntry(i + 1)))
         .collect()
 }

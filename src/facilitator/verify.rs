@@ -622,22 +622,6 @@ fn erc1271_accepted(answer: &[u8]) -> bool {
     answer.len() >= 4 && answer[..4] == erc3009::ERC1271_MAGIC
 }
 
-/// `^0x[0-9a-fA-F]{40}$`, case-insensitive as the spec's pattern allows.
-pub fn parse_address(s: &str) -> Option<Address> {
-    let digits = s.strip_prefix("0x")?;
-    (digits.len() == 40 && digits.bytes().all(|b| b.is_ascii_hexdigit()))
-        .then(|| evm::hex_decode(s).map(|b| Address::from_slice(&b)))
-        .flatten()
-}
-
-/// A decimal uint256: digits only, no sign, spaces or hex, at most 2^256-1.
-pub fn parse_decimal(s: &str) -> Option<U256> {
-    if s.is_empty() || s.len() > 78 || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    U256::from_dec_str(s).ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -650,39 +634,5 @@ mod tests {
         assert_eq!(SettleGas::of(80_000, 84_001), SettleGas::Estimate);
         // A chain that puts its L1 share in the gas limit.
         assert_eq!(SettleGas::of(80_000, 400_000), SettleGas::Estimate);
-    }
-
-    #[test]
-    fn decimals_reject_sign_hex_space_and_overflow() {
-        assert_eq!(parse_decimal("1000"), Some(U256::from(1000)));
-        assert_eq!(parse_decimal("007"), Some(U256::from(7)));
-        for bad in ["", "-1", "+1", "0x10", " 1", "1 ", "1.0", "1e3"] {
-            assert_eq!(parse_decimal(bad), None, "{bad:?}");
-        }
-        let max = U256::MAX.to_string();
-        assert_eq!(parse_decimal(&max), Some(U256::MAX));
-        assert_eq!(parse_decimal(&format!("{max}0")), None);
-        assert_eq!(
-            parse_decimal(
-                "115792089237316195423570985008687907853269984665640564039457584007913129639936"
-            ),
-            None
-        );
-    }
-
-    #[test]
-    fn addresses_and_nonces() {
-        assert!(parse_address("0x70997970C51812dc3A010C7d01b50e0d17dc79C8").is_some());
-        assert!(parse_address("0x70997970c51812dc3a010c7d01b50e0d17dc79c8").is_some());
-        for bad in [
-            "70997970c51812dc3a010c7d01b50e0d17dc79c8",
-            "0x7099",
-            "0x70997970c51812dc3a010c7d01b50e0d17dc79cz",
-            "0X70997970c51812dc3a010c7d01b50e0d17dc79c8",
-        ] {
-            assert!(parse_address(bad).is_none(), "{bad}");
-        }
-        assert!(evm::parse_h256(&format!("0x{}", "ab".repeat(32))).is_some());
-        assert!(evm::parse_h256(&format!("0x{}", "ab".repeat(31))).is_none());
     }
 }

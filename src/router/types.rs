@@ -1,7 +1,6 @@
 //! Router wire types and the validation of `{from, to, data, value}` (router.md §2).
 
 use ethers_core::types::{Address, Bytes, U256};
-use ethers_core::utils::to_checksum;
 use serde::{Deserialize, Serialize};
 
 use crate::evm;
@@ -42,10 +41,10 @@ fn invalid(field: &'static str, problem: impl Into<String>) -> InvalidField {
 
 impl RouterTransaction {
     pub fn validate(&self) -> Result<Transaction, InvalidField> {
-        let from = parse_checksummed(&self.from).map_err(|p| invalid("from", p))?;
+        let from = evm::parse_checksummed(&self.from).map_err(|p| invalid("from", p))?;
         let to = match self.to.as_str() {
             "" | "0x" => None,
-            other => Some(parse_checksummed(other).map_err(|p| invalid("to", p))?),
+            other => Some(evm::parse_checksummed(other).map_err(|p| invalid("to", p))?),
         };
         let data = evm::hex_decode(&self.data)
             .filter(|_| self.data.starts_with("0x"))
@@ -55,7 +54,7 @@ impl RouterTransaction {
                     "expected 0x followed by an even number of hex digits",
                 )
             })?;
-        let value = parse_value(&self.value).ok_or_else(|| {
+        let value = evm::parse_uint(&self.value).ok_or_else(|| {
             invalid(
                 "value",
                 "expected a decimal integer or a 0x hex quantity of at most 2^256-1",
@@ -71,37 +70,6 @@ impl RouterTransaction {
             value,
         })
     }
-}
-
-/// `0x` + 40 hex digits; mixed case must be a valid EIP-55 checksum.
-fn parse_checksummed(s: &str) -> Result<Address, &'static str> {
-    let digits = s
-        .strip_prefix("0x")
-        .ok_or("expected 0x followed by 40 hex digits")?;
-    if digits.len() != 40 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err("expected 0x followed by 40 hex digits");
-    }
-    let address =
-        Address::from_slice(&evm::hex_decode(s).ok_or("expected 0x followed by 40 hex digits")?);
-    let mixed = digits.bytes().any(|b| b.is_ascii_lowercase())
-        && digits.bytes().any(|b| b.is_ascii_uppercase());
-    if mixed && to_checksum(&address, None) != s {
-        return Err("mixed-case address with an invalid EIP-55 checksum");
-    }
-    Ok(address)
-}
-
-fn parse_value(s: &str) -> Option<U256> {
-    if let Some(hex) = s.strip_prefix("0x") {
-        if hex.is_empty() || hex.len() > 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return None;
-        }
-        return U256::from_str_radix(hex, 16).ok();
-    }
-    if s.is_empty() || s.len() > 78 || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    U256::from_dec_str(s).ok()
 }
 
 /// The completed parameters; fee fields are those of the chosen chain's fee type only.

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::wire_errors::WireError;
-use crate::facilitator::verify::parse_address;
+use crate::evm::parse_address;
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeysError {

@@ -24,9 +24,9 @@ use super::listen::{Caller, ClientAddr};
 use super::wire_errors::{json_response, parse_body, parse_value_with, WireError};
 use super::{ops, App, Routes, Surface};
 use crate::evm;
+use crate::evm::parse_address;
 use crate::facilitator::protocol::v1::{PaymentRequest, SettleResponse};
 use crate::facilitator::protocol::{self, v2};
-use crate::facilitator::verify::parse_address;
 use crate::facilitator::{Facilitator, SettleError};
 use crate::ledger::{PaymentKey, RequestTag};
 

@@ -10,9 +10,9 @@ use serde_json::{Map, Number, Value};
 
 use super::values::{self, Served, Values};
 use crate::evm;
+use crate::evm::parse_address;
 use crate::facilitator::request::{Field, Invalid, Request};
 use crate::facilitator::settlement::Settled;
-use crate::facilitator::verify::parse_address;
 use crate::ledger::Reason;
 
 #[derive(Debug, Clone, Deserialize)]

@@ -8,8 +8,9 @@ use serde_json::{Map, Number, Value};
 use super::v1::ExactEvmPayload;
 use crate::evm;
 use crate::evm::erc3009::TransferAuthorization;
+use crate::evm::{parse_address, parse_decimal};
 use crate::facilitator::request::{Field, Invalid, Request};
-use crate::facilitator::verify::{parse_address, parse_decimal, TokenInfo};
+use crate::facilitator::verify::TokenInfo;
 use crate::ledger::Reason;
 
 /// What the lowering of a request needs to know of the configuration.
