@@ -26,12 +26,13 @@ use crate::store::{Storage, StoreError};
 use cooldown::Cooldown;
 use protocol::v1::{self, SettleResponse, VerifyResponse};
 use protocol::v2;
+use request::TokenInfo;
 use request::{Invalid, Request};
 use settlement::ClaimOn;
 use settlement::Settled;
 pub use settlement::{Lane, LaneSettings, SettleError};
 use types::{SettlementStatus, SupportedKind, SupportedResponse};
-use verify::{Network, TokenInfo, Verifier};
+use verify::{Network, Verifier};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
@@ -264,7 +265,8 @@ impl Facilitator {
 
     /// What happened to one payment, or `None` if routerd never settled it.
     pub async fn status(&self, key: &PaymentKey) -> Result<Option<SettlementStatus>, StoreError> {
-        self.settler.status(key).await
+        let found = self.settler.status(key).await?;
+        Ok(found.map(|(record, head)| protocol::status::answer(&record, head)))
     }
 
     pub async fn surrender_lanes(&self) {

@@ -4,7 +4,7 @@
 //! names the fields it means by [`Field`], never by text: each version spells them when it
 //! raises the answer, so no message is ever rewritten.
 
-use ethers_core::types::{Address, U256};
+use ethers_core::types::{Address, H256, U256};
 
 use crate::evm::erc3009::TransferAuthorization;
 use crate::ledger::Reason;
@@ -113,6 +113,24 @@ impl Invalid {
             message: Message::Field(field, problem.into()),
         }
     }
+}
+
+/// A token the facilitator settles, as configured.
+pub struct TokenInfo {
+    pub address: Address,
+    pub eip712_name: String,
+    pub eip712_version: String,
+    pub domain_separator: H256,
+}
+
+/// What the lowering of a request needs to know of the configuration.
+pub trait Served {
+    /// The tokens of a served network; `None` when the network is not served.
+    fn tokens(&self, network: &str) -> Option<&[TokenInfo]>;
+    /// `facilitator.allow_http_resource`: rule 4 also accepts `http://` resources.
+    fn allow_http_resource(&self) -> bool;
+    /// `facilitator.max_signature_bytes`: longer signatures fail rule 5.
+    fn max_signature_bytes(&self) -> usize;
 }
 
 #[cfg(test)]

@@ -10,8 +10,7 @@ use serde_json::{json, Value};
 
 use super::cooldown::Cooldown;
 use super::lens;
-use super::protocol::values::Served;
-use super::request::{Invalid, Message, Request};
+use super::request::{Invalid, Message, Request, Served, TokenInfo};
 use crate::chain::{self, Batch, Call, CallResult, Chain, ReadMode, Slot, Unreachable};
 use crate::clock::unix_now;
 use crate::evm;
@@ -60,13 +59,6 @@ impl Network {
             tracing::info!(network = %self.name, tried, estimated, source = ?source, "settlement gas source");
         }
     }
-}
-
-pub struct TokenInfo {
-    pub address: Address,
-    pub eip712_name: String,
-    pub eip712_version: String,
-    pub domain_separator: H256,
 }
 
 fn invalid(reason: Reason, message: impl Into<Message>) -> Invalid {

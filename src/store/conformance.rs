@@ -471,7 +471,7 @@ macro_rules! conformance {
 /// sled allows one process per directory: both handles are the same store.
 async fn open_sled(name: &str) -> (Storage, Storage) {
     let dir = crate::testing::temp_dir(&format!("conformance-{name}"));
-    let store: Storage = Arc::new(super::sled::Store::open_migrated(&dir).await.unwrap());
+    let store: Storage = Arc::new(super::sled_v1::open(&dir).await.unwrap());
     (store.clone(), store)
 }
 

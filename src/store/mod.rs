@@ -180,7 +180,7 @@ pub type Storage = Arc<dyn Backend>;
 /// Opens the configured backend; PostgreSQL's schema is created or migrated here.
 pub async fn open(settings: &StorageSettings) -> Result<Storage, StoreError> {
     match settings.backend {
-        StorageBackend::Sled => Ok(Arc::new(sled::Store::open_migrated(&settings.path).await?)),
+        StorageBackend::Sled => Ok(Arc::new(sled_v1::open(&settings.path).await?)),
         StorageBackend::Postgres => {
             let url = settings.postgres_url.as_ref().ok_or_else(|| {
                 StoreError::unavailable("PostgreSQL: storage.postgres_url is not set")

@@ -150,15 +150,6 @@ impl Store {
     }
 
     /// Opens the store and migrates version 1 settlement records, if any.
-    pub async fn open_migrated(path: &Path) -> Result<Self, StoreError> {
-        let store = Self::open(path)?;
-        let migrated = super::sled_v1::migrate(&store).await?;
-        if migrated > 0 {
-            tracing::info!(migrated, "settlement records migrated from store version 1");
-        }
-        Ok(store)
-    }
-
     /// Physical flushes so far (each one covers every write before it).
     pub fn physical_flushes(&self) -> u64 {
         self.commit.physical.load(Ordering::Relaxed)

@@ -3,10 +3,22 @@
 //! may settle again); records with an outcome become final (their block is unknown: 0); the
 //! rest are resumed.
 
+use std::path::Path;
+
 use super::sled::Store;
 use super::{SettlementStore, StoreError};
 
-pub async fn migrate(store: &Store) -> Result<usize, StoreError> {
+/// Opens the sled store at `path`, rewriting a version 1 store as version 2 first.
+pub async fn open(path: &Path) -> Result<Store, StoreError> {
+    let store = Store::open(path)?;
+    let migrated = migrate(&store).await?;
+    if migrated > 0 {
+        tracing::info!(migrated, "settlement records migrated from store version 1");
+    }
+    Ok(store)
+}
+
+async fn migrate(store: &Store) -> Result<usize, StoreError> {
     if !store.is_v1()? {
         return Ok(0);
     }

@@ -111,7 +111,7 @@ fn copy_dir(from: &Path, to: &Path) {
 async fn sled_store_of_the_previous_release() {
     let dir = crate::testing::temp_dir("upgrade-sled");
     copy_dir(&Path::new(FIXTURE).join("sled"), &dir);
-    let store: Storage = Arc::new(super::sled::Store::open_migrated(&dir).await.unwrap());
+    let store: Storage = Arc::new(super::sled_v1::open(&dir).await.unwrap());
     finds_everything(&store).await;
 }
 
@@ -120,7 +120,7 @@ async fn sled_store_of_the_previous_release() {
 #[tokio::test]
 async fn sled_store_written_by_this_release() {
     let dir = crate::testing::temp_dir("upgrade-fresh");
-    let store: Storage = Arc::new(super::sled::Store::open_migrated(&dir).await.unwrap());
+    let store: Storage = Arc::new(super::sled_v1::open(&dir).await.unwrap());
     write_fixture(&store).await;
     finds_everything(&store).await;
 }

@@ -4,6 +4,7 @@
 //! their own names and field paths. The version lives here only: past this layer a payment is
 //! the same payment whichever version carried it.
 
+pub mod status;
 pub mod v1;
 pub mod v2;
 pub mod values;
@@ -25,10 +26,10 @@ mod tests {
     use ethers_core::types::{Address, H256};
     use serde_json::json;
 
-    use super::values::Served;
     use super::*;
+    use crate::facilitator::request::Served;
+    use crate::facilitator::request::TokenInfo;
     use crate::facilitator::request::{Invalid, Request};
-    use crate::facilitator::verify::TokenInfo;
     use crate::ledger::Reason;
 
     const ASSET: &str = "0x036CbD53842c5426634e7929541eC2318f3dCF7e";

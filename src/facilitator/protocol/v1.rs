@@ -8,9 +8,10 @@ use ethers_core::utils::to_checksum;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 
-use super::values::{self, Served, Values};
+use super::values::{self, ExactEvmPayload, Values};
 use crate::evm;
 use crate::evm::parse_address;
+use crate::facilitator::request::Served;
 use crate::facilitator::request::{Field, Invalid, Request};
 use crate::facilitator::settlement::Settled;
 use crate::ledger::Reason;
@@ -41,24 +42,6 @@ pub struct PaymentPayload {
     pub scheme: String,
     pub network: String,
     pub payload: ExactEvmPayload,
-}
-
-/// The `exact` scheme's EVM payload; v2 carries the same shape.
-#[derive(Debug, Clone, Deserialize)]
-pub struct ExactEvmPayload {
-    pub signature: String,
-    pub authorization: Authorization,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Authorization {
-    pub from: String,
-    pub to: String,
-    pub value: String,
-    pub valid_after: String,
-    pub valid_before: String,
-    pub nonce: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -13,9 +13,11 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::{Map, Number, Value};
 
-use super::v1::{self, ExactEvmPayload, SettleResponse, VerifyResponse};
-use super::values::{self, Served, Values};
+use super::v1::{self, SettleResponse, VerifyResponse};
+use super::values::ExactEvmPayload;
+use super::values::{self, Values};
 use crate::evm;
+use crate::facilitator::request::Served;
 use crate::facilitator::request::{Field, Invalid, Request};
 use crate::facilitator::settlement::{SettleError, Settled};
 use crate::ledger::Reason;

@@ -3,24 +3,32 @@
 //! order, naming its [`Field`]. Nothing here knows which version carried the strings.
 
 use ethers_core::types::{Address, U256};
+use serde::Deserialize;
 use serde_json::{Map, Number, Value};
 
-use super::v1::ExactEvmPayload;
 use crate::evm;
 use crate::evm::erc3009::TransferAuthorization;
 use crate::evm::{parse_address, parse_decimal};
 use crate::facilitator::request::{Field, Invalid, Request};
-use crate::facilitator::verify::TokenInfo;
+use crate::facilitator::request::{Served, TokenInfo};
 use crate::ledger::Reason;
 
-/// What the lowering of a request needs to know of the configuration.
-pub trait Served {
-    /// The tokens of a served network; `None` when the network is not served.
-    fn tokens(&self, network: &str) -> Option<&[TokenInfo]>;
-    /// `facilitator.allow_http_resource`: rule 4 also accepts `http://` resources.
-    fn allow_http_resource(&self) -> bool;
-    /// `facilitator.max_signature_bytes`: longer signatures fail rule 5.
-    fn max_signature_bytes(&self) -> usize;
+/// The `exact` scheme's EVM payload; both versions carry it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ExactEvmPayload {
+    pub signature: String,
+    pub authorization: Authorization,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Authorization {
+    pub from: String,
+    pub to: String,
+    pub value: String,
+    pub valid_after: String,
+    pub valid_before: String,
+    pub nonce: String,
 }
 
 /// A request's strings for rules 4 and 5, borrowed from whichever version carried them.

@@ -20,16 +20,14 @@ use ethers_core::types::{Bytes, H256, U256};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::protocol::v1;
 use super::request::{Invalid, Message, Request};
-use super::types::{SettlementStatus, StatusOutcome};
 use super::verify::{check_terms, Payer, Payment, Trial, Tried, Verifier};
 use crate::chain::Unreachable;
 use crate::clock::unix_now;
 use crate::evm;
 use crate::evm::erc3009;
 use crate::ledger::Reason;
-use crate::ledger::{self, LaneId, Outcome, PaymentKey, Record, RequestTag, State};
+use crate::ledger::{LaneId, Outcome, PaymentKey, Record, RequestTag, State};
 use crate::store::{Claim, Lease, Storage, StoreError};
 pub use lane::{Lane, LaneSettings, Lanes};
 use waiters::{Progress, Running, Waiters};
@@ -258,8 +256,12 @@ impl Settler {
         }))
     }
 
-    /// What routerd knows of one payment, for the status route.
-    pub async fn status(&self, key: &PaymentKey) -> Result<Option<SettlementStatus>, StoreError> {
+    /// What routerd knows of one payment, for the status route: its record, and the head of
+    /// its network (for the inclusion's depth) when the network is served and its head known.
+    pub async fn status(
+        &self,
+        key: &PaymentKey,
+    ) -> Result<Option<(Record, Option<u64>)>, StoreError> {
         let Some(record) = self.ledger.get(key).await? else {
             return Ok(None);
         };
@@ -269,35 +271,7 @@ impl Settler {
             .find(|n| n.name == key.network)
             .and_then(|n| n.chain.head.current())
             .map(|h| h.number);
-        // Records migrated from store version 1 know their transaction, not its block.
-        let inclusion = record.state.inclusion();
-        let block = inclusion.filter(|i| !i.block_hash.is_zero());
-        let transaction = inclusion
-            .map(|i| i.transaction)
-            .or_else(|| record.latest().map(|a| a.hash));
-        Ok(Some(SettlementStatus {
-            network: record.network.clone(),
-            asset: evm::hex_bytes(record.token),
-            payer: evm::hex_bytes(record.payer),
-            nonce: evm::hex_bytes(record.nonce),
-            state: record.state.name(),
-            transaction: transaction.map(evm::hex_bytes),
-            signer: record.latest().map(|a| evm::hex_bytes(a.signer)),
-            signer_nonce: record.latest().map(|a| a.nonce),
-            block: block.map(|i| i.block),
-            block_hash: block.map(|i| evm::hex_bytes(i.block_hash)),
-            confirmations: match (block, head) {
-                (Some(i), Some(head)) => ledger::depth(head, i.block),
-                _ => 0,
-            },
-            outcome: record.outcome.as_ref().map(|o| StatusOutcome {
-                success: o.success,
-                transaction: o.transaction.map(evm::hex_bytes),
-                error_reason: o.reason.map(v1::settle_reason),
-                error_message: o.message.clone(),
-            }),
-            lost: record.lost,
-        }))
+        Ok(Some((record, head)))
     }
 
     /// Gives up the lanes held here (clean shutdown), so that another instance takes them over

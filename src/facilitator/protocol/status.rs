@@ -1,0 +1,40 @@
+//! The status route's answer (`GET /settlements/...`): a record as callers see it. The route
+//! speaks no x402 version; its reason names are v1's settle names, which v2 shares.
+
+use super::v1;
+use crate::evm;
+use crate::facilitator::types::{SettlementStatus, StatusOutcome};
+use crate::ledger::{self, Record};
+
+/// The record, with its inclusion's depth at `head` when the head is known.
+pub fn answer(record: &Record, head: Option<u64>) -> SettlementStatus {
+    // Records migrated from store version 1 know their transaction, not its block.
+    let inclusion = record.state.inclusion();
+    let block = inclusion.filter(|i| !i.block_hash.is_zero());
+    let transaction = inclusion
+        .map(|i| i.transaction)
+        .or_else(|| record.latest().map(|a| a.hash));
+    SettlementStatus {
+        network: record.network.clone(),
+        asset: evm::hex_bytes(record.token),
+        payer: evm::hex_bytes(record.payer),
+        nonce: evm::hex_bytes(record.nonce),
+        state: record.state.name(),
+        transaction: transaction.map(evm::hex_bytes),
+        signer: record.latest().map(|a| evm::hex_bytes(a.signer)),
+        signer_nonce: record.latest().map(|a| a.nonce),
+        block: block.map(|i| i.block),
+        block_hash: block.map(|i| evm::hex_bytes(i.block_hash)),
+        confirmations: match (block, head) {
+            (Some(i), Some(head)) => ledger::depth(head, i.block),
+            _ => 0,
+        },
+        outcome: record.outcome.as_ref().map(|o| StatusOutcome {
+            success: o.success,
+            transaction: o.transaction.map(evm::hex_bytes),
+            error_reason: o.reason.map(v1::settle_reason),
+            error_message: o.message.clone(),
+        }),
+        lost: record.lost,
+    }
+}
