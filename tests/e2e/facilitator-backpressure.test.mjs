@@ -5,7 +5,7 @@
 // together share one HTTP request, and each caller still gets its own answers.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startFacilitatorStack, withLogTail } from './lib/stack.mjs';
+import { startFacilitatorStack, throughProxy, withLogTail } from './lib/stack.mjs';
 import { startFilteringProxy } from './lib/bad-upstreams.mjs';
 import { TX_HASH, expectValid, expectInvalid } from './lib/expect.mjs';
 import { freshAccount } from './lib/accounts.mjs';
@@ -21,10 +21,7 @@ before(async () => {
   stack = await startFacilitatorStack({
     fundedPayers: 12,
     chainExtra: `max_concurrent_requests = ${CAPACITY}\nmax_batch_calls = ${MAX_BATCH_CALLS}\n`,
-    rpcUrlFor: (name, url) => {
-      proxy.target = url;
-      return proxy.url;
-    },
+    rpcUrlFor: throughProxy(proxy),
   });
 });
 

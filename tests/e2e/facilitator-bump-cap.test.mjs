@@ -15,7 +15,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { getAddress, keccak256, parseTransaction } from 'viem';
-import { startFacilitatorStack, withLogTail, NETWORK } from './lib/stack.mjs';
+import { startFacilitatorStack, throughProxy, withLogTail, NETWORK } from './lib/stack.mjs';
 import { sleep, waitFor } from './lib/util.mjs';
 import { expectSettled, expectSettleFailed } from './lib/expect.mjs';
 import { chainMark, expectCleanSignerHistory } from './lib/chain-audit.mjs';
@@ -50,10 +50,7 @@ before(async () => {
     anvil: { noMining: true, baseFee: BASE_FEE },
     fundedPayers: 2,
     routerd: { settleTimeoutSecs: 50 },
-    rpcUrlFor: (name, url) => {
-      proxy.target = url;
-      return proxy.url;
-    },
+    rpcUrlFor: throughProxy(proxy),
   });
 });
 

@@ -50,6 +50,22 @@ function waitForBroadcast(nonce) {
   return waitFor(() => pendingSignerTx(nonce), { timeoutMs: 15_000, what: `signer transaction #${nonce} in the mempool` });
 }
 
+/**
+ * A fresh payment settled with its own Idempotency-Key, once routerd has broadcast its transaction:
+ * {p, payerBefore, nonce (the signer's pending nonce before), key, inflight (the request, still
+ * open; an error if its connection dies with the daemon), hash (the broadcast transaction)}.
+ */
+async function settlementInFlight() {
+  const p = await newPayment();
+  const payerBefore = await stack.balanceOf(p.authorization.from);
+  const nonce = await stack.signerNonce('pending');
+
+  const key = idempotencyKey();
+  const inflight = stack.settle(p.body, { key }).catch((err) => err);
+  const hash = await waitForBroadcast(nonce);
+  return { p, payerBefore, nonce, key, inflight, hash };
+}
+
 /** Funds moved exactly once, by a transaction that is mined and succeeded. */
 async function expectPaidOnce(p, hash, payerBefore) {
   const receipt = await stack.receipt(hash);
@@ -109,13 +125,7 @@ it(`a settlement still pending after settle_timeout_secs (${SETTLE_TIMEOUT_SECS}
 });
 
 it('SIGKILL with the transaction in the mempool: after restart the same payment settles with the same hash', async () => {
-  const p = await newPayment();
-  const payerBefore = await stack.balanceOf(p.authorization.from);
-  const nonce = await stack.signerNonce('pending');
-
-  const key = idempotencyKey();
-  const inflight = stack.settle(p.body, { key }).catch((err) => err); // its connection dies with the daemon
-  const hash = await waitForBroadcast(nonce);
+  const { p, payerBefore, nonce, key, inflight, hash } = await settlementInFlight();
   await stack.routerd.kill();
   await inflight;
   await stack.anvil.mine();
@@ -129,13 +139,7 @@ it('SIGKILL with the transaction in the mempool: after restart the same payment 
 });
 
 it('SIGKILL, and the chain loses the transaction meanwhile: restart re-broadcasts the stored one', async () => {
-  const p = await newPayment();
-  const payerBefore = await stack.balanceOf(p.authorization.from);
-  const nonce = await stack.signerNonce('pending');
-
-  const key = idempotencyKey();
-  const inflight = stack.settle(p.body, { key }).catch((err) => err);
-  const hash = await waitForBroadcast(nonce);
+  const { p, payerBefore, nonce, key, inflight, hash } = await settlementInFlight();
   const raw = await stack.anvil.rpc('eth_getRawTransactionByHash', [hash]);
   await stack.routerd.kill();
   await inflight;
@@ -187,13 +191,7 @@ it('SIGTERM exits 0; after restart the settled payment\'s first request, retried
 });
 
 it('SIGTERM during a settlement exits 0 and keeps it: after restart it completes with the same hash', async () => {
-  const p = await newPayment();
-  const payerBefore = await stack.balanceOf(p.authorization.from);
-  const nonce = await stack.signerNonce('pending');
-
-  const key = idempotencyKey();
-  const inflight = stack.settle(p.body, { key }).catch((err) => err);
-  const hash = await waitForBroadcast(nonce);
+  const { p, payerBefore, nonce, key, inflight, hash } = await settlementInFlight();
   await expectGracefulStop();
   await inflight;
   await stack.anvil.mine();

@@ -17,7 +17,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { getAddress } from 'viem';
-import { startFacilitatorStack, withLogTail, NETWORK } from './lib/stack.mjs';
+import { startFacilitatorStack, throughProxy, withLogTail, NETWORK } from './lib/stack.mjs';
 import { freshAccount } from './lib/accounts.mjs';
 import { usdcAbi } from './lib/deploy-usdc.mjs';
 import { chainMark, expectCleanSignerHistory, expectTransfersAuthorization, waitPoolEmpty } from './lib/chain-audit.mjs';
@@ -45,10 +45,7 @@ before(async () => {
     fundedPayers: 10,
     routerd: { settleTimeoutSecs: SETTLE_TIMEOUT_SECS },
     chainExtra: `request_timeout_ms = ${REQUEST_TIMEOUT_MS}\n`,
-    rpcUrlFor: (name, url) => {
-      proxy.target = url;
-      return proxy.url;
-    },
+    rpcUrlFor: throughProxy(proxy),
   });
 });
 

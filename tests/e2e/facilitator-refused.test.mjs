@@ -15,7 +15,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { getAddress, keccak256, parseTransaction } from 'viem';
-import { startFacilitatorStack, withLogTail, NETWORK } from './lib/stack.mjs';
+import { startFacilitatorStack, throughProxy, withLogTail, NETWORK } from './lib/stack.mjs';
 import { freshAccount } from './lib/accounts.mjs';
 import { expectSettled, expectSettleFailed } from './lib/expect.mjs';
 import { chainMark, expectCleanSignerHistory, expectTransfersAuthorization, waitPoolEmpty } from './lib/chain-audit.mjs';
@@ -50,10 +50,7 @@ before(async () => {
     anvil: { blockTime: 1 },
     fundedPayers: 8,
     routerd: { settleTimeoutSecs: SETTLE_TIMEOUT_SECS },
-    rpcUrlFor: (name, url) => {
-      proxy.target = url;
-      return proxy.url;
-    },
+    rpcUrlFor: throughProxy(proxy),
   });
 });
 

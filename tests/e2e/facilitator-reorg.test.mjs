@@ -18,7 +18,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { keccak256 } from 'viem';
-import { startFacilitatorStack, withLogTail, NETWORK } from './lib/stack.mjs';
+import { startFacilitatorStack, throughProxy, withLogTail, NETWORK } from './lib/stack.mjs';
 import { freshAccount } from './lib/accounts.mjs';
 import { startFilteringProxy } from './lib/bad-upstreams.mjs';
 import { waitFor, sleep, idempotencyKey } from './lib/util.mjs';
@@ -39,10 +39,7 @@ before(async () => {
   stack = await startFacilitatorStack({
     anvil: { blockTime: 1 },
     fundedPayers: 10,
-    rpcUrlFor: (name, url) => {
-      proxy.target = url;
-      return proxy.url;
-    },
+    rpcUrlFor: throughProxy(proxy),
     routerd: { settleTimeoutSecs: 20 },
   });
 });

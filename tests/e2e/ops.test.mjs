@@ -199,18 +199,24 @@ function runRouterd(args, env = {}) {
   return { status: r.status, signal: r.signal, stdout: r.stdout, stderr: r.stderr };
 }
 
-/** A facilitator config on a network with a mixed-case name (`chainX`, as in the spec). */
-function chainXConfig({ chainId = 84532, extraServer = '', facilitatorExtra = '' } = {}) {
+/**
+ * A facilitator config on a network with a mixed-case name (`chainX`, as in the spec); the listen
+ * address, RPC URL and USDC address are fixed placeholders unless given.
+ */
+function chainXConfig({
+  listen = '127.0.0.1:18080', chainId = 84532, rpcUrl = 'http://127.0.0.1:18545',
+  usdc = '0x5FbDB2315678afecb367f032d93F642f64180aa3', extraServer = '', facilitatorExtra = '',
+} = {}) {
   return `[server]
-listen = "127.0.0.1:18080"
+listen = "${listen}"
 ${extraServer}
 [chains.chainX]
 chain_id = ${chainId}
 kind = "l2"
-rpc_urls = ["http://127.0.0.1:18545"]
+rpc_urls = ["${rpcUrl}"]
 
 [chains.chainX.tokens.USDC]
-address = "0x5FbDB2315678afecb367f032d93F642f64180aa3"
+address = "${usdc}"
 eip712_name = "USD Coin"
 eip712_version = "2"
 
@@ -365,23 +371,13 @@ it('--log-format json: one JSON object per line; request lines carry route, stat
   const configFile = join(dir, 'routerd.toml');
   // The network is called chainX here (the spec's example of a mixed-case name) so that its
   // override, ROUTERD__CHAINS__CHAINX__RPC_URLS, is a variable name a shell and systemd accept.
-  writeFileSync(configFile, `[server]
-listen = "127.0.0.1:${port}"
-shutdown_grace_secs = ${SHUTDOWN_GRACE_SECS}
-
-[chains.chainX]
-chain_id = ${CHAIN_ID}
-kind = "l2"
-rpc_urls = ["http://127.0.0.1:${deadPort}"]
-
-[chains.chainX.tokens.USDC]
-address = "${stack.usdc}"
-eip712_name = "USD Coin"
-eip712_version = "2"
-
-[facilitator]
-networks = ["chainX"]
-`);
+  writeFileSync(configFile, chainXConfig({
+    listen: `127.0.0.1:${port}`,
+    extraServer: `shutdown_grace_secs = ${SHUTDOWN_GRACE_SECS}\n`,
+    chainId: CHAIN_ID,
+    rpcUrl: `http://127.0.0.1:${deadPort}`,
+    usdc: stack.usdc,
+  }));
   // routerd takes its arguments in any order; a wrapper adds --log-format json to the harness's.
   const wrapper = join(dir, 'routerd-json');
   writeFileSync(wrapper, `#!/bin/sh\nexec ${JSON.stringify(routerdBin())} --log-format json "$@"\n`);

@@ -16,7 +16,7 @@ import { getAddress } from 'viem';
 import { startFacilitatorStack, withLogTail, CHAIN_ID } from './lib/stack.mjs';
 import { anvilAccount, freshAccount, ROLE } from './lib/accounts.mjs';
 import { USDC_EIP712 } from './lib/deploy-usdc.mjs';
-import { TX_HASH } from './lib/expect.mjs';
+import { listenShop, catchPaymentHeader, expectDelivered, expectReplayedHeaderBuysOnce } from './lib/interop.mjs';
 
 const NETWORK = `eip155:${CHAIN_ID}`;
 const PRICE = '10000'; // 0.01 USDC
@@ -58,10 +58,9 @@ async function startShop() {
     },
   }, resourceServer));
   app.get('/weather', (req, res) => res.json({ report: 'sunny' }));
-  server = await new Promise((resolve) => {
-    const s = app.listen(0, '127.0.0.1', () => resolve(s));
-  });
-  return `http://127.0.0.1:${server.address().port}`;
+  const shop = await listenShop(app);
+  server = shop.server;
+  return shop.url;
 }
 
 /**
@@ -80,21 +79,30 @@ function payingFetch(account, inner = fetch) {
  * The PAYMENT-SIGNATURE header @x402/fetch signs for `url` when paying as `account`: its paid
  * request is caught before it reaches the server (and answered 204 here), so the header is unused.
  */
-async function capturePaymentHeader(account, url) {
-  let header;
-  const inner = async (input, init) => {
-    const value = new Request(input, init).headers.get('payment-signature');
-    if (value) {
-      header = value;
-      return new Response(null, { status: 204 });
-    }
-    return fetch(input, init);
-  };
-  const res = await payingFetch(account, inner)(url);
-  assert.equal(res.status, 204, 'the paid request was caught');
-  assert.ok(typeof header === 'string' && header.length > 0, '@x402/fetch made a PAYMENT-SIGNATURE header');
-  return header;
+function capturePaymentHeader(account, url) {
+  return catchPaymentHeader({
+    pay: (inner) => payingFetch(account, inner)(url),
+    headerOf: (input, init) => new Request(input, init).headers.get('payment-signature'),
+    made: '@x402/fetch made a PAYMENT-SIGNATURE header',
+  });
 }
+
+/**
+ * x402 v2 on the wire, for lib/interop.mjs: PAYMENT-SIGNATURE in, PAYMENT-RESPONSE out (a refused
+ * settle may carry one, with success false), a refused verify's reason in PAYMENT-REQUIRED.
+ */
+const V2_WIRE = {
+  paymentHeader: 'PAYMENT-SIGNATURE',
+  receiptHeader: 'payment-response',
+  decodeReceipt: decodePaymentResponseHeader,
+  reasonOf: (a) => {
+    if (a.receipt) return `settle: ${decodePaymentResponseHeader(a.receipt).errorReason}`;
+    try { return `verify: ${JSON.parse(Buffer.from(a.required, 'base64').toString()).error}`; } catch { return a.text.slice(0, 80); }
+  },
+  expectRefusedReceipt: (refused, shown) => {
+    if (refused.receipt) assert.equal(decodePaymentResponseHeader(refused.receipt).success, false, `a refused request's PAYMENT-RESPONSE: ${shown}`);
+  },
+};
 
 it("@x402/core's facilitator client reads routerd's /supported", async () => {
   const supported = await new HTTPFacilitatorClient({ url: stack.url }).getSupported();
@@ -123,14 +131,7 @@ it('@x402/fetch pays the @x402/express server through routerd and USDC moves on 
 
   const res = await payingFetch(payer)(`${shopUrl}/weather`);
 
-  const text = await res.text();
-  assert.equal(res.status, 200, text);
-  assert.deepEqual(JSON.parse(text), { report: 'sunny' });
-  const receipt = decodePaymentResponseHeader(res.headers.get('payment-response'));
-  assert.equal(receipt.success, true);
-  assert.match(receipt.transaction, TX_HASH);
-  assert.equal(receipt.network, NETWORK);
-  assert.equal(receipt.payer, payer.address);
+  const receipt = await expectDelivered(res, { wire: V2_WIRE, network: NETWORK, payer });
 
   const mined = await stack.receipt(receipt.transaction);
   assert.equal(mined.status, 'success');
@@ -152,41 +153,5 @@ it('a payer without funds is turned away (insufficient_funds) and nothing moves'
 });
 
 it('one PAYMENT-SIGNATURE header replayed in 5 concurrent requests: exactly one is delivered, the others are refused with 402, the payee gets one price', async () => {
-  const payer = await stack.newPayer(1_000_000n);
-  const url = `${shopUrl}/weather`;
-  const header = await capturePaymentHeader(payer, url);
-  const payeeBefore = await stack.balanceOf(payTo);
-  const signerNonce = await stack.signerNonce('pending');
-
-  const answers = await Promise.all(Array.from({ length: 5 }, async () => {
-    const res = await fetch(url, { headers: { 'PAYMENT-SIGNATURE': header } });
-    return { status: res.status, text: await res.text(), receipt: res.headers.get('payment-response'), required: res.headers.get('payment-required') };
-  }));
-
-  const shown = answers.map((a) => `${a.status} ${a.text.slice(0, 200)}`).join(' | ');
-  const reasonOf = (a) => {
-    if (a.receipt) return `settle: ${decodePaymentResponseHeader(a.receipt).errorReason}`;
-    try { return `verify: ${JSON.parse(Buffer.from(a.required, 'base64').toString()).error}`; } catch { return a.text.slice(0, 80); }
-  };
-  console.log(`# statuses ${answers.map((a) => a.status).join(', ')}; refusals: ${answers.filter((a) => a.status !== 200).map(reasonOf).join(', ')}`);
-  const delivered = answers.filter((a) => a.status === 200);
-  assert.equal(delivered.length, 1, `exactly one delivery: ${shown}`);
-  assert.deepEqual(JSON.parse(delivered[0].text), { report: 'sunny' });
-  const receipt = decodePaymentResponseHeader(delivered[0].receipt);
-  assert.equal(receipt.success, true);
-  assert.match(receipt.transaction, TX_HASH);
-  for (const refused of answers.filter((a) => a !== delivered[0])) {
-    assert.equal(refused.status, 402, `refused with 402: ${shown}`);
-    assert.ok(!refused.text.includes('sunny'), `a refused request got the resource: ${shown}`);
-    if (refused.receipt) assert.equal(decodePaymentResponseHeader(refused.receipt).success, false, `a refused request's PAYMENT-RESPONSE: ${shown}`);
-  }
-  assert.equal((await stack.receipt(receipt.transaction)).status, 'success');
-  assert.equal(await stack.balanceOf(payTo), payeeBefore + BigInt(PRICE), 'the payee received one price');
-  assert.equal(await stack.balanceOf(payer.address), 1_000_000n - BigInt(PRICE), 'the payer paid once');
-  assert.equal(await stack.signerNonce('pending'), signerNonce + 1, 'one settlement transaction');
-
-  // Later, the same header once more: refused, nothing moves.
-  const late = await fetch(url, { headers: { 'PAYMENT-SIGNATURE': header } });
-  assert.equal(late.status, 402, await late.text());
-  assert.equal(await stack.balanceOf(payTo), payeeBefore + BigInt(PRICE));
+  await expectReplayedHeaderBuysOnce({ stack, url: `${shopUrl}/weather`, payTo, price: PRICE, capture: capturePaymentHeader, wire: V2_WIRE });
 });

@@ -12,7 +12,7 @@ import { createWalletClient, defineChain, getAddress, http } from 'viem';
 import { startFacilitatorStack, withLogTail, NETWORK, CHAIN_ID } from './lib/stack.mjs';
 import { anvilAccount, freshAccount, ROLE } from './lib/accounts.mjs';
 import { USDC_EIP712 } from './lib/deploy-usdc.mjs';
-import { TX_HASH } from './lib/expect.mjs';
+import { listenShop, catchPaymentHeader, expectDelivered, expectReplayedHeaderBuysOnce } from './lib/interop.mjs';
 
 const PRICE = '10000'; // 0.01 USDC, under x402-fetch's default 0.1 USDC ceiling
 
@@ -52,10 +52,9 @@ async function startShop() {
   }, { url: stack.url }));
   app.get('/weather', (req, res) => res.json({ report: 'sunny' }));
   app.get('/plain-http', (req, res) => res.json({ report: 'never served' }));
-  server = await new Promise((resolve) => {
-    const s = app.listen(0, '127.0.0.1', () => resolve(s));
-  });
-  return `http://127.0.0.1:${server.address().port}`;
+  const shop = await listenShop(app);
+  server = shop.server;
+  return shop.url;
 }
 
 /**
@@ -77,21 +76,22 @@ function payingFetch(account, inner = fetch) {
  * The X-PAYMENT header x402-fetch signs for `url` when paying as `account`: its paid request is
  * caught before it reaches the server (and answered 204 here), so the header is still unused.
  */
-async function capturePaymentHeader(account, url) {
-  let header;
-  const inner = async (input, init) => {
-    const value = init?.headers?.['X-PAYMENT'];
-    if (value) {
-      header = value;
-      return new Response(null, { status: 204 });
-    }
-    return fetch(input, init);
-  };
-  const res = await payingFetch(account, inner)(url);
-  assert.equal(res.status, 204, 'the paid request was caught');
-  assert.ok(typeof header === 'string' && header.length > 0, 'x402-fetch made an X-PAYMENT header');
-  return header;
+function capturePaymentHeader(account, url) {
+  return catchPaymentHeader({
+    pay: (inner) => payingFetch(account, inner)(url),
+    headerOf: (input, init) => init?.headers?.['X-PAYMENT'],
+    made: 'x402-fetch made an X-PAYMENT header',
+  });
 }
+
+/** x402 v1 on the wire, for lib/interop.mjs: X-PAYMENT in, X-PAYMENT-RESPONSE out, refusals in the JSON body. */
+const V1_WIRE = {
+  paymentHeader: 'X-PAYMENT',
+  receiptHeader: 'x-payment-response',
+  decodeReceipt: decodeXPaymentResponse,
+  reasonOf: (a) => { try { return JSON.parse(a.text).error; } catch { return a.text.slice(0, 80); } },
+  expectRefusedReceipt: (refused, shown) => assert.equal(refused.receipt, null, `a refused request got a payment receipt: ${shown}`),
+};
 
 it("x402's facilitator client reads routerd's /supported", async () => {
   const { kinds } = await useFacilitator({ url: stack.url }).supported();
@@ -116,14 +116,7 @@ it('x402-fetch pays the x402-express server through routerd and USDC moves on ch
 
   const res = await payingFetch(payer)(`${shopUrl}/weather`);
 
-  const text = await res.text();
-  assert.equal(res.status, 200, text);
-  assert.deepEqual(JSON.parse(text), { report: 'sunny' });
-  const receipt = decodeXPaymentResponse(res.headers.get('x-payment-response'));
-  assert.equal(receipt.success, true);
-  assert.match(receipt.transaction, TX_HASH);
-  assert.equal(receipt.network, NETWORK);
-  assert.equal(receipt.payer, payer.address);
+  const receipt = await expectDelivered(res, { wire: V1_WIRE, network: NETWORK, payer });
 
   const mined = await stack.receipt(receipt.transaction);
   assert.equal(mined.status, 'success');
@@ -151,37 +144,5 @@ it("a route left with the middleware's default http:// resource is refused: inva
 });
 
 it('one X-PAYMENT header replayed in 5 concurrent requests: exactly one is delivered, the others are refused with 402, the payee gets one price', async () => {
-  const payer = await stack.newPayer(1_000_000n);
-  const url = `${shopUrl}/weather`;
-  const header = await capturePaymentHeader(payer, url);
-  const payeeBefore = await stack.balanceOf(payTo);
-  const signerNonce = await stack.signerNonce('pending');
-
-  const answers = await Promise.all(Array.from({ length: 5 }, async () => {
-    const res = await fetch(url, { headers: { 'X-PAYMENT': header } });
-    return { status: res.status, text: await res.text(), receipt: res.headers.get('x-payment-response') };
-  }));
-
-  const shown = answers.map((a) => `${a.status} ${a.text.slice(0, 200)}`).join(' | ');
-  console.log(`# statuses ${answers.map((a) => a.status).join(', ')}; refusals: ${answers.filter((a) => a.status !== 200).map((a) => { try { return JSON.parse(a.text).error; } catch { return a.text.slice(0, 80); } }).join(', ')}`);
-  const delivered = answers.filter((a) => a.status === 200);
-  assert.equal(delivered.length, 1, `exactly one delivery: ${shown}`);
-  assert.deepEqual(JSON.parse(delivered[0].text), { report: 'sunny' });
-  const receipt = decodeXPaymentResponse(delivered[0].receipt);
-  assert.equal(receipt.success, true);
-  assert.match(receipt.transaction, TX_HASH);
-  for (const refused of answers.filter((a) => a !== delivered[0])) {
-    assert.equal(refused.status, 402, `refused with 402: ${shown}`);
-    assert.ok(!refused.text.includes('sunny'), `a refused request got the resource: ${shown}`);
-    assert.equal(refused.receipt, null, `a refused request got a payment receipt: ${shown}`);
-  }
-  assert.equal((await stack.receipt(receipt.transaction)).status, 'success');
-  assert.equal(await stack.balanceOf(payTo), payeeBefore + BigInt(PRICE), 'the payee received one price');
-  assert.equal(await stack.balanceOf(payer.address), 1_000_000n - BigInt(PRICE), 'the payer paid once');
-  assert.equal(await stack.signerNonce('pending'), signerNonce + 1, 'one settlement transaction');
-
-  // Later, the same header once more: refused, nothing moves.
-  const late = await fetch(url, { headers: { 'X-PAYMENT': header } });
-  assert.equal(late.status, 402, await late.text());
-  assert.equal(await stack.balanceOf(payTo), payeeBefore + BigInt(PRICE));
+  await expectReplayedHeaderBuysOnce({ stack, url: `${shopUrl}/weather`, payTo, price: PRICE, capture: capturePaymentHeader, wire: V1_WIRE });
 });

@@ -5,11 +5,28 @@ import { createServer as createTcpServer } from 'node:net';
 import { createServer as createHttpServer } from 'node:http';
 import { freePort } from './util.mjs';
 
-function listen(server) {
+/** Starts `server` listening on a free 127.0.0.1 port: the port. */
+export function listen(server) {
   return new Promise((resolve, reject) => {
     server.once('error', reject);
     server.listen(0, '127.0.0.1', () => resolve(server.address().port));
   });
+}
+
+/**
+ * The handle of a proxy: HTTP `server` listening on `port`, with its `state` (a settable `target`
+ * writes `state.target`, the node's URL); close() ends its connections and stops it.
+ */
+export function proxyHandle(server, port, state) {
+  return {
+    url: `http://127.0.0.1:${port}`,
+    state,
+    set target(url) { state.target = url; },
+    async close() {
+      server.closeAllConnections?.();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
 }
 
 /** Accepts TCP connections, reads the request and never answers. */
@@ -134,14 +151,5 @@ export async function startFilteringProxy({ blocked = [], hanging = [], target =
     res.writeHead(200, { 'content-type': 'application/json' });
     res.end(JSON.stringify(answer));
   }
-  const port = await listen(server);
-  return {
-    url: `http://127.0.0.1:${port}`,
-    state,
-    set target(url) { state.target = url; },
-    async close() {
-      server.closeAllConnections?.();
-      await new Promise((resolve) => server.close(resolve));
-    },
-  };
+  return proxyHandle(server, await listen(server), state);
 }

@@ -7,6 +7,7 @@
 // - reading one value out of routerd's Prometheus /metrics text.
 import { createServer } from 'node:http';
 import { keccak256, toBytes, getAddress } from 'viem';
+import { listen, proxyHandle } from './bad-upstreams.mjs';
 
 // ---------------------------------------------------------------------------------------------
 // EVM code
@@ -137,19 +138,7 @@ export async function startRefusingProxy({ target = null, refuse = () => null } 
       res.end(JSON.stringify(out));
     });
   });
-  const port = await new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => resolve(server.address().port));
-  });
-  return {
-    url: `http://127.0.0.1:${port}`,
-    state,
-    set target(url) { state.target = url; },
-    async close() {
-      server.closeAllConnections?.();
-      await new Promise((resolve) => server.close(resolve));
-    },
-  };
+  return proxyHandle(server, await listen(server), state);
 }
 
 // ---------------------------------------------------------------------------------------------

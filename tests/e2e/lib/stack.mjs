@@ -49,6 +49,15 @@ export async function startFacilitatorStack({
   return stack;
 }
 
+/**
+ * An `rpcUrlFor` that puts `proxy` (any lib proxy with `url` and a settable `target`) between
+ * routerd and the chain: the proxy forwards to the chain's anvil URL, routerd is given the proxy's.
+ */
+export const throughProxy = (proxy) => (name, url) => {
+  proxy.target = url;
+  return proxy.url;
+};
+
 class Stack {
   constructor(tmp) {
     this.tmp = tmp;
