@@ -67,7 +67,7 @@ impl ReadModeCell {
     }
 }
 
-/// The state override that places `code` at [`OVERRIDE_ADDRESS`], as JSON: built once per
+/// The state override that places `code` at `OVERRIDE_ADDRESS`, as JSON: built once per
 /// code, since it is the same in every call.
 pub fn code_override(code: &str) -> Box<RawValue> {
     serde_json::value::to_raw_value(&json!({ super::hex_bytes(*OVERRIDE_ADDRESS): {"code": code} }))
@@ -84,7 +84,7 @@ pub fn call_with_code(code_override: &'static RawValue, data: &[u8]) -> Call {
 /// Code that returns the word 42: PUSH1 42, PUSH1 0, MSTORE, PUSH1 32, PUSH1 0, RETURN.
 const PROBE_CODE: &str = "0x602a60005260206000f3";
 
-/// Asks the node to run [`PROBE_CODE`] through an override. A node without overrides either
+/// Asks the node to run `PROBE_CODE` through an override. A node without overrides either
 /// refuses the third parameter (an error that is not the EVM's) or ignores it and runs the
 /// empty account (answer `0x`). Any other answer (garbage, a revert) says nothing of the
 /// node's make: no mode is learnt, and the next read probes again.

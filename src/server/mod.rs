@@ -1,7 +1,7 @@
 //! Transport: the jsonrpsee server with the REST layer in front, on one listener (or two, when
 //! the facilitator has its own address). Handlers stay thin; the services do the work.
 //!
-//! Invariants: the services are built once at start ([`Services`]); each listener's [`Routes`]
+//! Invariants: the services are built once at start ([`Services`]); each listener's `Routes`
 //! are built once from them and its [`Surface`], holding a service's handlers only where the
 //! listener serves it and it is configured, so no handler checks for a service. Typed errors
 //! become wire errors in `wire_errors` only.
