@@ -158,8 +158,7 @@ fn parse_keys<'a>(
 mod tests {
     use super::*;
 
-    // anvil's first development account: a public test key, never used for value.
-    const DEV_KEY: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+    use crate::testing::ANVIL_KEY_0 as DEV_KEY;
 
     #[test]
     fn derives_the_address() {

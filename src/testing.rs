@@ -7,6 +7,10 @@ use ethers_core::types::{Address, Bytes, H256, U256};
 use crate::evm::TxFees;
 use crate::ledger::{Attempt, Record, State};
 
+/// anvil's first development account: a key published with anvil (and hardhat), never used
+/// for value. Tests that need a signer use it; no real signer key is ever written in code.
+pub const ANVIL_KEY_0: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+
 /// A claimed payment of 1000 from 0x02…02 to 0x03…03 on `net`, told apart by `nonce`.
 pub fn record(nonce: u8) -> Record {
     Record {

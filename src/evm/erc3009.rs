@@ -221,7 +221,7 @@ mod tests {
         (secret_key_to_address(&key), bytes)
     }
 
-    const DEV_KEY: &str = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d";
+    use crate::testing::ANVIL_KEY_0 as DEV_KEY;
 
     fn sample() -> TransferAuthorization {
         TransferAuthorization {

@@ -1,6 +1,8 @@
 //! The transport's answers, byte for byte, on a listener with a router of no chains and on one
 //! without a router: status, content type and body of each request.
 
+#![cfg(test)]
+
 use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -13,21 +15,19 @@ async fn app(with_router: bool) -> Arc<App> {
     app_of(with_router, BTreeMap::new()).await
 }
 
-async fn app_of(with_router: bool, chains: BTreeMap<String, Arc<Chain>>) -> Arc<App> {
-    let dir = std::env::temp_dir().join(format!(
-        "routerd-wire-{}-{}-{}",
-        std::process::id(),
-        with_router,
-        chains.len()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
+/// An empty sled store of this test process, named `name`.
+async fn temp_store(name: &str) -> crate::store::Storage {
     let storage = StorageSettings {
-        path: dir,
+        path: crate::testing::temp_dir(&format!("wire-{name}")),
         ..StorageSettings::default()
     };
-    let store = crate::store::open(&storage)
+    crate::store::open(&storage)
         .await
-        .expect("a temporary store");
+        .expect("a temporary store")
+}
+
+async fn app_of(with_router: bool, chains: BTreeMap<String, Arc<Chain>>) -> Arc<App> {
+    let store = temp_store(&format!("{with_router}-{}", chains.len())).await;
     let router = with_router.then(|| {
         let settings: RouterSettings = toml::from_str("chains = []").expect("router settings");
         let candidates = chains.values().cloned().collect();
@@ -199,21 +199,11 @@ async fn answers_with_a_silent_chain() {
     compare(&answers.join("\n\n"), "silent_chain.txt");
 }
 
-const KEY: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
-
 /// A facilitator on a chain that never answers: its routes, its refusals that need no chain,
 /// and `/ready` naming the chain and the signer whose balance is unknown.
 #[tokio::test]
 async fn answers_with_a_facilitator() {
-    let dir = std::env::temp_dir().join(format!("routerd-wire-{}-f", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let storage = StorageSettings {
-        path: dir,
-        ..StorageSettings::default()
-    };
-    let store = crate::store::open(&storage)
-        .await
-        .expect("a temporary store");
+    let store = temp_store("f").await;
     let chain_settings: crate::config::ChainSettings = toml::from_str(
         "chain_id = 10\nkind = \"l2\"\nrpc_urls = [\"http://127.0.0.1:9\"]\n[tokens.usdc]\naddress = \"0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913\"\neip712_name = \"USD Coin\"\neip712_version = \"2\"",
     )
@@ -223,7 +213,8 @@ async fn answers_with_a_facilitator() {
     let settings: crate::config::FacilitatorSettings =
         toml::from_str("networks = [\"silent\"]\nx402_versions = [1, 2]")
             .expect("facilitator settings");
-    let signer = Arc::new(crate::signer::Signer::from_hex(KEY).expect("a key"));
+    let signer =
+        Arc::new(crate::signer::Signer::from_hex(crate::testing::ANVIL_KEY_0).expect("a key"));
     let facilitator = Facilitator::new(
         &settings,
         &BTreeMap::from([("silent".to_string(), chain_settings)]),
