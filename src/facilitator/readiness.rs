@@ -15,7 +15,7 @@ use serde_json::json;
 
 use super::settlement::lane::SETTLEMENT_GAS;
 use super::{Facilitator, Lane};
-use crate::chain::{Call, CallResult, Chain};
+use crate::chain::{Batch, Call, Chain, Slot};
 use crate::evm;
 use crate::guard::Guard;
 
@@ -88,63 +88,52 @@ impl Facilitator {
         }
         let mut funds = Vec::new();
         for (network, lanes) in by_network {
-            let Some(chain) = self
-                .verifier
-                .networks()
-                .find(|n| n.name == network)
-                .map(|n| &n.chain)
-            else {
-                continue;
-            };
-            funds.extend(network_funds(chain, &lanes).await);
+            if let Some(served) = self.verifier.network(network) {
+                funds.extend(network_funds(&served.chain, &lanes).await);
+            }
         }
         funds
     }
 }
 
-/// The signers of `lanes`, all on `chain`.
+/// The signers of `lanes`, all on `chain`: balance and pending nonce of each, in one batch
+/// bounded by [`PROBE_TIMEOUT`].
 async fn network_funds(chain: &Arc<Chain>, lanes: &[&Arc<Lane>]) -> Vec<SignerFunds> {
-    let answers = probe_signers(chain, lanes.iter().map(|l| l.signer_address())).await;
+    let mut batch = Batch::new();
+    let asked: Vec<(Address, Slot, Slot)> = lanes
+        .iter()
+        .map(|lane| {
+            let signer = lane.signer_address();
+            let address = json!(evm::hex_bytes(signer));
+            let balance = batch.add(Call::new(
+                "eth_getBalance",
+                vec![address.clone(), json!("latest")],
+            ));
+            let nonce = batch.add(Call::new(
+                "eth_getTransactionCount",
+                vec![address, json!("pending")],
+            ));
+            (signer, balance, nonce)
+        })
+        .collect();
+    let answers = tokio::time::timeout(PROBE_TIMEOUT, chain.client.ask(&batch))
+        .await
+        .ok()
+        .and_then(Result::ok);
+    let answer = |slot: Slot| answers.as_ref().and_then(|a| a.get(slot).as_ref().ok());
     let price = chain
         .head
         .current()
         .map(|h| h.fees.max_fee_per_gas())
         .unwrap_or_default();
-    let answer = |i: usize| {
-        answers
-            .as_ref()
-            .and_then(|a| a.get(i))
-            .and_then(|r| r.as_ref().ok())
-            .cloned()
-    };
-    lanes
-        .iter()
-        .enumerate()
-        .map(|(i, lane)| SignerFunds {
+    asked
+        .into_iter()
+        .map(|(signer, balance, nonce)| SignerFunds {
             network: chain.name.clone(),
-            address: evm::hex_bytes(lane.signer_address()),
-            balance: answer(2 * i).as_ref().and_then(evm::parse_quantity),
-            nonce: answer(2 * i + 1).as_ref().and_then(evm::parse_u64),
+            address: evm::hex_bytes(signer),
+            balance: answer(balance).and_then(evm::parse_quantity),
+            nonce: answer(nonce).and_then(evm::parse_u64),
             needed: price.saturating_mul(SETTLEMENT_GAS.into()),
         })
         .collect()
-}
-
-async fn probe_signers(
-    chain: &Chain,
-    signers: impl Iterator<Item = Address>,
-) -> Option<Vec<CallResult>> {
-    let calls: Vec<Call> = signers
-        .flat_map(|a| {
-            let address = json!(evm::hex_bytes(a));
-            [
-                Call::new("eth_getBalance", vec![address.clone(), json!("latest")]),
-                Call::new("eth_getTransactionCount", vec![address, json!("pending")]),
-            ]
-        })
-        .collect();
-    tokio::time::timeout(PROBE_TIMEOUT, chain.client.batch(&calls))
-        .await
-        .ok()?
-        .ok()
 }

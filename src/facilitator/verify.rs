@@ -139,6 +139,11 @@ impl Verifier {
         self.networks.values()
     }
 
+    /// The served network of that name.
+    pub fn network(&self, name: &str) -> Option<&Network> {
+        self.networks.get(name)
+    }
+
     /// Rule 6's local half (the configured deny list and the revert cooldown for `from`): the
     /// payment as the chain rules and the settlement read it.
     pub fn check_local<'a>(&'a self, request: &Request) -> Result<Payment<'a>, Invalid> {

@@ -267,8 +267,7 @@ impl Settler {
         };
         let head = self
             .verifier
-            .networks()
-            .find(|n| n.name == key.network)
+            .network(&key.network)
             .and_then(|n| n.chain.head.current())
             .map(|h| h.number);
         Ok(Some((record, head)))
