@@ -14,7 +14,7 @@ use ethers_core::types::Address;
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use super::{eth_call, Call, ChainClient, Unreachable};
+use super::{eth_call, Batch, Call, ChainClient, Unreachable};
 use crate::evm::parse_word;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,8 +90,10 @@ const PROBE_CODE: &str = "0x602a60005260206000f3";
 /// node's make: no mode is learnt, and the next read probes again.
 pub async fn probe(client: &ChainClient) -> Result<ReadMode, Unreachable> {
     static PROBE: LazyLock<Box<RawValue>> = LazyLock::new(|| code_override(PROBE_CODE));
-    let answer = client.batch(&[call_with_code(&PROBE, &[])]).await?;
-    match &answer[0] {
+    let mut batch = Batch::new();
+    let probed = batch.add(call_with_code(&PROBE, &[]));
+    let answers = client.ask(&batch).await?;
+    match answers.get(probed) {
         Ok(v) if parse_word(v) == Some(42.into()) => Ok(ReadMode::Lens),
         Ok(v) if v.as_str() == Some("0x") => Ok(ReadMode::Batch),
         Err(e) if !e.is_execution_failure() => Ok(ReadMode::Batch),

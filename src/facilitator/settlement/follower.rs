@@ -566,27 +566,30 @@ pub(crate) fn inclusion_of(hash: H256, answer: &CallResult, head: u64) -> Option
 
 /// A mined settlement that reverted: find out why, for the payer.
 async fn diagnose_revert(chain: &Chain, record: &Record, hash: H256) -> Outcome {
-    let calls = [
-        chain::eth_call(
-            record.token,
-            &erc3009::authorization_state(record.payer, record.nonce),
-            "latest",
-        ),
-        chain::eth_call(record.token, &erc3009::balance_of(record.payer), "latest"),
-    ];
-    let answers = chain.client.batch(&calls).await.unwrap_or_default();
-    let word = |i: usize| {
+    let mut batch = Batch::new();
+    let state = batch.add(chain::eth_call(
+        record.token,
+        &erc3009::authorization_state(record.payer, record.nonce),
+        "latest",
+    ));
+    let balance = batch.add(chain::eth_call(
+        record.token,
+        &erc3009::balance_of(record.payer),
+        "latest",
+    ));
+    let answers = chain.client.ask(&batch).await.ok();
+    let word = |slot: chain::Slot| {
         answers
-            .get(i)
-            .and_then(|a| a.as_ref().ok())
+            .as_ref()
+            .and_then(|a| a.get(slot).as_ref().ok())
             .and_then(evm::parse_word)
     };
-    let (reason, message) = if word(0).is_some_and(|w| !w.is_zero()) {
+    let (reason, message) = if word(state).is_some_and(|w| !w.is_zero()) {
         (
             Reason::Payload,
             "authorization nonce was used before the settlement was mined",
         )
-    } else if word(1).is_some_and(|b| b < record.value) {
+    } else if word(balance).is_some_and(|b| b < record.value) {
         (
             Reason::InsufficientFunds,
             "payer balance fell before the settlement was mined",
