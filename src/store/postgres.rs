@@ -129,7 +129,7 @@ fn columns(record: &Record) -> Result<Columns, StoreError> {
     Ok(Columns {
         unfinished: row.unfinished(),
         finished_at: row.finished_at.map(int).transpose()?,
-        text: String::from_utf8(row.encoded).expect("JSON is UTF-8"),
+        text: row.encoded,
         key: row.id,
         account: row.account,
         exposure: row.exposure.map(|value| value.to_string()),

@@ -12,8 +12,8 @@ use crate::ledger::Record;
 pub struct Row {
     /// `PaymentKey::storage_key`.
     pub id: String,
-    /// The record's JSON.
-    pub encoded: Vec<u8>,
+    /// The record's JSON (text: PostgreSQL stores it as such, sled as its bytes).
+    pub encoded: String,
     /// Set once the record is terminal with a finish time: it leaves the unfinished index for
     /// the finished one (pruned after `retention_days`).
     pub finished_at: Option<u64>,
@@ -27,7 +27,7 @@ impl Row {
     pub fn of(record: &Record) -> Self {
         Row {
             id: record.key().storage_key(),
-            encoded: encode(record),
+            encoded: serde_json::to_string(record).expect("stored values serialize"),
             finished_at: record.finished_at.filter(|_| record.state.is_terminal()),
             account: record.account().storage_key(),
             exposure: record.exposes().then_some(record.value),

@@ -335,7 +335,7 @@ impl SettlementStore for Store {
         )
             .transaction(|(settlements, unfinished, done, exposure)| {
                 for row in &rows {
-                    settlements.insert(row.id.as_bytes(), row.encoded.as_slice())?;
+                    settlements.insert(row.id.as_bytes(), row.encoded.as_bytes())?;
                     match row.exposure {
                         Some(value) => exposure.insert(row.id.as_bytes(), &word(value))?,
                         None => exposure.remove(row.id.as_bytes())?,
