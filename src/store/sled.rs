@@ -309,13 +309,16 @@ impl SettlementStore for Store {
         if exposed.saturating_add(record.value) > limit {
             return Ok(Claim::OverLimit { exposed });
         }
-        let encoded = rows::encode(record);
-        let value = word(record.value);
+        // The row as `save` writes it, and as PostgreSQL's claim does: one codec, one rule.
+        let row = Row::of(record);
+        let exposes = row.exposure.map(word);
         self.record_trees()
             .transaction(|(settlements, unfinished, exposure, request_keys)| {
-                settlements.insert(id.as_bytes(), encoded.as_slice())?;
+                settlements.insert(id.as_bytes(), row.encoded.as_bytes())?;
                 unfinished.insert(id.as_bytes(), &[])?;
-                exposure.insert(id.as_bytes(), &value)?;
+                if let Some(value) = &exposes {
+                    exposure.insert(id.as_bytes(), value)?;
+                }
                 if let Some(key) = request_key {
                     request_keys.insert(key, id.as_bytes())?;
                 }
