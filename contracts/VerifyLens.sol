@@ -16,63 +16,86 @@ contract VerifyLens {
         uint256 blockNumber;
         uint256 timestamp;
         uint256 fromCodeSize;
+        /// `from`'s code size once `factory` ran (ERC-6492: a wallet not yet deployed); the
+        /// same as `fromCodeSize` when no factory was given or `from` already had code.
+        uint256 walletCodeSize;
         bool balanceRead;
         uint256 balance;
         bool authorizationStateRead;
         uint256 authorizationState;
         bool fromBlacklisted;
         bool toBlacklisted;
-        /// What `from` answered to `erc1271Call`; empty when not asked, when `from` has no
-        /// code, or when the call reverted.
+        /// What `from` answered to `erc1271Call` (after the deployment, if any); empty when not
+        /// asked, when `from` has no code, or when the call reverted.
         bytes erc1271Answer;
         /// Whether `trialCall` was tried (asked, and its outcome came back).
         bool trialRan;
+        /// The call succeeded and the authorization is used afterwards: a call that succeeds
+        /// without settling (to an address with no code, say) did not succeed.
         bool trialSucceeded;
-        /// Gas the call to the token took, from before the CALL to after it: the call's own
-        /// cost with the token's account cold, and everything the token ran.
+        /// Gas the call to `trialTarget` took, from before the CALL to after it: the call's own
+        /// cost with the target's account cold, and everything it ran.
         uint256 trialGas;
-        /// What the token reverted with, when it did.
+        /// What the target reverted with, when it did.
         bytes trialRevert;
     }
 
     /// The outcome of `tryCall`, carried out by its revert.
     error Tried(bool succeeded, uint256 gas, bytes revertData);
 
-    function facts(
-        address token,
-        address from,
-        address payTo,
-        bytes32 nonce,
-        bytes calldata erc1271Call,
-        bytes calldata trialCall
-    ) external returns (Facts memory f) {
+    /// The payment and the settlement to try. `factory` and `factoryCall` deploy `from` first
+    /// when it has no code (ERC-6492); a zero `factory` deploys nothing.
+    struct Ask {
+        address token;
+        address from;
+        address payTo;
+        bytes32 nonce;
+        address factory;
+        bytes factoryCall;
+        bytes erc1271Call;
+        address trialTarget;
+        bytes trialCall;
+    }
+
+    function facts(Ask calldata ask) external returns (Facts memory f) {
+        address from = ask.from;
         // First, on state nothing has read yet: the gas is then the gas of a transaction whose
-        // storage slots are all cold, as a settlement's are.
-        if (trialCall.length != 0) {
-            (f.trialRan, f.trialSucceeded, f.trialGas, f.trialRevert) = trial(token, trialCall);
+        // storage slots are all cold, as a settlement's are. A settlement that deploys the
+        // wallet does so itself (through `trialTarget`), so the trial runs before the deployment.
+        if (ask.trialCall.length != 0) {
+            (f.trialRan, f.trialSucceeded, f.trialGas, f.trialRevert) = trial(ask);
         }
         f.blockNumber = block.number;
         f.timestamp = block.timestamp;
         f.fromCodeSize = from.code.length;
+        if (ask.factory != address(0) && f.fromCodeSize == 0) {
+            // Inside this eth_call only: nothing is deployed on chain. Whether it worked is
+            // read next, as the wallet's code size.
+            (bool ran,) = ask.factory.call(ask.factoryCall);
+            ran;
+        }
+        f.walletCodeSize = from.code.length;
+        address token = ask.token;
+        bytes32 nonce = ask.nonce;
         (f.balanceRead, f.balance) = word(token, abi.encodeWithSignature("balanceOf(address)", from));
         (f.authorizationStateRead, f.authorizationState) =
             word(token, abi.encodeWithSignature("authorizationState(address,bytes32)", from, nonce));
         f.fromBlacklisted = flag(token, from);
-        f.toBlacklisted = flag(token, payTo);
-        if (erc1271Call.length != 0 && f.fromCodeSize != 0) {
-            (bool ok, bytes memory answer) = from.staticcall(erc1271Call);
+        f.toBlacklisted = flag(token, ask.payTo);
+        if (ask.erc1271Call.length != 0 && f.walletCodeSize != 0) {
+            (bool ok, bytes memory answer) = from.staticcall(ask.erc1271Call);
             if (ok) f.erc1271Answer = answer;
         }
     }
 
-    /// Runs `call` on `token` in a frame that always reverts. A reverted frame undoes its state
+    /// Runs the trial call in a frame that always reverts. A reverted frame undoes its state
     /// changes and the accounts and slots it warmed (EIP-2929), so the reads after it see the
     /// chain exactly as it is.
-    function trial(address token, bytes calldata call)
+    function trial(Ask calldata ask)
         private
         returns (bool ran, bool succeeded, uint256 gas, bytes memory revertData)
     {
-        (, bytes memory outcome) = address(this).call(abi.encodeCall(this.tryCall, (token, call)));
+        (, bytes memory outcome) = address(this).call(abi.encodeCall(this.tryCall, (ask)));
         if (outcome.length < 4 || bytes4(outcome) != Tried.selector) return (false, false, 0, "");
         assembly {
             // Skip the selector: the rest is the ABI encoding of Tried's fields.
@@ -85,10 +108,21 @@ contract VerifyLens {
     }
 
     /// Only for `trial`, through a call to this contract's own address.
-    function tryCall(address token, bytes calldata call) external {
+    function tryCall(Ask calldata ask) external {
+        address target = ask.trialTarget;
+        bytes calldata call = ask.trialCall;
         uint256 before = gasleft();
-        (bool succeeded, bytes memory answer) = token.call(call);
+        (bool succeeded, bytes memory answer) = target.call(call);
         uint256 gas = before - gasleft();
+        if (succeeded) {
+            (bool read, uint256 used) = word(
+                ask.token, abi.encodeWithSignature("authorizationState(address,bytes32)", ask.from, ask.nonce)
+            );
+            if (!read || used == 0) {
+                succeeded = false;
+                answer = abi.encodeWithSignature("Error(string)", "the settlement call did not use the authorization");
+            }
+        }
         revert Tried(succeeded, gas, succeeded ? bytes("") : answer);
     }
 

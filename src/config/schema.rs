@@ -324,6 +324,10 @@ pub struct FacilitatorSettings {
     /// How long a payer whose settlement reverted on chain is refused (access.md §2).
     #[serde(default = "default_revert_cooldown")]
     pub revert_cooldown_secs: u64,
+    /// The factories a settlement may call to deploy a payer's smart wallet (ERC-6492). Empty,
+    /// as in the official packages: a wallet not yet deployed is refused.
+    #[serde(default)]
+    pub erc6492_factories: Vec<String>,
 }
 
 fn default_max_signature_bytes() -> usize {

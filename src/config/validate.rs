@@ -1,7 +1,7 @@
 //! What each value may be. Checks run in a fixed order and the first failure is reported, its
 //! `ConfigError` naming the key at fault (`chains.<name>.<field>` for a chain's keys).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use ethers_core::types::{Address, U256};
 
@@ -328,7 +328,24 @@ impl FacilitatorSettings {
                 "must be at least 1",
             ));
         }
+        self.erc6492_factories()?;
         self.validate_versions(chains)
+    }
+
+    /// `facilitator.erc6492_factories`, parsed.
+    pub fn erc6492_factories(&self) -> Result<HashSet<Address>, ConfigError> {
+        self.erc6492_factories
+            .iter()
+            .enumerate()
+            .map(|(i, factory)| {
+                factory.parse::<Address>().map_err(|_| {
+                    ConfigError::new(
+                        format!("facilitator.erc6492_factories[{i}]"),
+                        "not a 0x address",
+                    )
+                })
+            })
+            .collect()
     }
 
     fn validate_versions(

@@ -1,8 +1,9 @@
 //! EVM primitives, with no I/O and no knowledge of their users: hex and quantity parsers, fee
-//! arithmetic, revert data, and the ERC-3009 token's typed data and calldata. Every room above
-//! reads and writes chain values through here.
+//! arithmetic, revert data, the ERC-3009 token's typed data and calldata, and ERC-6492's
+//! wrapper. Every room above reads and writes chain values through here.
 
 pub mod erc3009;
+pub mod erc6492;
 pub mod fees;
 mod hex;
 mod revert;

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use crate::chain::{read_mode, Call};
 use crate::evm;
+use crate::evm::erc6492::Deployment;
 
 const CODE: &str = include_str!("lens.hex");
 
@@ -20,6 +21,8 @@ const CODE: &str = include_str!("lens.hex");
 pub struct LensFacts {
     pub timestamp: u64,
     pub from_code_size: U256,
+    /// `from`'s code size after the ERC-6492 deployment asked (the same when none was).
+    pub wallet_code_size: U256,
     pub balance: Option<U256>,
     pub authorization_state: Option<U256>,
     pub from_blacklisted: bool,
@@ -37,27 +40,41 @@ pub struct LensTrial {
     pub revert_data: Vec<u8>,
 }
 
-/// `facts(token, from, payTo, nonce, erc1271Call, trialCall)`; an empty `erc1271_call` skips
-/// ERC-1271, an empty `trial_call` the trial.
-pub fn call(
-    token: Address,
-    from: Address,
-    pay_to: Address,
-    nonce: H256,
-    erc1271_call: &[u8],
-    trial_call: &[u8],
-) -> Call {
-    static SELECTOR: LazyLock<[u8; 4]> =
-        LazyLock::new(|| id("facts(address,address,address,bytes32,bytes,bytes)"));
+/// What the lens is asked about one payment.
+pub struct Ask<'a> {
+    pub token: Address,
+    pub from: Address,
+    pub pay_to: Address,
+    pub nonce: H256,
+    /// Deploys `from` first when it has no code (ERC-6492), inside the call only.
+    pub deployment: Option<&'a Deployment>,
+    /// Empty: ERC-1271 is not asked.
+    pub erc1271_call: &'a [u8],
+    /// The settlement call to try and where it goes; empty calldata: no trial.
+    pub trial_target: Address,
+    pub trial_call: &'a [u8],
+}
+
+/// `facts(Ask)`.
+pub fn call(ask: &Ask<'_>) -> Call {
+    static SELECTOR: LazyLock<[u8; 4]> = LazyLock::new(|| {
+        id("facts((address,address,address,bytes32,address,bytes,bytes,address,bytes))")
+    });
+    let (factory, factory_call) = ask
+        .deployment
+        .map_or((Address::zero(), &[][..]), |d| (d.factory, &d.calldata[..]));
     let mut data = SELECTOR.to_vec();
-    data.extend(encode(&[
-        Token::Address(token),
-        Token::Address(from),
-        Token::Address(pay_to),
-        Token::FixedBytes(nonce.as_bytes().to_vec()),
-        Token::Bytes(erc1271_call.to_vec()),
-        Token::Bytes(trial_call.to_vec()),
-    ]));
+    data.extend(encode(&[Token::Tuple(vec![
+        Token::Address(ask.token),
+        Token::Address(ask.from),
+        Token::Address(ask.pay_to),
+        Token::FixedBytes(ask.nonce.as_bytes().to_vec()),
+        Token::Address(factory),
+        Token::Bytes(factory_call.to_vec()),
+        Token::Bytes(ask.erc1271_call.to_vec()),
+        Token::Address(ask.trial_target),
+        Token::Bytes(ask.trial_call.to_vec()),
+    ])]));
     static OVERRIDE: LazyLock<Box<RawValue>> =
         LazyLock::new(|| read_mode::code_override(CODE.trim()));
     read_mode::call_with_code(&OVERRIDE, &data)
@@ -71,6 +88,7 @@ pub fn decode_answer(answer: &Value) -> Option<LensFacts> {
         ParamType::Uint(256), // blockNumber
         ParamType::Uint(256), // timestamp
         ParamType::Uint(256), // fromCodeSize
+        ParamType::Uint(256), // walletCodeSize
         ParamType::Bool,      // balanceRead
         ParamType::Uint(256), // balance
         ParamType::Bool,      // authorizationStateRead
@@ -86,8 +104,8 @@ pub fn decode_answer(answer: &Value) -> Option<LensFacts> {
     let Token::Tuple(fields) = decode(&[shape], &bytes).ok()?.pop()? else {
         return None;
     };
-    let [_, timestamp, code_size, balance_read, balance, state_read, state, from_bl, to_bl, erc1271, trial_ran, succeeded, gas, revert_data] =
-        <[Token; 14]>::try_from(fields).ok()?;
+    let [_, timestamp, code_size, wallet_code_size, balance_read, balance, state_read, state, from_bl, to_bl, erc1271, trial_ran, succeeded, gas, revert_data] =
+        <[Token; 15]>::try_from(fields).ok()?;
     let read = |ok: Token, value: Token| ok.into_bool()?.then(|| value.into_uint()).flatten();
     let trial = match trial_ran.into_bool()? {
         true => Some(LensTrial {
@@ -100,6 +118,7 @@ pub fn decode_answer(answer: &Value) -> Option<LensFacts> {
     Some(LensFacts {
         timestamp: timestamp.into_uint()?.try_into().ok()?,
         from_code_size: code_size.into_uint()?,
+        wallet_code_size: wallet_code_size.into_uint()?,
         balance: read(balance_read, balance),
         authorization_state: read(state_read, state),
         from_blacklisted: from_bl.into_bool()?,
@@ -121,6 +140,7 @@ mod tests {
             word(7),
             word(1_700_000_000),
             word(0),
+            word(120),
             Token::Bool(true),
             word(5_000),
             Token::Bool(false),
@@ -139,6 +159,7 @@ mod tests {
             LensFacts {
                 timestamp: 1_700_000_000,
                 from_code_size: U256::zero(),
+                wallet_code_size: 120.into(),
                 balance: Some(5_000.into()),
                 authorization_state: None,
                 from_blacklisted: false,

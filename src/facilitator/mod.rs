@@ -40,6 +40,8 @@ pub enum SetupError {
     DenyList(String, String),
     #[error("facilitator.deny_list_file: line {0} is not a 0x address")]
     DenyListEntry(usize),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
 }
 
 pub struct Facilitator {
@@ -105,7 +107,8 @@ impl Facilitator {
                 cooldown.clone(),
                 settings.max_signature_bytes,
             )
-            .allow_http_resource(settings.allow_http_resource),
+            .allow_http_resource(settings.allow_http_resource)
+            .erc6492_factories(settings.erc6492_factories()?),
         );
         let settler = settlement::Settler::new(
             verifier.clone(),

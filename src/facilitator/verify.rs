@@ -15,6 +15,7 @@ use crate::chain::{self, Batch, Call, CallResult, Chain, ReadMode, Slot, Unreach
 use crate::clock::unix_now;
 use crate::evm;
 use crate::evm::erc3009::{self, TransferAuthorization};
+use crate::evm::erc6492::{self, Deployment};
 use crate::ledger::PaymentKey;
 use crate::ledger::Reason;
 
@@ -72,10 +73,33 @@ pub struct Payment<'a> {
     pub auth: TransferAuthorization,
     pub pay_to: Address,
     pub max_amount: U256,
+    /// The signature the token checks: an ERC-6492 wrapper's inner signature.
     pub signature: Vec<u8>,
     pub digest: H256,
     /// Who signed, for a 65-byte signature the token's ECDSA path accepts; recovered once.
     pub recovered: Option<Address>,
+    /// What deploys the payer's wallet, when the signature was ERC-6492 wrapped.
+    pub counterfactual: Counterfactual,
+}
+
+/// What an ERC-6492 wrapper asks the facilitator to deploy first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Counterfactual {
+    /// Not wrapped, or wrapped with no factory: the wallet exists or `from` is an EOA.
+    No,
+    /// Through a factory on `facilitator.erc6492_factories`.
+    Deploys(Deployment),
+    /// Through a factory that is not on it: nothing calls it.
+    FactoryRefused(Address),
+}
+
+impl Counterfactual {
+    pub fn deployment(&self) -> Option<&Deployment> {
+        match self {
+            Counterfactual::Deploys(deployment) => Some(deployment),
+            _ => None,
+        }
+    }
 }
 
 impl Payment<'_> {
@@ -98,6 +122,10 @@ struct ChainFacts {
     authorization_used: bool,
     from_blacklisted: bool,
     to_blacklisted: bool,
+    /// After the ERC-6492 deployment asked, inside the read only.
+    wallet_has_code: bool,
+    /// The read ran the deployment asked (the lens does; a batch of plain reads cannot).
+    deployment_tried: bool,
     /// `Some` when ERC-1271 was asked: the signature did not recover to `from` locally.
     erc1271_valid: Option<bool>,
     block_timestamp: u64,
@@ -112,6 +140,8 @@ pub struct Verifier {
     allow_http_resource: bool,
     /// `facilitator.max_signature_bytes`: longer signatures fail rule 5.
     max_signature_bytes: usize,
+    /// `facilitator.erc6492_factories`: the factories a settlement may call.
+    erc6492_factories: HashSet<Address>,
 }
 
 impl Verifier {
@@ -127,11 +157,17 @@ impl Verifier {
             cooldown,
             allow_http_resource: false,
             max_signature_bytes,
+            erc6492_factories: HashSet::new(),
         }
     }
 
     pub fn allow_http_resource(mut self, allow: bool) -> Self {
         self.allow_http_resource = allow;
+        self
+    }
+
+    pub fn erc6492_factories(mut self, factories: HashSet<Address>) -> Self {
+        self.erc6492_factories = factories;
         self
     }
 
@@ -175,17 +211,38 @@ impl Verifier {
             ));
         }
         let digest = erc3009::digest(token.domain_separator, &auth);
-        let recovered = erc3009::recover(digest, &request.signature);
+        let (signature, counterfactual) = self.unwrap_erc6492(&request.signature)?;
+        let recovered = erc3009::recover(digest, &signature);
         Ok(Payment {
             network,
             token,
             auth,
             pay_to: request.pay_to,
             max_amount: request.amount,
-            signature: request.signature.clone(),
+            signature,
             digest,
             recovered,
+            counterfactual,
         })
+    }
+
+    /// The signature the token checks, and what deploys the wallet first (ERC-6492).
+    fn unwrap_erc6492(&self, signature: &[u8]) -> Result<(Vec<u8>, Counterfactual), Invalid> {
+        let wrapped = erc6492::unwrap(signature).map_err(|_| {
+            invalid(
+                Reason::Signature,
+                "signature ends with the ERC-6492 suffix but does not wrap (factory, calldata, signature)",
+            )
+        })?;
+        let Some(wrapped) = wrapped else {
+            return Ok((signature.to_vec(), Counterfactual::No));
+        };
+        let counterfactual = match wrapped.deployment {
+            None => Counterfactual::No,
+            Some(d) if self.erc6492_factories.contains(&d.factory) => Counterfactual::Deploys(d),
+            Some(d) => Counterfactual::FactoryRefused(d.factory),
+        };
+        Ok((wrapped.inner, counterfactual))
     }
 
     /// One read of the chain, then rules 6-16 in order.
@@ -208,7 +265,7 @@ impl Verifier {
         let tried = tried.expect("read_chain tries what it is given");
         let payer = Payer {
             balance: facts.balance,
-            is_contract: facts.from_has_code,
+            is_contract: facts.wallet_has_code,
         };
         Ok((self.judge(payment, &facts), tried, payer))
     }
@@ -288,9 +345,12 @@ pub fn check_terms(payment: &Payment<'_>) -> Result<(), Invalid> {
 }
 
 /// Rules 12-14: an EOA must have signed with a well-formed 65-byte signature; a contract wallet
-/// must accept it through ERC-1271.
+/// must accept it through ERC-1271, once deployed when the signature is ERC-6492 wrapped.
 fn check_signature(payment: &Payment<'_>, facts: &ChainFacts) -> Result<(), Invalid> {
-    if facts.from_has_code {
+    if !facts.from_has_code {
+        check_deployment(&payment.counterfactual, facts)?;
+    }
+    if facts.wallet_has_code {
         return match facts.erc1271_valid {
             Some(false) => Err(invalid(
                 Reason::Signature,
@@ -312,11 +372,34 @@ fn check_signature(payment: &Payment<'_>, facts: &ChainFacts) -> Result<(), Inva
     }
 }
 
+/// A wallet not deployed yet is deployed only through an allowed factory, and the read must
+/// have tried that deployment and found `from` deployed by it.
+fn check_deployment(counterfactual: &Counterfactual, facts: &ChainFacts) -> Result<(), Invalid> {
+    match counterfactual {
+        Counterfactual::No => Ok(()),
+        Counterfactual::FactoryRefused(factory) => Err(invalid(
+            Reason::Erc6492Factory,
+            format!("signature: ERC-6492 factory {} is not on facilitator.erc6492_factories", evm::hex_bytes(factory)),
+        )),
+        Counterfactual::Deploys(_) if !facts.deployment_tried => Err(invalid(
+            Reason::Payload,
+            "signature: this network's node does not run eth_call state overrides, so a wallet not yet deployed (ERC-6492) cannot be checked here",
+        )),
+        Counterfactual::Deploys(_) if !facts.wallet_has_code => Err(invalid(
+            Reason::Signature,
+            "signature: the ERC-6492 factory call does not deploy authorization.from",
+        )),
+        Counterfactual::Deploys(_) => Ok(()),
+    }
+}
+
 /// The settlement transaction a settle tries before it claims: from the lane's signer, to the
 /// payment's token, at a real gas price (a wallet that answers a free call differently than
 /// the transaction is seen here, not on chain at the operator's expense).
 pub struct Trial<'a> {
     pub sender: Address,
+    /// The token, or Multicall3 when the settlement deploys the wallet first.
+    pub target: Address,
     pub calldata: &'a [u8],
     pub gas_price: U256,
 }
@@ -409,15 +492,17 @@ async fn read_with_lens(
     let lens_tries = trial.filter(|_| source != Some(SettleGas::Estimate));
     let estimate = trial
         .filter(|_| source != Some(SettleGas::Trial))
-        .map(|trial| estimate_call(payment, trial));
-    let facts = lens::call(
-        payment.token.address,
-        auth.from,
-        payment.pay_to,
-        auth.nonce,
-        &erc1271_call,
-        lens_tries.map_or(&[], |t| t.calldata),
-    );
+        .map(|trial| estimate_call(trial));
+    let facts = lens::call(&lens::Ask {
+        token: payment.token.address,
+        from: auth.from,
+        pay_to: payment.pay_to,
+        nonce: auth.nonce,
+        deployment: payment.counterfactual.deployment(),
+        erc1271_call: &erc1271_call,
+        trial_target: lens_tries.map_or(Address::zero(), |t| t.target),
+        trial_call: lens_tries.map_or(&[], |t| t.calldata),
+    });
     let max_gas = network.chain.settings.max_settlement_gas;
     let mut batch = Batch::new();
     let lens = batch.add(match lens_tries {
@@ -455,6 +540,8 @@ async fn read_with_lens(
     };
     let facts = ChainFacts {
         from_has_code: !read.from_code_size.is_zero(),
+        wallet_has_code: !read.wallet_code_size.is_zero(),
+        deployment_tried: true,
         balance: token_said(read.balance, "balanceOf")?,
         authorization_used: !token_said(read.authorization_state, "authorizationState")?.is_zero(),
         from_blacklisted: read.from_blacklisted,
@@ -500,7 +587,7 @@ fn facts_batch(payment: &Payment<'_>, trial: Option<&Trial<'_>>) -> (Batch, Fact
                 erc3009::is_valid_signature(payment.digest, &payment.signature),
             ))
         }),
-        estimate: trial.map(|trial| batch.add(estimate_call(payment, trial))),
+        estimate: trial.map(|trial| batch.add(estimate_call(trial))),
     };
     (batch, slots)
 }
@@ -541,8 +628,11 @@ async fn read_in_batch(
         Err(e) if e.is_revert() => Ok(false),
         Err(e) => Err(unreadable(chain, "isValidSignature", e.to_string())),
     };
+    let from_has_code = code.as_str().is_some_and(|c| c.len() > 2);
     let facts = ChainFacts {
-        from_has_code: code.as_str().is_some_and(|c| c.len() > 2),
+        from_has_code,
+        wallet_has_code: from_has_code,
+        deployment_tried: false,
         balance: word(slots.balance, "balanceOf")?,
         authorization_used: !word(slots.state, "authorizationState")?.is_zero(),
         from_blacklisted: flag(slots.from_listed, "isBlacklisted(from)")?,
@@ -563,13 +653,13 @@ async fn read_in_batch(
 /// The settlement transaction as `eth_estimateGas`. At `latest`, as the reads: without a block
 /// some nodes (anvil) estimate on a pending block, which first executes every transaction in
 /// their pool, once per estimate.
-fn estimate_call(payment: &Payment<'_>, trial: &Trial<'_>) -> Call {
+fn estimate_call(trial: &Trial<'_>) -> Call {
     Call::new(
         "eth_estimateGas",
         vec![
             json!({
                 "from": evm::hex_bytes(trial.sender),
-                "to": evm::hex_bytes(payment.token.address),
+                "to": evm::hex_bytes(trial.target),
                 "data": evm::hex_bytes(trial.calldata),
             }),
             json!("latest"),

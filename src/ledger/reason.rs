@@ -40,12 +40,15 @@ pub enum Reason {
     /// The payment's nonce is claimed for settlement: being settled or settled (access.md §1).
     #[serde(rename = "AlreadySettled")]
     AlreadySettled,
+    /// An ERC-6492 signature names a factory not on `facilitator.erc6492_factories`.
+    #[serde(rename = "Erc6492Factory")]
+    Erc6492Factory,
 }
 
 impl Reason {
     /// Every reason, for tests that check each has a name in every list.
     #[cfg(test)]
-    pub const ALL: [Reason; 16] = [
+    pub const ALL: [Reason; 17] = [
         Reason::X402Version,
         Reason::Scheme,
         Reason::Network,
@@ -62,5 +65,6 @@ impl Reason {
         Reason::SignatureAddress,
         Reason::InsufficientFunds,
         Reason::AlreadySettled,
+        Reason::Erc6492Factory,
     ];
 }

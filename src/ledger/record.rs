@@ -129,7 +129,12 @@ pub struct Record {
     pub valid_before: u64,
     /// The EIP-712 digest settled: only the same authorization is told the outcome.
     pub digest: H256,
-    /// `transferWithAuthorization` calldata, kept so the settlement can be re-signed.
+    /// The contract the settlement transaction calls when it is not the token: Multicall3, when
+    /// the payer's wallet is deployed in the same transaction (ERC-6492).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<Address>,
+    /// The settlement transaction's calldata (`transferWithAuthorization`, or Multicall3's
+    /// `aggregate3` around it), kept so the settlement can be re-signed.
     pub calldata: Bytes,
     pub gas_limit: u64,
     /// The claiming request's tag, when it carried one: its retries get its answer.
@@ -152,6 +157,11 @@ impl Record {
             from: self.payer,
             nonce: self.nonce,
         }
+    }
+
+    /// Where the settlement transaction goes.
+    pub fn call_target(&self) -> Address {
+        self.via.unwrap_or(self.token)
     }
 
     pub fn account(&self) -> Account {

@@ -193,7 +193,8 @@ pub fn verify_reason(reason: Reason) -> &'static str {
         Reason::Signature => "invalid_exact_evm_payload_signature",
         Reason::SignatureAddress => "invalid_exact_evm_payload_signature_address",
         Reason::InsufficientFunds => "insufficient_funds",
-        Reason::AlreadySettled => "invalid_payload",
+        // v1's list has no name for it.
+        Reason::AlreadySettled | Reason::Erc6492Factory => "invalid_payload",
     }
 }
 

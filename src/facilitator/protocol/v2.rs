@@ -249,6 +249,7 @@ pub fn reason_name(reason: Reason) -> &'static str {
         Reason::InsufficientFunds => "insufficient_funds",
         // `@x402/evm`'s name for an authorization whose nonce is used.
         Reason::AlreadySettled => "invalid_exact_evm_nonce_already_used",
+        Reason::Erc6492Factory => "eip6492_factory_not_allowed",
     }
 }
 
@@ -369,6 +370,8 @@ mod tests {
             "invalid_exact_evm_payload_authorization_valid_before",
             "invalid_exact_evm_payload_authorization_value",
             "invalid_exact_evm_nonce_already_used",
+            // `@x402/evm`'s, for a factory it is not configured to call (ERC-6492).
+            "eip6492_factory_not_allowed",
             "invalid_exact_evm_payload_signature",
             "invalid_exact_evm_payload_recipient_mismatch",
             "invalid_network",

@@ -437,7 +437,9 @@ impl Worker {
         }
         tracing::info!(lane = %self.lane.id, nonce, max_fee = %fees.max_fee_per_gas(), "replacing the transaction that blocks the lane with higher fees");
         let call = match self.nonces.slots.get(&nonce)? {
-            Slot::Settlement { record, .. } => Some((record.token, record.calldata.clone())),
+            Slot::Settlement { record, .. } => {
+                Some((record.call_target(), record.calldata.clone()))
+            }
             Slot::Filler { .. } => None,
         };
         let attempt = match &call {

@@ -16,7 +16,7 @@ mod worker;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ethers_core::types::{Bytes, H256, U256};
+use ethers_core::types::{Address, Bytes, H256, U256};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
@@ -25,7 +25,7 @@ use super::verify::{check_terms, Payer, Payment, Trial, Tried, Verifier};
 use crate::chain::Unreachable;
 use crate::clock::unix_now;
 use crate::evm;
-use crate::evm::erc3009;
+use crate::evm::{erc3009, erc6492};
 use crate::ledger::Reason;
 use crate::ledger::{LaneId, Outcome, PaymentKey, Record, RequestTag, State};
 use crate::store::{Claim, Lease, Storage, StoreError};
@@ -213,7 +213,7 @@ impl Settler {
                     chain: payment.network.name.clone(),
                     detail: "timed out before the settlement could be prepared".to_string(),
                 })??;
-        let (calldata, gas_limit, payer) = match prepared {
+        let (call, gas_limit, payer) = match prepared {
             Ok(prepared) => prepared,
             Err(failure) => {
                 // A concurrent duplicate may have settled this very authorization while we read
@@ -224,7 +224,7 @@ impl Settler {
                 return Ok(Settled::failed(failure));
             }
         };
-        let record = new_record(&payment, calldata, gas_limit, tag);
+        let record = new_record(&payment, call, gas_limit, tag);
         let lease = reservation.lane().lease();
         match self
             .claim(&key, &record, &payment, lease.as_ref(), payer)
@@ -288,20 +288,19 @@ impl Settler {
         self.lanes.lost()
     }
 
-    /// Verify's chain rules and the settlement call tried, in one request: the calldata and
-    /// gas limit to sign and the payer as the read saw it, or why the payment fails.
+    /// Verify's chain rules and the settlement call tried, in one request: the call and gas
+    /// limit to sign and the payer as the read saw it, or why the payment fails.
     async fn prepare(
         &self,
         payment: &Payment<'_>,
         lane: &Lane,
-    ) -> Result<Result<(Bytes, u64, Payer), Invalid>, Unreachable> {
-        let smart_wallet = payment.recovered != Some(payment.auth.from);
-        let calldata =
-            erc3009::transfer_with_authorization(&payment.auth, &payment.signature, smart_wallet);
+    ) -> Result<Result<(SettlementCall, u64, Payer), Invalid>, Unreachable> {
+        let call = SettlementCall::of(payment);
         let chain = &payment.network.chain;
         let trial = Trial {
             sender: lane.signer_address(),
-            calldata: &calldata,
+            target: call.to,
+            calldata: &call.data,
             gas_price: chain
                 .head
                 .current()
@@ -314,7 +313,7 @@ impl Settler {
         Ok(match tried {
             Tried::Gas(gas) => {
                 let bound = chain.settings.max_settlement_gas;
-                gas_limit(gas, &calldata, bound).map(|limit| (calldata, limit, payer))
+                gas_limit(gas, &call.data, bound).map(|limit| (call, limit, payer))
             }
             Tried::Reverted(reason) => Err(Invalid {
                 reason: Reason::Payload,
@@ -540,9 +539,35 @@ fn caller_of(
     }
 }
 
+/// The transaction that settles a payment: `transferWithAuthorization` on the token, or, for a
+/// wallet not yet deployed (ERC-6492), the deployment and that call in one Multicall3 call.
+struct SettlementCall {
+    to: Address,
+    data: Bytes,
+}
+
+impl SettlementCall {
+    fn of(payment: &Payment<'_>) -> Self {
+        let smart_wallet = payment.recovered != Some(payment.auth.from);
+        let transfer =
+            erc3009::transfer_with_authorization(&payment.auth, &payment.signature, smart_wallet);
+        let token = payment.token.address;
+        match payment.counterfactual.deployment() {
+            Some(deployment) => SettlementCall {
+                to: erc6492::MULTICALL3,
+                data: erc6492::deploy_then_call(deployment, token, &transfer),
+            },
+            None => SettlementCall {
+                to: token,
+                data: transfer,
+            },
+        }
+    }
+}
+
 fn new_record(
     payment: &Payment<'_>,
-    calldata: Bytes,
+    call: SettlementCall,
     gas_limit: u64,
     request: Option<RequestTag>,
 ) -> Record {
@@ -556,7 +581,8 @@ fn new_record(
         nonce: payment.auth.nonce,
         valid_before,
         digest: payment.digest,
-        calldata,
+        via: (call.to != payment.token.address).then_some(call.to),
+        calldata: call.data,
         gas_limit,
         request,
         state: State::Claimed,

@@ -372,7 +372,7 @@ impl Worker {
             let fees = market.capped(self.lane.settings.cap(record.gas_limit));
             let attempt = self.sign(
                 nonce,
-                record.token,
+                record.call_target(),
                 &record.calldata,
                 record.gas_limit,
                 fees,

@@ -32,11 +32,12 @@ const list = (xs) => `[${xs.map(q).join(', ')}]`;
  * @param {number} [o.maxBodyBytes=65536]
  * @param {number[]} [o.x402Versions]     facilitator.x402_versions (left to routerd's default when absent)
  * @param {boolean} [o.allowHttpResource] facilitator.allow_http_resource (left to the default when absent)
+ * @param {string[]} [o.erc6492Factories] facilitator.erc6492_factories (left to the default when absent)
  * @param {string} [o.extra]              raw TOML appended at the end (e.g. a [router] table)
  */
 export function routerdConfig({
   port, storePath, chains, networks, denyListFile, settleTimeoutSecs = 60, maxBatch = 100, maxBodyBytes = 65536,
-  x402Versions, allowHttpResource, extra = '',
+  x402Versions, allowHttpResource, erc6492Factories, extra = '',
 }) {
   const parts = [
     `[server]\nlisten = ${q(`127.0.0.1:${port}`)}\nmax_body_bytes = ${maxBodyBytes}\n`
@@ -53,7 +54,8 @@ export function routerdConfig({
     `[facilitator]\nnetworks = ${list(networks)}\ndeny_list_file = ${q(denyListFile)}\n`
       + `settle_timeout_secs = ${settleTimeoutSecs}\nmax_batch = ${maxBatch}\n`
       + (x402Versions ? `x402_versions = [${x402Versions.join(', ')}]\n` : '')
-      + (allowHttpResource === undefined ? '' : `allow_http_resource = ${allowHttpResource}\n`),
+      + (allowHttpResource === undefined ? '' : `allow_http_resource = ${allowHttpResource}\n`)
+      + (erc6492Factories ? `erc6492_factories = ${list(erc6492Factories)}\n` : ''),
   );
   if (extra) parts.push(extra);
   return parts.join('\n');
