@@ -32,7 +32,7 @@ before(async () => {
     anvil: { blockTime: 1 },
     routerd: { x402Versions: [1, 2], erc6492Factories: [SOLADY_FACTORY], settleTimeoutSecs: 30 },
   });
-  const { implementation } = await placeSmartWalletFactory(stack.client, stack.anvil);
+  const { implementation } = await placeSmartWalletFactory(stack.client);
   unlistedFactory = await deployFactory(implementation);
 });
 

@@ -5,15 +5,19 @@
 //    that viem account, sign ERC-6492 wrapped signatures naming it;
 //  - Multicall3, which a settlement that deploys the wallet goes through, at its canonical
 //    address, with the code OP Stack chains preinstall (the pinned @eth-optimism/contracts-bedrock).
-// Shared by the end-to-end tests and scripts/dev-stack.
+// Shared by the end-to-end tests and scripts/dev-stack (CLI: see main()).
 import { createRequire } from 'node:module';
+import { parseArgs } from 'node:util';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, realpathSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { encodeDeployData, getContractAddress } from 'viem';
 import { toSoladySmartAccount } from 'viem/account-abstraction';
+import { privateKeyToAccount } from 'viem/accounts';
+import { anvilKey, ROLE } from './accounts.mjs';
+import { walletFor, mintUsdc } from './deploy-usdc.mjs';
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), '../../..');
 const contracts = join(repo, 'contracts');
@@ -84,11 +88,11 @@ export function multicall3Code() {
 
 /**
  * Deploys the wallet implementation and a factory for it from `client` (a wallet client with
- * public actions, on automine), then places the factory's code at SOLADY_FACTORY and
- * Multicall3's at MULTICALL3 (`anvil`: lib/anvil.mjs's handle). The factory keeps the
- * implementation's address in its code, so it works where it is placed.
+ * public actions, on an anvil chain that mines), then places the factory's code at
+ * SOLADY_FACTORY and Multicall3's at MULTICALL3. The factory keeps the implementation's address
+ * in its code, so it works where it is placed.
  */
-export async function placeSmartWalletFactory(client, anvil) {
+export async function placeSmartWalletFactory(client) {
   const { wallet, factory } = compileSmartWallet();
   const me = client.account.address;
   const deploy = async (artifact, args = []) => {
@@ -103,8 +107,9 @@ export async function placeSmartWalletFactory(client, anvil) {
   };
   const implementation = await deploy(wallet);
   const built = await deploy(factory, [implementation]);
-  await anvil.rpc('anvil_setCode', [SOLADY_FACTORY, await client.getCode({ address: built })]);
-  await anvil.rpc('anvil_setCode', [MULTICALL3, multicall3Code()]);
+  const setCode = (address, code) => client.request({ method: 'anvil_setCode', params: [address, code] });
+  await setCode(SOLADY_FACTORY, await client.getCode({ address: built }));
+  await setCode(MULTICALL3, multicall3Code());
   return { implementation };
 }
 
@@ -117,4 +122,35 @@ export async function placeSmartWalletFactory(client, anvil) {
 export function smartAccountFor(client, owner, { factoryAddress = SOLADY_FACTORY } = {}) {
   const salt = `${owner.address}${'0'.repeat(24)}`;
   return toSoladySmartAccount({ client, owner, factoryAddress, salt });
+}
+
+/**
+ * CLI: node tests/e2e/lib/smart-wallet.mjs --rpc URL --usdc ADDR --owner-key KEY [--fund ATOMIC]
+ * places the factory and Multicall3 on that anvil chain, mints USDC (the deployer is its minter)
+ * to KEY's smart wallet, not deployed, and prints {"factory", "wallet"}.
+ */
+async function main() {
+  const { values } = parseArgs({
+    options: {
+      rpc: { type: 'string' },
+      usdc: { type: 'string' },
+      'owner-key': { type: 'string' },
+      fund: { type: 'string', default: '0' },
+    },
+  });
+  if (!values.rpc || !values.usdc || !values['owner-key']) {
+    throw new Error('usage: smart-wallet.mjs --rpc URL --usdc ADDR --owner-key KEY [--fund ATOMIC]');
+  }
+  const client = await walletFor(values.rpc, anvilKey(ROLE.deployer));
+  await placeSmartWalletFactory(client);
+  const wallet = await smartAccountFor(client, privateKeyToAccount(values['owner-key']));
+  if (BigInt(values.fund) > 0n) await mintUsdc(client, values.usdc, wallet.address, BigInt(values.fund));
+  console.log(JSON.stringify({ factory: SOLADY_FACTORY, wallet: wallet.address }));
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(realpathSync(process.argv[1])).href) {
+  main().catch((err) => {
+    console.error(`smart-wallet: ${err.message}`);
+    process.exit(1);
+  });
 }
