@@ -22,13 +22,14 @@ use tokio::time::Instant;
 
 use super::request::{Invalid, Message, Request};
 use super::verify::{check_terms, Payer, Payment, Trial, Tried, Verifier};
-use crate::chain::Unreachable;
+use crate::chain::{Head, Unreachable};
 use crate::clock::unix_now;
 use crate::evm;
 use crate::evm::{erc3009, erc6492};
 use crate::ledger::Reason;
 use crate::ledger::{LaneId, Outcome, PaymentKey, Record, RequestTag, State};
 use crate::store::{Claim, Lease, Storage, StoreError};
+use lane::Reservation;
 pub use lane::{Lane, LaneSettings, Lanes};
 use waiters::{Progress, Running, Waiters};
 use worker::Worker;
@@ -206,40 +207,74 @@ impl Settler {
             .pick(&payment.network.name, None)
             .expect("every served network has a lane")
             .reserve();
-        let prepared =
-            tokio::time::timeout_at(deadline, self.prepare(&payment, reservation.lane()))
-                .await
-                .map_err(|_| Unreachable {
-                    chain: payment.network.name.clone(),
-                    detail: "timed out before the settlement could be prepared".to_string(),
-                })??;
-        let (call, gas_limit, payer) = match prepared {
-            Ok(prepared) => prepared,
+        // A settlement of the same payer mined in the block just read is out of the balance
+        // already, but counts as exposure until its lane answers it (at `confirmations`): the
+        // claim is tried again after each new head (or a short wait), a few times. A refused claim
+        // stores nothing, so trying again cannot settle twice; only refusals pay the reads.
+        let mut heads = payment.network.chain.head.subscribe();
+        let mut rechecks = MAX_RECHECKS;
+        loop {
+            let prepared = self.prepared(&payment, &reservation, tag.clone(), deadline);
+            let (record, payer) = match prepared.await? {
+                Prepared::Ready(record, payer) => (*record, payer),
+                Prepared::Answered(settled) => return Ok(settled),
+            };
+            let lease = reservation.lane().lease();
+            match self
+                .claim(&key, &record, &payment, lease.as_ref(), payer)
+                .await?
+            {
+                Claimed::Here(progress) => {
+                    reservation.submit(record).await;
+                    return self.wait(progress, &key, deadline).await;
+                }
+                Claimed::Queued => {
+                    drop(reservation);
+                    return self.await_stored(record, deadline).await;
+                }
+                Claimed::Known(known) => return self.answer_known(known, &key, deadline).await,
+                Claimed::OverLimit(failure) if rechecks > 0 && exposure_may_clear(&failure) => {
+                    rechecks -= 1;
+                    if !next_head(&mut heads, deadline).await {
+                        return Ok(Settled::failed(failure));
+                    }
+                }
+                Claimed::OverLimit(failure) => return Ok(Settled::failed(failure)),
+            }
+        }
+    }
+
+    /// The record to claim for this payment and the payer as the chain read saw it, or the
+    /// answer when the payment fails (or a duplicate settled it meanwhile).
+    async fn prepared(
+        &self,
+        payment: &Payment<'_>,
+        reservation: &Reservation,
+        tag: Option<RequestTag>,
+        deadline: Instant,
+    ) -> Result<Prepared, SettleError> {
+        let prepared = tokio::time::timeout_at(deadline, self.prepare(payment, reservation.lane()))
+            .await
+            .map_err(|_| Unreachable {
+                chain: payment.network.name.clone(),
+                detail: "timed out before the settlement could be prepared".to_string(),
+            })??;
+        match prepared {
+            Ok((call, gas_limit, payer)) => Ok(Prepared::Ready(
+                Box::new(new_record(payment, call, gas_limit, tag)),
+                payer,
+            )),
             Err(failure) => {
                 // A concurrent duplicate may have settled this very authorization while we read
                 // the chain (its nonce then reads as used): its outcome is the answer.
-                if let Some(known) = self.known(&key, &payment, tag.as_ref()).await? {
-                    return self.answer_known(known, &key, deadline).await;
+                let key = payment.key();
+                if let Some(known) = self.known(&key, payment, tag.as_ref()).await? {
+                    return Ok(Prepared::Answered(
+                        self.answer_known(known, &key, deadline).await?,
+                    ));
                 }
-                return Ok(Settled::failed(failure));
+                Ok(Prepared::Answered(Settled::failed(failure)))
             }
-        };
-        let record = new_record(&payment, call, gas_limit, tag);
-        let lease = reservation.lane().lease();
-        match self
-            .claim(&key, &record, &payment, lease.as_ref(), payer)
-            .await?
-        {
-            Claimed::Here(progress) => {
-                reservation.submit(record).await;
-                self.wait(progress, &key, deadline).await
-            }
-            Claimed::Queued => {
-                drop(reservation);
-                self.await_stored(record, deadline).await
-            }
-            Claimed::Known(known) => self.answer_known(known, &key, deadline).await,
-            Claimed::OverLimit(failure) => Ok(Settled::failed(failure)),
         }
     }
 
@@ -494,6 +529,27 @@ impl Settler {
     }
 }
 
+/// A refusal for the payer's balance beside its settlements under way: one of those may be
+/// mined already, and leave the exposure once answered.
+fn exposure_may_clear(failure: &Invalid) -> bool {
+    failure.reason == Reason::InsufficientFunds
+}
+
+/// How many times a claim refused for the payer's balance is tried again: enough for a lane to
+/// answer what was mined (also an instance that restarted and follows its settlements again).
+const MAX_RECHECKS: u32 = 5;
+
+/// The longest a refused claim waits for a new head before it is tried again: on a chain that
+/// mines nothing the refusal then comes a few seconds late, not at the settle timeout.
+const RECHECK_WAIT: Duration = Duration::from_secs(1);
+
+/// Waits for the chain's next head, or RECHECK_WAIT; false when `deadline` has passed.
+async fn next_head(heads: &mut watch::Receiver<Option<Head>>, deadline: Instant) -> bool {
+    let until = deadline.min(Instant::now() + RECHECK_WAIT);
+    let _ = tokio::time::timeout_at(until, heads.changed()).await;
+    Instant::now() < deadline
+}
+
 /// The gas limit of a settlement that the trial measured at `tried` gas: with headroom, never
 /// under the calldata floor (EIP-7623), never over `bound` (`max_settlement_gas`); a settlement
 /// that needs more than `bound` is refused before anything is sent.
@@ -591,6 +647,13 @@ fn new_record(
         lost: false,
         finished_at: None,
     }
+}
+
+/// A payment prepared for its claim, or already answered.
+enum Prepared {
+    /// The record to claim, and the payer as the chain read saw it.
+    Ready(Box<Record>, Payer),
+    Answered(Settled),
 }
 
 /// What claiming a payment led to.
