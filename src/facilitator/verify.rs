@@ -713,6 +713,41 @@ fn erc1271_accepted(answer: &[u8]) -> bool {
 mod tests {
     use super::*;
 
+    fn facts(deployment_tried: bool, wallet_has_code: bool) -> ChainFacts {
+        ChainFacts {
+            from_has_code: false,
+            wallet_has_code,
+            deployment_tried,
+            balance: U256::zero(),
+            authorization_used: false,
+            from_blacklisted: false,
+            to_blacklisted: false,
+            erc1271_valid: None,
+            block_timestamp: 0,
+        }
+    }
+
+    #[test]
+    fn a_wallet_not_deployed_yet_is_deployed_only_by_an_allowed_factory_that_deploys_it() {
+        let deploys = Counterfactual::Deploys(Deployment {
+            factory: Address::repeat_byte(0x5d),
+            calldata: vec![1].into(),
+        });
+        assert_eq!(check_deployment(&deploys, &facts(true, true)), Ok(()));
+        assert_eq!(
+            check_deployment(&Counterfactual::No, &facts(false, false)),
+            Ok(())
+        );
+        let reason =
+            |c: &Counterfactual, f: ChainFacts| check_deployment(c, &f).unwrap_err().reason;
+        let refused = Counterfactual::FactoryRefused(Address::repeat_byte(0x66));
+        assert_eq!(reason(&refused, facts(true, false)), Reason::Erc6492Factory);
+        // The factory ran and `from` still has no code: it deploys some other wallet.
+        assert_eq!(reason(&deploys, facts(true, false)), Reason::Signature);
+        // A batch of plain reads cannot run the deployment.
+        assert_eq!(reason(&deploys, facts(false, false)), Reason::Payload);
+    }
+
     #[test]
     fn the_trial_gives_the_gas_unless_the_estimate_is_well_above_it() {
         // Measured on anvil with Circle's USDC (facilitator-settle's first settlement).

@@ -6,6 +6,7 @@
 // - verify deploys the wallet inside its one eth_call (the lens) and asks it the signature;
 // - settle deploys it and moves the funds in one transaction (Multicall3's aggregate3);
 // - a replay sends nothing; a factory not on the list, or a wrong inner signature, sends nothing;
+// - without Multicall3 on the chain, nothing is sent (the trial checks the authorization is used);
 // - a rollback of the block that deployed and paid is survived: the settlement mines again, once.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -152,6 +153,23 @@ it('an ERC-6492 signature whose inner signature is wrong is refused, and nothing
     assert.equal(await stack.signerNonce('pending'), nonce, 'nothing was sent');
   }
   assert.equal(await code(account.address), undefined, 'the wallet was not deployed');
+});
+
+it('on a chain without Multicall3 the deploying settlement is refused unsent: a call that succeeds without using the authorization is no success', async () => {
+  const account = await newWallet();
+  const p = await payV2(account);
+  const multicall3 = await code(MULTICALL3);
+  await stack.anvil.rpc('anvil_setCode', [MULTICALL3, '0x']);
+  try {
+    const nonce = await stack.signerNonce('pending');
+    const res = await stack.settle(p.body);
+    expectSettleFailed(res, 'invalid_payload', { network: V2_NETWORK, payer: account.address });
+    assert.match(res.body.errorMessage, /did not use the authorization/);
+    assert.equal(await stack.signerNonce('pending'), nonce, 'nothing was sent');
+  } finally {
+    await stack.anvil.rpc('anvil_setCode', [MULTICALL3, multicall3]);
+  }
+  assert.equal(await stack.balanceOf(account.address), 1_000_000n, 'the wallet paid nothing');
 });
 
 it('a rollback of the block that deployed the wallet and paid is survived: the settlement mines again, once', async () => {
