@@ -5,15 +5,17 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use config::{Config, File, FileFormat, Map, Value, ValueKind};
+use config::{Config, File, FileFormat, Map, Source, Value, ValueKind};
 
+use super::presets::{self, Preset};
+use super::resolve;
 use super::{AuthSettings, ConfigError, Secret, Settings, StorageBackend, StorageSettings};
 
 /// The prefix of environment overrides: `ROUTERD__SECTION__KEY` sets `section.key`.
 pub const ENV_PREFIX: &str = "ROUTERD";
 
 /// The files of `paths` in order (later files win), with the `ROUTERD__…` variables of `env`
-/// over them; not yet validated.
+/// over them and the known networks' presets under both; not yet validated.
 pub(super) fn read_layers(
     paths: &[PathBuf],
     env: &HashMap<String, String>,
@@ -23,19 +25,44 @@ pub(super) fn read_layers(
         builder =
             builder.add_source(File::new(&path.to_string_lossy(), FileFormat::Toml).required(true));
     }
-    let from_files = builder
-        .build_cloned()
-        .map_err(|e| ConfigError::loading(&e))?;
-    let file_tree: Map<String, Value> = from_files.try_deserialize().unwrap_or_default();
-    for (key, value) in env_overrides(&file_tree, env)? {
-        builder = builder
-            .set_override(key.clone(), value)
-            .map_err(|e| ConfigError::new(key, e.to_string()))?;
-    }
-    builder
+    let mut tree = builder
         .build()
-        .and_then(|c| c.try_deserialize())
-        .map_err(|e| ConfigError::loading(&e))
+        .and_then(|files| files.collect())
+        .map_err(|e| ConfigError::loading(&e))?;
+    let overrides = env_overrides(&tree, env)?;
+    let from_env: Vec<Vec<String>> = overrides.iter().map(|(path, _)| path.clone()).collect();
+    for (path, value) in overrides {
+        set_path(&mut tree, &path, value);
+    }
+    let provenance = resolve::apply(&mut tree, &from_env)?;
+    let mut settings: Settings = Value::new(None, ValueKind::Table(tree))
+        .try_deserialize()
+        .map_err(|e| provenance.in_written_terms(ConfigError::loading(&e)))?;
+    settings.provenance = provenance;
+    Ok(settings)
+}
+
+/// Sets `value` at `path` in `tree`, making the tables on the way (a value in the way becomes a
+/// table). The path is applied as segments, not parsed: a chain keyed by a CAIP-2 id
+/// (`eip155:84532`) has a `:` that the `config` crate's key expressions do not allow.
+fn set_path(tree: &mut Map<String, Value>, path: &[String], value: Value) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut level = tree;
+    for key in parents {
+        let entry = level
+            .entry(key.clone())
+            .or_insert_with(|| Value::new(None, ValueKind::Table(Map::new())));
+        if !matches!(entry.kind, ValueKind::Table(_)) {
+            entry.kind = ValueKind::Table(Map::new());
+        }
+        let ValueKind::Table(next) = &mut entry.kind else {
+            return;
+        };
+        level = next;
+    }
+    level.insert(last.clone(), value);
 }
 
 /// `config` lowercases environment keys, while network names in files keep their case
@@ -45,7 +72,7 @@ pub(super) fn read_layers(
 fn env_overrides(
     file_tree: &Map<String, Value>,
     env: &HashMap<String, String>,
-) -> Result<Vec<(String, Value)>, ConfigError> {
+) -> Result<Vec<(Vec<String>, Value)>, ConfigError> {
     let prefix = format!("{ENV_PREFIX}__");
     let mut overrides = Vec::new();
     for (name, raw) in env {
@@ -68,30 +95,28 @@ fn env_overrides(
         } else {
             Value::new(None, raw.clone())
         };
-        overrides.push((path.join("."), value));
+        overrides.push((path, value));
     }
     overrides.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(overrides)
 }
 
-/// How a key compares with an environment variable's segment: case aside, and `-` written as `_`
-/// (systemd and shells do not allow `-` in variable names: `chainX-testnet` is `CHAINX_TESTNET`).
+/// How a key compares with an environment variable's segment: case aside, and `-` and `:` written
+/// as `_` (systemd and shells allow neither in variable names: `chainX-testnet` is
+/// `CHAINX_TESTNET`, `eip155:84532` is `EIP155_84532`).
 fn env_segment(key: &str) -> String {
-    key.to_lowercase().replace('-', "_")
+    key.to_lowercase().replace(['-', ':'], "_")
 }
 
 fn resolve_case_insensitive<'a>(
     tree: &'a Map<String, Value>,
     segments: &[String],
 ) -> (Vec<String>, Option<&'a Value>) {
-    let mut path = Vec::with_capacity(segments.len());
+    let mut path: Vec<String> = Vec::with_capacity(segments.len());
     let mut level = Some(tree);
     let mut found = None;
     for segment in segments {
-        let hit = level.and_then(|map| {
-            map.iter()
-                .find(|(k, _)| env_segment(k) == env_segment(segment))
-        });
+        let hit = level.and_then(|map| map.iter().find(|(k, _)| same_key(&path, k, segment)));
         match hit {
             Some((key, value)) => {
                 path.push(key.clone());
@@ -102,13 +127,47 @@ fn resolve_case_insensitive<'a>(
                 };
             }
             None => {
-                path.push(segment.clone());
+                path.push(preset_key(&path, segment).unwrap_or_else(|| segment.clone()));
                 found = None;
                 level = None;
             }
         }
     }
     (path, found)
+}
+
+/// Whether the files' `key` under `parent` is what an environment segment names: the same name
+/// as `env_segment` compares them; under `chains`, a known network's v1 name and its CAIP-2 id
+/// are one name (`BASE_SEPOLIA` reaches `[chains."eip155:84532"]`).
+fn same_key(parent: &[String], key: &str, segment: &str) -> bool {
+    env_segment(key) == env_segment(segment)
+        || (parent == ["chains"]
+            && matches!(
+                (presets::find(key), known_network(segment)),
+                (Some(a), Some(b)) if a.name == b.name
+            ))
+}
+
+/// The key a known network gives a segment the files do not have: its v1 name under `chains`
+/// (`BASE_SEPOLIA`, `EIP155_84532`), its token's symbol under its `tokens` (`USDC`), so that the
+/// environment alone can configure a known network or override its preset.
+fn preset_key(parent: &[String], segment: &str) -> Option<String> {
+    match parent {
+        [chains] if chains == "chains" => known_network(segment).map(|p| p.name.to_string()),
+        [chains, key, tokens] if chains == "chains" && tokens == "tokens" => {
+            let token = presets::find(key)?.token.as_ref()?;
+            (env_segment(token.symbol) == env_segment(segment)).then(|| token.symbol.to_string())
+        }
+        _ => None,
+    }
+}
+
+/// The known network an environment segment names, by its v1 name or its CAIP-2 id.
+fn known_network(segment: &str) -> Option<&'static Preset> {
+    let wanted = env_segment(segment);
+    presets::PRESETS
+        .iter()
+        .find(|p| env_segment(p.name) == wanted || env_segment(&p.caip2()) == wanted)
 }
 
 const LIST_KEYS: &[&str] = &["rpc_urls", "networks", "chains", "prefer"];

@@ -9,6 +9,8 @@
 //! - `schema`: the settings structs and enums, their serde attributes and defaults;
 //! - `redacted`: [`Secret`] and [`Endpoint`], the values shown redacted;
 //! - `env`: the layered sources (files, then the environment, then systemd credentials);
+//! - `presets`: the known networks (x402's network names, their chain ids and default tokens);
+//! - `resolve`: the known networks applied to the layered sources, and where each value came from;
 //! - `validate`: the checks of each section;
 //! - `error`: [`ConfigError`], and the key read out of the `config` crate's errors;
 //! - `render`: the effective configuration as TOML, for `check-config`.
@@ -18,8 +20,10 @@ use std::path::{Path, PathBuf};
 
 mod env;
 mod error;
+mod presets;
 mod redacted;
 mod render;
+mod resolve;
 mod schema;
 #[cfg(test)]
 mod testing;
@@ -47,7 +51,9 @@ impl Settings {
         let mut settings = env::read_layers(paths, env)?;
         settings.storage.resolve_url(env)?;
         settings.auth.resolve_file(env);
-        settings.validate()?;
+        settings
+            .validate()
+            .map_err(|e| settings.provenance.in_written_terms(e))?;
         Ok(settings)
     }
 }

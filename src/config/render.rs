@@ -1,46 +1,67 @@
 //! The effective configuration as TOML, for `check-config`. Values go through their `Serialize`
-//! impls, so secrets and RPC URLs come out redacted (see `redacted`).
+//! impls, so secrets and RPC URLs come out redacted (see `redacted`). A known network's chain says
+//! so, and each of its preset values says where it came from (`# preset`, `# file`,
+//! `# environment`).
 
+use serde_json::Value;
+
+use super::presets::SOURCES;
+use super::resolve::Provenance;
 use super::Settings;
 
 impl Settings {
     /// The effective configuration as TOML. Secrets (the database URL) show as `<redacted>`;
     /// signer keys live in files, so only their paths are shown.
     pub fn render(&self) -> String {
-        toml_render(self)
+        let value = serde_json::to_value(self).unwrap_or_default();
+        let mut out = String::new();
+        render_table(&mut out, &[], &value, &self.provenance);
+        out
     }
 }
 
-fn toml_render(settings: &Settings) -> String {
-    let value = serde_json::to_value(settings).unwrap_or_default();
-    let mut out = String::new();
-    render_table(&mut out, "", &value);
-    out
-}
-
 /// Minimal TOML writer for the effective config: scalars and arrays first, then sub-tables.
-fn render_table(out: &mut String, prefix: &str, value: &serde_json::Value) {
+fn render_table(out: &mut String, path: &[&str], value: &Value, provenance: &Provenance) {
     let Some(map) = value.as_object() else { return };
     let has_scalars = map.values().any(|v| !v.is_object() && !v.is_null());
-    if !prefix.is_empty() && has_scalars {
-        out.push_str(&format!("\n[{prefix}]\n"));
+    if !path.is_empty() && has_scalars {
+        out.push('\n');
+        if let ["chains", key] = path {
+            known_network_note(out, key, provenance);
+        }
+        let header: Vec<String> = path.iter().map(|k| toml_key(k)).collect();
+        out.push_str(&format!("[{}]\n", header.join(".")));
     }
     for (key, v) in map {
         if v.is_object() || v.is_null() {
             continue;
         }
-        out.push_str(&format!("{} = {}\n", toml_key(key), v));
+        out.push_str(&format!("{} = {v}", toml_key(key)));
+        if let Some(origin) = provenance.origin(&[path, &[key.as_str()]].concat()) {
+            out.push_str(&format!("  # {}", origin.as_str()));
+        }
+        out.push('\n');
     }
     for (key, v) in map {
         if v.is_object() {
-            let sub = if prefix.is_empty() {
-                toml_key(key)
-            } else {
-                format!("{prefix}.{}", toml_key(key))
-            };
-            render_table(out, &sub, v);
+            render_table(out, &[path, &[key.as_str()]].concat(), v, provenance);
         }
     }
+}
+
+/// A comment above a known network's chain: which network, and what `# preset` means.
+fn known_network_note(out: &mut String, key: &str, provenance: &Provenance) {
+    let Some(preset) = provenance.preset(key) else {
+        return;
+    };
+    let written = provenance
+        .written_as(key)
+        .map(|_| ", the key the configuration gives it".to_string())
+        .unwrap_or_default();
+    out.push_str(&format!(
+        "# {key}: a known network ({}{written}); values marked preset are routerd's ({SOURCES})\n",
+        preset.caip2()
+    ));
 }
 
 fn toml_key(key: &str) -> String {

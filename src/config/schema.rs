@@ -9,6 +9,7 @@ use ethers_core::types::U256;
 use serde::{Deserialize, Serialize};
 
 use super::redacted::{Endpoint, Secret};
+use super::resolve::Provenance;
 
 /// The deepest `finality_depth`: the head watcher keeps this many canonical block hashes.
 pub const KEPT_BLOCKS: u64 = 256;
@@ -26,6 +27,9 @@ pub struct Settings {
     pub facilitator: Option<FacilitatorSettings>,
     #[serde(default)]
     pub auth: AuthSettings,
+    /// Which chains are known networks, and where their preset values came from.
+    #[serde(skip)]
+    pub(super) provenance: Provenance,
 }
 
 /// Who may call routerd (access.md §5): without a keys file, anyone who reaches it.

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use ethers_core::types::{Address, U256};
 
+use super::presets::{self, Preset};
 use super::{
     ChainSettings, ConfigError, FacilitatorSettings, RouterSettings, ServerSettings, Settings,
     StorageBackend, StorageSettings, KEPT_BLOCKS,
@@ -33,7 +34,7 @@ impl Settings {
         self.server.validate()?;
         self.storage.validate()?;
         for (name, chain) in &self.chains {
-            chain.validate(name)?;
+            chain.validate(name, self.provenance.preset(name))?;
         }
         if let Some(router) = &self.router {
             router.validate(&self.chains)?;
@@ -116,12 +117,24 @@ fn validate_network_name(name: &str) -> Result<(), ConfigError> {
 
 impl ChainSettings {
     /// The checks of `[chains.<name>]`, in this order; the first that fails is reported.
-    fn validate(&self, name: &str) -> Result<(), ConfigError> {
+    /// `preset`: the known network the chain is, if any.
+    fn validate(&self, name: &str, preset: Option<&Preset>) -> Result<(), ConfigError> {
         validate_network_name(name)?;
         if self.chain_id == 0 {
             return Err(ConfigError::new(
                 chain_key(name, "chain_id"),
                 "must be greater than 0",
+            ));
+        }
+        // The key is the network's x402 v1 name, which x402 clients map to the preset's chain
+        // id: with another id, v1 and v2 (eip155:<chain_id>) would name two different chains.
+        if let Some(preset) = preset.filter(|p| p.chain_id != self.chain_id) {
+            return Err(ConfigError::new(
+                chain_key(name, "chain_id"),
+                format!(
+                    "{name} is the known network with chain id {}; another chain needs a key of its own",
+                    preset.chain_id
+                ),
             ));
         }
         self.validate_endpoints(name)?;
@@ -256,6 +269,14 @@ impl ChainSettings {
     }
 }
 
+/// Why a chain named in `router.chains` or `facilitator.networks` is missing.
+fn no_section(name: &str) -> String {
+    match presets::find(name) {
+        Some(_) => format!("no [chains.{name}] section (a known network: its rpc_urls are enough)"),
+        None => format!("no [chains.{name}] section"),
+    }
+}
+
 impl RouterSettings {
     fn validate(&self, chains: &BTreeMap<String, ChainSettings>) -> Result<(), ConfigError> {
         if self.chains.is_empty() {
@@ -266,10 +287,7 @@ impl RouterSettings {
         }
         for name in &self.chains {
             if !chains.contains_key(name) {
-                return Err(ConfigError::new(
-                    "router.chains",
-                    format!("no [chains.{name}] section"),
-                ));
+                return Err(ConfigError::new("router.chains", no_section(name)));
             }
         }
         if self.chain_timeout_ms == 0 {
@@ -297,12 +315,9 @@ impl FacilitatorSettings {
             ));
         }
         for name in &self.networks {
-            let chain = chains.get(name).ok_or_else(|| {
-                ConfigError::new(
-                    "facilitator.networks",
-                    format!("no [chains.{name}] section"),
-                )
-            })?;
+            let chain = chains
+                .get(name)
+                .ok_or_else(|| ConfigError::new("facilitator.networks", no_section(name)))?;
             if chain.tokens.is_empty() {
                 return Err(ConfigError::new(
                     format!("chains.{name}.tokens"),

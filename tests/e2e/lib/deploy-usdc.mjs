@@ -3,6 +3,7 @@
 // Shared by the e2e harness (import) and scripts/dev-stack (CLI), so both get the same token.
 //
 // CLI: node tests/e2e/lib/deploy-usdc.mjs --rpc URL [--deployer-key 0x..] [--fund ADDR=ATOMIC]...
+//        [--at ADDR [--eip712-name NAME]]   (an anvil chain only: the token placed at ADDR, see placeUsdc)
 //      prints {"address": "0x...", "chainId": N} on stdout.
 import { createRequire } from 'node:module';
 import { realpathSync } from 'node:fs';
@@ -52,32 +53,86 @@ export function linkBytecode(artifact, libraries) {
  * @returns {Promise<`0x${string}`>} the token address
  */
 export async function deployUsdc(client, { fund = [], symbol = 'USDC' } = {}) {
+  const txs = await pipeline(client);
+  const token = deployFiatToken(txs);
+  initialiseUsdc(txs, token, { eip712Name: USDC_EIP712.name, symbol, fund });
+  await txs.confirm();
+  await expectName(client, token, USDC_EIP712.name);
+  return token;
+}
+
+/**
+ * Place FiatTokenV2_2 at `address` on an anvil chain, as if Circle had deployed it there: deploy it
+ * (and SignatureChecker) at a new address, copy its runtime code to `address` with anvil_setCode,
+ * then initialise it at `address` as deployUsdc does, with `eip712Name` as its EIP-712 name
+ * (version "2"). FiatTokenV2_2 computes its EIP-712 domain separator from address(this) and the
+ * chain id, so on an anvil started with a real chain's id, this is that chain's token to every
+ * signer (e.g. Base Sepolia's USDC: chain 84532, 0x036CbD53842c5426634e7929541eC2318f3dCF7e, "USDC").
+ * @param {import('viem').WalletClient & import('viem').PublicActions} client  as for deployUsdc
+ * @param {{address: string, eip712Name: string, fund?: {address: string, amount: bigint}[], symbol?: string}} opts
+ * @returns {Promise<`0x${string}`>} `address`
+ */
+export async function placeUsdc(client, { address, eip712Name, fund = [], symbol = 'USDC' }) {
+  const txs = await pipeline(client);
+  const deployed = deployFiatToken(txs);
+  await txs.confirm();
+  const code = await client.getCode({ address: deployed });
+  await client.request({ method: 'anvil_setCode', params: [address, code] });
+  initialiseUsdc(txs, address, { eip712Name, symbol, fund });
+  await txs.confirm();
+  await expectName(client, address, eip712Name);
+  return address;
+}
+
+/**
+ * Transactions from the client's account sent one after the other without waiting for each
+ * (explicit nonces), confirmed together by `confirm()`.
+ */
+async function pipeline(client) {
   const me = client.account.address;
   let nonce = await client.getTransactionCount({ address: me, blockTag: 'pending' });
+  let sending = Promise.resolve();
   const hashes = [];
-  const send = async (tx) => {
-    hashes.push(await client.sendTransaction({ ...tx, nonce, gas: tx.gas ?? CALL_GAS }));
-    nonce += 1;
+  return {
+    me,
+    /** Queues `tx`; returns the address a contract creation at its nonce makes. */
+    send(tx) {
+      const at = nonce;
+      nonce += 1;
+      sending = sending.then(async () => {
+        hashes.push(await client.sendTransaction({ ...tx, nonce: at, gas: tx.gas ?? CALL_GAS }));
+      });
+      return getContractAddress({ from: me, nonce: BigInt(at) });
+    },
+    async confirm() {
+      await sending;
+      await confirmAll(client, hashes.splice(0));
+    },
   };
-  const call = (functionName, args) => send({ to: token, data: encodeCall(functionName, args) });
+}
 
-  const checker = getContractAddress({ from: me, nonce: BigInt(nonce) });
-  await send({ data: signatureCheckerArtifact.bytecode, gas: DEPLOY_GAS });
-  const token = getContractAddress({ from: me, nonce: BigInt(nonce) });
+/** SignatureChecker, then FiatTokenV2_2 linked to it: the token's address. */
+function deployFiatToken(txs) {
+  const checker = txs.send({ data: signatureCheckerArtifact.bytecode, gas: DEPLOY_GAS });
   const bytecode = linkBytecode(fiatTokenArtifact, { SignatureChecker: checker });
-  await send({ data: encodeDeployData({ abi: usdcAbi, bytecode, args: [] }), gas: DEPLOY_GAS });
+  return txs.send({ data: encodeDeployData({ abi: usdcAbi, bytecode, args: [] }), gas: DEPLOY_GAS });
+}
 
-  await call('initialize', ['USD Coin', symbol, 'USD', 6, me, me, me, me]);
-  await call('initializeV2', [USDC_EIP712.name]);
-  await call('initializeV2_1', [me]);
-  await call('initializeV2_2', [[], symbol]);
-  await call('configureMinter', [me, maxUint256]);
-  for (const { address, amount } of fund) await call('mint', [address, BigInt(amount)]);
+/** Circle's initialisation (V1, V2 with the EIP-712 name, V2_1, V2_2), a minter, the funding. */
+function initialiseUsdc(txs, token, { eip712Name, symbol, fund }) {
+  const call = (functionName, args) => txs.send({ to: token, data: encodeCall(functionName, args) });
+  const me = txs.me;
+  call('initialize', ['USD Coin', symbol, 'USD', 6, me, me, me, me]);
+  call('initializeV2', [eip712Name]);
+  call('initializeV2_1', [me]);
+  call('initializeV2_2', [[], symbol]);
+  call('configureMinter', [me, maxUint256]);
+  for (const { address, amount } of fund) call('mint', [address, BigInt(amount)]);
+}
 
-  await confirmAll(client, hashes);
+async function expectName(client, token, expected) {
   const name = await client.readContract({ address: token, abi: usdcAbi, functionName: 'name' });
-  if (name !== USDC_EIP712.name) throw new Error(`USDC at ${token} reports name ${name}`);
-  return token;
+  if (name !== expected) throw new Error(`USDC at ${token} reports name ${name}`);
 }
 
 function encodeCall(functionName, args) {
@@ -126,15 +181,21 @@ async function main() {
       rpc: { type: 'string' },
       'deployer-key': { type: 'string', default: anvilKey(ROLE.deployer) },
       fund: { type: 'string', multiple: true, default: [] },
+      at: { type: 'string' },
+      'eip712-name': { type: 'string', default: USDC_EIP712.name },
     },
   });
-  if (!values.rpc) throw new Error('usage: deploy-usdc.mjs --rpc URL [--deployer-key 0x..] [--fund ADDR=ATOMIC]...');
+  if (!values.rpc) {
+    throw new Error('usage: deploy-usdc.mjs --rpc URL [--deployer-key 0x..] [--fund ADDR=ATOMIC]... [--at ADDR [--eip712-name NAME]]');
+  }
   const fund = values.fund.map((spec) => {
     const [address, amount] = spec.split('=');
     return { address, amount: BigInt(amount) };
   });
   const client = await walletFor(values.rpc, values['deployer-key']);
-  const address = await deployUsdc(client, { fund });
+  const address = values.at
+    ? await placeUsdc(client, { address: values.at, eip712Name: values['eip712-name'], fund })
+    : await deployUsdc(client, { fund });
   console.log(JSON.stringify({ address, chainId: client.chain.id }));
 }
 

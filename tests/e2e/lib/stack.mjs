@@ -14,6 +14,9 @@ import { freePort, makeTempDir, readAnswer, IDEMPOTENCY_KEY } from './util.mjs';
 
 export const NETWORK = 'base-sepolia'; // the official x402 v1 client maps it to chain id 84532
 export const CHAIN_ID = 84532;
+// base-sepolia is a known network, whose preset fee model is op-stack (Base's L1 data fee). This
+// anvil has no GasPriceOracle predeploy, so the router could not price that fee: EIP-1559 only.
+const ANVIL_FEE_MODEL = 'fee_model = "eip1559"\n';
 
 /**
  * @param {object} [o]
@@ -98,7 +101,8 @@ class Stack {
       port,
       storePath: join(this.tmp.dir, 'routerd.db'),
       chains: Object.entries(this.chains).map(([name, c]) => ({
-        name, chainId: c.anvil.chainId, rpcUrl: rpcUrlFor(name, c.anvil.url), token: c.usdc, extra: name === NETWORK ? chainExtra : '',
+        name, chainId: c.anvil.chainId, rpcUrl: rpcUrlFor(name, c.anvil.url), token: c.usdc,
+        extra: name === NETWORK ? ANVIL_FEE_MODEL + chainExtra : '',
       })),
       networks: served,
       denyListFile,
