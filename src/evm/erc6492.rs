@@ -66,19 +66,55 @@ pub fn unwrap(signature: &[u8]) -> Result<Option<Wrapped>, Undecodable> {
 /// If the deployment did not happen, the call fails on the wallet's missing code, and with it
 /// the whole transaction.
 pub fn deploy_then_call(deployment: &Deployment, target: Address, calldata: &[u8]) -> Bytes {
-    let call3 = |target: Address, allow_failure: bool, data: &[u8]| {
-        Token::Tuple(vec![
-            Token::Address(target),
-            Token::Bool(allow_failure),
-            Token::Bytes(data.to_vec()),
-        ])
+    aggregate3(&[
+        (deployment.factory, true, &deployment.calldata),
+        (target, false, calldata),
+    ])
+}
+
+/// What `deploy_then_call` answers in an `eth_call`, the call on `target` allowed to fail too
+/// (`deploy_then_read`): each call's success and return data, or `None` when the answer is not
+/// Multicall3's (no code at its address answers `0x`).
+pub fn decode_results(answer: &[u8]) -> Option<Vec<(bool, Vec<u8>)>> {
+    let result = ParamType::Tuple(vec![ParamType::Bool, ParamType::Bytes]);
+    let Token::Array(results) = decode(&[ParamType::Array(Box::new(result))], answer)
+        .ok()?
+        .pop()?
+    else {
+        return None;
     };
+    results
+        .into_iter()
+        .map(|r| {
+            let [ok, data] = <[Token; 2]>::try_from(r.into_tuple()?).ok()?;
+            Some((ok.into_bool()?, data.into_bytes()?))
+        })
+        .collect()
+}
+
+/// For an `eth_call` (nothing is sent): the deployment, then a read of the deployed wallet
+/// (`isValidSignature`), both allowed to fail, on nodes that run no state overrides.
+pub fn deploy_then_read(deployment: &Deployment, target: Address, calldata: &[u8]) -> Bytes {
+    aggregate3(&[
+        (deployment.factory, true, &deployment.calldata),
+        (target, true, calldata),
+    ])
+}
+
+fn aggregate3(calls: &[(Address, bool, &[u8])]) -> Bytes {
     let selector = &keccak256("aggregate3((address,bool,bytes)[])")[..4];
     let mut data = selector.to_vec();
-    data.extend(encode(&[Token::Array(vec![
-        call3(deployment.factory, true, &deployment.calldata),
-        call3(target, false, calldata),
-    ])]));
+    let calls = calls
+        .iter()
+        .map(|(target, allow_failure, data)| {
+            Token::Tuple(vec![
+                Token::Address(*target),
+                Token::Bool(*allow_failure),
+                Token::Bytes(data.to_vec()),
+            ])
+        })
+        .collect();
+    data.extend(encode(&[Token::Array(calls)]));
     data.into()
 }
 
@@ -102,6 +138,20 @@ mod tests {
             format!("{MULTICALL3:?}"),
             "0xca11bde05977b3631167028862be2a173976ca11"
         );
+    }
+
+    #[test]
+    fn reads_aggregate3_results_and_refuses_anything_else() {
+        let answer = encode(&[Token::Array(vec![
+            Token::Tuple(vec![Token::Bool(true), Token::Bytes(vec![])]),
+            Token::Tuple(vec![Token::Bool(false), Token::Bytes(vec![0x16, 0x26])]),
+        ])]);
+        assert_eq!(
+            decode_results(&answer),
+            Some(vec![(true, vec![]), (false, vec![0x16, 0x26])])
+        );
+        assert_eq!(decode_results(&[]), None);
+        assert_eq!(decode_results(&[0xff; 40]), None);
     }
 
     #[test]

@@ -124,8 +124,8 @@ struct ChainFacts {
     to_blacklisted: bool,
     /// After the ERC-6492 deployment asked, inside the read only.
     wallet_has_code: bool,
-    /// The read ran the deployment asked (the lens does; a batch of plain reads cannot).
-    deployment_tried: bool,
+    /// Why the read could not run the deployment asked, when it could not.
+    deployment_unavailable: Option<&'static str>,
     /// `Some` when ERC-1271 was asked: the signature did not recover to `from` locally.
     erc1271_valid: Option<bool>,
     block_timestamp: u64,
@@ -379,11 +379,17 @@ fn check_deployment(counterfactual: &Counterfactual, facts: &ChainFacts) -> Resu
         Counterfactual::No => Ok(()),
         Counterfactual::FactoryRefused(factory) => Err(invalid(
             Reason::Erc6492Factory,
-            format!("signature: ERC-6492 factory {} is not on facilitator.erc6492_factories", evm::hex_bytes(factory)),
+            format!(
+                "signature: ERC-6492 factory {} is not on facilitator.erc6492_factories",
+                evm::hex_bytes(factory)
+            ),
         )),
-        Counterfactual::Deploys(_) if !facts.deployment_tried => Err(invalid(
+        Counterfactual::Deploys(_) if facts.deployment_unavailable.is_some() => Err(invalid(
             Reason::Payload,
-            "signature: this network's node does not run eth_call state overrides, so a wallet not yet deployed (ERC-6492) cannot be checked here",
+            format!(
+                "signature: a wallet not yet deployed (ERC-6492) cannot be checked here: {}",
+                facts.deployment_unavailable.unwrap_or_default()
+            ),
         )),
         Counterfactual::Deploys(_) if !facts.wallet_has_code => Err(invalid(
             Reason::Signature,
@@ -541,7 +547,7 @@ async fn read_with_lens(
     let facts = ChainFacts {
         from_has_code: !read.from_code_size.is_zero(),
         wallet_has_code: !read.wallet_code_size.is_zero(),
-        deployment_tried: true,
+        deployment_unavailable: None,
         balance: token_said(read.balance, "balanceOf")?,
         authorization_used: !token_said(read.authorization_state, "authorizationState")?.is_zero(),
         from_blacklisted: read.from_blacklisted,
@@ -560,6 +566,8 @@ struct FactSlots {
     from_listed: Slot,
     to_listed: Slot,
     erc1271: Option<Slot>,
+    /// The deployment and ERC-1271 through Multicall3, for a wallet not yet deployed.
+    deployed: Option<Slot>,
     estimate: Option<Slot>,
 }
 
@@ -568,6 +576,8 @@ fn facts_batch(payment: &Payment<'_>, trial: Option<&Trial<'_>>) -> (Batch, Fact
     let auth = &payment.auth;
     let token = payment.token.address;
     let read = |to, data: Bytes| chain::eth_call(to, &data, "latest");
+    let deployment = payment.counterfactual.deployment();
+    let erc1271_call = erc3009::is_valid_signature(payment.digest, &payment.signature);
     let mut batch = Batch::new();
     let slots = FactSlots {
         code: batch.add(Call::new(
@@ -581,11 +591,11 @@ fn facts_batch(payment: &Payment<'_>, trial: Option<&Trial<'_>>) -> (Batch, Fact
         )),
         from_listed: batch.add(read(token, erc3009::is_blacklisted(auth.from))),
         to_listed: batch.add(read(token, erc3009::is_blacklisted(payment.pay_to))),
-        erc1271: asks_erc1271(payment).then(|| {
-            batch.add(read(
-                auth.from,
-                erc3009::is_valid_signature(payment.digest, &payment.signature),
-            ))
+        erc1271: (asks_erc1271(payment) && deployment.is_none())
+            .then(|| batch.add(read(auth.from, erc1271_call.clone()))),
+        deployed: deployment.map(|d| {
+            let call = erc6492::deploy_then_read(d, auth.from, &erc1271_call);
+            batch.add(read(erc6492::MULTICALL3, call))
         }),
         estimate: trial.map(|trial| batch.add(estimate_call(trial))),
     };
@@ -629,10 +639,10 @@ async fn read_in_batch(
         Err(e) => Err(unreadable(chain, "isValidSignature", e.to_string())),
     };
     let from_has_code = code.as_str().is_some_and(|c| c.len() > 2);
-    let facts = ChainFacts {
+    let mut facts = ChainFacts {
         from_has_code,
         wallet_has_code: from_has_code,
-        deployment_tried: false,
+        deployment_unavailable: None,
         balance: word(slots.balance, "balanceOf")?,
         authorization_used: !word(slots.state, "authorizationState")?.is_zero(),
         from_blacklisted: flag(slots.from_listed, "isBlacklisted(from)")?,
@@ -643,11 +653,43 @@ async fn read_in_batch(
             .transpose()?,
         block_timestamp: chain.head.current().map_or(0, |head| head.timestamp),
     };
+    if let Some(slot) = slots.deployed {
+        read_deployed(&mut facts, chain, answers.get(slot))?;
+    }
     let tried = slots
         .estimate
         .map(|slot| estimate_tried(chain, answers.get(slot)))
         .transpose()?;
     Ok((facts, tried))
+}
+
+/// The wallet as Multicall3 saw it once the factory ran, inside an `eth_call`: a node without
+/// state overrides still runs the deployment that way. Only a wallet's code answers with data or
+/// reverts (a call to an address without code succeeds with none).
+fn read_deployed(
+    facts: &mut ChainFacts,
+    chain: &Chain,
+    answer: &CallResult,
+) -> Result<(), Unreachable> {
+    let results = match answer {
+        Ok(v) => v
+            .as_str()
+            .and_then(evm::hex_decode)
+            .and_then(|bytes| erc6492::decode_results(&bytes)),
+        Err(e) if e.is_revert() => None,
+        Err(e) => return Err(unreadable(chain, "Multicall3 aggregate3", e.to_string())),
+    };
+    match results.as_deref() {
+        Some([_, (ok, data)]) => {
+            facts.wallet_has_code = facts.from_has_code || !ok || !data.is_empty();
+            facts.erc1271_valid = Some(*ok && erc1271_accepted(data));
+        }
+        _ => {
+            facts.deployment_unavailable =
+                Some("Multicall3 (0xcA11bde05977b3631167028862bE2a173976CA11), through which the settlement deploys it, did not answer on this network")
+        }
+    }
+    Ok(())
 }
 
 /// The settlement transaction as `eth_estimateGas`. At `latest`, as the reads: without a block
@@ -713,11 +755,11 @@ fn erc1271_accepted(answer: &[u8]) -> bool {
 mod tests {
     use super::*;
 
-    fn facts(deployment_tried: bool, wallet_has_code: bool) -> ChainFacts {
+    fn facts(deployment_ran: bool, wallet_has_code: bool) -> ChainFacts {
         ChainFacts {
             from_has_code: false,
             wallet_has_code,
-            deployment_tried,
+            deployment_unavailable: (!deployment_ran).then_some("no state overrides"),
             balance: U256::zero(),
             authorization_used: false,
             from_blacklisted: false,
@@ -744,7 +786,7 @@ mod tests {
         assert_eq!(reason(&refused, facts(true, false)), Reason::Erc6492Factory);
         // The factory ran and `from` still has no code: it deploys some other wallet.
         assert_eq!(reason(&deploys, facts(true, false)), Reason::Signature);
-        // A batch of plain reads cannot run the deployment.
+        // The read could not run the deployment.
         assert_eq!(reason(&deploys, facts(false, false)), Reason::Payload);
     }
 
