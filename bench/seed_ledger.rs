@@ -50,6 +50,7 @@ fn finished_record(i: u64, now: u64) -> Record {
         nonce: H256(nonce),
         valid_before: now + 3600,
         digest: hash,
+        method: Default::default(),
         via: None,
         calldata: Bytes::from(vec![0u8; 260]),
         gas_limit: 100_000,

@@ -21,8 +21,12 @@ contract VerifyLens {
         uint256 walletCodeSize;
         bool balanceRead;
         uint256 balance;
+        /// The word that says whether the authorization's nonce is used (`stateCall`'s answer).
         bool authorizationStateRead;
         uint256 authorizationState;
+        /// `allowance(from, allowanceSpender)` on the token, when a spender was given.
+        bool allowanceRead;
+        uint256 allowance;
         bool fromBlacklisted;
         bool toBlacklisted;
         /// What `from` answered to `erc1271Call` (after the deployment, if any); empty when not
@@ -43,13 +47,18 @@ contract VerifyLens {
     /// The outcome of `tryCall`, carried out by its revert.
     error Tried(bool succeeded, uint256 gas, bytes revertData);
 
-    /// The payment and the settlement to try. `factory` and `factoryCall` deploy `from` first
-    /// when it has no code (ERC-6492); a zero `factory` deploys nothing.
+    /// The payment and the settlement to try. `stateCall` on `stateTarget` reads the word in
+    /// which `stateMask`'s bits say the authorization's nonce is used (the token's
+    /// `authorizationState`, or Permit2's `nonceBitmap`). `factory` and `factoryCall` deploy
+    /// `from` first when it has no code (ERC-6492); a zero `factory` deploys nothing.
     struct Ask {
         address token;
         address from;
         address payTo;
-        bytes32 nonce;
+        address stateTarget;
+        bytes stateCall;
+        uint256 stateMask;
+        address allowanceSpender;
         address factory;
         bytes factoryCall;
         bytes erc1271Call;
@@ -76,10 +85,12 @@ contract VerifyLens {
         }
         f.walletCodeSize = from.code.length;
         address token = ask.token;
-        bytes32 nonce = ask.nonce;
         (f.balanceRead, f.balance) = word(token, abi.encodeWithSignature("balanceOf(address)", from));
-        (f.authorizationStateRead, f.authorizationState) =
-            word(token, abi.encodeWithSignature("authorizationState(address,bytes32)", from, nonce));
+        (f.authorizationStateRead, f.authorizationState) = word(ask.stateTarget, ask.stateCall);
+        if (ask.allowanceSpender != address(0)) {
+            (f.allowanceRead, f.allowance) =
+                word(token, abi.encodeWithSignature("allowance(address,address)", from, ask.allowanceSpender));
+        }
         f.fromBlacklisted = flag(token, from);
         f.toBlacklisted = flag(token, ask.payTo);
         if (ask.erc1271Call.length != 0 && f.walletCodeSize != 0) {
@@ -115,10 +126,8 @@ contract VerifyLens {
         (bool succeeded, bytes memory answer) = target.call(call);
         uint256 gas = before - gasleft();
         if (succeeded) {
-            (bool read, uint256 used) = word(
-                ask.token, abi.encodeWithSignature("authorizationState(address,bytes32)", ask.from, ask.nonce)
-            );
-            if (!read || used == 0) {
+            (bool read, uint256 state) = word(ask.stateTarget, ask.stateCall);
+            if (!read || state & ask.stateMask == 0) {
                 succeeded = false;
                 answer = abi.encodeWithSignature("Error(string)", "the settlement call did not use the authorization");
             }

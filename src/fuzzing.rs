@@ -15,7 +15,7 @@ use crate::chain::{self, head};
 use crate::evm;
 use crate::evm::erc3009;
 use crate::facilitator::lens;
-use crate::facilitator::protocol::values;
+use crate::facilitator::protocol::values::{self, Payload};
 use crate::facilitator::protocol::{v1, v2};
 use crate::facilitator::request::Served;
 use crate::facilitator::request::Spelling;
@@ -74,7 +74,7 @@ fn check_payment(payment: &Payment, element: Option<usize>, body: &[u8]) {
     let (lowered, payload, path): (_, _, Spelling) = match payment {
         Payment::V1(request) => (
             v1::lower(request, &served),
-            &request.payment_payload.payload,
+            Payload::from(&request.payment_payload.payload),
             v1::path,
         ),
         Payment::V2(request) => {
@@ -84,7 +84,7 @@ fn check_payment(payment: &Payment, element: Option<usize>, body: &[u8]) {
             ]);
             (
                 v2::lower(request, &by_chain_id, &served),
-                &request.payment_payload.payload,
+                Payload::from(&request.payment_payload.payload),
                 v2::path,
             )
         }
@@ -92,9 +92,9 @@ fn check_payment(payment: &Payment, element: Option<usize>, body: &[u8]) {
     if let Err(failure) = lowered {
         let _ = failure.message.render(path);
     }
-    let _ = v1::payer_of(payload);
+    let _ = v1::payer_of(payload.clone());
     // Rule 5 on its own as well: most bodies fail rule 4 first (an asset that is not served).
-    if let Ok((auth, signature)) = values::payload(payload, MAX_SIGNATURE_BYTES) {
+    if let Ok((auth, _, signature)) = values::payload(&payload, MAX_SIGNATURE_BYTES) {
         let digest = erc3009::digest(H256::repeat_byte(0x5a), &auth);
         let _ = erc3009::recover(digest, &signature);
     }
@@ -110,6 +110,8 @@ impl FuzzServed {
             eip712_name: "USDC".to_string(),
             eip712_version: "2".to_string(),
             domain_separator: H256::repeat_byte(0x5a),
+            eip3009: true,
+            permit2: true,
         }])
     }
 }

@@ -22,6 +22,7 @@ pub fn record(nonce: u8) -> Record {
         nonce: H256::repeat_byte(nonce),
         valid_before: u64::MAX / 2,
         digest: H256::repeat_byte(0xd0),
+        method: Default::default(),
         via: None,
         calldata: Bytes::from(vec![1, 2, 3]),
         gas_limit: 90_000,

@@ -34,7 +34,8 @@ pub use error::ConfigError;
 pub use redacted::{Endpoint, Secret};
 pub use schema::{
     AuthSettings, ChainKind, ChainSettings, FacilitatorSettings, FeeModel, RouterSettings,
-    ServerSettings, Settings, StorageBackend, StorageSettings, TokenSettings, KEPT_BLOCKS,
+    ServerSettings, Settings, StorageBackend, StorageSettings, TokenSettings, TransferMethod,
+    KEPT_BLOCKS,
 };
 
 impl Settings {

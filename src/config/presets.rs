@@ -46,6 +46,8 @@ pub struct PresetToken {
     pub address: &'static str,
     pub eip712_name: &'static str,
     pub eip712_version: &'static str,
+    /// Every preset token has ERC-3009; Permit2 moves any ERC-20.
+    pub transfer_methods: &'static [&'static str],
 }
 
 const fn token(
@@ -59,6 +61,7 @@ const fn token(
         address,
         eip712_name,
         eip712_version,
+        transfer_methods: &["eip3009", "permit2"],
     })
 }
 

@@ -204,6 +204,12 @@ impl Filler<'_> {
         self.field(&path, fields, "address", token.address.into());
         self.field(&path, fields, "eip712_name", token.eip712_name.into());
         self.field(&path, fields, "eip712_version", token.eip712_version.into());
+        let methods = token
+            .transfer_methods
+            .iter()
+            .map(|&m| Value::from(m))
+            .collect();
+        self.field(&path, fields, "transfer_methods", ValueKind::Array(methods));
     }
 
     /// `table[key]`, the preset's value where nothing set it.

@@ -260,6 +260,21 @@ pub struct TokenSettings {
     pub address: String,
     pub eip712_name: String,
     pub eip712_version: String,
+    /// How payers may pay with it: ERC-3009 (`transferWithAuthorization`, the token's own) and
+    /// Permit2 (any ERC-20, through x402's proxy). Default: ERC-3009 only.
+    #[serde(default = "default_transfer_methods")]
+    pub transfer_methods: Vec<TransferMethod>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TransferMethod {
+    Eip3009,
+    Permit2,
+}
+
+fn default_transfer_methods() -> Vec<TransferMethod> {
+    vec![TransferMethod::Eip3009]
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

@@ -264,6 +264,12 @@ impl ChainSettings {
                     "not a 0x address",
                 )
             })?;
+            if token.transfer_methods.is_empty() {
+                return Err(ConfigError::new(
+                    chain_key(name, &format!("tokens.{symbol}.transfer_methods")),
+                    "at least one of \"eip3009\", \"permit2\" is required",
+                ));
+            }
         }
         Ok(())
     }

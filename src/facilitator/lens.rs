@@ -5,7 +5,7 @@
 use std::sync::LazyLock;
 
 use ethers_core::abi::{decode, encode, ParamType, Token};
-use ethers_core::types::{Address, H256, U256};
+use ethers_core::types::{Address, U256};
 use ethers_core::utils::id;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -13,6 +13,7 @@ use serde_json::Value;
 use crate::chain::{read_mode, Call};
 use crate::evm;
 use crate::evm::erc6492::Deployment;
+use crate::evm::NonceRead;
 
 const CODE: &str = include_str!("lens.hex");
 
@@ -24,7 +25,10 @@ pub struct LensFacts {
     /// `from`'s code size after the ERC-6492 deployment asked (the same when none was).
     pub wallet_code_size: U256,
     pub balance: Option<U256>,
+    /// The word of the nonce read: the token's `authorizationState`, or Permit2's bitmap word.
     pub authorization_state: Option<U256>,
+    /// The payer's allowance for the spender asked (Permit2), when asked and read.
+    pub allowance: Option<U256>,
     pub from_blacklisted: bool,
     pub to_blacklisted: bool,
     pub erc1271_answer: Vec<u8>,
@@ -45,7 +49,10 @@ pub struct Ask<'a> {
     pub token: Address,
     pub from: Address,
     pub pay_to: Address,
-    pub nonce: H256,
+    /// Where the authorization's nonce is marked used.
+    pub nonce_read: &'a NonceRead,
+    /// `allowance(from, spender)` is read on the token (Permit2's approval).
+    pub allowance_spender: Option<Address>,
     /// Deploys `from` first when it has no code (ERC-6492), inside the call only.
     pub deployment: Option<&'a Deployment>,
     /// Empty: ERC-1271 is not asked.
@@ -58,7 +65,7 @@ pub struct Ask<'a> {
 /// `facts(Ask)`.
 pub fn call(ask: &Ask<'_>) -> Call {
     static SELECTOR: LazyLock<[u8; 4]> = LazyLock::new(|| {
-        id("facts((address,address,address,bytes32,address,bytes,bytes,address,bytes))")
+        id("facts((address,address,address,address,bytes,uint256,address,address,bytes,bytes,address,bytes))")
     });
     let (factory, factory_call) = ask
         .deployment
@@ -68,7 +75,10 @@ pub fn call(ask: &Ask<'_>) -> Call {
         Token::Address(ask.token),
         Token::Address(ask.from),
         Token::Address(ask.pay_to),
-        Token::FixedBytes(ask.nonce.as_bytes().to_vec()),
+        Token::Address(ask.nonce_read.target),
+        Token::Bytes(ask.nonce_read.call.to_vec()),
+        Token::Uint(ask.nonce_read.mask),
+        Token::Address(ask.allowance_spender.unwrap_or_default()),
         Token::Address(factory),
         Token::Bytes(factory_call.to_vec()),
         Token::Bytes(ask.erc1271_call.to_vec()),
@@ -93,6 +103,8 @@ pub fn decode_answer(answer: &Value) -> Option<LensFacts> {
         ParamType::Uint(256), // balance
         ParamType::Bool,      // authorizationStateRead
         ParamType::Uint(256), // authorizationState
+        ParamType::Bool,      // allowanceRead
+        ParamType::Uint(256), // allowance
         ParamType::Bool,      // fromBlacklisted
         ParamType::Bool,      // toBlacklisted
         ParamType::Bytes,     // erc1271Answer
@@ -104,8 +116,8 @@ pub fn decode_answer(answer: &Value) -> Option<LensFacts> {
     let Token::Tuple(fields) = decode(&[shape], &bytes).ok()?.pop()? else {
         return None;
     };
-    let [_, timestamp, code_size, wallet_code_size, balance_read, balance, state_read, state, from_bl, to_bl, erc1271, trial_ran, succeeded, gas, revert_data] =
-        <[Token; 15]>::try_from(fields).ok()?;
+    let [_, timestamp, code_size, wallet_code_size, balance_read, balance, state_read, state, allowance_read, allowance, from_bl, to_bl, erc1271, trial_ran, succeeded, gas, revert_data] =
+        <[Token; 17]>::try_from(fields).ok()?;
     let read = |ok: Token, value: Token| ok.into_bool()?.then(|| value.into_uint()).flatten();
     let trial = match trial_ran.into_bool()? {
         true => Some(LensTrial {
@@ -121,6 +133,7 @@ pub fn decode_answer(answer: &Value) -> Option<LensFacts> {
         wallet_code_size: wallet_code_size.into_uint()?,
         balance: read(balance_read, balance),
         authorization_state: read(state_read, state),
+        allowance: read(allowance_read, allowance),
         from_blacklisted: from_bl.into_bool()?,
         to_blacklisted: to_bl.into_bool()?,
         erc1271_answer: erc1271.into_bytes()?,
@@ -145,6 +158,8 @@ mod tests {
             word(5_000),
             Token::Bool(false),
             word(0),
+            Token::Bool(true),
+            word(77),
             Token::Bool(false),
             Token::Bool(true),
             Token::Bytes(vec![0x16, 0x26]),
@@ -162,6 +177,7 @@ mod tests {
                 wallet_code_size: 120.into(),
                 balance: Some(5_000.into()),
                 authorization_state: None,
+                allowance: Some(77.into()),
                 from_blacklisted: false,
                 to_blacklisted: true,
                 erc1271_answer: vec![0x16, 0x26],

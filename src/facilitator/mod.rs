@@ -18,7 +18,7 @@ use ethers_core::types::Address;
 use ethers_core::utils::to_checksum;
 
 use crate::chain::Chain;
-use crate::config::{ChainSettings, FacilitatorSettings};
+use crate::config::{ChainSettings, FacilitatorSettings, TransferMethod};
 use crate::evm::{self, erc3009};
 use crate::ledger::{PaymentKey, Reason, RequestTag};
 use crate::signer::Signer;
@@ -320,6 +320,8 @@ fn token_info(token: &crate::config::TokenSettings, chain_id: u64) -> TokenInfo 
         ),
         eip712_name: token.eip712_name.clone(),
         eip712_version: token.eip712_version.clone(),
+        eip3009: token.transfer_methods.contains(&TransferMethod::Eip3009),
+        permit2: token.transfer_methods.contains(&TransferMethod::Permit2),
     }
 }
 

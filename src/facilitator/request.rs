@@ -21,9 +21,32 @@ pub struct Request {
     pub amount: U256,
     pub resource: String,
     pub max_timeout_seconds: u64,
+    /// What the payer signed. A Permit2 authorization is carried in the same terms: its owner,
+    /// its witness's `to` and `validAfter`, its amount, its deadline and its nonce.
     pub authorization: TransferAuthorization,
+    /// How the funds move.
+    pub method: Method,
     /// Non-empty, and no longer than `facilitator.max_signature_bytes`.
     pub signature: Vec<u8>,
+}
+
+/// How a payment's funds move, as its payload says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// `transferWithAuthorization` on the token (ERC-3009).
+    Eip3009,
+    /// Permit2's `permitWitnessTransferFrom`, through x402's exact proxy as the spender.
+    Permit2,
+}
+
+impl Method {
+    /// Its name in `transfer_methods`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Eip3009 => "eip3009",
+            Method::Permit2 => "permit2",
+        }
+    }
 }
 
 /// A field of the request that a refusal names. Its path differs between versions (v1's
@@ -44,6 +67,16 @@ pub enum Field {
     ValidAfter,
     ValidBefore,
     Nonce,
+    /// The payload's authorization object, whichever kind.
+    Authorization,
+    Permit2From,
+    Permit2Token,
+    Permit2Amount,
+    Permit2Spender,
+    Permit2Nonce,
+    Permit2Deadline,
+    WitnessTo,
+    WitnessValidAfter,
 }
 
 /// A version's spelling of the fields: the JSON path of each in that version's request.
@@ -121,6 +154,9 @@ pub struct TokenInfo {
     pub eip712_name: String,
     pub eip712_version: String,
     pub domain_separator: H256,
+    /// `transfer_methods`: ERC-3009 (`transferWithAuthorization`), Permit2, or both.
+    pub eip3009: bool,
+    pub permit2: bool,
 }
 
 /// What the lowering of a request needs to know of the configuration.

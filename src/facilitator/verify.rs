@@ -10,12 +10,14 @@ use serde_json::{json, Value};
 
 use super::cooldown::Cooldown;
 use super::lens;
-use super::request::{Invalid, Message, Request, Served, TokenInfo};
+use super::request::{Invalid, Message, Method, Request, Served, TokenInfo};
 use crate::chain::{self, Batch, Call, CallResult, Chain, ReadMode, Slot, Unreachable};
 use crate::clock::unix_now;
 use crate::evm;
 use crate::evm::erc3009::{self, TransferAuthorization};
 use crate::evm::erc6492::{self, Deployment};
+use crate::evm::permit2::{self, Permit2Authorization};
+use crate::evm::NonceRead;
 use crate::ledger::PaymentKey;
 use crate::ledger::Reason;
 
@@ -70,7 +72,9 @@ fn invalid(reason: Reason, message: impl Into<Message>) -> Invalid {
 pub struct Payment<'a> {
     pub network: &'a Network,
     pub token: &'a TokenInfo,
+    /// What the payer signed; a Permit2 authorization in the same terms.
     pub auth: TransferAuthorization,
+    pub method: Method,
     pub pay_to: Address,
     pub max_amount: U256,
     /// The signature the token checks: an ERC-6492 wrapper's inner signature.
@@ -103,6 +107,30 @@ impl Counterfactual {
 }
 
 impl Payment<'_> {
+    /// The Permit2 authorization this payment's terms came from (for a Permit2 payment).
+    pub fn permit2(&self) -> Permit2Authorization {
+        Permit2Authorization {
+            from: self.auth.from,
+            token: self.token.address,
+            amount: self.auth.value,
+            spender: permit2::EXACT_PROXY,
+            nonce: U256::from_big_endian(self.auth.nonce.as_bytes()),
+            deadline: self.auth.valid_before,
+            to: self.auth.to,
+            valid_after: self.auth.valid_after,
+        }
+    }
+
+    /// Where this payment's nonce is marked used.
+    pub fn nonce_read(&self) -> NonceRead {
+        match self.method {
+            Method::Eip3009 => {
+                NonceRead::erc3009(self.token.address, self.auth.from, self.auth.nonce)
+            }
+            Method::Permit2 => NonceRead::permit2(self.auth.from, self.auth.nonce),
+        }
+    }
+
     /// The idempotency key of x402-facilitator.md §3: (network, asset, from, nonce).
     pub fn key(&self) -> PaymentKey {
         PaymentKey {
@@ -120,6 +148,8 @@ struct ChainFacts {
     from_has_code: bool,
     balance: U256,
     authorization_used: bool,
+    /// The payer's approval of Permit2, for a Permit2 payment.
+    permit2_allowance: Option<U256>,
     from_blacklisted: bool,
     to_blacklisted: bool,
     /// After the ERC-6492 deployment asked, inside the read only.
@@ -210,20 +240,28 @@ impl Verifier {
                 format!("payer is refused for {left} s more: a settlement of theirs reverted on chain (facilitator.revert_cooldown_secs)"),
             ));
         }
-        let digest = erc3009::digest(token.domain_separator, &auth);
         let (signature, counterfactual) = self.unwrap_erc6492(&request.signature)?;
-        let recovered = erc3009::recover(digest, &signature);
-        Ok(Payment {
+        let mut payment = Payment {
             network,
             token,
             auth,
+            method: request.method,
             pay_to: request.pay_to,
             max_amount: request.amount,
             signature,
-            digest,
-            recovered,
+            digest: H256::zero(),
+            recovered: None,
             counterfactual,
-        })
+        };
+        payment.digest = match payment.method {
+            Method::Eip3009 => erc3009::digest(token.domain_separator, &payment.auth),
+            Method::Permit2 => permit2::digest(
+                permit2::domain_separator(network.chain.settings.chain_id),
+                &payment.permit2(),
+            ),
+        };
+        payment.recovered = erc3009::recover(payment.digest, &payment.signature);
+        Ok(payment)
     }
 
     /// The signature the token checks, and what deploys the wallet first (ERC-6492).
@@ -302,6 +340,15 @@ impl Verifier {
         check_signature(payment, facts)?;
         if facts.authorization_used {
             return Err(invalid(Reason::Payload, "authorization nonce already used"));
+        }
+        if facts
+            .permit2_allowance
+            .is_some_and(|allowance| allowance < auth.value)
+        {
+            return Err(invalid(
+                Reason::Permit2Allowance,
+                "the payer has not approved Permit2 for the amount (approve Permit2 on the token once)",
+            ));
         }
         if facts.balance < auth.value {
             return Err(invalid(
@@ -499,11 +546,13 @@ async fn read_with_lens(
     let estimate = trial
         .filter(|_| source != Some(SettleGas::Trial))
         .map(|trial| estimate_call(trial));
+    let nonce_read = payment.nonce_read();
     let facts = lens::call(&lens::Ask {
         token: payment.token.address,
         from: auth.from,
         pay_to: payment.pay_to,
-        nonce: auth.nonce,
+        nonce_read: &nonce_read,
+        allowance_spender: (payment.method == Method::Permit2).then_some(permit2::PERMIT2),
         deployment: payment.counterfactual.deployment(),
         erc1271_call: &erc1271_call,
         trial_target: lens_tries.map_or(Address::zero(), |t| t.target),
@@ -549,7 +598,11 @@ async fn read_with_lens(
         wallet_has_code: !read.wallet_code_size.is_zero(),
         deployment_unavailable: None,
         balance: token_said(read.balance, "balanceOf")?,
-        authorization_used: !token_said(read.authorization_state, "authorizationState")?.is_zero(),
+        authorization_used: nonce_read.used(token_said(read.authorization_state, "the nonce")?),
+        permit2_allowance: match payment.method {
+            Method::Permit2 => Some(token_said(read.allowance, "allowance")?),
+            Method::Eip3009 => None,
+        },
         from_blacklisted: read.from_blacklisted,
         to_blacklisted: read.to_blacklisted,
         erc1271_valid: ask_erc1271.then(|| erc1271_accepted(&read.erc1271_answer)),
@@ -563,6 +616,8 @@ struct FactSlots {
     code: Slot,
     balance: Slot,
     state: Slot,
+    /// Permit2's approval, for a Permit2 payment.
+    allowance: Option<Slot>,
     from_listed: Slot,
     to_listed: Slot,
     erc1271: Option<Slot>,
@@ -577,6 +632,7 @@ fn facts_batch(payment: &Payment<'_>, trial: Option<&Trial<'_>>) -> (Batch, Fact
     let token = payment.token.address;
     let read = |to, data: Bytes| chain::eth_call(to, &data, "latest");
     let deployment = payment.counterfactual.deployment();
+    let nonce_read = payment.nonce_read();
     let erc1271_call = erc3009::is_valid_signature(payment.digest, &payment.signature);
     let mut batch = Batch::new();
     let slots = FactSlots {
@@ -585,10 +641,9 @@ fn facts_batch(payment: &Payment<'_>, trial: Option<&Trial<'_>>) -> (Batch, Fact
             vec![json!(evm::hex_bytes(auth.from)), json!("latest")],
         )),
         balance: batch.add(read(token, erc3009::balance_of(auth.from))),
-        state: batch.add(read(
-            token,
-            erc3009::authorization_state(auth.from, auth.nonce),
-        )),
+        state: batch.add(read(nonce_read.target, nonce_read.call.clone())),
+        allowance: (payment.method == Method::Permit2)
+            .then(|| batch.add(read(token, permit2::allowance(auth.from)))),
         from_listed: batch.add(read(token, erc3009::is_blacklisted(auth.from))),
         to_listed: batch.add(read(token, erc3009::is_blacklisted(payment.pay_to))),
         erc1271: (asks_erc1271(payment) && deployment.is_none())
@@ -644,7 +699,11 @@ async fn read_in_batch(
         wallet_has_code: from_has_code,
         deployment_unavailable: None,
         balance: word(slots.balance, "balanceOf")?,
-        authorization_used: !word(slots.state, "authorizationState")?.is_zero(),
+        authorization_used: payment.nonce_read().used(word(slots.state, "the nonce")?),
+        permit2_allowance: slots
+            .allowance
+            .map(|slot| word(slot, "allowance"))
+            .transpose()?,
         from_blacklisted: flag(slots.from_listed, "isBlacklisted(from)")?,
         to_blacklisted: flag(slots.to_listed, "isBlacklisted(payTo)")?,
         erc1271_valid: slots
@@ -762,6 +821,7 @@ mod tests {
             deployment_unavailable: (!deployment_ran).then_some("no state overrides"),
             balance: U256::zero(),
             authorization_used: false,
+            permit2_allowance: None,
             from_blacklisted: false,
             to_blacklisted: false,
             erc1271_valid: None,

@@ -8,4 +8,6 @@ pub mod record;
 
 pub use keys::{Account, LaneId, PaymentKey, RouterNonceKey};
 pub use reason::Reason;
-pub use record::{depth, Attempt, Inclusion, Lost, Outcome, Record, RequestTag, State};
+pub use record::{
+    depth, Attempt, Inclusion, Lost, Outcome, Record, RequestTag, State, TransferMethod,
+};

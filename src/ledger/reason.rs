@@ -43,12 +43,21 @@ pub enum Reason {
     /// An ERC-6492 signature names a factory not on `facilitator.erc6492_factories`.
     #[serde(rename = "Erc6492Factory")]
     Erc6492Factory,
+    /// A Permit2 authorization permits another token than the requirements' asset.
+    #[serde(rename = "Permit2Token")]
+    Permit2Token,
+    /// A Permit2 authorization names another spender than x402's exact proxy.
+    #[serde(rename = "Permit2Spender")]
+    Permit2Spender,
+    /// The payer has not approved Permit2 for the amount.
+    #[serde(rename = "Permit2Allowance")]
+    Permit2Allowance,
 }
 
 impl Reason {
     /// Every reason, for tests that check each has a name in every list.
     #[cfg(test)]
-    pub const ALL: [Reason; 17] = [
+    pub const ALL: [Reason; 20] = [
         Reason::X402Version,
         Reason::Scheme,
         Reason::Network,
@@ -66,5 +75,8 @@ impl Reason {
         Reason::InsufficientFunds,
         Reason::AlreadySettled,
         Reason::Erc6492Factory,
+        Reason::Permit2Token,
+        Reason::Permit2Spender,
+        Reason::Permit2Allowance,
     ];
 }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::keys::{Account, PaymentKey};
 use super::Reason;
-use crate::evm::TxFees;
+use crate::evm::{NonceRead, TxFees};
 
 /// The request that claimed a payment, as its retries name it: an `Idempotency-Key` header (or
 /// v2's `payment-identifier`) and a hash of the body it first came with. A settle is told the
@@ -117,6 +117,23 @@ pub struct Attempt {
     pub sent_at_block: u64,
 }
 
+/// How a payment's funds move: the token's own `transferWithAuthorization` (ERC-3009), or
+/// Permit2's `permitWitnessTransferFrom` through x402's proxy. The stored names are spelled out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TransferMethod {
+    #[default]
+    #[serde(rename = "eip3009")]
+    Eip3009,
+    #[serde(rename = "permit2")]
+    Permit2,
+}
+
+impl TransferMethod {
+    fn is_eip3009(&self) -> bool {
+        *self == TransferMethod::Eip3009
+    }
+}
+
 /// The settled authorization and its requirements, and everything the settlement went through.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Record {
@@ -129,6 +146,9 @@ pub struct Record {
     pub valid_before: u64,
     /// The EIP-712 digest settled: only the same authorization is told the outcome.
     pub digest: H256,
+    /// How the funds move; records from before Permit2 read as ERC-3009.
+    #[serde(default, skip_serializing_if = "TransferMethod::is_eip3009")]
+    pub method: TransferMethod,
     /// The contract the settlement transaction calls when it is not the token: Multicall3, when
     /// the payer's wallet is deployed in the same transaction (ERC-6492).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -156,6 +176,14 @@ impl Record {
             asset: self.token,
             from: self.payer,
             nonce: self.nonce,
+        }
+    }
+
+    /// Where the token or Permit2 marks this payment's nonce used.
+    pub fn nonce_read(&self) -> NonceRead {
+        match self.method {
+            TransferMethod::Eip3009 => NonceRead::erc3009(self.token, self.payer, self.nonce),
+            TransferMethod::Permit2 => NonceRead::permit2(self.payer, self.nonce),
         }
     }
 

@@ -26,6 +26,7 @@ use super::{ops, App, Routes, Surface};
 use crate::evm;
 use crate::evm::parse_address;
 use crate::facilitator::protocol::v1::{PaymentRequest, SettleResponse};
+use crate::facilitator::protocol::values::Payload;
 use crate::facilitator::protocol::{self, v2};
 use crate::facilitator::{Facilitator, SettleError};
 use crate::ledger::{PaymentKey, RequestTag};
@@ -563,19 +564,24 @@ impl Payment {
 
     /// network|asset|from|nonce, for the request's log line.
     pub(crate) fn label(&self) -> String {
-        let (network, asset, a) = match self {
+        let (network, asset, payload) = match self {
             Payment::V1(p) => (
                 &p.payment_requirements.network,
                 &p.payment_requirements.asset,
-                &p.payment_payload.payload.authorization,
+                Payload::from(&p.payment_payload.payload),
             ),
             Payment::V2(p) => (
                 &p.payment_requirements.network,
                 &p.payment_requirements.asset,
-                &p.payment_payload.payload.authorization,
+                Payload::from(&p.payment_payload.payload),
             ),
         };
-        format!("{network}|{asset}|{}|{}", a.from, a.nonce)
+        let (from, nonce) = (payload.payer(), payload.nonce());
+        format!(
+            "{network}|{asset}|{}|{}",
+            from.unwrap_or_default(),
+            nonce.unwrap_or_default()
+        )
     }
 }
 

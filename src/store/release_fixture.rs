@@ -5,7 +5,8 @@
 // RequestTag, LaneId, Reason, TxFees, Storage, Duration, Address, Bytes, H256 and U256, and
 // `fixture_router_key()`: in 53628ba the reservation's key was its encoded string,
 // FIXTURE_ROUTER_KEY; here it is a RouterNonceKey that encodes to the same. 53628ba's Record
-// had no `via` (its records read back with none): to write the fixture there again, drop that line.
+// had no `method` or `via` (its records read back as ERC-3009, called on the token): to write the
+// fixture there again, drop those lines.
 
 const FIXTURE_AT: u64 = 1_700_000_000;
 const FIXTURE_ROUTER_KEY: &str = "l1|0x7070707070707070707070707070707070707070|ip:127.0.0.1";
@@ -27,6 +28,7 @@ fn fixture_claim(n: u8) -> Record {
         nonce: H256::repeat_byte(n),
         valid_before: FIXTURE_AT + 3600,
         digest: H256::repeat_byte(0x80 + n),
+        method: Default::default(),
         via: None,
         calldata: Bytes::from(vec![0xe3, 0xee, 0x16, 0x0e, n]),
         gas_limit: 150_000,

@@ -163,6 +163,7 @@ mod v1 {
                 nonce: self.nonce,
                 valid_before: self.valid_before,
                 digest: self.digest,
+                method: Default::default(),
                 via: None,
                 calldata: self.calldata,
                 gas_limit: self.gas_limit,

@@ -48,6 +48,8 @@ mod tests {
                     eip712_name: "USDC".into(),
                     eip712_version: "2".into(),
                     domain_separator: H256::zero(),
+                    eip3009: true,
+                    permit2: false,
                 }]
             });
             (network == "base-sepolia").then_some(tokens.as_slice())

@@ -8,7 +8,7 @@ use ethers_core::utils::to_checksum;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 
-use super::values::{self, ExactEvmPayload, Values};
+use super::values::{self, ExactEvmPayload, Payload, Values};
 use crate::evm;
 use crate::evm::parse_address;
 use crate::facilitator::request::Served;
@@ -105,6 +105,18 @@ pub fn path(field: Field) -> &'static str {
         Field::ValidAfter => "paymentPayload.payload.authorization.validAfter",
         Field::ValidBefore => "paymentPayload.payload.authorization.validBefore",
         Field::Nonce => "paymentPayload.payload.authorization.nonce",
+        Field::Authorization => "paymentPayload.payload.authorization",
+        // Only v2 carries Permit2; the paths are the same in both.
+        Field::Permit2From => "paymentPayload.payload.permit2Authorization.from",
+        Field::Permit2Token => "paymentPayload.payload.permit2Authorization.permitted.token",
+        Field::Permit2Amount => "paymentPayload.payload.permit2Authorization.permitted.amount",
+        Field::Permit2Spender => "paymentPayload.payload.permit2Authorization.spender",
+        Field::Permit2Nonce => "paymentPayload.payload.permit2Authorization.nonce",
+        Field::Permit2Deadline => "paymentPayload.payload.permit2Authorization.deadline",
+        Field::WitnessTo => "paymentPayload.payload.permit2Authorization.witness.to",
+        Field::WitnessValidAfter => {
+            "paymentPayload.payload.permit2Authorization.witness.validAfter"
+        }
     }
 }
 
@@ -139,17 +151,17 @@ pub fn lower(request: &PaymentRequest, served: &dyn Served) -> Result<Request, I
         asset: &required.asset,
         max_timeout_seconds: &required.max_timeout_seconds,
         extra: required.extra.as_ref(),
-        payload: &payload.payload,
+        payload: Payload::from(&payload.payload),
     };
     values::parse(values, served)
 }
 
 /// `payer` of every answer: the checksummed `from`, or the string as sent.
-pub fn payer_of(payload: &ExactEvmPayload) -> String {
-    let from = &payload.authorization.from;
+pub fn payer_of(payload: Payload<'_>) -> String {
+    let from = payload.payer().unwrap_or_default();
     parse_address(from)
         .map(|a| to_checksum(&a, None))
-        .unwrap_or_else(|| from.clone())
+        .unwrap_or_else(|| from.to_string())
 }
 
 /// The `/verify` answer for a verdict on `request`.
@@ -159,7 +171,7 @@ pub fn verify_answer(request: &PaymentRequest, verdict: Result<(), Invalid>) -> 
         is_valid: failure.is_none(),
         invalid_reason: failure.as_ref().map(|f| verify_reason(f.reason)),
         invalid_message: failure.map(|f| f.message.render(path)),
-        payer: payer_of(&request.payment_payload.payload),
+        payer: payer_of(Payload::from(&request.payment_payload.payload)),
     }
 }
 
@@ -169,7 +181,7 @@ pub fn settle_answer(request: &PaymentRequest, settled: Settled) -> SettleRespon
         success: settled.success,
         error_reason: settled.reason.map(|r| settle_reason(r).to_string()),
         error_message: settled.message.map(|m| m.render(path)),
-        payer: payer_of(&request.payment_payload.payload),
+        payer: payer_of(Payload::from(&request.payment_payload.payload)),
         transaction: settled.transaction.map(evm::hex_bytes).unwrap_or_default(),
         network: request.payment_requirements.network.clone(),
     }
@@ -195,6 +207,10 @@ pub fn verify_reason(reason: Reason) -> &'static str {
         Reason::InsufficientFunds => "insufficient_funds",
         // v1's list has no name for it.
         Reason::AlreadySettled | Reason::Erc6492Factory => "invalid_payload",
+        // v1 carries no Permit2 payment.
+        Reason::Permit2Token | Reason::Permit2Spender | Reason::Permit2Allowance => {
+            "invalid_payload"
+        }
     }
 }
 

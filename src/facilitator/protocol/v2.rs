@@ -14,8 +14,8 @@ use serde::Deserialize;
 use serde_json::{Map, Number, Value};
 
 use super::v1::{self, SettleResponse, VerifyResponse};
-use super::values::ExactEvmPayload;
 use super::values::{self, Values};
+use super::values::{ExactEvmPayloadV2, Payload};
 use crate::evm;
 use crate::facilitator::request::Served;
 use crate::facilitator::request::{Field, Invalid, Request};
@@ -48,6 +48,9 @@ impl PaymentRequest {
         "paymentPayload.accepted",
         "paymentPayload.payload",
         "paymentPayload.payload.authorization",
+        "paymentPayload.payload.permit2Authorization",
+        "paymentPayload.payload.permit2Authorization.permitted",
+        "paymentPayload.payload.permit2Authorization.witness",
         "paymentPayload.extensions",
         "paymentRequirements",
     ];
@@ -60,7 +63,7 @@ pub struct PaymentPayload {
     #[serde(default)]
     pub resource: Option<ResourceInfo>,
     pub accepted: PaymentRequirements,
-    pub payload: ExactEvmPayload,
+    pub payload: ExactEvmPayloadV2,
     /// Extensions the client echoes; routerd reads `payment-identifier` (README: x402 v2
     /// extensions).
     #[serde(default)]
@@ -164,7 +167,7 @@ pub fn lower(
         asset: &required.asset,
         max_timeout_seconds: &required.max_timeout_seconds,
         extra: required.extra.as_ref(),
-        payload: &payload.payload,
+        payload: Payload::from(&payload.payload),
     };
     values::parse(values, served)
 }
@@ -250,6 +253,9 @@ pub fn reason_name(reason: Reason) -> &'static str {
         // `@x402/evm`'s name for an authorization whose nonce is used.
         Reason::AlreadySettled => "invalid_exact_evm_nonce_already_used",
         Reason::Erc6492Factory => "eip6492_factory_not_allowed",
+        Reason::Permit2Token => "permit2_token_mismatch",
+        Reason::Permit2Spender => "invalid_permit2_spender",
+        Reason::Permit2Allowance => "permit2_allowance_required",
     }
 }
 
@@ -263,7 +269,7 @@ pub fn verify_answer(request: &PaymentRequest, verdict: Result<(), Invalid>) -> 
         is_valid: failure.is_none(),
         invalid_reason: failure.as_ref().map(|f| reason_name(f.reason)),
         invalid_message: failure.map(|f| f.message.render(path)),
-        payer: v1::payer_of(&request.payment_payload.payload),
+        payer: v1::payer_of(Payload::from(&request.payment_payload.payload)),
     }
 }
 
@@ -274,7 +280,7 @@ pub fn settle_answer(
     request: &PaymentRequest,
     outcome: Result<Settled, SettleError>,
 ) -> Result<SettleResponse, SettleError> {
-    let payer = v1::payer_of(&request.payment_payload.payload);
+    let payer = v1::payer_of(Payload::from(&request.payment_payload.payload));
     let network = request.payment_requirements.network.clone();
     match outcome {
         Ok(settled) => Ok(SettleResponse {
@@ -372,6 +378,10 @@ mod tests {
             "invalid_exact_evm_nonce_already_used",
             // `@x402/evm`'s, for a factory it is not configured to call (ERC-6492).
             "eip6492_factory_not_allowed",
+            // `@x402/evm`'s, for the Permit2 rules.
+            "permit2_token_mismatch",
+            "invalid_permit2_spender",
+            "permit2_allowance_required",
             "invalid_exact_evm_payload_signature",
             "invalid_exact_evm_payload_recipient_mismatch",
             "invalid_network",

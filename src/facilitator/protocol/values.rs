@@ -2,22 +2,116 @@
 //! request carries become the typed values of the one [`Request`], or the first failure in rule
 //! order, naming its [`Field`]. Nothing here knows which version carried the strings.
 
-use ethers_core::types::{Address, U256};
+use ethers_core::types::{Address, H256, U256};
 use serde::Deserialize;
 use serde_json::{Map, Number, Value};
 
 use crate::evm;
 use crate::evm::erc3009::TransferAuthorization;
+use crate::evm::permit2;
 use crate::evm::{parse_address, parse_decimal};
-use crate::facilitator::request::{Field, Invalid, Request};
+use crate::facilitator::request::{Field, Invalid, Method, Request};
 use crate::facilitator::request::{Served, TokenInfo};
 use crate::ledger::Reason;
 
-/// The `exact` scheme's EVM payload; both versions carry it.
+/// The `exact` scheme's EVM payload as v1 carries it: ERC-3009 only.
 #[derive(Debug, Clone, Deserialize)]
 pub struct ExactEvmPayload {
     pub signature: String,
     pub authorization: Authorization,
+}
+
+/// v2's: ERC-3009's `authorization`, or Permit2's `permit2Authorization`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExactEvmPayloadV2 {
+    pub signature: String,
+    #[serde(default)]
+    pub authorization: Option<Authorization>,
+    #[serde(default)]
+    pub permit2_authorization: Option<Box<Permit2Payload>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Permit2Payload {
+    pub from: String,
+    pub permitted: Permitted,
+    pub spender: String,
+    pub nonce: String,
+    pub deadline: String,
+    pub witness: Witness,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Permitted {
+    pub token: String,
+    pub amount: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Witness {
+    pub to: String,
+    pub valid_after: String,
+}
+
+/// A payload's signature and what it signs, whichever version carried it.
+#[derive(Clone)]
+pub struct Payload<'a> {
+    pub signature: &'a str,
+    pub signed: Signed<'a>,
+}
+
+#[derive(Clone)]
+pub enum Signed<'a> {
+    Eip3009(&'a Authorization),
+    Permit2(&'a Permit2Payload),
+    /// Neither authorization object.
+    Missing,
+}
+
+impl<'a> From<&'a ExactEvmPayload> for Payload<'a> {
+    fn from(payload: &'a ExactEvmPayload) -> Self {
+        Payload {
+            signature: &payload.signature,
+            signed: Signed::Eip3009(&payload.authorization),
+        }
+    }
+}
+
+impl<'a> From<&'a ExactEvmPayloadV2> for Payload<'a> {
+    fn from(payload: &'a ExactEvmPayloadV2) -> Self {
+        let signed = match (&payload.permit2_authorization, &payload.authorization) {
+            (Some(permit2), _) => Signed::Permit2(permit2),
+            (None, Some(authorization)) => Signed::Eip3009(authorization),
+            (None, None) => Signed::Missing,
+        };
+        Payload {
+            signature: &payload.signature,
+            signed,
+        }
+    }
+}
+
+impl Payload<'_> {
+    /// Who pays, as sent.
+    pub fn payer(&self) -> Option<&str> {
+        match &self.signed {
+            Signed::Eip3009(a) => Some(&a.from),
+            Signed::Permit2(p) => Some(&p.from),
+            Signed::Missing => None,
+        }
+    }
+
+    /// The authorization's nonce, as sent.
+    pub fn nonce(&self) -> Option<&str> {
+        match &self.signed {
+            Signed::Eip3009(a) => Some(&a.nonce),
+            Signed::Permit2(p) => Some(&p.nonce),
+            Signed::Missing => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -41,7 +135,7 @@ pub struct Values<'a> {
     pub asset: &'a str,
     pub max_timeout_seconds: &'a Number,
     pub extra: Option<&'a Map<String, Value>>,
-    pub payload: &'a ExactEvmPayload,
+    pub payload: Payload<'a>,
 }
 
 /// Rules 4 then 5 on a request whose rules 1-3 passed.
@@ -55,7 +149,29 @@ pub fn parse(values: Values<'_>, served: &dyn Served) -> Result<Request, Invalid
         )
     })?;
     let terms = requirements(&values, tokens, served.allow_http_resource())?;
-    let (authorization, signature) = payload(values.payload, served.max_signature_bytes())?;
+    let (authorization, permit2, signature) =
+        payload(&values.payload, served.max_signature_bytes())?;
+    let method = match permit2 {
+        Some(permitted) => {
+            check_permit2(&permitted, &terms)?;
+            Method::Permit2
+        }
+        None => Method::Eip3009,
+    };
+    let allowed = match method {
+        Method::Eip3009 => terms.token.eip3009,
+        Method::Permit2 => terms.token.permit2,
+    };
+    if !allowed {
+        return Err(Invalid::field(
+            Reason::PaymentRequirements,
+            Field::Asset,
+            format!(
+                "not settled here by {} (the token's transfer_methods)",
+                method.name()
+            ),
+        ));
+    }
     Ok(Request {
         network: values.network.to_string(),
         asset: terms.asset,
@@ -64,24 +180,26 @@ pub fn parse(values: Values<'_>, served: &dyn Served) -> Result<Request, Invalid
         resource: values.resource.to_string(),
         max_timeout_seconds: terms.max_timeout_seconds,
         authorization,
+        method,
         signature,
     })
 }
 
 /// The requirements' values, once parsed.
-struct Terms {
+struct Terms<'a> {
     amount: U256,
     pay_to: Address,
     asset: Address,
     max_timeout_seconds: u64,
+    token: &'a TokenInfo,
 }
 
 /// Rule 4: the requirements' values, and that they name a token configured for the network.
-fn requirements(
+fn requirements<'t>(
     values: &Values<'_>,
-    tokens: &[TokenInfo],
+    tokens: &'t [TokenInfo],
     allow_http: bool,
-) -> Result<Terms, Invalid> {
+) -> Result<Terms<'t>, Invalid> {
     let bad = |field, problem: &str| Invalid::field(Reason::PaymentRequirements, field, problem);
     let amount = parse_decimal(values.amount)
         .filter(|v| !v.is_zero())
@@ -130,6 +248,7 @@ fn requirements(
         pay_to,
         asset,
         max_timeout_seconds,
+        token,
     })
 }
 
@@ -139,36 +258,111 @@ fn resource_allowed(resource: &str, allow_http: bool) -> bool {
     scheme_ok && (11..=2048).contains(&resource.len())
 }
 
-/// Rule 5: the payload's values.
+/// What a Permit2 authorization permits beyond ERC-3009's terms.
+pub struct Permit2Terms {
+    pub token: Address,
+    pub spender: Address,
+}
+
+/// Rule 5: the payload's values. A Permit2 authorization is carried in ERC-3009's terms (owner,
+/// payee, amount, validAfter, deadline as validBefore, nonce), with the token and spender it
+/// names.
 pub fn payload(
-    payload: &ExactEvmPayload,
+    payload: &Payload<'_>,
     max_signature_bytes: usize,
-) -> Result<(TransferAuthorization, Vec<u8>), Invalid> {
-    let a = &payload.authorization;
-    let bad = |field, problem: &str| Invalid::field(Reason::Payload, field, problem);
-    if payload.signature.len() > 2 + 2 * max_signature_bytes {
-        return Err(bad(
-            Field::Signature,
-            &format!("longer than {max_signature_bytes} bytes (facilitator.max_signature_bytes)"),
-        ));
+) -> Result<(TransferAuthorization, Option<Permit2Terms>, Vec<u8>), Invalid> {
+    let signature = signature(payload.signature, max_signature_bytes)?;
+    let (authorization, permit2) = match &payload.signed {
+        Signed::Eip3009(a) => (authorization(a)?, None),
+        Signed::Permit2(p) => {
+            let (authorization, terms) = permit2_values(p)?;
+            (authorization, Some(terms))
+        }
+        Signed::Missing => {
+            return Err(Invalid::field(
+                Reason::Payload,
+                Field::Authorization,
+                "missing (neither authorization nor permit2Authorization)",
+            ))
+        }
+    };
+    Ok((authorization, permit2, signature))
+}
+
+fn signature(signature: &str, max_signature_bytes: usize) -> Result<Vec<u8>, Invalid> {
+    let bad = |problem: &str| Invalid::field(Reason::Payload, Field::Signature, problem);
+    if signature.len() > 2 + 2 * max_signature_bytes {
+        return Err(bad(&format!(
+            "longer than {max_signature_bytes} bytes (facilitator.max_signature_bytes)"
+        )));
     }
-    let signature = evm::hex_decode(&payload.signature)
+    evm::hex_decode(signature)
         .filter(|s| !s.is_empty())
-        .ok_or_else(|| bad(Field::Signature, "not 0x-hex"))?;
-    let address =
-        |field, text: &str| parse_address(text).ok_or_else(|| bad(field, "not a 0x address"));
-    let uint =
-        |field, text: &str| parse_decimal(text).ok_or_else(|| bad(field, "not a decimal uint256"));
-    let auth = TransferAuthorization {
+        .ok_or_else(|| bad("not 0x-hex"))
+}
+
+fn address(field: Field, text: &str) -> Result<Address, Invalid> {
+    parse_address(text).ok_or_else(|| Invalid::field(Reason::Payload, field, "not a 0x address"))
+}
+
+fn uint(field: Field, text: &str) -> Result<U256, Invalid> {
+    parse_decimal(text)
+        .ok_or_else(|| Invalid::field(Reason::Payload, field, "not a decimal uint256"))
+}
+
+fn authorization(a: &Authorization) -> Result<TransferAuthorization, Invalid> {
+    Ok(TransferAuthorization {
         from: address(Field::From, &a.from)?,
         to: address(Field::To, &a.to)?,
         value: uint(Field::Value, &a.value)?,
         valid_after: uint(Field::ValidAfter, &a.valid_after)?,
         valid_before: uint(Field::ValidBefore, &a.valid_before)?,
-        nonce: evm::parse_h256(&a.nonce)
-            .ok_or_else(|| bad(Field::Nonce, "not 0x + 64 hex digits"))?,
+        nonce: evm::parse_h256(&a.nonce).ok_or_else(|| {
+            Invalid::field(Reason::Payload, Field::Nonce, "not 0x + 64 hex digits")
+        })?,
+    })
+}
+
+fn permit2_values(p: &Permit2Payload) -> Result<(TransferAuthorization, Permit2Terms), Invalid> {
+    let authorization = TransferAuthorization {
+        from: address(Field::Permit2From, &p.from)?,
+        to: address(Field::WitnessTo, &p.witness.to)?,
+        value: uint(Field::Permit2Amount, &p.permitted.amount)?,
+        valid_after: uint(Field::WitnessValidAfter, &p.witness.valid_after)?,
+        valid_before: uint(Field::Permit2Deadline, &p.deadline)?,
+        nonce: u256_word(uint(Field::Permit2Nonce, &p.nonce)?),
     };
-    Ok((auth, signature))
+    let terms = Permit2Terms {
+        token: address(Field::Permit2Token, &p.permitted.token)?,
+        spender: address(Field::Permit2Spender, &p.spender)?,
+    };
+    Ok((authorization, terms))
+}
+
+/// A Permit2 authorization must permit the requirements' asset and name x402's exact proxy as
+/// the spender: only that proxy pays no one but the witness's `to`.
+fn check_permit2(permitted: &Permit2Terms, terms: &Terms<'_>) -> Result<(), Invalid> {
+    if permitted.token != terms.asset {
+        return Err(Invalid::field(
+            Reason::Permit2Token,
+            Field::Permit2Token,
+            "is not the requirements' asset",
+        ));
+    }
+    if permitted.spender != permit2::EXACT_PROXY {
+        return Err(Invalid::field(
+            Reason::Permit2Spender,
+            Field::Permit2Spender,
+            "is not x402's exact Permit2 proxy (0x402085c248EeA27D92E8b30b2C58ed07f9E20001)",
+        ));
+    }
+    Ok(())
+}
+
+fn u256_word(value: U256) -> H256 {
+    let mut word = [0u8; 32];
+    value.to_big_endian(&mut word);
+    H256(word)
 }
 
 #[cfg(test)]

@@ -212,21 +212,22 @@ impl Worker {
     async fn nonce_taken(&mut self, mut record: Record) {
         let key = record.key();
         let mut batch = Batch::new();
+        let nonce_read = record.nonce_read();
         let state = batch.add(chain::eth_call(
-            record.token,
-            &erc3009::authorization_state(record.payer, record.nonce),
+            nonce_read.target,
+            &nonce_read.call,
             "latest",
         ));
         let used = match self.lane.chain.client.ask(&batch).await {
             Ok(answers) => answers.get(state).as_ref().ok().and_then(evm::parse_word),
             Err(_) => None,
         };
-        match used {
-            Some(word) if word.is_zero() => {
+        match used.map(|word| nonce_read.used(word)) {
+            Some(false) => {
                 tracing::warn!(payment = %key, nonce = ?record.state.nonce(), "signer nonce used by another transaction; signing the settlement again at a new nonce");
                 self.nonces.to_sign.push(record);
             }
-            Some(_) => {
+            Some(true) => {
                 tracing::error!(payment = %key, "authorization used by a transaction that is not routerd's");
                 let answered_now = record.expire(Lost::AuthorizationUsedElsewhere, unix_now());
                 self.finished(record, answered_now).await;
@@ -569,9 +570,10 @@ pub(crate) fn inclusion_of(hash: H256, answer: &CallResult, head: u64) -> Option
 /// A mined settlement that reverted: find out why, for the payer.
 async fn diagnose_revert(chain: &Chain, record: &Record, hash: H256) -> Outcome {
     let mut batch = Batch::new();
+    let nonce_read = record.nonce_read();
     let state = batch.add(chain::eth_call(
-        record.token,
-        &erc3009::authorization_state(record.payer, record.nonce),
+        nonce_read.target,
+        &nonce_read.call,
         "latest",
     ));
     let balance = batch.add(chain::eth_call(
@@ -586,7 +588,7 @@ async fn diagnose_revert(chain: &Chain, record: &Record, hash: H256) -> Outcome 
             .and_then(|a| a.get(slot).as_ref().ok())
             .and_then(evm::parse_word)
     };
-    let (reason, message) = if word(state).is_some_and(|w| !w.is_zero()) {
+    let (reason, message) = if word(state).is_some_and(|w| nonce_read.used(w)) {
         (
             Reason::Payload,
             "authorization nonce was used before the settlement was mined",

@@ -20,14 +20,14 @@ use ethers_core::types::{Address, Bytes, H256, U256};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::request::{Invalid, Message, Request};
+use super::request::{Invalid, Message, Method, Request};
 use super::verify::{check_terms, Payer, Payment, Trial, Tried, Verifier};
 use crate::chain::{Head, Unreachable};
 use crate::clock::unix_now;
 use crate::evm;
-use crate::evm::{erc3009, erc6492};
+use crate::evm::{erc3009, erc6492, permit2};
 use crate::ledger::Reason;
-use crate::ledger::{LaneId, Outcome, PaymentKey, Record, RequestTag, State};
+use crate::ledger::{LaneId, Outcome, PaymentKey, Record, RequestTag, State, TransferMethod};
 use crate::store::{Claim, Lease, Storage, StoreError};
 use lane::Reservation;
 pub use lane::{Lane, LaneSettings, Lanes};
@@ -604,19 +604,27 @@ struct SettlementCall {
 
 impl SettlementCall {
     fn of(payment: &Payment<'_>) -> Self {
-        let smart_wallet = payment.recovered != Some(payment.auth.from);
-        let transfer =
-            erc3009::transfer_with_authorization(&payment.auth, &payment.signature, smart_wallet);
-        let token = payment.token.address;
+        let (to, transfer) = match payment.method {
+            Method::Eip3009 => {
+                let smart_wallet = payment.recovered != Some(payment.auth.from);
+                let call = erc3009::transfer_with_authorization(
+                    &payment.auth,
+                    &payment.signature,
+                    smart_wallet,
+                );
+                (payment.token.address, call)
+            }
+            Method::Permit2 => (
+                permit2::EXACT_PROXY,
+                permit2::settle(&payment.permit2(), &payment.signature),
+            ),
+        };
         match payment.counterfactual.deployment() {
             Some(deployment) => SettlementCall {
                 to: erc6492::MULTICALL3,
-                data: erc6492::deploy_then_call(deployment, token, &transfer),
+                data: erc6492::deploy_then_call(deployment, to, &transfer),
             },
-            None => SettlementCall {
-                to: token,
-                data: transfer,
-            },
+            None => SettlementCall { to, data: transfer },
         }
     }
 }
@@ -637,6 +645,10 @@ fn new_record(
         nonce: payment.auth.nonce,
         valid_before,
         digest: payment.digest,
+        method: match payment.method {
+            Method::Eip3009 => TransferMethod::Eip3009,
+            Method::Permit2 => TransferMethod::Permit2,
+        },
         via: (call.to != payment.token.address).then_some(call.to),
         calldata: call.data,
         gas_limit,

@@ -47,7 +47,7 @@ export function routerdConfig({
   for (const c of chains) {
     parts.push(`[chains.${c.name}]\nchain_id = ${c.chainId}\nkind = ${q(c.kind ?? 'l2')}\nrpc_urls = ${list([c.rpcUrl])}\n${c.extra ?? ''}`);
     if (c.token) {
-      parts.push(`[chains.${c.name}.tokens.USDC]\naddress = ${q(c.token)}\neip712_name = "USD Coin"\neip712_version = "2"\n`);
+      parts.push(`[chains.${c.name}.tokens.USDC]\naddress = ${q(c.token)}\neip712_name = "USD Coin"\neip712_version = "2"\n${c.tokenExtra ?? ''}`);
     }
   }
   parts.push(

@@ -28,12 +28,13 @@ const ANVIL_FEE_MODEL = 'fee_model = "eip1559"\n';
  * @param {object} [o.routerd]        routerdConfig options (settleTimeoutSecs, maxBatch, maxBodyBytes)
  * @param {string[]} [o.extraSignerKeys] more facilitator keys, after the signer role's
  * @param {string} [o.chainExtra]     raw TOML added to the base-sepolia chain table (e.g. "confirmations = 3\n")
+ * @param {string} [o.usdcExtra]      raw TOML added to its USDC table (e.g. transfer_methods)
  * @param {(name: string, anvilUrl: string) => string} [o.rpcUrlFor]  the RPC URL routerd is given for a
  *   chain (default: the anvil URL itself; e.g. a lib/bad-upstreams.mjs proxy in front of it)
  */
 export async function startFacilitatorStack({
   anvil: anvilOpts = {}, extraChains = [], fundedPayers = 0, payerFunds = 1_000_000_000n, denyList = [], routerd: routerdOpts = {},
-  extraSignerKeys = [], chainExtra = '', rpcUrlFor = (name, url) => url,
+  extraSignerKeys = [], chainExtra = '', usdcExtra = '', rpcUrlFor = (name, url) => url,
 } = {}) {
   // Fail before starting chains when there is no daemon to test.
   if (!existsSync(routerdBin())) {
@@ -44,7 +45,7 @@ export async function startFacilitatorStack({
   stack.signerKeys = [stack.signerKey, ...extraSignerKeys];
   stack.signers = stack.signerKeys.map((key) => privateKeyToAccount(key).address); // every signer address, in key order
   try {
-    await stack.setup({ anvilOpts, extraChains, fundedPayers, payerFunds, denyList, routerdOpts, chainExtra, rpcUrlFor });
+    await stack.setup({ anvilOpts, extraChains, fundedPayers, payerFunds, denyList, routerdOpts, chainExtra, usdcExtra, rpcUrlFor });
   } catch (err) {
     await stack.stop();
     throw err;
@@ -72,7 +73,7 @@ class Stack {
     this.payers = [];
   }
 
-  async setup({ anvilOpts, extraChains, fundedPayers, payerFunds, denyList, routerdOpts, chainExtra, rpcUrlFor }) {
+  async setup({ anvilOpts, extraChains, fundedPayers, payerFunds, denyList, routerdOpts, chainExtra, usdcExtra, rpcUrlFor }) {
     this.payers = Array.from({ length: fundedPayers }, () => freshAccount());
     const fund = this.payers.map((p) => ({ address: p.address, amount: payerFunds }));
     await this.addChain({ name: NETWORK, chainId: CHAIN_ID, anvilOpts, usdc: true, fund });
@@ -87,7 +88,7 @@ class Stack {
     const denyListFile = join(this.tmp.dir, 'deny.txt');
     writeFileSync(denyListFile, denyList.map((a) => `${a}\n`).join(''));
     const port = await freePort();
-    this.config = { port, served, denyListFile, routerdOpts, chainExtra, rpcUrlFor };
+    this.config = { port, served, denyListFile, routerdOpts, chainExtra, usdcExtra, rpcUrlFor };
     this.routerd = await startRouterd({
       configToml: this.configToml(), dir: this.tmp.dir, port, env: { ROUTERD_SIGNER_KEY: this.signerKeys.join(',') },
     });
@@ -96,13 +97,14 @@ class Stack {
 
   /** routerd's TOML config for this stack (same port and store), with `changes` to the setup options. */
   configToml(changes = {}) {
-    const { port, served, denyListFile, routerdOpts, chainExtra, rpcUrlFor } = { ...this.config, ...changes };
+    const { port, served, denyListFile, routerdOpts, chainExtra, usdcExtra, rpcUrlFor } = { ...this.config, ...changes };
     return routerdConfig({
       port,
       storePath: join(this.tmp.dir, 'routerd.db'),
       chains: Object.entries(this.chains).map(([name, c]) => ({
         name, chainId: c.anvil.chainId, rpcUrl: rpcUrlFor(name, c.anvil.url), token: c.usdc,
         extra: name === NETWORK ? ANVIL_FEE_MODEL + chainExtra : '',
+        tokenExtra: name === NETWORK ? usdcExtra : '',
       })),
       networks: served,
       denyListFile,

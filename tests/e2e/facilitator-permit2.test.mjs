@@ -1,0 +1,244 @@
+// x402 v2 `exact` through Permit2, for an ERC-20 without ERC-3009 (lib/permit2.mjs: a plain
+// OpenZeppelin token, Permit2 and x402's exact proxy at their canonical addresses). routerd
+// serves the token with transfer_methods = ["permit2"], and USDC with both methods.
+// - @x402/fetch pays an @x402/express server through routerd: the settlement calls the proxy's
+//   settle, and the token moves from the payer to the payee exactly as asked;
+// - one PAYMENT-SIGNATURE header sent five times at once buys one delivery;
+// - every Permit2 rule has a case, refused with no transaction: the proxy as spender, the token,
+//   the witness's payee, the deadline, the amount, Permit2's domain, the payer's approval of
+//   Permit2, and the token's transfer methods;
+// - a payer's ERC-3009 and Permit2 payments of one token count against one balance;
+// - a rollback of the settling block is survived: it mines again, once.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import express from 'express';
+import { paymentMiddleware, x402ResourceServer } from '@x402/express';
+import { HTTPFacilitatorClient } from '@x402/core/server';
+import { ExactEvmScheme as ExactEvmServerScheme } from '@x402/evm/exact/server';
+import { ExactEvmScheme as ExactEvmClientScheme } from '@x402/evm/exact/client';
+import { wrapFetchWithPayment, x402Client, decodePaymentResponseHeader } from '@x402/fetch';
+import { permit2WitnessTypes } from '@x402/evm';
+import { getAddress, erc20Abi } from 'viem';
+import { startFacilitatorStack, withLogTail, CHAIN_ID } from './lib/stack.mjs';
+import { anvilAccount, freshAccount, ROLE } from './lib/accounts.mjs';
+import { listenShop, catchPaymentHeader, expectDelivered, expectReplayedHeaderBuysOnce } from './lib/interop.mjs';
+import { expectValid, expectInvalid, expectSettled, expectSettleFailed } from './lib/expect.mjs';
+import { waitFor } from './lib/util.mjs';
+import { toV2 } from './lib/x402.mjs';
+import {
+  PERMIT2, EXACT_PROXY, TEST_TOKEN_EIP712, approvePermit2, deployTestToken, mintTestToken, placePermit2,
+} from './lib/permit2.mjs';
+
+const NETWORK = `eip155:${CHAIN_ID}`;
+const PRICE = '10000';
+const FUNDS = 1_000_000n;
+
+let stack;
+let token;
+let server;
+let shopUrl;
+const payTo = anvilAccount(ROLE.payee).address;
+const it = (name, fn) => test(name, { timeout: 90_000 }, withLogTail(() => stack, fn));
+
+before(async () => {
+  stack = await startFacilitatorStack({
+    anvil: { blockTime: 1 },
+    routerd: { x402Versions: [1, 2], allowHttpResource: true },
+    usdcExtra: 'transfer_methods = ["eip3009", "permit2"]\n',
+  });
+  await placePermit2(stack.client);
+  token = await deployTestToken(stack.client);
+  // The token joins the served network: Permit2 only (it has no ERC-3009).
+  stack.reconfigure({
+    chainExtra: `[chains.${stack.network}.tokens.TT]\naddress = "${token}"\neip712_name = "${TEST_TOKEN_EIP712.name}"\n`
+      + `eip712_version = "${TEST_TOKEN_EIP712.version}"\ntransfer_methods = ["permit2"]\n`,
+  });
+  await stack.routerd.restart();
+  shopUrl = await startShop();
+});
+
+after(async () => {
+  await new Promise((resolve) => (server ? server.close(resolve) : resolve()));
+  await stack?.stop();
+});
+
+const USDC_EIP712 = { name: 'USD Coin', version: '2' };
+const requirements = (asset = token, domain = TEST_TOKEN_EIP712) => ({
+  scheme: 'exact', network: NETWORK, amount: PRICE, asset: getAddress(asset), payTo, maxTimeoutSeconds: 60,
+  extra: { assetTransferMethod: 'permit2', ...domain },
+});
+
+async function startShop() {
+  const facilitator = new HTTPFacilitatorClient({ url: stack.url });
+  const resourceServer = new x402ResourceServer(facilitator).register(NETWORK, new ExactEvmServerScheme());
+  const app = express();
+  const { amount, asset, extra } = requirements();
+  app.use(paymentMiddleware({
+    'GET /weather': {
+      accepts: { scheme: 'exact', network: NETWORK, payTo, price: { amount, asset, extra } },
+      description: 'weather report',
+      mimeType: 'application/json',
+    },
+  }, resourceServer));
+  app.get('/weather', (req, res) => res.json({ report: 'sunny' }));
+  const shop = await listenShop(app);
+  server = shop.server;
+  return shop.url;
+}
+
+function payingFetch(account, inner = fetch) {
+  const client = new x402Client().register(NETWORK, new ExactEvmClientScheme(account));
+  client.setSpendControls({ allowedAssets: [{ network: NETWORK, asset: getAddress(token), maxAmountPerPayment: PRICE }] });
+  return wrapFetchWithPayment(inner, client);
+}
+
+const V2_WIRE = {
+  paymentHeader: 'PAYMENT-SIGNATURE',
+  receiptHeader: 'payment-response',
+  decodeReceipt: decodePaymentResponseHeader,
+  reasonOf: (a) => (a.receipt ? decodePaymentResponseHeader(a.receipt).errorReason : a.text.slice(0, 80)),
+  expectRefusedReceipt: (refused, shown) => {
+    if (refused.receipt) assert.equal(decodePaymentResponseHeader(refused.receipt).success, false, shown);
+  },
+};
+
+const balanceOf = (address, asset = token) => stack.client.readContract({ address: asset, abi: erc20Abi, functionName: 'balanceOf', args: [address] });
+
+/** A payer holding FUNDS of the token (and ETH for its one approval), Permit2 approved unless told. */
+async function newPayer({ approve = true, asset = token } = {}) {
+  const payer = freshAccount();
+  await stack.anvil.rpc('anvil_setBalance', [payer.address, '0xde0b6b3a7640000']);
+  if (asset === token) await mintTestToken(stack.client, token, payer.address, FUNDS);
+  else await stack.mint(payer.address, FUNDS);
+  if (approve) await approvePermit2(payer, stack.client, asset);
+  return payer;
+}
+
+/** The official client's v2 body for `reqs`, as a resource server would send it to routerd. */
+async function signedBody(payer, reqs = requirements()) {
+  const partial = await new ExactEvmClientScheme(payer).createPaymentPayload(2, reqs);
+  const paymentPayload = { ...partial, x402Version: 2, resource: { url: 'https://example.com/r', description: 'e2e', mimeType: 'application/json' }, accepted: reqs };
+  return { x402Version: 2, paymentPayload, paymentRequirements: reqs };
+}
+
+it('@x402/fetch pays the @x402/express server through routerd with Permit2, and the token moves on chain', async () => {
+  const payer = await newPayer();
+  const payeeBefore = await balanceOf(payTo);
+  const nonce = await stack.signerNonce('pending');
+  const res = await payingFetch(payer)(`${shopUrl}/weather`);
+  const receipt = await expectDelivered(res, { wire: V2_WIRE, network: NETWORK, payer });
+  const mined = await stack.receipt(receipt.transaction);
+  assert.equal(mined.status, 'success');
+  assert.equal(getAddress(mined.to), getAddress(EXACT_PROXY), 'settled through the exact proxy');
+  assert.equal(await stack.signerNonce('pending'), nonce + 1, 'one transaction');
+  assert.equal(await balanceOf(payer.address), FUNDS - BigInt(PRICE));
+  assert.equal(await balanceOf(payTo), payeeBefore + BigInt(PRICE));
+});
+
+it('one PAYMENT-SIGNATURE header sent five times at once buys one delivery', async () => {
+  await expectReplayedHeaderBuysOnce({
+    stack: { ...stack, newPayer: () => newPayer(), balanceOf: (a) => balanceOf(a), signerNonce: (t) => stack.signerNonce(t), receipt: (h) => stack.receipt(h) },
+    url: `${shopUrl}/weather`,
+    payTo,
+    price: BigInt(PRICE),
+    capture: (account, url) => catchPaymentHeader({
+      pay: (inner) => payingFetch(account, inner)(url),
+      headerOf: (input, init) => new Request(input, init).headers.get('payment-signature'),
+      made: '@x402/fetch made a PAYMENT-SIGNATURE header',
+    }),
+    wire: V2_WIRE,
+  });
+});
+
+/** verify and settle both refuse `body` with `reason`, and nothing is sent. */
+async function expectRefused(body, reason, payer, message) {
+  const verified = await stack.verify(body);
+  expectInvalid(verified, reason, { payer: getAddress(payer.address) });
+  if (message) assert.match(verified.body.invalidMessage, message);
+  const nonce = await stack.signerNonce('pending');
+  expectSettleFailed(await stack.settle(body), reason, { network: NETWORK, payer: getAddress(payer.address) });
+  assert.equal(await stack.signerNonce('pending'), nonce, 'nothing was sent');
+}
+
+const edit = (body, change) => {
+  const copy = structuredClone(body);
+  change(copy.paymentPayload.payload.permit2Authorization, copy);
+  return copy;
+};
+
+it('each Permit2 rule refuses with no transaction: spender, token, payee, deadline, amount, domain, approval, transfer methods', async () => {
+  const payer = await newPayer();
+  const body = await signedBody(payer);
+  expectValid(await stack.verify(body), { payer: getAddress(payer.address) });
+  await expectRefused(edit(body, (a) => { a.spender = payer.address; }), 'invalid_permit2_spender', payer, /spender/);
+  await expectRefused(edit(body, (a) => { a.permitted.token = stack.usdc; }), 'permit2_token_mismatch', payer, /permitted\.token/);
+  await expectRefused(edit(body, (a) => { a.witness.to = freshAccount().address; }), 'invalid_exact_evm_payload_recipient_mismatch', payer);
+  await expectRefused(edit(body, (a) => { a.permitted.amount = '9999'; }), 'invalid_exact_evm_payload_authorization_value', payer);
+  // Changed after signing: the signature no longer covers them.
+  await expectRefused(edit(body, (a) => { a.nonce = (BigInt(a.nonce) + 1n).toString(); }), 'invalid_exact_evm_payload_signature', payer);
+  const soon = Math.floor(Date.now() / 1000) + 2;
+  await expectRefused(edit(body, (a) => { a.deadline = String(soon); }), 'invalid_exact_evm_payload_authorization_valid_before', payer);
+  await expectRefused(edit(body, (a) => { a.witness.validAfter = String(soon + 600); }), 'invalid_exact_evm_payload_authorization_valid_after', payer);
+  // Signed for Permit2 on another chain: another domain.
+  const a = body.paymentPayload.payload.permit2Authorization;
+  const otherDomain = await payer.signTypedData({
+    domain: { name: 'Permit2', chainId: 1, verifyingContract: PERMIT2 },
+    types: permit2WitnessTypes,
+    primaryType: 'PermitWitnessTransferFrom',
+    message: {
+      permitted: { token: a.permitted.token, amount: BigInt(a.permitted.amount) }, spender: a.spender, nonce: BigInt(a.nonce),
+      deadline: BigInt(a.deadline), witness: { to: a.witness.to, validAfter: BigInt(a.witness.validAfter) },
+    },
+  });
+  await expectRefused(edit(body, (_, copy) => { copy.paymentPayload.payload.signature = otherDomain; }), 'invalid_exact_evm_payload_signature', payer);
+  // A payer who never approved Permit2.
+  const unapproved = await newPayer({ approve: false });
+  await expectRefused(await signedBody(unapproved), 'permit2_allowance_required', unapproved, /approve/);
+  // The token is served by Permit2 only: an ERC-3009 payload for it is refused.
+  const eip3009 = toV2(await stack.pay({ account: payer, payTo, amount: BigInt(PRICE), token: { address: token, ...TEST_TOKEN_EIP712 } }), CHAIN_ID);
+  for (const reqs of [eip3009.paymentRequirements, eip3009.paymentPayload.accepted]) reqs.extra = { ...TEST_TOKEN_EIP712 };
+  await expectRefused(eip3009, 'invalid_payment_requirements', payer, /transfer_methods/);
+  // Nothing of this moved the payer's funds, and the valid body still settles.
+  assert.equal(await balanceOf(payer.address), FUNDS);
+  expectSettled(await stack.settle(body), { network: NETWORK, payer: payer.address });
+});
+
+it("a payer's ERC-3009 and Permit2 payments of one token count against one balance", async () => {
+  const payer = await newPayer({ asset: stack.usdc });
+  const viaPermit2 = await signedBody(payer, { ...requirements(stack.usdc, USDC_EIP712), amount: String(FUNDS) });
+  const viaEip3009 = (await stack.payV2({ account: payer, payTo, amount: FUNDS })).v2;
+  const answers = await Promise.all([stack.settle(viaPermit2), stack.settle(viaEip3009)]);
+  const succeeded = answers.filter((r) => r.body?.success === true);
+  assert.equal(succeeded.length, 1, JSON.stringify(answers.map((r) => r.body)));
+  const refused = answers.find((r) => r.body?.success !== true);
+  assert.equal(refused.body.errorReason, 'insufficient_funds', JSON.stringify(refused.body));
+  await waitFor(async () => (await balanceOf(payer.address, stack.usdc)) === 0n, { timeoutMs: 15_000, what: 'the one settlement mined' });
+  assert.equal(await balanceOf(payTo, stack.usdc) >= FUNDS, true);
+});
+
+it('a rollback of the block that settled through Permit2 is survived: it mines again, once', async () => {
+  const payer = await newPayer();
+  const body = await signedBody(payer);
+  const payeeBefore = await balanceOf(payTo);
+  const hash = expectSettled(await stack.settle(body), { network: NETWORK, payer: payer.address });
+  const rpc = (method, params) => stack.anvil.rpc(method, params);
+  await waitFor(async () => (await rpc('eth_getTransactionReceipt', [hash])) !== null, { timeoutMs: 15_000, what: 'the settlement mined' });
+  await rpc('evm_setIntervalMining', [0]);
+  try {
+    const included = Number((await stack.receipt(hash)).blockNumber);
+    await rpc('anvil_rollback', [Number(await rpc('eth_blockNumber')) - included + 1]);
+    assert.equal(await rpc('eth_getTransactionReceipt', [hash]), null, 'precondition: the rollback removed the settlement');
+    assert.equal(await balanceOf(payer.address), FUNDS, 'precondition: the rollback gave the funds back');
+  } finally {
+    await rpc('evm_setIntervalMining', [1]);
+  }
+  await waitFor(async () => (await rpc('eth_getTransactionReceipt', [hash])) !== null, { timeoutMs: 30_000, intervalMs: 250, what: 'the settlement mined again' });
+  assert.equal((await stack.receipt(hash)).status, 'success');
+  assert.equal(await balanceOf(payer.address), FUNDS - BigInt(PRICE), 'the payer paid once');
+  assert.equal(await balanceOf(payTo), payeeBefore + BigInt(PRICE), 'the payee was paid once');
+  const nonce = await stack.signerNonce('pending');
+  const again = await stack.settle(body);
+  assert.equal(again.body.success, false, 'a replay is never a second success');
+  assert.equal(again.body.transaction, hash);
+  assert.equal(await stack.signerNonce('pending'), nonce, 'the replay sent nothing');
+});
