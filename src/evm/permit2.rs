@@ -22,7 +22,15 @@ pub const EXACT_PROXY: Address = H160([
     0xf9, 0xe2, 0x00, 0x01,
 ]);
 
-/// A Permit2 transfer the payer signed for x402's `exact` scheme.
+/// x402's upto Permit2 proxy (`0x4020A4f3b7b90ccA423B9fabCc0CE57C6C240002`): the spender of an
+/// `upto` authorization; it transfers what the facilitator named in the witness charges, at most
+/// the permitted amount, and only when that facilitator sends the transaction.
+pub const UPTO_PROXY: Address = H160([
+    0x40, 0x20, 0xa4, 0xf3, 0xb7, 0xb9, 0x0c, 0xca, 0x42, 0x3b, 0x9f, 0xab, 0xcc, 0x0c, 0xe5, 0x7c,
+    0x6c, 0x24, 0x00, 0x02,
+]);
+
+/// A Permit2 transfer the payer signed for x402's `exact` or `upto` scheme.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Permit2Authorization {
     pub from: Address,
@@ -31,19 +39,27 @@ pub struct Permit2Authorization {
     pub spender: Address,
     pub nonce: U256,
     pub deadline: U256,
-    /// The witness: who is paid, and from when.
+    /// The witness: who is paid, and from when; for `upto`, also who may settle it.
     pub to: Address,
     pub valid_after: U256,
+    pub facilitator: Option<Address>,
 }
 
 static TOKEN_PERMISSIONS_TYPEHASH: LazyLock<[u8; 32]> =
     LazyLock::new(|| keccak256("TokenPermissions(address token,uint256 amount)"));
 static WITNESS_TYPEHASH: LazyLock<[u8; 32]> =
     LazyLock::new(|| keccak256("Witness(address to,uint256 validAfter)"));
-/// The full type Permit2 hashes: its own fields, then the proxy's witness type string.
+static UPTO_WITNESS_TYPEHASH: LazyLock<[u8; 32]> =
+    LazyLock::new(|| keccak256("Witness(address to,address facilitator,uint256 validAfter)"));
+/// The full types Permit2 hashes: its own fields, then each proxy's witness type string.
 static PERMIT_TYPEHASH: LazyLock<[u8; 32]> = LazyLock::new(|| {
     keccak256(
         "PermitWitnessTransferFrom(TokenPermissions permitted,address spender,uint256 nonce,uint256 deadline,Witness witness)TokenPermissions(address token,uint256 amount)Witness(address to,uint256 validAfter)",
+    )
+});
+static UPTO_PERMIT_TYPEHASH: LazyLock<[u8; 32]> = LazyLock::new(|| {
+    keccak256(
+        "PermitWitnessTransferFrom(TokenPermissions permitted,address spender,uint256 nonce,uint256 deadline,Witness witness)TokenPermissions(address token,uint256 amount)Witness(address to,address facilitator,uint256 validAfter)",
     )
 });
 
@@ -67,13 +83,28 @@ pub fn digest(domain_separator: H256, auth: &Permit2Authorization) -> H256 {
         Token::Address(auth.token),
         Token::Uint(auth.amount),
     ]));
-    let witness = keccak256(encode(&[
-        Token::FixedBytes(WITNESS_TYPEHASH.to_vec()),
-        Token::Address(auth.to),
-        Token::Uint(auth.valid_after),
-    ]));
+    let (permit_typehash, witness) = match auth.facilitator {
+        None => (
+            *PERMIT_TYPEHASH,
+            encode(&[
+                Token::FixedBytes(WITNESS_TYPEHASH.to_vec()),
+                Token::Address(auth.to),
+                Token::Uint(auth.valid_after),
+            ]),
+        ),
+        Some(facilitator) => (
+            *UPTO_PERMIT_TYPEHASH,
+            encode(&[
+                Token::FixedBytes(UPTO_WITNESS_TYPEHASH.to_vec()),
+                Token::Address(auth.to),
+                Token::Address(facilitator),
+                Token::Uint(auth.valid_after),
+            ]),
+        ),
+    };
+    let witness = keccak256(witness);
     let struct_hash = keccak256(encode(&[
-        Token::FixedBytes(PERMIT_TYPEHASH.to_vec()),
+        Token::FixedBytes(permit_typehash.to_vec()),
         Token::FixedBytes(permitted.to_vec()),
         Token::Address(auth.spender),
         Token::Uint(auth.nonce),
@@ -105,6 +136,29 @@ pub fn settle(auth: &Permit2Authorization, signature: &[u8]) -> Bytes {
             ]),
             Token::Address(auth.from),
             Token::Tuple(vec![Token::Address(auth.to), Token::Uint(auth.valid_after)]),
+            Token::Bytes(signature.to_vec()),
+        ],
+    )
+}
+
+/// The upto proxy's `settle(permit, amount, owner, witness, signature)`: `amount` is what is
+/// charged, at most the permitted amount.
+pub fn settle_upto(auth: &Permit2Authorization, amount: U256, signature: &[u8]) -> Bytes {
+    call(
+        "settle(((address,uint256),uint256,uint256),uint256,address,(address,address,uint256),bytes)",
+        &[
+            Token::Tuple(vec![
+                Token::Tuple(vec![Token::Address(auth.token), Token::Uint(auth.amount)]),
+                Token::Uint(auth.nonce),
+                Token::Uint(auth.deadline),
+            ]),
+            Token::Uint(amount),
+            Token::Address(auth.from),
+            Token::Tuple(vec![
+                Token::Address(auth.to),
+                Token::Address(auth.facilitator.unwrap_or_default()),
+                Token::Uint(auth.valid_after),
+            ]),
             Token::Bytes(signature.to_vec()),
         ],
     )
@@ -145,6 +199,10 @@ mod tests {
             format!("{EXACT_PROXY:?}"),
             "0x402085c248eea27d92e8b30b2c58ed07f9e20001"
         );
+        assert_eq!(
+            format!("{UPTO_PROXY:?}"),
+            "0x4020a4f3b7b90cca423b9fabcc0ce57c6c240002"
+        );
     }
 
     #[test]
@@ -169,10 +227,26 @@ mod tests {
                 .parse()
                 .unwrap(),
             valid_after: 1_740_672_089u64.into(),
+            facilitator: None,
         };
         assert_eq!(
             format!("{:?}", digest(domain_separator(84532), &auth)),
             "0x21528e1468aac114016416353e2309329f217dc180b21baa1d81cde941095685"
+        );
+        // The same with @x402/evm's uptoPermit2WitnessTypes, the upto proxy and a facilitator.
+        let upto = Permit2Authorization {
+            spender: UPTO_PROXY,
+            nonce: 7.into(),
+            facilitator: Some(
+                "0x70997970C51812dc3A010C7d01b50e0d17dc79C8"
+                    .parse()
+                    .unwrap(),
+            ),
+            ..auth
+        };
+        assert_eq!(
+            format!("{:?}", digest(domain_separator(84532), &upto)),
+            "0x442e9e76de9622c64990ce594f98979dc596a53b720c85512d8f84cafcb90b9e"
         );
     }
 
@@ -197,6 +271,7 @@ mod tests {
                 deadline: U256::zero(),
                 to: Address::zero(),
                 valid_after: U256::zero(),
+                facilitator: None,
             },
             &[],
         );

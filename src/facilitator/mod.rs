@@ -108,7 +108,8 @@ impl Facilitator {
                 settings.max_signature_bytes,
             )
             .allow_http_resource(settings.allow_http_resource)
-            .erc6492_factories(settings.erc6492_factories()?),
+            .erc6492_factories(settings.erc6492_factories()?)
+            .signers(signers.iter().map(|s| s.address).collect()),
         );
         let settler = settlement::Settler::new(
             verifier.clone(),
@@ -144,6 +145,7 @@ impl Facilitator {
                 x402_version: 1,
                 scheme: "exact",
                 network: n.name.clone(),
+                extra: None,
             }));
         }
         kinds.sort_by(|a, b| a.network.cmp(&b.network));
@@ -158,13 +160,38 @@ impl Facilitator {
             x402_version: 2,
             scheme: "exact",
             network: v2::network_id(chain_id),
+            extra: None,
         }));
+        kinds.extend(self.upto_kinds(v2_networks));
         let signers = self.signers.iter().map(|a| to_checksum(a, None)).collect();
         SupportedResponse {
             kinds,
             extensions: Some(vec![v2::PAYMENT_IDENTIFIER]),
             signers: Some(BTreeMap::from([("eip155:*", signers)])),
         }
+    }
+
+    /// x402's `upto` on each v2 network with a token paid through Permit2. Its witness names the
+    /// signer that must send the settlement: the first signer is advertised (any of them is
+    /// accepted, and the settlement goes out on that signer's lane).
+    fn upto_kinds(&self, v2_networks: &BTreeMap<u64, String>) -> Vec<SupportedKind> {
+        let Some(signer) = self.signers.first() else {
+            return Vec::new();
+        };
+        v2_networks
+            .iter()
+            .filter(|(_, name)| {
+                self.verifier
+                    .network(name)
+                    .is_some_and(|n| n.tokens.iter().any(|t| t.permit2))
+            })
+            .map(|(&chain_id, _)| SupportedKind {
+                x402_version: 2,
+                scheme: "upto",
+                network: v2::network_id(chain_id),
+                extra: Some(serde_json::json!({ "facilitatorAddress": to_checksum(signer, None) })),
+            })
+            .collect()
     }
 
     /// Verify's rules from rule 6 on, and one more: a payment whose nonce is claimed for

@@ -37,14 +37,22 @@ pub enum Method {
     Eip3009,
     /// Permit2's `permitWitnessTransferFrom`, through x402's exact proxy as the spender.
     Permit2,
+    /// x402's `upto` scheme: Permit2 through the upto proxy, which transfers what the
+    /// requirements charge (at most the permitted amount) when `facilitator` sends it.
+    Permit2Upto { facilitator: Address },
 }
 
 impl Method {
+    /// Through Permit2, `exact` or `upto`.
+    pub fn is_permit2(self) -> bool {
+        matches!(self, Method::Permit2 | Method::Permit2Upto { .. })
+    }
+
     /// Its name in `transfer_methods`.
     pub fn name(self) -> &'static str {
         match self {
             Method::Eip3009 => "eip3009",
-            Method::Permit2 => "permit2",
+            Method::Permit2 | Method::Permit2Upto { .. } => "permit2",
         }
     }
 }
@@ -77,6 +85,7 @@ pub enum Field {
     Permit2Deadline,
     WitnessTo,
     WitnessValidAfter,
+    WitnessFacilitator,
 }
 
 /// A version's spelling of the fields: the JSON path of each in that version's request.

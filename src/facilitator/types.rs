@@ -43,6 +43,9 @@ pub struct SupportedKind {
     pub x402_version: u32,
     pub scheme: &'static str,
     pub network: String,
+    /// `upto`'s: the `facilitatorAddress` its witness must name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub extra: Option<serde_json::Value>,
 }
 
 /// `GET /supported`. `extensions` and `signers` are x402 v2's fields: present when v2 is served.

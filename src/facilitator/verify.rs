@@ -113,11 +113,27 @@ impl Payment<'_> {
             from: self.auth.from,
             token: self.token.address,
             amount: self.auth.value,
-            spender: permit2::EXACT_PROXY,
+            spender: match self.method {
+                Method::Permit2Upto { .. } => permit2::UPTO_PROXY,
+                _ => permit2::EXACT_PROXY,
+            },
             nonce: U256::from_big_endian(self.auth.nonce.as_bytes()),
             deadline: self.auth.valid_before,
             to: self.auth.to,
             valid_after: self.auth.valid_after,
+            facilitator: match self.method {
+                Method::Permit2Upto { facilitator } => Some(facilitator),
+                _ => None,
+            },
+        }
+    }
+
+    /// What the settlement moves: the authorization's value, or for `upto` what the
+    /// requirements charge (at most the permitted amount, rule 9).
+    pub fn charge(&self) -> U256 {
+        match self.method {
+            Method::Permit2Upto { .. } => self.max_amount,
+            _ => self.auth.value,
         }
     }
 
@@ -127,7 +143,9 @@ impl Payment<'_> {
             Method::Eip3009 => {
                 NonceRead::erc3009(self.token.address, self.auth.from, self.auth.nonce)
             }
-            Method::Permit2 => NonceRead::permit2(self.auth.from, self.auth.nonce),
+            Method::Permit2 | Method::Permit2Upto { .. } => {
+                NonceRead::permit2(self.auth.from, self.auth.nonce)
+            }
         }
     }
 
@@ -172,6 +190,8 @@ pub struct Verifier {
     max_signature_bytes: usize,
     /// `facilitator.erc6492_factories`: the factories a settlement may call.
     erc6492_factories: HashSet<Address>,
+    /// The signers' addresses: an `upto` witness must name one.
+    signers: HashSet<Address>,
 }
 
 impl Verifier {
@@ -188,7 +208,13 @@ impl Verifier {
             allow_http_resource: false,
             max_signature_bytes,
             erc6492_factories: HashSet::new(),
+            signers: HashSet::new(),
         }
+    }
+
+    pub fn signers(mut self, signers: HashSet<Address>) -> Self {
+        self.signers = signers;
+        self
     }
 
     pub fn allow_http_resource(mut self, allow: bool) -> Self {
@@ -255,12 +281,20 @@ impl Verifier {
         };
         payment.digest = match payment.method {
             Method::Eip3009 => erc3009::digest(token.domain_separator, &payment.auth),
-            Method::Permit2 => permit2::digest(
+            Method::Permit2 | Method::Permit2Upto { .. } => permit2::digest(
                 permit2::domain_separator(network.chain.settings.chain_id),
                 &payment.permit2(),
             ),
         };
         payment.recovered = erc3009::recover(payment.digest, &payment.signature);
+        if let Method::Permit2Upto { facilitator } = payment.method {
+            if !self.signers.contains(&facilitator) {
+                return Err(invalid(
+                    Reason::UptoFacilitator,
+                    "permit2Authorization.witness.facilitator is not one of this facilitator's signers (GET /supported)",
+                ));
+            }
+        }
         Ok(payment)
     }
 
@@ -350,7 +384,7 @@ impl Verifier {
                 "the payer has not approved Permit2 for the amount (approve Permit2 on the token once)",
             ));
         }
-        if facts.balance < auth.value {
+        if facts.balance < payment.charge() {
             return Err(invalid(
                 Reason::InsufficientFunds,
                 "payer balance is below authorization.value",
@@ -381,6 +415,16 @@ pub fn check_terms(payment: &Payment<'_>) -> Result<(), Invalid> {
     let auth = &payment.auth;
     if auth.to != payment.pay_to {
         return Err(invalid(Reason::TypedDataMessage, Message::ToIsNotPayTo));
+    }
+    if let Method::Permit2Upto { .. } = payment.method {
+        // `upto`: the requirements charge at most what was permitted.
+        return match auth.value < payment.max_amount {
+            true => Err(invalid(
+                Reason::UptoOverPermit,
+                "the amount charged exceeds permit2Authorization.permitted.amount",
+            )),
+            false => Ok(()),
+        };
     }
     if auth.value < payment.max_amount {
         return Err(invalid(Reason::ValueTooLow, Message::ValueBelowAmount));
@@ -451,6 +495,9 @@ fn check_deployment(counterfactual: &Counterfactual, facts: &ChainFacts) -> Resu
 /// the transaction is seen here, not on chain at the operator's expense).
 pub struct Trial<'a> {
     pub sender: Address,
+    /// The target acts only on a transaction from `sender` (x402's upto proxy): tried as an
+    /// `eth_estimateGas` from it, not by the lens, whose call comes from its own address.
+    pub sender_bound: bool,
     /// The token, or Multicall3 when the settlement deploys the wallet first.
     pub target: Address,
     pub calldata: &'a [u8],
@@ -542,9 +589,9 @@ async fn read_with_lens(
     };
     let network = payment.network;
     let source = network.settle_gas.get().copied();
-    let lens_tries = trial.filter(|_| source != Some(SettleGas::Estimate));
+    let lens_tries = trial.filter(|t| !t.sender_bound && source != Some(SettleGas::Estimate));
     let estimate = trial
-        .filter(|_| source != Some(SettleGas::Trial))
+        .filter(|t| t.sender_bound || source != Some(SettleGas::Trial))
         .map(|trial| estimate_call(trial));
     let nonce_read = payment.nonce_read();
     let facts = lens::call(&lens::Ask {
@@ -552,7 +599,7 @@ async fn read_with_lens(
         from: auth.from,
         pay_to: payment.pay_to,
         nonce_read: &nonce_read,
-        allowance_spender: (payment.method == Method::Permit2).then_some(permit2::PERMIT2),
+        allowance_spender: payment.method.is_permit2().then_some(permit2::PERMIT2),
         deployment: payment.counterfactual.deployment(),
         erc1271_call: &erc1271_call,
         trial_target: lens_tries.map_or(Address::zero(), |t| t.target),
@@ -599,9 +646,9 @@ async fn read_with_lens(
         deployment_unavailable: None,
         balance: token_said(read.balance, "balanceOf")?,
         authorization_used: nonce_read.used(token_said(read.authorization_state, "the nonce")?),
-        permit2_allowance: match payment.method {
-            Method::Permit2 => Some(token_said(read.allowance, "allowance")?),
-            Method::Eip3009 => None,
+        permit2_allowance: match payment.method.is_permit2() {
+            true => Some(token_said(read.allowance, "allowance")?),
+            false => None,
         },
         from_blacklisted: read.from_blacklisted,
         to_blacklisted: read.to_blacklisted,
@@ -642,7 +689,9 @@ fn facts_batch(payment: &Payment<'_>, trial: Option<&Trial<'_>>) -> (Batch, Fact
         )),
         balance: batch.add(read(token, erc3009::balance_of(auth.from))),
         state: batch.add(read(nonce_read.target, nonce_read.call.clone())),
-        allowance: (payment.method == Method::Permit2)
+        allowance: payment
+            .method
+            .is_permit2()
             .then(|| batch.add(read(token, permit2::allowance(auth.from)))),
         from_listed: batch.add(read(token, erc3009::is_blacklisted(auth.from))),
         to_listed: batch.add(read(token, erc3009::is_blacklisted(payment.pay_to))),

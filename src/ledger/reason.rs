@@ -52,12 +52,18 @@ pub enum Reason {
     /// The payer has not approved Permit2 for the amount.
     #[serde(rename = "Permit2Allowance")]
     Permit2Allowance,
+    /// An `upto` witness names a facilitator that is not one of this facilitator's signers.
+    #[serde(rename = "UptoFacilitator")]
+    UptoFacilitator,
+    /// An `upto` charge above the permitted amount.
+    #[serde(rename = "UptoOverPermit")]
+    UptoOverPermit,
 }
 
 impl Reason {
     /// Every reason, for tests that check each has a name in every list.
     #[cfg(test)]
-    pub const ALL: [Reason; 20] = [
+    pub const ALL: [Reason; 22] = [
         Reason::X402Version,
         Reason::Scheme,
         Reason::Network,
@@ -78,5 +84,7 @@ impl Reason {
         Reason::Permit2Token,
         Reason::Permit2Spender,
         Reason::Permit2Allowance,
+        Reason::UptoFacilitator,
+        Reason::UptoOverPermit,
     ];
 }

@@ -8,14 +8,20 @@
 //   the witness's payee, the deadline, the amount, Permit2's domain, the payer's approval of
 //   Permit2, and the token's transfer methods;
 // - a payer's ERC-3009 and Permit2 payments of one token count against one balance;
-// - a rollback of the settling block is survived: it mines again, once.
+// - a rollback of the settling block is survived: it mines again, once;
+// - `upto` (@x402/evm's upto client and server): /supported names the facilitator address, the
+//   server charges less than the permit and exactly that moves, from the advertised signer; a
+//   zero charge sends nothing; a charge over the permit, or a witness naming another
+//   facilitator, is refused with no transaction.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import express from 'express';
-import { paymentMiddleware, x402ResourceServer } from '@x402/express';
+import { paymentMiddleware, x402ResourceServer, setSettlementOverrides } from '@x402/express';
 import { HTTPFacilitatorClient } from '@x402/core/server';
 import { ExactEvmScheme as ExactEvmServerScheme } from '@x402/evm/exact/server';
 import { ExactEvmScheme as ExactEvmClientScheme } from '@x402/evm/exact/client';
+import { UptoEvmScheme as UptoEvmServerScheme } from '@x402/evm/upto/server';
+import { UptoEvmScheme as UptoEvmClientScheme } from '@x402/evm/upto/client';
 import { wrapFetchWithPayment, x402Client, decodePaymentResponseHeader } from '@x402/fetch';
 import { permit2WitnessTypes } from '@x402/evm';
 import { getAddress, erc20Abi } from 'viem';
@@ -26,11 +32,12 @@ import { expectValid, expectInvalid, expectSettled, expectSettleFailed } from '.
 import { waitFor } from './lib/util.mjs';
 import { toV2 } from './lib/x402.mjs';
 import {
-  PERMIT2, EXACT_PROXY, TEST_TOKEN_EIP712, approvePermit2, deployTestToken, mintTestToken, placePermit2,
+  PERMIT2, EXACT_PROXY, UPTO_PROXY, TEST_TOKEN_EIP712, approvePermit2, deployTestToken, mintTestToken, placePermit2,
 } from './lib/permit2.mjs';
 
 const NETWORK = `eip155:${CHAIN_ID}`;
 const PRICE = '10000';
+const USED = 4000n;
 const FUNDS = 1_000_000n;
 
 let stack;
@@ -70,17 +77,31 @@ const requirements = (asset = token, domain = TEST_TOKEN_EIP712) => ({
 
 async function startShop() {
   const facilitator = new HTTPFacilitatorClient({ url: stack.url });
-  const resourceServer = new x402ResourceServer(facilitator).register(NETWORK, new ExactEvmServerScheme());
+  const resourceServer = new x402ResourceServer(facilitator)
+    .register(NETWORK, new ExactEvmServerScheme())
+    .register(NETWORK, new UptoEvmServerScheme());
   const app = express();
   const { amount, asset, extra } = requirements();
+  const metered = { scheme: 'upto', network: NETWORK, payTo, price: { amount, asset, extra: { ...TEST_TOKEN_EIP712 } } };
   app.use(paymentMiddleware({
     'GET /weather': {
       accepts: { scheme: 'exact', network: NETWORK, payTo, price: { amount, asset, extra } },
       description: 'weather report',
       mimeType: 'application/json',
     },
+    'GET /compute': { accepts: metered, description: 'metered compute', mimeType: 'application/json' },
+    'GET /idle': { accepts: metered, description: 'metered, unused', mimeType: 'application/json' },
   }, resourceServer));
   app.get('/weather', (req, res) => res.json({ report: 'sunny' }));
+  // The server charges what was used: less than the permit, or nothing.
+  app.get('/compute', (req, res) => {
+    setSettlementOverrides(res, { amount: String(USED) });
+    res.json({ report: 'sunny' });
+  });
+  app.get('/idle', (req, res) => {
+    setSettlementOverrides(res, { amount: '0' });
+    res.json({ report: 'sunny' });
+  });
   const shop = await listenShop(app);
   server = shop.server;
   return shop.url;
@@ -241,4 +262,61 @@ it('a rollback of the block that settled through Permit2 is survived: it mines a
   assert.equal(again.body.success, false, 'a replay is never a second success');
   assert.equal(again.body.transaction, hash);
   assert.equal(await stack.signerNonce('pending'), nonce, 'the replay sent nothing');
+});
+
+function uptoFetch(account) {
+  const client = new x402Client().register(NETWORK, new UptoEvmClientScheme(account));
+  client.setSpendControls({ allowedAssets: [{ network: NETWORK, asset: getAddress(token), maxAmountPerPayment: PRICE }] });
+  return wrapFetchWithPayment(fetch, client);
+}
+
+it('upto: /supported names the facilitator address; @x402/fetch pays a metered @x402/express route, the server charges less than the permit, and exactly that moves', async () => {
+  const supported = (await stack.request('/supported')).body;
+  const upto = supported.kinds.filter((k) => k.scheme === 'upto');
+  assert.deepEqual(upto, [{ x402Version: 2, scheme: 'upto', network: NETWORK, extra: { facilitatorAddress: getAddress(stack.signer) } }]);
+  const payer = await newPayer();
+  const payeeBefore = await balanceOf(payTo);
+  const nonce = await stack.signerNonce('pending');
+  const res = await uptoFetch(payer)(`${shopUrl}/compute`);
+  const receipt = await expectDelivered(res, { wire: V2_WIRE, network: NETWORK, payer });
+  assert.equal(receipt.amount, String(USED), 'the answer says what was charged');
+  const mined = await stack.receipt(receipt.transaction);
+  assert.equal(mined.status, 'success');
+  assert.equal(getAddress(mined.to), getAddress(UPTO_PROXY));
+  assert.equal(getAddress(mined.from), getAddress(stack.signer), 'sent from the advertised signer');
+  assert.equal(await stack.signerNonce('pending'), nonce + 1, 'one transaction');
+  assert.equal(await balanceOf(payer.address), FUNDS - USED, 'the payer paid what was used');
+  assert.equal(await balanceOf(payTo), payeeBefore + USED);
+});
+
+it('upto: a zero charge is a success that sends nothing', async () => {
+  const payer = await newPayer();
+  const nonce = await stack.signerNonce('pending');
+  const res = await uptoFetch(payer)(`${shopUrl}/idle`);
+  const text = await res.text();
+  assert.equal(res.status, 200, text);
+  const receipt = decodePaymentResponseHeader(res.headers.get('payment-response'));
+  assert.equal(receipt.success, true, JSON.stringify(receipt));
+  assert.equal(receipt.transaction, '');
+  assert.equal(await stack.signerNonce('pending'), nonce, 'nothing was sent');
+  assert.equal(await balanceOf(payer.address), FUNDS);
+});
+
+/** The upto client's v2 body for a PRICE permit naming `facilitatorAddress`, charging `charge`. */
+async function uptoBody(payer, { charge = PRICE, facilitatorAddress = stack.signer } = {}) {
+  const reqs = { ...requirements(), scheme: 'upto', extra: { ...TEST_TOKEN_EIP712, facilitatorAddress: getAddress(facilitatorAddress) } };
+  const partial = await new UptoEvmClientScheme(payer).createPaymentPayload(2, reqs);
+  const charged = { ...reqs, amount: String(charge) };
+  const paymentPayload = { ...partial, x402Version: 2, resource: { url: 'https://example.com/r', description: 'e2e', mimeType: 'application/json' }, accepted: charged };
+  return { x402Version: 2, paymentPayload, paymentRequirements: charged };
+}
+
+it('upto: a charge over the permit, or a witness naming another facilitator, is refused with no transaction', async () => {
+  const payer = await newPayer();
+  await expectRefused(await uptoBody(payer, { charge: BigInt(PRICE) + 1n }), 'invalid_upto_evm_payload_settlement_exceeds_amount', payer, /exceeds/);
+  await expectRefused(await uptoBody(payer, { facilitatorAddress: freshAccount().address }), 'upto_facilitator_mismatch', payer, /facilitator/);
+  const exact = await uptoBody(payer);
+  exact.paymentPayload.payload.permit2Authorization.spender = EXACT_PROXY;
+  await expectRefused(exact, 'invalid_permit2_spender', payer, /upto Permit2 proxy/);
+  assert.equal(await balanceOf(payer.address), FUNDS);
 });

@@ -8,7 +8,7 @@ use ethers_core::utils::to_checksum;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 
-use super::values::{self, ExactEvmPayload, Payload, Values};
+use super::values::{self, ExactEvmPayload, Payload, Scheme, Values};
 use crate::evm;
 use crate::evm::parse_address;
 use crate::facilitator::request::Served;
@@ -86,6 +86,9 @@ pub struct SettleResponse {
     pub payer: String,
     pub transaction: String,
     pub network: String,
+    /// `upto` (v2): what was charged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub amount: Option<String>,
 }
 
 /// v1's path of a field in its request.
@@ -117,6 +120,9 @@ pub fn path(field: Field) -> &'static str {
         Field::WitnessValidAfter => {
             "paymentPayload.payload.permit2Authorization.witness.validAfter"
         }
+        Field::WitnessFacilitator => {
+            "paymentPayload.payload.permit2Authorization.witness.facilitator"
+        }
     }
 }
 
@@ -145,6 +151,7 @@ pub fn lower(request: &PaymentRequest, served: &dyn Served) -> Result<Request, I
     // made by the shared parse.
     let values = Values {
         network: &required.network,
+        scheme: Scheme::Exact,
         amount: &required.max_amount_required,
         resource: &required.resource,
         pay_to: &required.pay_to,
@@ -184,6 +191,7 @@ pub fn settle_answer(request: &PaymentRequest, settled: Settled) -> SettleRespon
         payer: payer_of(Payload::from(&request.payment_payload.payload)),
         transaction: settled.transaction.map(evm::hex_bytes).unwrap_or_default(),
         network: request.payment_requirements.network.clone(),
+        amount: None,
     }
 }
 
@@ -208,9 +216,11 @@ pub fn verify_reason(reason: Reason) -> &'static str {
         // v1's list has no name for it.
         Reason::AlreadySettled | Reason::Erc6492Factory => "invalid_payload",
         // v1 carries no Permit2 payment.
-        Reason::Permit2Token | Reason::Permit2Spender | Reason::Permit2Allowance => {
-            "invalid_payload"
-        }
+        Reason::Permit2Token
+        | Reason::Permit2Spender
+        | Reason::Permit2Allowance
+        | Reason::UptoFacilitator
+        | Reason::UptoOverPermit => "invalid_payload",
     }
 }
 

@@ -15,7 +15,7 @@ use serde_json::{Map, Number, Value};
 
 use super::v1::{self, SettleResponse, VerifyResponse};
 use super::values::{self, Values};
-use super::values::{ExactEvmPayloadV2, Payload};
+use super::values::{ExactEvmPayloadV2, Payload, Scheme};
 use crate::evm;
 use crate::facilitator::request::Served;
 use crate::facilitator::request::{Field, Invalid, Request};
@@ -158,9 +158,10 @@ pub fn lower(
 ) -> Result<Request, Invalid> {
     let payload = &request.payment_payload;
     let required = &request.payment_requirements;
-    let (network, resource) = check(request, by_chain_id)?;
+    let (network, resource, scheme) = check(request, by_chain_id)?;
     let values = Values {
         network,
+        scheme,
         amount: &required.amount,
         resource: &resource.url,
         pay_to: &required.pay_to,
@@ -173,11 +174,11 @@ pub fn lower(
 }
 
 /// Rules 1-3 in v2's terms and v2's own requirement rules: the configured name of the served
-/// network, and the resource paid for.
+/// network, the resource paid for, and the scheme (`exact`, or `upto` through Permit2).
 fn check<'a>(
     request: &'a PaymentRequest,
     by_chain_id: &'a BTreeMap<u64, String>,
-) -> Result<(&'a str, &'a ResourceInfo), Invalid> {
+) -> Result<(&'a str, &'a ResourceInfo, Scheme), Invalid> {
     let payload = &request.payment_payload;
     let accepted = &payload.accepted;
     let required = &request.payment_requirements;
@@ -185,12 +186,16 @@ fn check<'a>(
     if !is_two(&payload.x402_version) || request.x402_version.as_ref().is_some_and(|n| !is_two(n)) {
         return Err(invalid(Reason::X402Version, "x402Version must be 2"));
     }
-    if accepted.scheme != "exact" || required.scheme != "exact" {
-        return Err(invalid(
-            Reason::Scheme,
-            "scheme must be \"exact\" in paymentPayload.accepted and paymentRequirements",
-        ));
-    }
+    let scheme = match (accepted.scheme.as_str(), required.scheme.as_str()) {
+        ("exact", "exact") => Scheme::Exact,
+        ("upto", "upto") => Scheme::Upto,
+        _ => {
+            return Err(invalid(
+                Reason::Scheme,
+                "scheme must be \"exact\" or \"upto\", the same in paymentPayload.accepted and paymentRequirements",
+            ))
+        }
+    };
     if accepted.network != required.network {
         return Err(invalid(
             Reason::Network,
@@ -212,7 +217,9 @@ fn check<'a>(
             format!("paymentPayload.accepted.{field} differs from paymentRequirements.{field}"),
         )
     };
-    if accepted.amount != required.amount {
+    // An upto settle charges what was used: its requirements' amount may be below the one the
+    // payer accepted (the permitted amount, which the permit itself bounds).
+    if accepted.amount != required.amount && scheme == Scheme::Exact {
         return Err(differs("amount"));
     }
     if !accepted.asset.eq_ignore_ascii_case(&required.asset) {
@@ -227,7 +234,7 @@ fn check<'a>(
             "paymentPayload.resource: missing; routerd checks the resource URL it is paid for",
         ));
     };
-    Ok((network, resource))
+    Ok((network, resource, scheme))
 }
 
 fn invalid(reason: Reason, message: impl Into<String>) -> Invalid {
@@ -256,6 +263,8 @@ pub fn reason_name(reason: Reason) -> &'static str {
         Reason::Permit2Token => "permit2_token_mismatch",
         Reason::Permit2Spender => "invalid_permit2_spender",
         Reason::Permit2Allowance => "permit2_allowance_required",
+        Reason::UptoFacilitator => "upto_facilitator_mismatch",
+        Reason::UptoOverPermit => "invalid_upto_evm_payload_settlement_exceeds_amount",
     }
 }
 
@@ -282,8 +291,12 @@ pub fn settle_answer(
 ) -> Result<SettleResponse, SettleError> {
     let payer = v1::payer_of(Payload::from(&request.payment_payload.payload));
     let network = request.payment_requirements.network.clone();
+    let required = &request.payment_requirements;
+    let charged =
+        |success: bool| (success && required.scheme == "upto").then(|| required.amount.clone());
     match outcome {
         Ok(settled) => Ok(SettleResponse {
+            amount: charged(settled.success),
             success: settled.success,
             error_reason: settled.reason.map(|r| reason_name(r).to_string()),
             error_message: settled.message.map(|m| m.render(path)),
@@ -292,6 +305,7 @@ pub fn settle_answer(
             network,
         }),
         Err(SettleError::Pending(Some(hash))) => Ok(SettleResponse {
+            amount: None,
             success: false,
             error_reason: Some(SETTLEMENT_PENDING.to_string()),
             error_message: Some(SettleError::Pending(Some(hash)).to_string()),
@@ -382,6 +396,8 @@ mod tests {
             "permit2_token_mismatch",
             "invalid_permit2_spender",
             "permit2_allowance_required",
+            "upto_facilitator_mismatch",
+            "invalid_upto_evm_payload_settlement_exceeds_amount",
             "invalid_exact_evm_payload_signature",
             "invalid_exact_evm_payload_recipient_mismatch",
             "invalid_network",

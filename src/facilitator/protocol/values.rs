@@ -54,6 +54,18 @@ pub struct Permitted {
 pub struct Witness {
     pub to: String,
     pub valid_after: String,
+    /// `upto` only: who may settle it.
+    #[serde(default)]
+    pub facilitator: Option<String>,
+}
+
+/// The payment scheme a request names (rule 2): v1 has only `exact`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    Exact,
+    /// x402's `upto` (v2, Permit2): the requirements' amount is what is charged, at most the
+    /// permitted amount, and may be zero.
+    Upto,
 }
 
 /// A payload's signature and what it signs, whichever version carried it.
@@ -129,6 +141,7 @@ pub struct Authorization {
 pub struct Values<'a> {
     /// The configured name of the served network the request names.
     pub network: &'a str,
+    pub scheme: Scheme,
     pub amount: &'a str,
     pub resource: &'a str,
     pub pay_to: &'a str,
@@ -151,16 +164,20 @@ pub fn parse(values: Values<'_>, served: &dyn Served) -> Result<Request, Invalid
     let terms = requirements(&values, tokens, served.allow_http_resource())?;
     let (authorization, permit2, signature) =
         payload(&values.payload, served.max_signature_bytes())?;
-    let method = match permit2 {
-        Some(permitted) => {
-            check_permit2(&permitted, &terms)?;
-            Method::Permit2
+    let method = match (permit2, values.scheme) {
+        (Some(permitted), scheme) => check_permit2(&permitted, &terms, scheme)?,
+        (None, Scheme::Exact) => Method::Eip3009,
+        (None, Scheme::Upto) => {
+            return Err(Invalid::field(
+                Reason::Payload,
+                Field::Authorization,
+                "upto is paid through Permit2 only (permit2Authorization)",
+            ))
         }
-        None => Method::Eip3009,
     };
     let allowed = match method {
         Method::Eip3009 => terms.token.eip3009,
-        Method::Permit2 => terms.token.permit2,
+        Method::Permit2 | Method::Permit2Upto { .. } => terms.token.permit2,
     };
     if !allowed {
         return Err(Invalid::field(
@@ -201,8 +218,9 @@ fn requirements<'t>(
     allow_http: bool,
 ) -> Result<Terms<'t>, Invalid> {
     let bad = |field, problem: &str| Invalid::field(Reason::PaymentRequirements, field, problem);
+    // An upto charge may be nothing: the resource was not used.
     let amount = parse_decimal(values.amount)
-        .filter(|v| !v.is_zero())
+        .filter(|v| !v.is_zero() || values.scheme == Scheme::Upto)
         .ok_or_else(|| bad(Field::Amount, "not a decimal amount above 0"))?;
     if !resource_allowed(values.resource, allow_http) {
         return Err(bad(
@@ -262,6 +280,8 @@ fn resource_allowed(resource: &str, allow_http: bool) -> bool {
 pub struct Permit2Terms {
     pub token: Address,
     pub spender: Address,
+    /// `upto`'s witness: who may settle it.
+    pub facilitator: Option<Address>,
 }
 
 /// Rule 5: the payload's values. A Permit2 authorization is carried in ERC-3009's terms (owner,
@@ -335,13 +355,24 @@ fn permit2_values(p: &Permit2Payload) -> Result<(TransferAuthorization, Permit2T
     let terms = Permit2Terms {
         token: address(Field::Permit2Token, &p.permitted.token)?,
         spender: address(Field::Permit2Spender, &p.spender)?,
+        facilitator: p
+            .witness
+            .facilitator
+            .as_deref()
+            .map(|f| address(Field::WitnessFacilitator, f))
+            .transpose()?,
     };
     Ok((authorization, terms))
 }
 
-/// A Permit2 authorization must permit the requirements' asset and name x402's exact proxy as
-/// the spender: only that proxy pays no one but the witness's `to`.
-fn check_permit2(permitted: &Permit2Terms, terms: &Terms<'_>) -> Result<(), Invalid> {
+/// A Permit2 authorization must permit the requirements' asset and name the scheme's x402 proxy
+/// as the spender: only those proxies pay no one but the witness's `to`. An `upto` witness names
+/// its facilitator.
+fn check_permit2(
+    permitted: &Permit2Terms,
+    terms: &Terms<'_>,
+    scheme: Scheme,
+) -> Result<Method, Invalid> {
     if permitted.token != terms.asset {
         return Err(Invalid::field(
             Reason::Permit2Token,
@@ -349,14 +380,32 @@ fn check_permit2(permitted: &Permit2Terms, terms: &Terms<'_>) -> Result<(), Inva
             "is not the requirements' asset",
         ));
     }
-    if permitted.spender != permit2::EXACT_PROXY {
+    let (proxy, which) = match scheme {
+        Scheme::Exact => (
+            permit2::EXACT_PROXY,
+            "exact Permit2 proxy (0x402085c248EeA27D92E8b30b2C58ed07f9E20001)",
+        ),
+        Scheme::Upto => (
+            permit2::UPTO_PROXY,
+            "upto Permit2 proxy (0x4020A4f3b7b90ccA423B9fabCc0CE57C6C240002)",
+        ),
+    };
+    if permitted.spender != proxy {
         return Err(Invalid::field(
             Reason::Permit2Spender,
             Field::Permit2Spender,
-            "is not x402's exact Permit2 proxy (0x402085c248EeA27D92E8b30b2C58ed07f9E20001)",
+            format!("is not x402's {which}"),
         ));
     }
-    Ok(())
+    match (scheme, permitted.facilitator) {
+        (Scheme::Exact, _) => Ok(Method::Permit2),
+        (Scheme::Upto, Some(facilitator)) => Ok(Method::Permit2Upto { facilitator }),
+        (Scheme::Upto, None) => Err(Invalid::field(
+            Reason::Payload,
+            Field::WitnessFacilitator,
+            "missing (upto names who may settle it)",
+        )),
+    }
 }
 
 fn u256_word(value: U256) -> H256 {

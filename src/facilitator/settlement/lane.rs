@@ -230,6 +230,14 @@ impl Lanes {
             .filter(|l| except.is_none() || l.funded())
     }
 
+    /// The lane of `signer` on `network`: an `upto` payment names the signer that must send it.
+    pub fn of_signer(&self, network: &str, signer: Address) -> Option<&Arc<Lane>> {
+        self.by_network
+            .get(network)?
+            .iter()
+            .find(|l| l.id.signer == signer)
+    }
+
     /// Settlements answered with success whose transaction can no longer land.
     pub fn lost(&self) -> u64 {
         self.lost.load(Ordering::Relaxed)

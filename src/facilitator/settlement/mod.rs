@@ -202,11 +202,19 @@ impl Settler {
         if let Some(known) = self.known(&key, &payment, tag.as_ref()).await? {
             return self.answer_known(known, &key, deadline).await;
         }
-        let reservation = self
-            .lanes
-            .pick(&payment.network.name, None)
-            .expect("every served network has a lane")
-            .reserve();
+        if let Method::Permit2Upto { .. } = payment.method {
+            if payment.charge().is_zero() {
+                return self.charge_nothing(&payment).await;
+            }
+        }
+        let lane = match payment.method {
+            // check_local made sure the witness names one of this facilitator's signers.
+            Method::Permit2Upto { facilitator } => {
+                self.lanes.of_signer(&payment.network.name, facilitator)
+            }
+            _ => self.lanes.pick(&payment.network.name, None),
+        };
+        let reservation = lane.expect("every served network has a lane").reserve();
         // A settlement of the same payer mined in the block just read is out of the balance
         // already, but counts as exposure until its lane answers it (at `confirmations`): the
         // claim is tried again after each new head (or a short wait), a few times. A refused claim
@@ -242,6 +250,20 @@ impl Settler {
                 Claimed::OverLimit(failure) => return Ok(Settled::failed(failure)),
             }
         }
+    }
+
+    /// An `upto` payment charged nothing: once the payment reads valid on chain, a success with
+    /// no transaction, and nothing stored (the permit stays unused).
+    async fn charge_nothing(&self, payment: &Payment<'_>) -> Result<Settled, SettleError> {
+        Ok(match self.verifier.check_on_chain(payment).await? {
+            Ok(()) => Settled {
+                success: true,
+                reason: None,
+                message: None,
+                transaction: None,
+            },
+            Err(failure) => Settled::failed(failure),
+        })
     }
 
     /// The record to claim for this payment and the payer as the chain read saw it, or the
@@ -334,6 +356,8 @@ impl Settler {
         let chain = &payment.network.chain;
         let trial = Trial {
             sender: lane.signer_address(),
+            // The upto proxy takes its transaction only from the witness's facilitator.
+            sender_bound: matches!(payment.method, Method::Permit2Upto { .. }),
             target: call.to,
             calldata: &call.data,
             gas_price: chain
@@ -618,6 +642,10 @@ impl SettlementCall {
                 permit2::EXACT_PROXY,
                 permit2::settle(&payment.permit2(), &payment.signature),
             ),
+            Method::Permit2Upto { .. } => (
+                permit2::UPTO_PROXY,
+                permit2::settle_upto(&payment.permit2(), payment.charge(), &payment.signature),
+            ),
         };
         match payment.counterfactual.deployment() {
             Some(deployment) => SettlementCall {
@@ -641,13 +669,13 @@ fn new_record(
         token: payment.token.address,
         payer: payment.auth.from,
         pay_to: payment.auth.to,
-        value: payment.auth.value,
+        value: payment.charge(),
         nonce: payment.auth.nonce,
         valid_before,
         digest: payment.digest,
         method: match payment.method {
             Method::Eip3009 => TransferMethod::Eip3009,
-            Method::Permit2 => TransferMethod::Permit2,
+            Method::Permit2 | Method::Permit2Upto { .. } => TransferMethod::Permit2,
         },
         via: (call.to != payment.token.address).then_some(call.to),
         calldata: call.data,
