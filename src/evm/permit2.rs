@@ -124,20 +124,47 @@ fn call(signature: &str, args: &[Token]) -> Bytes {
     Bytes::from(data)
 }
 
+/// `(permit, owner, witness, signature)`: the exact proxy's `settle` arguments.
+fn settle_args(auth: &Permit2Authorization, signature: &[u8]) -> Vec<Token> {
+    vec![
+        permit_token(auth),
+        Token::Address(auth.from),
+        Token::Tuple(vec![Token::Address(auth.to), Token::Uint(auth.valid_after)]),
+        Token::Bytes(signature.to_vec()),
+    ]
+}
+
+/// `(permit, amount, owner, witness, signature)`: the upto proxy's `settle` arguments.
+fn settle_upto_args(auth: &Permit2Authorization, amount: U256, signature: &[u8]) -> Vec<Token> {
+    vec![
+        permit_token(auth),
+        Token::Uint(amount),
+        Token::Address(auth.from),
+        Token::Tuple(vec![
+            Token::Address(auth.to),
+            Token::Address(auth.facilitator.unwrap_or_default()),
+            Token::Uint(auth.valid_after),
+        ]),
+        Token::Bytes(signature.to_vec()),
+    ]
+}
+
+fn permit_token(auth: &Permit2Authorization) -> Token {
+    Token::Tuple(vec![
+        Token::Tuple(vec![Token::Address(auth.token), Token::Uint(auth.amount)]),
+        Token::Uint(auth.nonce),
+        Token::Uint(auth.deadline),
+    ])
+}
+
+const PERMIT: &str = "((address,uint256),uint256,uint256)";
+const PERMIT_2612: &str = "(uint256,uint256,bytes32,bytes32,uint8)";
+
 /// The exact proxy's `settle(permit, owner, witness, signature)`.
 pub fn settle(auth: &Permit2Authorization, signature: &[u8]) -> Bytes {
     call(
-        "settle(((address,uint256),uint256,uint256),address,(address,uint256),bytes)",
-        &[
-            Token::Tuple(vec![
-                Token::Tuple(vec![Token::Address(auth.token), Token::Uint(auth.amount)]),
-                Token::Uint(auth.nonce),
-                Token::Uint(auth.deadline),
-            ]),
-            Token::Address(auth.from),
-            Token::Tuple(vec![Token::Address(auth.to), Token::Uint(auth.valid_after)]),
-            Token::Bytes(signature.to_vec()),
-        ],
+        &format!("settle({PERMIT},address,(address,uint256),bytes)"),
+        &settle_args(auth, signature),
     )
 }
 
@@ -145,22 +172,62 @@ pub fn settle(auth: &Permit2Authorization, signature: &[u8]) -> Bytes {
 /// charged, at most the permitted amount.
 pub fn settle_upto(auth: &Permit2Authorization, amount: U256, signature: &[u8]) -> Bytes {
     call(
-        "settle(((address,uint256),uint256,uint256),uint256,address,(address,address,uint256),bytes)",
-        &[
-            Token::Tuple(vec![
-                Token::Tuple(vec![Token::Address(auth.token), Token::Uint(auth.amount)]),
-                Token::Uint(auth.nonce),
-                Token::Uint(auth.deadline),
-            ]),
-            Token::Uint(amount),
-            Token::Address(auth.from),
-            Token::Tuple(vec![
-                Token::Address(auth.to),
-                Token::Address(auth.facilitator.unwrap_or_default()),
-                Token::Uint(auth.valid_after),
-            ]),
-            Token::Bytes(signature.to_vec()),
-        ],
+        &format!("settle({PERMIT},uint256,address,(address,address,uint256),bytes)"),
+        &settle_upto_args(auth, amount, signature),
+    )
+}
+
+/// An EIP-2612 permit by which the payer approves Permit2 in the settlement transaction itself
+/// (x402's `eip2612GasSponsoring`): the proxies' `settleWithPermit` submits it first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Eip2612Permit {
+    pub value: U256,
+    pub deadline: U256,
+    pub v: u8,
+    pub r: H256,
+    pub s: H256,
+}
+
+impl Eip2612Permit {
+    fn token(&self) -> Token {
+        Token::Tuple(vec![
+            Token::Uint(self.value),
+            Token::Uint(self.deadline),
+            Token::FixedBytes(self.r.as_bytes().to_vec()),
+            Token::FixedBytes(self.s.as_bytes().to_vec()),
+            Token::Uint(self.v.into()),
+        ])
+    }
+}
+
+/// The exact proxy's `settleWithPermit(permit2612, permit, owner, witness, signature)`.
+pub fn settle_with_permit(
+    permit: &Eip2612Permit,
+    auth: &Permit2Authorization,
+    signature: &[u8],
+) -> Bytes {
+    let mut args = vec![permit.token()];
+    args.extend(settle_args(auth, signature));
+    call(
+        &format!("settleWithPermit({PERMIT_2612},{PERMIT},address,(address,uint256),bytes)"),
+        &args,
+    )
+}
+
+/// The upto proxy's `settleWithPermit(permit2612, permit, amount, owner, witness, signature)`.
+pub fn settle_upto_with_permit(
+    permit: &Eip2612Permit,
+    auth: &Permit2Authorization,
+    amount: U256,
+    signature: &[u8],
+) -> Bytes {
+    let mut args = vec![permit.token()];
+    args.extend(settle_upto_args(auth, amount, signature));
+    call(
+        &format!(
+            "settleWithPermit({PERMIT_2612},{PERMIT},uint256,address,(address,address,uint256),bytes)"
+        ),
+        &args,
     )
 }
 

@@ -25,7 +25,7 @@ use crate::signer::Signer;
 use crate::store::{Storage, StoreError};
 use cooldown::Cooldown;
 use protocol::v1::{self, SettleResponse, VerifyResponse};
-use protocol::v2;
+use protocol::{eip2612, v2};
 use request::TokenInfo;
 use request::{Invalid, Request};
 use settlement::ClaimOn;
@@ -166,9 +166,21 @@ impl Facilitator {
         let signers = self.signers.iter().map(|a| to_checksum(a, None)).collect();
         SupportedResponse {
             kinds,
-            extensions: Some(vec![v2::PAYMENT_IDENTIFIER]),
+            extensions: Some(self.extensions()),
             signers: Some(BTreeMap::from([("eip155:*", signers)])),
         }
+    }
+
+    /// The v2 extensions routerd implements: `payment-identifier`, and `eip2612GasSponsoring`
+    /// where a token is paid through Permit2.
+    fn extensions(&self) -> Vec<&'static str> {
+        let permit2 = self
+            .verifier
+            .networks()
+            .any(|n| n.tokens.iter().any(|t| t.permit2));
+        let mut extensions = vec![v2::PAYMENT_IDENTIFIER];
+        extensions.extend(permit2.then_some(eip2612::KEY));
+        extensions
     }
 
     /// x402's `upto` on each v2 network with a token paid through Permit2. Its witness names the

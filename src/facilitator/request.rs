@@ -7,6 +7,7 @@
 use ethers_core::types::{Address, H256, U256};
 
 use crate::evm::erc3009::TransferAuthorization;
+use crate::evm::permit2::Eip2612Permit;
 use crate::ledger::Reason;
 
 /// One payment, parsed: what every rule from rule 6 on and the settlement read.
@@ -26,6 +27,9 @@ pub struct Request {
     pub authorization: TransferAuthorization,
     /// How the funds move.
     pub method: Method,
+    /// A Permit2 payer's EIP-2612 approval of Permit2, submitted in the settlement itself
+    /// (x402 v2's `eip2612GasSponsoring`).
+    pub eip2612: Option<Eip2612Permit>,
     /// Non-empty, and no longer than `facilitator.max_signature_bytes`.
     pub signature: Vec<u8>,
 }

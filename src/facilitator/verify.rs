@@ -16,7 +16,7 @@ use crate::clock::unix_now;
 use crate::evm;
 use crate::evm::erc3009::{self, TransferAuthorization};
 use crate::evm::erc6492::{self, Deployment};
-use crate::evm::permit2::{self, Permit2Authorization};
+use crate::evm::permit2::{self, Eip2612Permit, Permit2Authorization};
 use crate::evm::NonceRead;
 use crate::ledger::PaymentKey;
 use crate::ledger::Reason;
@@ -75,6 +75,8 @@ pub struct Payment<'a> {
     /// What the payer signed; a Permit2 authorization in the same terms.
     pub auth: TransferAuthorization,
     pub method: Method,
+    /// The payer's EIP-2612 approval of Permit2, submitted first by the settlement.
+    pub eip2612: Option<Eip2612Permit>,
     pub pay_to: Address,
     pub max_amount: U256,
     /// The signature the token checks: an ERC-6492 wrapper's inner signature.
@@ -272,6 +274,7 @@ impl Verifier {
             token,
             auth,
             method: request.method,
+            eip2612: request.eip2612.clone(),
             pay_to: request.pay_to,
             max_amount: request.amount,
             signature,
@@ -375,10 +378,21 @@ impl Verifier {
         if facts.authorization_used {
             return Err(invalid(Reason::Payload, "authorization nonce already used"));
         }
-        if facts
-            .permit2_allowance
-            .is_some_and(|allowance| allowance < auth.value)
-        {
+        if let Some(permit) = &payment.eip2612 {
+            if permit.deadline < U256::from(now + margin) {
+                return Err(invalid(
+                    Reason::Eip2612Deadline,
+                    format!("the EIP-2612 permit's deadline is less than {margin}s away"),
+                ));
+            }
+        }
+        // A payment carrying an EIP-2612 permit approves Permit2 in the settlement itself: the
+        // settle's trial runs that permit, so a bad one is refused before anything is sent.
+        let unapproved = payment.eip2612.is_none()
+            && facts
+                .permit2_allowance
+                .is_some_and(|allowance| allowance < auth.value);
+        if unapproved {
             return Err(invalid(
                 Reason::Permit2Allowance,
                 "the payer has not approved Permit2 for the amount (approve Permit2 on the token once)",

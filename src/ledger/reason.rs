@@ -58,12 +58,27 @@ pub enum Reason {
     /// An `upto` charge above the permitted amount.
     #[serde(rename = "UptoOverPermit")]
     UptoOverPermit,
+    /// An `eip2612GasSponsoring` extension whose info is not the extension's fields.
+    #[serde(rename = "Eip2612Format")]
+    Eip2612Format,
+    /// Its permit is not the payer's, not for the asset, not for Permit2, not for the
+    /// permitted amount, or expired.
+    #[serde(rename = "Eip2612From")]
+    Eip2612From,
+    #[serde(rename = "Eip2612Asset")]
+    Eip2612Asset,
+    #[serde(rename = "Eip2612Spender")]
+    Eip2612Spender,
+    #[serde(rename = "Eip2612Amount")]
+    Eip2612Amount,
+    #[serde(rename = "Eip2612Deadline")]
+    Eip2612Deadline,
 }
 
 impl Reason {
     /// Every reason, for tests that check each has a name in every list.
     #[cfg(test)]
-    pub const ALL: [Reason; 22] = [
+    pub const ALL: [Reason; 28] = [
         Reason::X402Version,
         Reason::Scheme,
         Reason::Network,
@@ -86,5 +101,11 @@ impl Reason {
         Reason::Permit2Allowance,
         Reason::UptoFacilitator,
         Reason::UptoOverPermit,
+        Reason::Eip2612Format,
+        Reason::Eip2612From,
+        Reason::Eip2612Asset,
+        Reason::Eip2612Spender,
+        Reason::Eip2612Amount,
+        Reason::Eip2612Deadline,
     ];
 }

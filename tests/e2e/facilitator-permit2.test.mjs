@@ -8,11 +8,15 @@
 //   the witness's payee, the deadline, the amount, Permit2's domain, the payer's approval of
 //   Permit2, and the token's transfer methods;
 // - a payer's ERC-3009 and Permit2 payments of one token count against one balance;
-// - a rollback of the settling block is survived: it mines again, once;
+// - a rollback of the settling block is survived: it mines again, once; a SIGKILL with the
+//   settlement in the pool, which the chain then loses, is survived: it is sent again, once;
 // - `upto` (@x402/evm's upto client and server): /supported names the facilitator address, the
 //   server charges less than the permit and exactly that moves, from the advertised signer; a
 //   zero charge sends nothing; a charge over the permit, or a witness naming another
-//   facilitator, is refused with no transaction.
+//   facilitator, is refused with no transaction;
+// - `eip2612GasSponsoring`: a payer who never approved Permit2 (and holds no ETH) pays with an
+//   EIP-2612 permit carried by the payload; one settleWithPermit approves and pays; a permit not
+//   for Permit2 or not for the amount is refused at verify, a bad one by the settle's trial.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import express from 'express';
@@ -24,12 +28,14 @@ import { UptoEvmScheme as UptoEvmServerScheme } from '@x402/evm/upto/server';
 import { UptoEvmScheme as UptoEvmClientScheme } from '@x402/evm/upto/client';
 import { wrapFetchWithPayment, x402Client, decodePaymentResponseHeader } from '@x402/fetch';
 import { permit2WitnessTypes } from '@x402/evm';
+import { declareEip2612GasSponsoringExtension } from '@x402/extensions';
 import { getAddress, erc20Abi } from 'viem';
 import { startFacilitatorStack, withLogTail, CHAIN_ID } from './lib/stack.mjs';
 import { anvilAccount, freshAccount, ROLE } from './lib/accounts.mjs';
 import { listenShop, catchPaymentHeader, expectDelivered, expectReplayedHeaderBuysOnce } from './lib/interop.mjs';
 import { expectValid, expectInvalid, expectSettled, expectSettleFailed } from './lib/expect.mjs';
-import { waitFor } from './lib/util.mjs';
+import { waitFor, idempotencyKey } from './lib/util.mjs';
+import { pooledFrom } from './lib/chain-audit.mjs';
 import { toV2 } from './lib/x402.mjs';
 import {
   PERMIT2, EXACT_PROXY, UPTO_PROXY, TEST_TOKEN_EIP712, approvePermit2, deployTestToken, mintTestToken, placePermit2,
@@ -91,7 +97,14 @@ async function startShop() {
     },
     'GET /compute': { accepts: metered, description: 'metered compute', mimeType: 'application/json' },
     'GET /idle': { accepts: metered, description: 'metered, unused', mimeType: 'application/json' },
+    'GET /sponsored': {
+      accepts: { scheme: 'exact', network: NETWORK, payTo, price: { amount, asset, extra } },
+      description: 'weather report, Permit2 approval sponsored',
+      mimeType: 'application/json',
+      extensions: declareEip2612GasSponsoringExtension(),
+    },
   }, resourceServer));
+  app.get('/sponsored', (req, res) => res.json({ report: 'sunny' }));
   app.get('/weather', (req, res) => res.json({ report: 'sunny' }));
   // The server charges what was used: less than the permit, or nothing.
   app.get('/compute', (req, res) => {
@@ -319,4 +332,93 @@ it('upto: a charge over the permit, or a witness naming another facilitator, is 
   exact.paymentPayload.payload.permit2Authorization.spender = EXACT_PROXY;
   await expectRefused(exact, 'invalid_permit2_spender', payer, /upto Permit2 proxy/);
   assert.equal(await balanceOf(payer.address), FUNDS);
+});
+
+/** @x402/evm's exact client reading the chain, so that it offers an EIP-2612 permit when needed. */
+function sponsoredFetch(account) {
+  const client = new x402Client().register(NETWORK, new ExactEvmClientScheme(account, { rpcUrl: stack.anvil.url }));
+  client.setSpendControls({ allowedAssets: [{ network: NETWORK, asset: getAddress(token), maxAmountPerPayment: PRICE }] });
+  return wrapFetchWithPayment(fetch, client);
+}
+
+/** A payer holding FUNDS of the token and no ETH, who never approved Permit2. */
+async function gaslessPayer() {
+  const payer = freshAccount();
+  await mintTestToken(stack.client, token, payer.address, FUNDS);
+  return payer;
+}
+
+it('eip2612GasSponsoring: /supported lists it, and a payer who never approved Permit2 pays through one settleWithPermit', async () => {
+  const supported = (await stack.request('/supported')).body;
+  assert.deepEqual(supported.extensions, ['payment-identifier', 'eip2612GasSponsoring']);
+  const payer = await gaslessPayer();
+  const payeeBefore = await balanceOf(payTo);
+  const nonce = await stack.signerNonce('pending');
+  const res = await sponsoredFetch(payer)(`${shopUrl}/sponsored`);
+  const receipt = await expectDelivered(res, { wire: V2_WIRE, network: NETWORK, payer });
+  const mined = await stack.receipt(receipt.transaction);
+  assert.equal(getAddress(mined.to), getAddress(EXACT_PROXY));
+  assert.equal(await stack.signerNonce('pending'), nonce + 1, 'one transaction approves and pays');
+  assert.equal(await stack.client.getBalance({ address: payer.address }), 0n, 'the payer spent no gas');
+  assert.equal(await balanceOf(payer.address), FUNDS - BigInt(PRICE));
+  assert.equal(await balanceOf(payTo), payeeBefore + BigInt(PRICE));
+});
+
+/** The official client's v2 body with its eip2612GasSponsoring extension, for a gasless payer. */
+async function sponsoredBody(payer) {
+  const reqs = requirements();
+  const scheme = new ExactEvmClientScheme(payer, { rpcUrl: stack.anvil.url });
+  const partial = await scheme.createPaymentPayload(2, reqs, { extensions: declareEip2612GasSponsoringExtension() });
+  assert.ok(partial.extensions?.eip2612GasSponsoring?.info, 'the client signed an EIP-2612 permit');
+  const paymentPayload = { ...partial, x402Version: 2, resource: { url: 'https://example.com/r', description: 'e2e', mimeType: 'application/json' }, accepted: reqs };
+  return { x402Version: 2, paymentPayload, paymentRequirements: reqs };
+}
+
+it('eip2612GasSponsoring: a permit not for Permit2 or not for the amount is refused at verify, a forged one by the trial, and nothing is sent', async () => {
+  const payer = await gaslessPayer();
+  const body = await sponsoredBody(payer);
+  expectValid(await stack.verify(body), { payer: getAddress(payer.address) });
+  const info = (b) => b.paymentPayload.extensions.eip2612GasSponsoring.info;
+  const changed = (change) => { const copy = structuredClone(body); change(info(copy)); return copy; };
+  await expectRefused(changed((i) => { i.spender = EXACT_PROXY; }), 'eip2612_spender_not_permit2', payer, /Permit2/);
+  await expectRefused(changed((i) => { i.amount = '1'; }), 'permit2_2612_amount_mismatch', payer, /amount/);
+  await expectRefused(changed((i) => { i.from = freshAccount().address; }), 'eip2612_from_mismatch', payer, /payer/);
+  // A forged permit reads valid (verify does not run it), but the settle's trial does: refused unsent.
+  const forged = changed((i) => { i.signature = `${i.signature.slice(0, 4)}${i.signature[4] === '0' ? '1' : '0'}${i.signature.slice(5)}`; });
+  const nonce = await stack.signerNonce('pending');
+  const settled = await stack.settle(forged);
+  assert.equal(settled.body.success, false, JSON.stringify(settled.body));
+  assert.equal(await stack.signerNonce('pending'), nonce, 'nothing was sent');
+  assert.equal(await balanceOf(payer.address), FUNDS);
+});
+
+it('SIGKILL with the Permit2 settlement in the pool, and the chain losing it: after restart the stored transaction is sent again and pays once', async () => {
+  const payer = await newPayer();
+  const body = await signedBody(payer);
+  const payeeBefore = await balanceOf(payTo);
+  const key = idempotencyKey();
+  const rpc = (method, params) => stack.anvil.rpc(method, params);
+  let hash;
+  await rpc('evm_setIntervalMining', [0]);
+  try {
+    const inflight = stack.settle(body, { key }).catch(() => null);
+    const pooled = await waitFor(async () => Object.values(await pooledFrom(stack.anvil, stack.signer))[0], { timeoutMs: 15_000, what: 'the settlement in the pool' });
+    hash = pooled.hash;
+    await stack.routerd.kill();
+    await inflight;
+    await rpc('anvil_dropTransaction', [hash]);
+    assert.equal(Object.keys(await pooledFrom(stack.anvil, stack.signer)).length, 0, 'precondition: the chain forgot it');
+    await stack.routerd.restart();
+    // The stored record holds the signed transaction: sending it again gives the same hash.
+    await waitFor(async () => Object.values(await pooledFrom(stack.anvil, stack.signer)).some((t) => t.hash === hash), {
+      timeoutMs: 15_000, what: 'the stored transaction sent again',
+    });
+  } finally {
+    await rpc('evm_setIntervalMining', [1]);
+  }
+  let res = await stack.settle(body, { key });
+  if (res.status === 400 && res.body?.error === 504) res = await stack.settle(body, { key });
+  assert.equal(expectSettled(res, { network: NETWORK, payer: payer.address }), hash);
+  assert.equal(await balanceOf(payer.address), FUNDS - BigInt(PRICE), 'the payer paid once');
+  assert.equal(await balanceOf(payTo), payeeBefore + BigInt(PRICE));
 });

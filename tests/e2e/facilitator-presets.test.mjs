@@ -145,13 +145,15 @@ describe('a network named only: networks = ["base-sepolia"] and the chain\'s rpc
     await routerd?.stop();
   });
 
-  it('/supported serves base-sepolia in v1 and eip155:84532 in v2', async () => {
+  it('/supported serves base-sepolia in v1 and eip155:84532 in v2 (exact and upto)', async () => {
     const res = await get('/supported');
     assert.equal(res.status, 200, res.text);
     const kinds = res.body.kinds.map(({ x402Version, scheme, network }) => ({ x402Version, scheme, network }));
     assert.deepEqual(kinds, [
       { x402Version: 1, scheme: 'exact', network: NETWORK },
       { x402Version: 2, scheme: 'exact', network: CAIP2 },
+      // The preset USDC is also paid through Permit2, so x402's upto is served there too.
+      { x402Version: 2, scheme: 'upto', network: CAIP2 },
     ]);
   });
 
@@ -166,6 +168,7 @@ describe('a network named only: networks = ["base-sepolia"] and the chain\'s rpc
     const usdc = tableLines(r.stdout, `chains.${NETWORK}.tokens.USDC`);
     assert.deepEqual(usdc.slice(1), [
       `address = "${USDC}"  # preset`, 'eip712_name = "USDC"  # preset', 'eip712_version = "2"  # preset',
+      'transfer_methods = ["eip3009","permit2"]  # preset',
     ]);
   });
 
@@ -249,6 +252,7 @@ describe('a preset overridden field by field: the address from the environment, 
     assert.ok(tableLines(r.stdout, `chains.${NETWORK}`).includes('chain_id = 84532  # preset'), r.stdout);
     assert.deepEqual(tableLines(r.stdout, `chains.${NETWORK}.tokens.USDC`).slice(1), [
       `address = "${other}"  # environment`, 'eip712_name = "USD Coin"  # file', 'eip712_version = "2"  # preset',
+      'transfer_methods = ["eip3009","permit2"]  # preset',
     ]);
   });
 

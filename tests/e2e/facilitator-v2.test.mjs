@@ -88,8 +88,14 @@ it('v2 rule 1 before 2: wrong payload version and scheme -> invalid_x402_version
   expectInvalid(await stack.verify(body), 'invalid_x402_version');
 });
 
-it('v2 rule 2: scheme "upto" -> invalid_scheme', async () => {
-  expectInvalid(await stack.verify(await v2With((b) => both(b, (r) => { r.scheme = 'upto'; }))), 'invalid_scheme');
+it('v2 rule 2: a scheme routerd does not serve ("deferred") -> invalid_scheme', async () => {
+  expectInvalid(await stack.verify(await v2With((b) => both(b, (r) => { r.scheme = 'deferred'; }))), 'invalid_scheme');
+});
+
+it('v2: scheme "upto" with an ERC-3009 payload -> invalid_payload (upto is paid through Permit2)', async () => {
+  const res = await stack.verify(await v2With((b) => both(b, (r) => { r.scheme = 'upto'; })));
+  expectInvalid(res, 'invalid_payload');
+  assert.match(res.body.invalidMessage, /Permit2/);
 });
 
 it('v2 rule 2: accepted and requirements schemes differ -> invalid_scheme', async () => {
@@ -97,7 +103,7 @@ it('v2 rule 2: accepted and requirements schemes differ -> invalid_scheme', asyn
 });
 
 it('v2 rule 2 before 3: wrong scheme and unknown network -> invalid_scheme', async () => {
-  const body = await v2With((b) => both(b, (r) => { r.scheme = 'upto'; r.network = 'eip155:1'; }));
+  const body = await v2With((b) => both(b, (r) => { r.scheme = 'deferred'; r.network = 'eip155:1'; }));
   expectInvalid(await stack.verify(body), 'invalid_scheme');
 });
 

@@ -4,6 +4,7 @@
 //! their own names and field paths. The version lives here only: past this layer a payment is
 //! the same payment whichever version carried it.
 
+pub mod eip2612;
 pub mod status;
 pub mod v1;
 pub mod v2;

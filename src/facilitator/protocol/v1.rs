@@ -220,7 +220,13 @@ pub fn verify_reason(reason: Reason) -> &'static str {
         | Reason::Permit2Spender
         | Reason::Permit2Allowance
         | Reason::UptoFacilitator
-        | Reason::UptoOverPermit => "invalid_payload",
+        | Reason::UptoOverPermit
+        | Reason::Eip2612Format
+        | Reason::Eip2612From
+        | Reason::Eip2612Asset
+        | Reason::Eip2612Spender
+        | Reason::Eip2612Amount
+        | Reason::Eip2612Deadline => "invalid_payload",
     }
 }
 

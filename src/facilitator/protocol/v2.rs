@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::{Map, Number, Value};
 
+use super::eip2612;
 use super::v1::{self, SettleResponse, VerifyResponse};
 use super::values::{self, Values};
 use super::values::{ExactEvmPayloadV2, Payload, Scheme};
@@ -170,7 +171,15 @@ pub fn lower(
         extra: required.extra.as_ref(),
         payload: Payload::from(&payload.payload),
     };
-    values::parse(values, served)
+    let mut lowered = values::parse(values, served)?;
+    let sponsored = payload
+        .extensions
+        .as_ref()
+        .and_then(|e| e.get(eip2612::KEY));
+    if let Some(extension) = sponsored.filter(|_| lowered.method.is_permit2()) {
+        lowered.eip2612 = Some(eip2612::permit(extension, &lowered)?);
+    }
+    Ok(lowered)
 }
 
 /// Rules 1-3 in v2's terms and v2's own requirement rules: the configured name of the served
@@ -265,6 +274,12 @@ pub fn reason_name(reason: Reason) -> &'static str {
         Reason::Permit2Allowance => "permit2_allowance_required",
         Reason::UptoFacilitator => "upto_facilitator_mismatch",
         Reason::UptoOverPermit => "invalid_upto_evm_payload_settlement_exceeds_amount",
+        Reason::Eip2612Format => "invalid_eip2612_extension_format",
+        Reason::Eip2612From => "eip2612_from_mismatch",
+        Reason::Eip2612Asset => "eip2612_asset_mismatch",
+        Reason::Eip2612Spender => "eip2612_spender_not_permit2",
+        Reason::Eip2612Amount => "permit2_2612_amount_mismatch",
+        Reason::Eip2612Deadline => "eip2612_deadline_expired",
     }
 }
 
@@ -398,6 +413,12 @@ mod tests {
             "permit2_allowance_required",
             "upto_facilitator_mismatch",
             "invalid_upto_evm_payload_settlement_exceeds_amount",
+            "invalid_eip2612_extension_format",
+            "eip2612_from_mismatch",
+            "eip2612_asset_mismatch",
+            "eip2612_spender_not_permit2",
+            "permit2_2612_amount_mismatch",
+            "eip2612_deadline_expired",
             "invalid_exact_evm_payload_signature",
             "invalid_exact_evm_payload_recipient_mismatch",
             "invalid_network",

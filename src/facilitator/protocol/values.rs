@@ -198,6 +198,7 @@ pub fn parse(values: Values<'_>, served: &dyn Served) -> Result<Request, Invalid
         max_timeout_seconds: terms.max_timeout_seconds,
         authorization,
         method,
+        eip2612: None,
         signature,
     })
 }

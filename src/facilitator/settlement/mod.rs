@@ -638,14 +638,8 @@ impl SettlementCall {
                 );
                 (payment.token.address, call)
             }
-            Method::Permit2 => (
-                permit2::EXACT_PROXY,
-                permit2::settle(&payment.permit2(), &payment.signature),
-            ),
-            Method::Permit2Upto { .. } => (
-                permit2::UPTO_PROXY,
-                permit2::settle_upto(&payment.permit2(), payment.charge(), &payment.signature),
-            ),
+            Method::Permit2 => (permit2::EXACT_PROXY, permit2_settle(payment)),
+            Method::Permit2Upto { .. } => (permit2::UPTO_PROXY, permit2_settle(payment)),
         };
         match payment.counterfactual.deployment() {
             Some(deployment) => SettlementCall {
@@ -654,6 +648,22 @@ impl SettlementCall {
             },
             None => SettlementCall { to, data: transfer },
         }
+    }
+}
+
+/// The proxy's call: `settle`, or `settleWithPermit` when the payer approves Permit2 by an
+/// EIP-2612 permit in the same transaction.
+fn permit2_settle(payment: &Payment<'_>) -> Bytes {
+    let (auth, signature) = (payment.permit2(), &payment.signature);
+    match (payment.method, &payment.eip2612) {
+        (Method::Permit2Upto { .. }, None) => {
+            permit2::settle_upto(&auth, payment.charge(), signature)
+        }
+        (Method::Permit2Upto { .. }, Some(permit)) => {
+            permit2::settle_upto_with_permit(permit, &auth, payment.charge(), signature)
+        }
+        (_, None) => permit2::settle(&auth, signature),
+        (_, Some(permit)) => permit2::settle_with_permit(permit, &auth, signature),
     }
 }
 

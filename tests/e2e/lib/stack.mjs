@@ -14,6 +14,10 @@ import { freePort, makeTempDir, readAnswer, IDEMPOTENCY_KEY } from './util.mjs';
 
 export const NETWORK = 'base-sepolia'; // the official x402 v1 client maps it to chain id 84532
 export const CHAIN_ID = 84532;
+// base-sepolia is a known network, whose preset gives its USDC both transfer methods (ERC-3009
+// and Permit2); the stack's USDC is ERC-3009 only unless a test says otherwise (usdcExtra), so
+// that /supported is the exact scheme alone.
+const USDC_ERC3009_ONLY = 'transfer_methods = ["eip3009"]\n';
 // base-sepolia is a known network, whose preset fee model is op-stack (Base's L1 data fee). This
 // anvil has no GasPriceOracle predeploy, so the router could not price that fee: EIP-1559 only.
 const ANVIL_FEE_MODEL = 'fee_model = "eip1559"\n';
@@ -28,13 +32,13 @@ const ANVIL_FEE_MODEL = 'fee_model = "eip1559"\n';
  * @param {object} [o.routerd]        routerdConfig options (settleTimeoutSecs, maxBatch, maxBodyBytes)
  * @param {string[]} [o.extraSignerKeys] more facilitator keys, after the signer role's
  * @param {string} [o.chainExtra]     raw TOML added to the base-sepolia chain table (e.g. "confirmations = 3\n")
- * @param {string} [o.usdcExtra]      raw TOML added to its USDC table (e.g. transfer_methods)
+ * @param {string} [o.usdcExtra]      raw TOML added to its USDC table (default: ERC-3009 only)
  * @param {(name: string, anvilUrl: string) => string} [o.rpcUrlFor]  the RPC URL routerd is given for a
  *   chain (default: the anvil URL itself; e.g. a lib/bad-upstreams.mjs proxy in front of it)
  */
 export async function startFacilitatorStack({
   anvil: anvilOpts = {}, extraChains = [], fundedPayers = 0, payerFunds = 1_000_000_000n, denyList = [], routerd: routerdOpts = {},
-  extraSignerKeys = [], chainExtra = '', usdcExtra = '', rpcUrlFor = (name, url) => url,
+  extraSignerKeys = [], chainExtra = '', usdcExtra = USDC_ERC3009_ONLY, rpcUrlFor = (name, url) => url,
 } = {}) {
   // Fail before starting chains when there is no daemon to test.
   if (!existsSync(routerdBin())) {
