@@ -91,11 +91,23 @@ function machine() {
 /** The lens call routerd's verify sends (src/facilitator/lens.rs, src/chain/read_mode.rs). */
 const LENS_CODE = readFileSync(new URL('../src/facilitator/lens.hex', import.meta.url), 'utf8').trim();
 const LENS_AT = getAddress(`0x${keccak256(toHex('routerd.lens')).slice(-40)}`);
-const LENS_ABI = parseAbi(['function facts(address token, address from, address payTo, bytes32 nonce, bytes erc1271Call, bytes trialCall)']);
+const LENS_ABI = parseAbi([
+  'struct Ask { address token; address from; address payTo; address stateTarget; bytes stateCall; uint256 stateMask; address allowanceSpender; address factory; bytes factoryCall; bytes erc1271Call; address trialTarget; bytes trialCall; }',
+  'function facts(Ask ask)',
+]);
+const AUTHORIZATION_STATE_ABI = parseAbi(['function authorizationState(address authorizer, bytes32 nonce)']);
+const ZERO = '0x0000000000000000000000000000000000000000';
 function lensCall(token, authorization, payTo, id = 1) {
-  const data = encodeFunctionData({
-    abi: LENS_ABI, functionName: 'facts', args: [token, getAddress(authorization.from), getAddress(payTo), authorization.nonce, '0x', '0x'],
+  // As routerd asks it for an ERC-3009 payment from an EOA: the nonce read is the token's
+  // authorizationState, and there is no allowance, deployment, ERC-1271 question or trial.
+  const stateCall = encodeFunctionData({
+    abi: AUTHORIZATION_STATE_ABI, functionName: 'authorizationState', args: [getAddress(authorization.from), authorization.nonce],
   });
+  const ask = {
+    token, from: getAddress(authorization.from), payTo: getAddress(payTo), stateTarget: token, stateCall, stateMask: 2n ** 256n - 1n,
+    allowanceSpender: ZERO, factory: ZERO, factoryCall: '0x', erc1271Call: '0x', trialTarget: ZERO, trialCall: '0x',
+  };
+  const data = encodeFunctionData({ abi: LENS_ABI, functionName: 'facts', args: [ask] });
   return { jsonrpc: '2.0', id, method: 'eth_call', params: [{ to: LENS_AT, data }, 'latest', { [LENS_AT]: { code: LENS_CODE } }] };
 }
 
