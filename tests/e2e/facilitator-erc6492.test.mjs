@@ -21,7 +21,7 @@ import { startFilteringProxy } from './lib/bad-upstreams.mjs';
 import { freshAccount } from './lib/accounts.mjs';
 import { paymentRequirements, toV2 } from './lib/x402.mjs';
 import { expectValid, expectInvalid, expectSettled, expectSettleFailed, expectDuplicate } from './lib/expect.mjs';
-import { waitFor } from './lib/util.mjs';
+import { rolledBackAndMinedAgain } from './lib/settling.mjs';
 import { SOLADY_FACTORY, MULTICALL3, placeSmartWalletFactory, compileSmartWallet, smartAccountFor } from './lib/smart-wallet.mjs';
 
 const READS = globalThis.ERC6492_READS ?? 'lens';
@@ -185,20 +185,9 @@ it('a rollback of the block that deployed the wallet and paid is survived: the s
   const account = await newWallet();
   const p = await payV2(account);
   const hash = await expectDeployedAndPaid(p, account);
-  const rpc = (method, params) => stack.anvil.rpc(method, params);
-  await rpc('evm_setIntervalMining', [0]);
-  try {
-    const included = Number((await stack.receipt(hash)).blockNumber);
-    await rpc('anvil_rollback', [Number(await rpc('eth_blockNumber')) - included + 1]);
-    assert.equal(await rpc('eth_getTransactionReceipt', [hash]), null, 'precondition: the rollback removed the settlement');
+  await rolledBackAndMinedAgain(stack, hash, async () => {
     assert.equal(await code(account.address), undefined, 'precondition: the rollback removed the wallet');
-  } finally {
-    await rpc('evm_setIntervalMining', [1]);
-  }
-  await waitFor(async () => (await rpc('eth_getTransactionReceipt', [hash])) !== null, {
-    timeoutMs: 30_000, intervalMs: 250, what: 'the settlement mined again',
   });
-  assert.equal((await stack.receipt(hash)).status, 'success');
   assert.ok((await code(account.address))?.length > 2, 'the wallet is deployed again');
   assert.equal(await stack.balanceOf(p.payTo), PRICE, 'the payee is paid once');
   assert.equal(await stack.balanceOf(account.address), 1_000_000n - PRICE, 'the wallet paid once');

@@ -36,6 +36,7 @@ import { listenShop, catchPaymentHeader, expectDelivered, expectReplayedHeaderBu
 import { expectValid, expectInvalid, expectSettled, expectSettleFailed } from './lib/expect.mjs';
 import { waitFor, idempotencyKey } from './lib/util.mjs';
 import { pooledFrom } from './lib/chain-audit.mjs';
+import { rolledBackAndMinedAgain } from './lib/settling.mjs';
 import { toV2 } from './lib/x402.mjs';
 import {
   PERMIT2, EXACT_PROXY, UPTO_PROXY, TEST_TOKEN_EIP712, approvePermit2, deployTestToken, mintTestToken, placePermit2,
@@ -255,19 +256,9 @@ it('a rollback of the block that settled through Permit2 is survived: it mines a
   const body = await signedBody(payer);
   const payeeBefore = await balanceOf(payTo);
   const hash = expectSettled(await stack.settle(body), { network: NETWORK, payer: payer.address });
-  const rpc = (method, params) => stack.anvil.rpc(method, params);
-  await waitFor(async () => (await rpc('eth_getTransactionReceipt', [hash])) !== null, { timeoutMs: 15_000, what: 'the settlement mined' });
-  await rpc('evm_setIntervalMining', [0]);
-  try {
-    const included = Number((await stack.receipt(hash)).blockNumber);
-    await rpc('anvil_rollback', [Number(await rpc('eth_blockNumber')) - included + 1]);
-    assert.equal(await rpc('eth_getTransactionReceipt', [hash]), null, 'precondition: the rollback removed the settlement');
+  await rolledBackAndMinedAgain(stack, hash, async () => {
     assert.equal(await balanceOf(payer.address), FUNDS, 'precondition: the rollback gave the funds back');
-  } finally {
-    await rpc('evm_setIntervalMining', [1]);
-  }
-  await waitFor(async () => (await rpc('eth_getTransactionReceipt', [hash])) !== null, { timeoutMs: 30_000, intervalMs: 250, what: 'the settlement mined again' });
-  assert.equal((await stack.receipt(hash)).status, 'success');
+  });
   assert.equal(await balanceOf(payer.address), FUNDS - BigInt(PRICE), 'the payer paid once');
   assert.equal(await balanceOf(payTo), payeeBefore + BigInt(PRICE), 'the payee was paid once');
   const nonce = await stack.signerNonce('pending');

@@ -84,3 +84,26 @@ export function assertSameAddress(actual, expected, message) {
   assert.ok(typeof actual === 'string' && /^0x[0-9a-fA-F]{40}$/.test(actual), `${message}: not an address: ${actual}`);
   assert.equal(getAddress(actual), getAddress(expected), message);
 }
+
+/**
+ * Rolls back every block from the one that includes `hash` on an interval-mining chain (the
+ * miner held meanwhile), runs `check()` on the rolled-back chain, then waits until routerd's
+ * transaction `hash` is mined again (re-broadcast, or still in the pool) and succeeded.
+ */
+export async function rolledBackAndMinedAgain(stack, hash, check = async () => {}) {
+  const rpc = (method, params) => stack.anvil.rpc(method, params);
+  await waitFor(async () => (await rpc('eth_getTransactionReceipt', [hash])) !== null, { timeoutMs: 15_000, what: 'the settlement mined' });
+  await rpc('evm_setIntervalMining', [0]);
+  try {
+    const included = Number((await stack.receipt(hash)).blockNumber);
+    await rpc('anvil_rollback', [Number(await rpc('eth_blockNumber')) - included + 1]);
+    assert.equal(await rpc('eth_getTransactionReceipt', [hash]), null, 'precondition: the rollback removed the settlement');
+    await check();
+  } finally {
+    await rpc('evm_setIntervalMining', [1]);
+  }
+  await waitFor(async () => (await rpc('eth_getTransactionReceipt', [hash])) !== null, {
+    timeoutMs: 30_000, intervalMs: 250, what: 'the settlement mined again',
+  });
+  assert.equal((await stack.receipt(hash)).status, 'success');
+}
