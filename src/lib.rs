@@ -9,7 +9,8 @@
 //!                  wire errors              -> every room below
 //! router           eth_routerTransaction: probe every chain, choose, reserve the caller's nonce
 //!                                           -> chain store ledger evm config clock
-//! facilitator      x402 verify and settle: protocol versions, the lens, lanes, the follower
+//! facilitator      x402 verify and settle (exact, upto; ERC-3009, Permit2): protocol versions,
+//!                  the lens, lanes, the follower
 //!                                           -> chain store ledger signer evm config guard clock
 //! store            sled and PostgreSQL behind one set of traits, one codec, one conformance
 //!                  suite                    -> ledger evm config clock
@@ -18,7 +19,8 @@
 //! chain            upstream nodes: batches, failover, refusals, heads and fees
 //!                                           -> evm config guard clock
 //! signer           keys and signatures      -> evm
-//! evm              hex, quantities, fees, revert data, ERC-3009: no I/O
+//! evm              hex, quantities, fees, revert data, ERC-3009, ERC-6492, Permit2 and nonce
+//!                  reads: no I/O
 //! config, guard, clock                      leaves
 //! ```
 //!
