@@ -7,10 +7,15 @@ use ethers_core::utils::keccak256;
 
 /// The suffix that marks a wrapped signature (ERC-6492's `ERC6492_DETECTION_SUFFIX`):
 /// `0x6492` sixteen times.
-pub const MAGIC: [u8; 32] = [
-    0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92,
-    0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92,
-];
+pub const MAGIC: [u8; 32] = {
+    let mut magic = [0x64; 32];
+    let mut i = 1;
+    while i < 32 {
+        magic[i] = 0x92;
+        i += 2;
+    }
+    magic
+};
 
 /// Multicall3 (`0xcA11bde05977b3631167028862bE2a173976CA11`), at the same address on every
 /// chain that has it, and preinstalled on OP Stack chains.

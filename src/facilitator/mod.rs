@@ -19,7 +19,7 @@ use ethers_core::utils::to_checksum;
 
 use crate::chain::Chain;
 use crate::config::{ChainSettings, FacilitatorSettings, TransferMethod};
-use crate::evm::{self, erc3009};
+use crate::evm::{self, erc3009, permit2};
 use crate::ledger::{PaymentKey, Reason, RequestTag};
 use crate::signer::Signer;
 use crate::store::{Storage, StoreError};
@@ -87,6 +87,7 @@ impl Facilitator {
                 ));
             }
             networks.push(Network {
+                permit2_domain: permit2::domain_separator(chain.settings.chain_id),
                 name: name.clone(),
                 chain,
                 tokens,

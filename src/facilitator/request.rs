@@ -8,7 +8,7 @@ use ethers_core::types::{Address, H256, U256};
 
 use crate::evm::erc3009::TransferAuthorization;
 use crate::evm::permit2::Eip2612Permit;
-use crate::ledger::Reason;
+use crate::ledger::{Reason, TransferMethod};
 
 /// One payment, parsed: what every rule from rule 6 on and the settlement read.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,6 +50,14 @@ impl Method {
     /// Through Permit2, `exact` or `upto`.
     pub fn is_permit2(self) -> bool {
         matches!(self, Method::Permit2 | Method::Permit2Upto { .. })
+    }
+
+    /// How the ledger stores it: `upto` moves funds through Permit2 too.
+    pub fn transfer_method(self) -> TransferMethod {
+        match self {
+            Method::Eip3009 => TransferMethod::Eip3009,
+            Method::Permit2 | Method::Permit2Upto { .. } => TransferMethod::Permit2,
+        }
     }
 
     /// Its name in `transfer_methods`.

@@ -26,6 +26,8 @@ pub struct Network {
     pub name: String,
     pub chain: Arc<Chain>,
     pub tokens: Vec<TokenInfo>,
+    /// Permit2's EIP-712 domain separator on this chain; computed once, as each token's is.
+    pub permit2_domain: H256,
     /// Where a settlement's gas comes from here; learnt from the first settlement tried both
     /// ways (see [`SettleGas`]).
     pub settle_gas: OnceLock<SettleGas>,
@@ -111,23 +113,7 @@ impl Counterfactual {
 impl Payment<'_> {
     /// The Permit2 authorization this payment's terms came from (for a Permit2 payment).
     pub fn permit2(&self) -> Permit2Authorization {
-        Permit2Authorization {
-            from: self.auth.from,
-            token: self.token.address,
-            amount: self.auth.value,
-            spender: match self.method {
-                Method::Permit2Upto { .. } => permit2::UPTO_PROXY,
-                _ => permit2::EXACT_PROXY,
-            },
-            nonce: U256::from_big_endian(self.auth.nonce.as_bytes()),
-            deadline: self.auth.valid_before,
-            to: self.auth.to,
-            valid_after: self.auth.valid_after,
-            facilitator: match self.method {
-                Method::Permit2Upto { facilitator } => Some(facilitator),
-                _ => None,
-            },
-        }
+        permit2_authorization(&self.auth, self.token.address, self.method)
     }
 
     /// What the settlement moves: the authorization's value, or for `upto` what the
@@ -141,14 +127,8 @@ impl Payment<'_> {
 
     /// Where this payment's nonce is marked used.
     pub fn nonce_read(&self) -> NonceRead {
-        match self.method {
-            Method::Eip3009 => {
-                NonceRead::erc3009(self.token.address, self.auth.from, self.auth.nonce)
-            }
-            Method::Permit2 | Method::Permit2Upto { .. } => {
-                NonceRead::permit2(self.auth.from, self.auth.nonce)
-            }
-        }
+        let method = self.method.transfer_method();
+        method.nonce_read(self.token.address, self.auth.from, self.auth.nonce)
     }
 
     /// The idempotency key of x402-facilitator.md §3: (network, asset, from, nonce).
@@ -159,6 +139,31 @@ impl Payment<'_> {
             from: self.auth.from,
             nonce: self.auth.nonce,
         }
+    }
+}
+
+/// The Permit2 authorization `auth`'s terms came from, for a Permit2 payment of `token`.
+fn permit2_authorization(
+    auth: &TransferAuthorization,
+    token: Address,
+    method: Method,
+) -> Permit2Authorization {
+    Permit2Authorization {
+        from: auth.from,
+        token,
+        amount: auth.value,
+        spender: match method {
+            Method::Permit2Upto { .. } => permit2::UPTO_PROXY,
+            _ => permit2::EXACT_PROXY,
+        },
+        nonce: U256::from_big_endian(auth.nonce.as_bytes()),
+        deadline: auth.valid_before,
+        to: auth.to,
+        valid_after: auth.valid_after,
+        facilitator: match method {
+            Method::Permit2Upto { facilitator } => Some(facilitator),
+            _ => None,
+        },
     }
 }
 
@@ -269,28 +274,7 @@ impl Verifier {
             ));
         }
         let (signature, counterfactual) = self.unwrap_erc6492(&request.signature)?;
-        let mut payment = Payment {
-            network,
-            token,
-            auth,
-            method: request.method,
-            eip2612: request.eip2612.clone(),
-            pay_to: request.pay_to,
-            max_amount: request.amount,
-            signature,
-            digest: H256::zero(),
-            recovered: None,
-            counterfactual,
-        };
-        payment.digest = match payment.method {
-            Method::Eip3009 => erc3009::digest(token.domain_separator, &payment.auth),
-            Method::Permit2 | Method::Permit2Upto { .. } => permit2::digest(
-                permit2::domain_separator(network.chain.settings.chain_id),
-                &payment.permit2(),
-            ),
-        };
-        payment.recovered = erc3009::recover(payment.digest, &payment.signature);
-        if let Method::Permit2Upto { facilitator } = payment.method {
+        if let Method::Permit2Upto { facilitator } = request.method {
             if !self.signers.contains(&facilitator) {
                 return Err(invalid(
                     Reason::UptoFacilitator,
@@ -298,7 +282,26 @@ impl Verifier {
                 ));
             }
         }
-        Ok(payment)
+        let digest = match request.method {
+            Method::Eip3009 => erc3009::digest(token.domain_separator, &auth),
+            Method::Permit2 | Method::Permit2Upto { .. } => permit2::digest(
+                network.permit2_domain,
+                &permit2_authorization(&auth, token.address, request.method),
+            ),
+        };
+        Ok(Payment {
+            network,
+            token,
+            method: request.method,
+            eip2612: request.eip2612.clone(),
+            pay_to: request.pay_to,
+            max_amount: request.amount,
+            recovered: erc3009::recover(digest, &signature),
+            digest,
+            signature,
+            auth,
+            counterfactual,
+        })
     }
 
     /// The signature the token checks, and what deploys the wallet first (ERC-6492).
@@ -677,6 +680,8 @@ struct FactSlots {
     code: Slot,
     balance: Slot,
     state: Slot,
+    /// How `state`'s answer says the nonce is used.
+    nonce_read: NonceRead,
     /// Permit2's approval, for a Permit2 payment.
     allowance: Option<Slot>,
     from_listed: Slot,
@@ -703,6 +708,7 @@ fn facts_batch(payment: &Payment<'_>, trial: Option<&Trial<'_>>) -> (Batch, Fact
         )),
         balance: batch.add(read(token, erc3009::balance_of(auth.from))),
         state: batch.add(read(nonce_read.target, nonce_read.call.clone())),
+        nonce_read,
         allowance: payment
             .method
             .is_permit2()
@@ -762,7 +768,7 @@ async fn read_in_batch(
         wallet_has_code: from_has_code,
         deployment_unavailable: None,
         balance: word(slots.balance, "balanceOf")?,
-        authorization_used: payment.nonce_read().used(word(slots.state, "the nonce")?),
+        authorization_used: slots.nonce_read.used(word(slots.state, "the nonce")?),
         permit2_allowance: slots
             .allowance
             .map(|slot| word(slot, "allowance"))

@@ -132,6 +132,14 @@ impl TransferMethod {
     fn is_eip3009(&self) -> bool {
         *self == TransferMethod::Eip3009
     }
+
+    /// Where a payment of `token` by `payer` moved this way marks `nonce` used.
+    pub fn nonce_read(self, token: Address, payer: Address, nonce: H256) -> NonceRead {
+        match self {
+            TransferMethod::Eip3009 => NonceRead::erc3009(token, payer, nonce),
+            TransferMethod::Permit2 => NonceRead::permit2(payer, nonce),
+        }
+    }
 }
 
 /// The settled authorization and its requirements, and everything the settlement went through.
@@ -181,10 +189,7 @@ impl Record {
 
     /// Where the token or Permit2 marks this payment's nonce used.
     pub fn nonce_read(&self) -> NonceRead {
-        match self.method {
-            TransferMethod::Eip3009 => NonceRead::erc3009(self.token, self.payer, self.nonce),
-            TransferMethod::Permit2 => NonceRead::permit2(self.payer, self.nonce),
-        }
+        self.method.nonce_read(self.token, self.payer, self.nonce)
     }
 
     /// Where the settlement transaction goes.

@@ -3,7 +3,7 @@
 //! `settleWithPermit`), so the payer never pays gas. Its `info` is checked here against the
 //! Permit2 payment it rides with, in `@x402/evm`'s terms.
 
-use ethers_core::types::{H256, U256};
+use ethers_core::types::H256;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -45,7 +45,7 @@ pub fn permit(extension: &Value, request: &Request) -> Result<Eip2612Permit, Inv
         parse_decimal(text).ok_or_else(|| format(&format!("{name} is not a decimal uint256")))
     };
     let signature = crate::evm::hex_decode(&info.signature)
-        .and_then(|bytes| split_signature(&bytes))
+        .filter(|bytes| split_signature(bytes).is_some())
         .ok_or_else(|| format("signature is not a 65-byte signature"))?;
     let mismatch = |reason, what: &str| {
         Err(Invalid::new(
@@ -72,14 +72,8 @@ pub fn permit(extension: &Value, request: &Request) -> Result<Eip2612Permit, Inv
     Ok(Eip2612Permit {
         value,
         deadline: uint(&info.deadline, "deadline")?,
-        v: signature.v as u8,
-        r: word(signature.r),
-        s: word(signature.s),
+        v: signature[64],
+        r: H256::from_slice(&signature[..32]),
+        s: H256::from_slice(&signature[32..64]),
     })
-}
-
-fn word(value: U256) -> H256 {
-    let mut bytes = [0u8; 32];
-    value.to_big_endian(&mut bytes);
-    H256(bytes)
 }

@@ -351,7 +351,7 @@ fn permit2_values(p: &Permit2Payload) -> Result<(TransferAuthorization, Permit2T
         value: uint(Field::Permit2Amount, &p.permitted.amount)?,
         valid_after: uint(Field::WitnessValidAfter, &p.witness.valid_after)?,
         valid_before: uint(Field::Permit2Deadline, &p.deadline)?,
-        nonce: u256_word(uint(Field::Permit2Nonce, &p.nonce)?),
+        nonce: H256(uint(Field::Permit2Nonce, &p.nonce)?.into()),
     };
     let terms = Permit2Terms {
         token: address(Field::Permit2Token, &p.permitted.token)?,
@@ -407,12 +407,6 @@ fn check_permit2(
             "missing (upto names who may settle it)",
         )),
     }
-}
-
-fn u256_word(value: U256) -> H256 {
-    let mut word = [0u8; 32];
-    value.to_big_endian(&mut word);
-    H256(word)
 }
 
 #[cfg(test)]

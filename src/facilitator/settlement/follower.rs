@@ -17,7 +17,7 @@ use crate::chain::{self, Batch, Call, CallResult, Canonical, Chain, Head};
 use crate::clock::unix_now;
 use crate::evm;
 use crate::evm::erc3009;
-use crate::evm::TxFees;
+use crate::evm::{NonceRead, TxFees};
 use crate::ledger::Reason;
 use crate::ledger::{Attempt, Inclusion, Lost, Outcome, Record, State};
 use crate::store::StoreError;
@@ -212,12 +212,8 @@ impl Worker {
     async fn nonce_taken(&mut self, mut record: Record) {
         let key = record.key();
         let mut batch = Batch::new();
-        let nonce_read = record.nonce_read();
-        let state = batch.add(chain::eth_call(
-            nonce_read.target,
-            &nonce_read.call,
-            "latest",
-        ));
+        let (nonce_read, call) = nonce_call(&record);
+        let state = batch.add(call);
         let used = match self.lane.chain.client.ask(&batch).await {
             Ok(answers) => answers.get(state).as_ref().ok().and_then(evm::parse_word),
             Err(_) => None,
@@ -567,15 +563,18 @@ pub(crate) fn inclusion_of(hash: H256, answer: &CallResult, head: u64) -> Option
     })
 }
 
+/// The read of whether the record's authorization nonce is used now, and how to judge its answer.
+fn nonce_call(record: &Record) -> (NonceRead, Call) {
+    let read = record.nonce_read();
+    let call = chain::eth_call(read.target, &read.call, "latest");
+    (read, call)
+}
+
 /// A mined settlement that reverted: find out why, for the payer.
 async fn diagnose_revert(chain: &Chain, record: &Record, hash: H256) -> Outcome {
     let mut batch = Batch::new();
-    let nonce_read = record.nonce_read();
-    let state = batch.add(chain::eth_call(
-        nonce_read.target,
-        &nonce_read.call,
-        "latest",
-    ));
+    let (nonce_read, call) = nonce_call(record);
+    let state = batch.add(call);
     let balance = batch.add(chain::eth_call(
         record.token,
         &erc3009::balance_of(record.payer),

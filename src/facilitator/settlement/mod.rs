@@ -27,7 +27,7 @@ use crate::clock::unix_now;
 use crate::evm;
 use crate::evm::{erc3009, erc6492, permit2};
 use crate::ledger::Reason;
-use crate::ledger::{LaneId, Outcome, PaymentKey, Record, RequestTag, State, TransferMethod};
+use crate::ledger::{LaneId, Outcome, PaymentKey, Record, RequestTag, State};
 use crate::store::{Claim, Lease, Storage, StoreError};
 use lane::Reservation;
 pub use lane::{Lane, LaneSettings, Lanes};
@@ -683,10 +683,7 @@ fn new_record(
         nonce: payment.auth.nonce,
         valid_before,
         digest: payment.digest,
-        method: match payment.method {
-            Method::Eip3009 => TransferMethod::Eip3009,
-            Method::Permit2 | Method::Permit2Upto { .. } => TransferMethod::Permit2,
-        },
+        method: payment.method.transfer_method(),
         via: (call.to != payment.token.address).then_some(call.to),
         calldata: call.data,
         gas_limit,
