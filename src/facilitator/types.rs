@@ -12,6 +12,12 @@ pub struct SettlementStatus {
     pub asset: String,
     pub payer: String,
     pub nonce: String,
+    /// What identifies the authorization, so that a merchant can tell that a success is its own
+    /// payment: where the funds go, how much, and the EIP-712 digest the payer signed.
+    pub pay_to: String,
+    /// The value in the token's smallest unit, as a decimal string (as x402 writes amounts).
+    pub value: String,
+    pub digest: String,
     /// claimed, signed, sent, included, final, reverted or expired.
     pub state: &'static str,
     pub transaction: Option<String>,

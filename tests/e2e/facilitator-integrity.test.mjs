@@ -12,11 +12,11 @@
 // Every test ends with the chain's own account: no signer transaction reverted, no nonce gap.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { getAddress } from 'viem';
+import { getAddress, hashTypedData } from 'viem';
 import { startFacilitatorStack, withLogTail, NETWORK } from './lib/stack.mjs';
 import { freshAccount } from './lib/accounts.mjs';
 import { usdcAbi, walletFor } from './lib/deploy-usdc.mjs';
-import { mutate, now, randomNonce } from './lib/x402.mjs';
+import { mutate, now, randomNonce, TRANSFER_WITH_AUTHORIZATION_TYPES } from './lib/x402.mjs';
 import { sleep, waitFor, idempotencyKey } from './lib/util.mjs';
 import {
   expectInvalid, expectSettled, expectSettledResult, expectSettleFailedResult, expectErrorBody, show, TX_HASH,
@@ -247,11 +247,25 @@ it('a payment replayed with requirements it does not meet (other payTo, 10x pric
 
 const STATES = ['claimed', 'signed', 'sent', 'included', 'final', 'reverted', 'expired'];
 
+/** The EIP-712 digest of payment `p`'s ERC-3009 authorization, as the token computes it. */
+function authorizationDigest(p) {
+  const a = p.authorization;
+  return hashTypedData({
+    domain: { name: stack.token.name ?? 'USD Coin', version: stack.token.version ?? '2', chainId: stack.chainId, verifyingContract: getAddress(stack.usdc) },
+    types: TRANSFER_WITH_AUTHORIZATION_TYPES,
+    primaryType: 'TransferWithAuthorization',
+    message: {
+      from: getAddress(a.from), to: getAddress(a.to), value: BigInt(a.value),
+      validAfter: BigInt(a.validAfter), validBefore: BigInt(a.validBefore), nonce: a.nonce,
+    },
+  });
+}
+
 /** A 200 status answer with every field of the route; returns the body. */
 function expectStatus(res, p) {
   assert.equal(res.status, 200, show(res));
   const s = res.body;
-  for (const field of ['network', 'asset', 'payer', 'nonce', 'state', 'transaction', 'signer', 'signerNonce', 'block', 'blockHash', 'confirmations', 'outcome', 'lost']) {
+  for (const field of ['network', 'asset', 'payer', 'nonce', 'payTo', 'value', 'digest', 'state', 'transaction', 'signer', 'signerNonce', 'block', 'blockHash', 'confirmations', 'outcome', 'lost']) {
     assert.ok(s && field in s, `status answer without "${field}": ${show(res)}`);
   }
   assert.equal(s.network, NETWORK, show(res));
@@ -259,6 +273,10 @@ function expectStatus(res, p) {
   assertSameAddress(s.payer, p.authorization.from, 'payer');
   assert.equal(s.nonce.toLowerCase(), p.authorization.nonce.toLowerCase(), show(res));
   assert.ok(STATES.includes(s.state), `unknown state: ${show(res)}`);
+  // What tells a merchant that the success is its own payment (x402-facilitator.md section 3).
+  assertSameAddress(s.payTo, p.authorization.to, 'payTo');
+  assert.equal(s.value, p.authorization.value, show(res));
+  assert.equal(s.digest, authorizationDigest(p), `the EIP-712 digest the payer signed: ${show(res)}`);
   assert.equal(typeof s.lost, 'boolean', show(res));
   assert.ok(Number.isInteger(s.confirmations) && s.confirmations >= 0, show(res));
   return s;
