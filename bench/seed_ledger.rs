@@ -55,6 +55,7 @@ fn finished_record(i: u64, now: u64) -> Record {
         calldata: Bytes::from(vec![0u8; 260]),
         gas_limit: 100_000,
         request: None,
+        payment_id: None,
         state: State::Final { inclusion },
         attempts: vec![Attempt {
             signer: Address::repeat_byte(0x44),

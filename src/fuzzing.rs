@@ -31,7 +31,7 @@ const MAX_SIGNATURE_BYTES: usize = 2048;
 
 /// `Idempotency-Key` and API key name, for the tags of payments that carry neither or both.
 const HEADER_KEY: &str = "order-8812";
-const SCOPE: &str = "shop-a";
+const CALLER: &str = "ip:127.0.0.1";
 
 /// `POST /verify` and `POST /settle` bodies: one payment (v1 or v2) or, for settle, an array of
 /// them; read with v2 served and not. Each payment read is then checked as verify checks it
@@ -67,8 +67,9 @@ pub fn payment_body(data: &[u8]) {
 
 fn check_payment(payment: &Payment, element: Option<usize>, body: &[u8]) {
     let _ = payment.label();
-    for (scope, header) in [(None, None), (Some(SCOPE), Some(HEADER_KEY))] {
-        let _ = payment.tag(scope, header, element, body);
+    let asker = rest::Asker::stranger(CALLER);
+    for header in [None, Some(HEADER_KEY)] {
+        let _ = payment.asking(&asker, header, element, body);
     }
     let served = FuzzServed::new();
     let (lowered, payload, path): (_, _, Spelling) = match payment {

@@ -27,6 +27,7 @@ pub fn record(nonce: u8) -> Record {
         calldata: Bytes::from(vec![1, 2, 3]),
         gas_limit: 90_000,
         request: None,
+        payment_id: None,
         state: State::Claimed,
         attempts: Vec::new(),
         outcome: None,

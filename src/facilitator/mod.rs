@@ -20,7 +20,7 @@ use ethers_core::utils::to_checksum;
 use crate::chain::Chain;
 use crate::config::{ChainSettings, FacilitatorSettings, TransferMethod};
 use crate::evm::{self, erc3009, permit2};
-use crate::ledger::{PaymentKey, Reason, RequestTag};
+use crate::ledger::{Asking, PaymentKey, Reason};
 use crate::signer::Signer;
 use crate::store::{Storage, StoreError};
 use cooldown::Cooldown;
@@ -235,16 +235,15 @@ impl Facilitator {
         Ok(v1::verify_answer(request, verdict))
     }
 
-    /// `/settle` in x402 v1. `tag` names the request for its retries (`Idempotency-Key`): see
-    /// [`RequestTag`].
+    /// `/settle` in x402 v1. `asking` names the request for its retries: see [`Asking`].
     pub async fn settle(
         &self,
         request: &v1::PaymentRequest,
-        tag: Option<RequestTag>,
+        asking: &Asking,
     ) -> Result<SettleResponse, SettleError> {
         let settled = match self.lower_v1(request) {
             Err(refused) => Settled::failed(refused),
-            Ok(lowered) => self.settler.settle(&lowered, tag).await?,
+            Ok(lowered) => self.settler.settle(&lowered, asking).await?,
         };
         Ok(v1::settle_answer(request, settled))
     }
@@ -283,11 +282,11 @@ impl Facilitator {
     pub async fn settle_v2(
         &self,
         request: &v2::PaymentRequest,
-        tag: Option<RequestTag>,
+        asking: &Asking,
     ) -> Result<SettleResponse, SettleError> {
         let outcome = match self.lower_v2(request) {
             Err(refused) => Ok(Settled::failed(refused)),
-            Ok(lowered) => self.settler.settle(&lowered, tag).await,
+            Ok(lowered) => self.settler.settle(&lowered, asking).await,
         };
         v2::settle_answer(request, outcome)
     }

@@ -18,6 +18,9 @@ pub struct SettlementStatus {
     /// The value in the token's smallest unit, as a decimal string (as x402 writes amounts).
     pub value: String,
     pub digest: String,
+    /// The payer's x402 v2 `payment-identifier` id, when its payload carried one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payment_identifier: Option<String>,
     /// claimed, signed, sent, included, final, reverted or expired.
     pub state: &'static str,
     pub transaction: Option<String>,

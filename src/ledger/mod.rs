@@ -9,5 +9,6 @@ pub mod record;
 pub use keys::{Account, LaneId, PaymentKey, RouterNonceKey};
 pub use reason::Reason;
 pub use record::{
-    depth, Attempt, Inclusion, Lost, Outcome, Record, RequestTag, State, TransferMethod,
+    depth, Asking, Attempt, Inclusion, Lost, Outcome, Pass, Record, RequestTag, State, TagKind,
+    TransferMethod,
 };

@@ -13,13 +13,67 @@ use super::keys::{Account, PaymentKey};
 use super::Reason;
 use crate::evm::{NonceRead, TxFees};
 
-/// The request that claimed a payment, as its retries name it: an `Idempotency-Key` header (or
-/// v2's `payment-identifier`) and a hash of the body it first came with. A settle is told the
-/// success only when it carries the same tag: one payment, one delivery (access.md §1).
+/// The request key a payment was claimed with, bound to a hash of the body it first came with.
+/// An `Idempotency-Key` header (set by the caller of `/settle`, never by the payer) names the
+/// claiming request: a retry carrying it and the same body is told the claimant's answer. The
+/// payer's own `payment-identifier` id names the payment only: it is stored and keeps another
+/// payment from using it, but never makes a second success (access.md §1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RequestTag {
     pub key: String,
     pub body: H256,
+    /// Records written before the payment-identifier rule read as headers.
+    #[serde(default, skip_serializing_if = "TagKind::is_header")]
+    pub kind: TagKind,
+}
+
+/// Who chose a request key, and so whether it replays a success.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TagKind {
+    /// `Idempotency-Key`: the caller's own; its retries are the claimant again.
+    #[default]
+    #[serde(rename = "header")]
+    Header,
+    /// x402 v2's `payment-identifier`: the payer's, unsigned; never a retry key.
+    #[serde(rename = "payment-identifier")]
+    PaymentIdentifier,
+}
+
+impl TagKind {
+    fn is_header(&self) -> bool {
+        *self == TagKind::Header
+    }
+}
+
+/// A caller and the hash of the body it sent: after a pending answer, the next settle of the
+/// same payment with the same body from the same caller is told the outcome (access.md §1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pass {
+    /// `key:<API key name>` or `ip:<client address>`.
+    pub caller: String,
+    pub body: H256,
+}
+
+/// Who asks to settle a payment, as far as its answer depends on it.
+#[derive(Debug, Clone)]
+pub struct Asking {
+    /// The request key stored with the claim, if the request carries one.
+    pub tag: Option<RequestTag>,
+    /// The payer's `payment-identifier` id, stored with the record and shown by the status route.
+    pub payment_id: Option<String>,
+    /// The caller and body, for the pending rule.
+    pub pass: Pass,
+}
+
+impl Asking {
+    /// Whether a pending answer to this request passes the outcome on to its identical next
+    /// request. A request with an `Idempotency-Key` has its key for that.
+    pub fn passes_on(&self) -> bool {
+        !self
+            .tag
+            .as_ref()
+            .is_some_and(|tag| tag.kind == TagKind::Header)
+    }
 }
 
 /// Why a settlement can no longer land.
@@ -165,9 +219,12 @@ pub struct Record {
     /// `aggregate3` around it), kept so the settlement can be re-signed.
     pub calldata: Bytes,
     pub gas_limit: u64,
-    /// The claiming request's tag, when it carried one: its retries get its answer.
+    /// The claiming request's tag, when it carried one: a header's retries get its answer.
     #[serde(default)]
     pub request: Option<RequestTag>,
+    /// The payer's x402 v2 `payment-identifier` id, when its payload carried one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payment_id: Option<String>,
     pub state: State,
     pub attempts: Vec<Attempt>,
     pub outcome: Option<Outcome>,

@@ -1,13 +1,15 @@
-//! Retry keys of settle requests (access.md §1): the `Idempotency-Key` header, or in x402 v2 the
-//! `payment-identifier` extension's id, bound to a hash of the body it came with. A request
-//! carrying the key its payment was claimed with is that request again and gets its answer.
+//! Request keys of settle requests (access.md §1), bound to a hash of the body they came with.
+//! The `Idempotency-Key` header is a retry key: a request carrying the key its payment was
+//! claimed with is that request again and gets its answer. x402 v2's `payment-identifier` id,
+//! which the payer writes and does not sign, only names its payment for the caller: another
+//! payment under it is refused, the same payment is a duplicate.
 
 use ethers_core::types::H256;
 use ethers_core::utils::keccak256;
 use http::HeaderMap;
 
 use super::wire_errors::WireError;
-use crate::ledger::RequestTag;
+use crate::ledger::{RequestTag, TagKind};
 
 pub const HEADER: &str = "idempotency-key";
 
@@ -39,8 +41,24 @@ pub fn tag(key: Option<&str>, element: Option<usize>, body: &[u8]) -> Option<Req
             Some(i) => format!("{key}#{i}"),
             None => key.to_string(),
         },
-        body: H256(keccak256(body)),
+        body: body_hash(body),
+        kind: TagKind::Header,
     })
+}
+
+/// The key of a payer's `payment-identifier` `id`, scoped to the caller (`who`: an API key's
+/// name or a client address). `@` starts no header key, so the two never meet.
+pub fn identifier_tag(who: &str, id: &str, body: &[u8]) -> RequestTag {
+    RequestTag {
+        key: format!("@{who}/{id}"),
+        body: body_hash(body),
+        kind: TagKind::PaymentIdentifier,
+    }
+}
+
+/// The hash a body is bound by.
+pub fn body_hash(body: &[u8]) -> H256 {
+    H256(keccak256(body))
 }
 
 /// Keys of different API keys never meet: each is prefixed by the key's name (`shop-a/…`).
@@ -48,18 +66,10 @@ pub fn scoped(tag: RequestTag, scope: Option<&str>) -> RequestTag {
     match scope {
         Some(name) => RequestTag {
             key: format!("{name}/{}", tag.key),
-            body: tag.body,
+            ..tag
         },
         None => tag,
     }
-}
-
-/// `body` as serde_json writes it: the same JSON whether it came alone or as an array's
-/// element, whatever its spacing.
-pub fn canonical(body: &[u8]) -> Vec<u8> {
-    serde_json::from_slice::<serde_json::Value>(body)
-        .and_then(|value| serde_json::to_vec(&value))
-        .unwrap_or_else(|_| body.to_vec())
 }
 
 #[cfg(test)]
@@ -98,13 +108,5 @@ mod tests {
         assert_eq!(single.body, element.body);
         assert_ne!(tag(Some("k"), None, b"{ }").unwrap().body, single.body);
         assert!(tag(None, None, b"{}").is_none());
-    }
-
-    #[test]
-    fn canonical_json_ignores_spacing() {
-        assert_eq!(
-            canonical(br#"{ "a" : [1, 2] }"#),
-            canonical(br#"{"a":[1,2]}"#)
-        );
     }
 }

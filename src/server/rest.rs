@@ -29,7 +29,7 @@ use crate::facilitator::protocol::v1::{PaymentRequest, SettleResponse};
 use crate::facilitator::protocol::values::Payload;
 use crate::facilitator::protocol::{self, v2};
 use crate::facilitator::{Facilitator, SettleError};
-use crate::ledger::{PaymentKey, RequestTag};
+use crate::ledger::{Asking, Pass, PaymentKey};
 
 #[derive(Clone)]
 pub struct RestLayer {
@@ -145,8 +145,9 @@ where
     }
     if let Some(facilitator) = &routes.facilitator {
         if is_facilitator_path(&path) {
-            return facilitator_route(app, facilitator, caller, &method, &path, request, note)
-                .await;
+            let who = Caller::of(caller.map(|k| k.name.as_str()), client.as_ref());
+            let asker = Asker { key: caller, who };
+            return facilitator_route(app, facilitator, asker, &method, &path, request, note).await;
         }
     }
     if surface.rpc && matches!(path.as_str(), "/" | "/quote") {
@@ -274,10 +275,27 @@ pub(crate) fn extra_calls(bytes: &[u8]) -> u32 {
         .map_or(0, |entries| entries.len().saturating_sub(1) as u32)
 }
 
+/// Who calls a facilitator route: its API key, if any, and its caller identity (the key's
+/// name, or the client address).
+pub(crate) struct Asker<'a> {
+    key: Option<&'a Key>,
+    who: Caller,
+}
+
+impl Asker<'_> {
+    /// A caller without an API key, named `who` (the fuzz targets' caller).
+    pub(crate) fn stranger(who: &str) -> Self {
+        Asker {
+            key: None,
+            who: Caller(who.to_string()),
+        }
+    }
+}
+
 async fn facilitator_route(
     app: &App,
     facilitator: &Facilitator,
-    caller: Option<&Key>,
+    asker: Asker<'_>,
     method: &Method,
     path: &str,
     request: HttpRequest,
@@ -295,7 +313,7 @@ async fn facilitator_route(
             let bytes = read_body(app, request.into_body()).await?;
             let payment = parse_payment_body(facilitator, &bytes)?;
             note.payment = Some(payment.label());
-            payment.allowed(caller)?;
+            payment.allowed(asker.key)?;
             let answer = match &payment {
                 Payment::V1(p) => facilitator.verify(p).await?,
                 Payment::V2(p) => facilitator.verify_v2(p).await?,
@@ -306,7 +324,7 @@ async fn facilitator_route(
         ("/settle", &Method::POST) => {
             let key = idempotency::header_key(request.headers())?;
             let bytes = read_body(app, request.into_body()).await?;
-            settle(app, facilitator, caller, &bytes, key.as_deref(), note).await
+            settle(app, facilitator, &asker, &bytes, key.as_deref(), note).await
         }
         ("/supported", _) => Err(WireError::method_not_allowed(method, path, "GET")),
         _ => Err(WireError::method_not_allowed(method, path, "POST")),
@@ -368,12 +386,12 @@ pub(crate) fn parse_status_path(rest: &str) -> Result<PaymentKey, WireError> {
 async fn settle(
     app: &App,
     facilitator: &Facilitator,
-    caller: Option<&Key>,
+    asker: &Asker<'_>,
     bytes: &[u8],
     key: Option<&str>,
     note: &mut Note,
 ) -> Result<HttpResponse, WireError> {
-    let scope = caller.map(|k| k.name.as_str());
+    let caller = asker.key;
     if first_json_byte(bytes) == Some(b'[') {
         let items: Vec<serde_json::Value> = parse_body(bytes)?;
         if items.is_empty() || items.len() > facilitator.max_batch() {
@@ -388,10 +406,10 @@ async fn settle(
             .map(|(i, item)| {
                 let element = serde_json::to_vec(&item).expect("JSON values serialize");
                 let payment = parse_payment(facilitator.serves_v2(), item, &format!("[{i}]"))?;
-                let tag = payment.tag(scope, key, Some(i), &element)?;
-                Ok((payment, tag))
+                let asking = payment.asking(asker, key, Some(i), &element)?;
+                Ok((payment, asking))
             })
-            .collect::<Result<Vec<(Payment, Option<RequestTag>)>, WireError>>()?;
+            .collect::<Result<Vec<(Payment, Asking)>, WireError>>()?;
         if let Some(key) = caller {
             key.admit(payments.len().saturating_sub(1) as u32)?; // each element counts
         }
@@ -403,11 +421,12 @@ async fn settle(
                 .join(","),
         );
         // An element whose payTo the key may not pay is refused in its own slot.
-        let answers = futures::future::join_all(payments.into_iter().map(|(p, tag)| async move {
-            p.allowed(caller)?;
-            settle_one(app, facilitator, p, tag).await
-        }))
-        .await;
+        let answers =
+            futures::future::join_all(payments.into_iter().map(|(p, asking)| async move {
+                p.allowed(caller)?;
+                settle_one(app, facilitator, p, &asking).await
+            }))
+            .await;
         note.outcome = Some(
             answers
                 .iter()
@@ -430,8 +449,8 @@ async fn settle(
     let payment = parse_payment_body(facilitator, bytes)?;
     note.payment = Some(payment.label());
     payment.allowed(caller)?;
-    let tag = payment.tag(scope, key, None, bytes)?;
-    let answer = settle_one(app, facilitator, payment, tag).await?;
+    let asking = payment.asking(asker, key, None, bytes)?;
+    let answer = settle_one(app, facilitator, payment, &asking).await?;
     note.outcome = Some(settle_outcome(&answer));
     Ok(json_response(StatusCode::OK, &answer))
 }
@@ -447,11 +466,11 @@ async fn settle_one(
     app: &App,
     facilitator: &Facilitator,
     payment: Payment,
-    tag: Option<RequestTag>,
+    asking: &Asking,
 ) -> Result<SettleResponse, WireError> {
     let result = match &payment {
-        Payment::V1(p) => facilitator.settle(p, tag).await,
-        Payment::V2(p) => facilitator.settle_v2(p, tag).await,
+        Payment::V1(p) => facilitator.settle(p, asking).await,
+        Payment::V2(p) => facilitator.settle_v2(p, asking).await,
     };
     app.metrics.observe_settlement(match &result {
         Ok(answer) if answer.success => "success",
@@ -521,30 +540,40 @@ pub(crate) fn parse_payment(
 }
 
 impl Payment {
-    /// The retry tag of this payment: the request's `Idempotency-Key`, else in v2 the
-    /// `payment-identifier` id, bound to `body`.
-    /// Keys are scoped to the API key that sent them (`scope`).
-    pub(crate) fn tag(
+    /// Who asks to settle this payment: the request's `Idempotency-Key` (scoped to the API key)
+    /// is its retry key; without one, v2's `payment-identifier` id is the key that names the
+    /// payment for this caller (never a retry key); the caller and the hash of `body` are its
+    /// pass for the pending rule. The id is read, and checked, whether or not a header is set.
+    pub(crate) fn asking(
         &self,
-        scope: Option<&str>,
+        asker: &Asker<'_>,
         header: Option<&str>,
         element: Option<usize>,
         body: &[u8],
-    ) -> Result<Option<RequestTag>, WireError> {
-        let identifier = match self {
-            Payment::V2(p) if header.is_none() => p
+    ) -> Result<Asking, WireError> {
+        let payment_id = match self {
+            Payment::V2(p) => p
                 .payment_payload
                 .payment_identifier()
                 .map_err(|field| WireError::bad_request(prefixed(element, field)))?,
-            _ => None,
+            Payment::V1(_) => None,
         };
-        // A header names the request, so an array's elements are told apart by their place;
-        // an id names its one payment wherever it stands.
-        let tag = match identifier {
-            Some(id) => idempotency::tag(Some(id), None, &idempotency::canonical(body)),
-            None => idempotency::tag(header, element, body),
+        let scope = asker.key.map(|k| k.name.as_str());
+        let tag = match (header, payment_id) {
+            (Some(_), _) => {
+                idempotency::tag(header, element, body).map(|t| idempotency::scoped(t, scope))
+            }
+            (None, Some(id)) => Some(idempotency::identifier_tag(&asker.who.0, id, body)),
+            (None, None) => None,
         };
-        Ok(tag.map(|tag| idempotency::scoped(tag, scope)))
+        Ok(Asking {
+            tag,
+            payment_id: payment_id.map(str::to_string),
+            pass: Pass {
+                caller: asker.who.0.clone(),
+                body: idempotency::body_hash(body),
+            },
+        })
     }
 
     /// 403 when the caller's key may not verify or settle for this payment's payTo.

@@ -98,7 +98,7 @@ impl From<SettleError> for WireError {
             SettleError::Unreachable(_) => 502,
             SettleError::Pending(_) => 504,
             SettleError::Abandoned(_) => 503,
-            SettleError::KeyReused(_) => 409,
+            SettleError::KeyReused(_) | SettleError::IdentifierReused(_) => 409,
             // A shared database out of reach: the service is unavailable, nothing is lost.
             SettleError::Store(inner) if inner.is_unavailable() => 503,
             SettleError::Store(_) => 500,

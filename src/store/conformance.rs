@@ -10,7 +10,7 @@ use std::time::Duration;
 use ethers_core::types::{Address, H256, U256};
 
 use super::{next_router_nonce, Claim, Storage, StoreError};
-use crate::ledger::{Inclusion, LaneId, Outcome, Record, RequestTag, RouterNonceKey, State};
+use crate::ledger::{Inclusion, LaneId, Outcome, Pass, Record, RequestTag, RouterNonceKey, State};
 
 const LONG: Duration = Duration::from_secs(600);
 
@@ -161,6 +161,7 @@ async fn a_request_key_names_one_payment(a: &Storage, b: &Storage) {
         r.request = Some(RequestTag {
             key: "order-1".to_string(),
             body: H256::repeat_byte(nonce),
+            kind: Default::default(),
         });
         r
     };
@@ -174,6 +175,46 @@ async fn a_request_key_names_one_payment(a: &Storage, b: &Storage) {
     assert!(matches!(claim(b, &first).await, Claim::Exists(_)));
     a.release(&first.key()).await.unwrap();
     assert!(matches!(claim(b, &second).await, Claim::Claimed));
+}
+
+/// A pass is taken once per grant, only by its own caller and body, also across handles; it
+/// goes with its record.
+async fn a_pass_is_taken_once(a: &Storage, b: &Storage) {
+    let r = record(0x70);
+    let key = r.key();
+    let pass = |caller: &str, body: u8| Pass {
+        caller: caller.to_string(),
+        body: H256::repeat_byte(body),
+    };
+    a.claim(&key, &r, None, U256::MAX).await.unwrap();
+    assert!(
+        !a.take_pass(&key, &pass("ip:1", 1)).await.unwrap(),
+        "nothing granted"
+    );
+    a.grant_pass(&key, &pass("ip:1", 1)).await.unwrap();
+    assert!(
+        !b.take_pass(&key, &pass("ip:2", 1)).await.unwrap(),
+        "another caller"
+    );
+    assert!(
+        !b.take_pass(&key, &pass("ip:1", 2)).await.unwrap(),
+        "another body"
+    );
+    let granted = pass("ip:1", 1);
+    let (x, y) = tokio::join!(a.take_pass(&key, &granted), b.take_pass(&key, &granted));
+    assert!(x.unwrap() ^ y.unwrap(), "one taker");
+    assert!(!a.take_pass(&key, &pass("ip:1", 1)).await.unwrap(), "taken");
+    // A new grant replaces the old one.
+    a.grant_pass(&key, &pass("ip:1", 1)).await.unwrap();
+    b.grant_pass(&key, &pass("ip:3", 3)).await.unwrap();
+    assert!(!a.take_pass(&key, &pass("ip:1", 1)).await.unwrap());
+    // Released with its record.
+    a.release(&key).await.unwrap();
+    a.claim(&key, &r, None, U256::MAX).await.unwrap();
+    assert!(
+        !b.take_pass(&key, &pass("ip:3", 3)).await.unwrap(),
+        "gone with the record"
+    );
 }
 
 /// Records saved together: the one that ended leaves the unfinished index, the other stays.
@@ -445,6 +486,12 @@ macro_rules! conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn a_request_key_names_one_payment() {
                 run("request_keys", |a, b| async move { super::a_request_key_names_one_payment(&a, &b).await }).await;
+            }
+
+            $(#[$attr])?
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_pass_is_taken_once() {
+                run("passes", |a, b| async move { super::a_pass_is_taken_once(&a, &b).await }).await;
             }
 
             $(#[$attr])?

@@ -24,7 +24,7 @@ use async_trait::async_trait;
 use ethers_core::types::U256;
 
 use crate::config::{StorageBackend, StorageSettings};
-use crate::ledger::{LaneId, PaymentKey, Record, RouterNonceKey};
+use crate::ledger::{LaneId, Pass, PaymentKey, Record, RouterNonceKey};
 
 /// What went wrong, in words every backend can say: callers decide on the kind, and the
 /// backend's own error rides along, boxed, for the log (never a URL or a password).
@@ -107,6 +107,13 @@ pub trait SettlementStore: Send + Sync {
     async fn save(&self, records: &[&Record], durable: bool) -> Result<(), StoreError>;
     /// Forgets a claim that never produced a transaction, so the payment can be settled again.
     async fn release(&self, key: &PaymentKey) -> Result<(), StoreError>;
+    /// Hands the next settle of `key` made with `pass` (its caller and body) the outcome: the
+    /// claimant was answered "pending" (access.md §1). One pass per payment; a new one replaces
+    /// it. It goes with its record.
+    async fn grant_pass(&self, key: &PaymentKey, pass: &Pass) -> Result<(), StoreError>;
+    /// Takes the pass of `key` if it is `pass`: true for exactly one taker per grant, also
+    /// across instances.
+    async fn take_pass(&self, key: &PaymentKey, pass: &Pass) -> Result<bool, StoreError>;
     /// Every record not in a terminal state.
     async fn unfinished(&self) -> Result<Vec<Record>, StoreError>;
     /// Deletes finished records that ended before `cutoff` (unix seconds); answers how many.

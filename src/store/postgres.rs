@@ -21,7 +21,7 @@ use tokio_postgres::NoTls;
 
 use super::rows::{self, Row};
 use super::{Backend, Claim, LaneStore, Lease, RouterNonceStore, SettlementStore, StoreError};
-use crate::ledger::{LaneId, PaymentKey, Record, RouterNonceKey};
+use crate::ledger::{LaneId, Pass, PaymentKey, Record, RouterNonceKey};
 
 /// Connections per instance: the operator provisions instances x this on the server.
 pub const POOL_SIZE: usize = 16;
@@ -79,6 +79,16 @@ const MIGRATIONS: &[(i32, &str)] = &[
          CREATE INDEX settlements_exposure ON settlements (account) WHERE exposure IS NOT NULL;
          CREATE UNIQUE INDEX settlements_request_key ON settlements (request_key)
              WHERE request_key IS NOT NULL;",
+    ),
+    (
+        4,
+        // The pending rule: the caller and body hash whose next settle of the payment is told
+        // its outcome. It goes with its record.
+        "CREATE TABLE settlement_passes (
+             payment_key text PRIMARY KEY REFERENCES settlements ON DELETE CASCADE,
+             caller text NOT NULL,
+             body bytea NOT NULL
+         );",
     ),
 ];
 
@@ -440,6 +450,30 @@ impl SettlementStore for PgStore {
             &[&key.storage_key()],
         )
         .await
+    }
+
+    async fn grant_pass(&self, key: &PaymentKey, pass: &Pass) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO settlement_passes (payment_key, caller, body)
+                 SELECT payment_key, $2, $3 FROM settlements WHERE payment_key = $1
+             ON CONFLICT (payment_key) DO UPDATE SET caller = $2, body = $3",
+            &[&key.storage_key(), &pass.caller, &pass.body.as_bytes()],
+        )
+        .await
+    }
+
+    async fn take_pass(&self, key: &PaymentKey, pass: &Pass) -> Result<bool, StoreError> {
+        let taken = self
+            .client()
+            .await?
+            .execute(
+                "DELETE FROM settlement_passes
+                 WHERE payment_key = $1 AND caller = $2 AND body = $3",
+                &[&key.storage_key(), &pass.caller, &pass.body.as_bytes()],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(taken == 1)
     }
 
     async fn unfinished(&self) -> Result<Vec<Record>, StoreError> {

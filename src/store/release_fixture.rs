@@ -35,7 +35,9 @@ fn fixture_claim(n: u8) -> Record {
         request: Some(RequestTag {
             key: format!("order-{n}"),
             body: H256::repeat_byte(0xb0 + n),
+            kind: Default::default(),
         }),
+        payment_id: None,
         state: State::Claimed,
         attempts: Vec::new(),
         outcome: None,

@@ -23,7 +23,7 @@ use super::{
     rows::{self, Row},
     Backend, Claim, LaneStore, Lease, RouterNonceStore, SettlementStore, StoreError,
 };
-use crate::ledger::{Account, LaneId, PaymentKey, Record, RouterNonceKey};
+use crate::ledger::{Account, LaneId, Pass, PaymentKey, Record, RouterNonceKey};
 use ethers_core::types::U256;
 
 /// Version 2: settlement records with explicit states, and the unfinished/finished indexes.
@@ -68,6 +68,8 @@ pub struct Store {
     exposure: Tree,
     /// Request key -> payment key of the record it was claimed with.
     request_keys: Tree,
+    /// Payment key -> the pass a pending answer granted (`Pass` as JSON).
+    passes: Tree,
     /// Serialises claims: an account's exposure is summed and the claim added as one step.
     claims: Arc<std::sync::Mutex<()>>,
 }
@@ -103,6 +105,7 @@ impl Store {
             router_nonces: db.open_tree("router_nonces")?,
             exposure: db.open_tree("exposure")?,
             request_keys: db.open_tree("request_keys")?,
+            passes: db.open_tree("passes")?,
             claims: Arc::default(),
             lane_leases,
             db,
@@ -376,7 +379,22 @@ impl SettlementStore for Store {
                 Ok::<_, ConflictableTransactionError<StoreError>>(())
             })
             .map_err(transaction_error)?;
+        self.passes.remove(id.as_bytes())?;
         self.flush().await
+    }
+
+    async fn grant_pass(&self, key: &PaymentKey, pass: &Pass) -> Result<(), StoreError> {
+        self.passes
+            .insert(key.storage_key().as_bytes(), encode_pass(pass))?;
+        self.flush().await
+    }
+
+    async fn take_pass(&self, key: &PaymentKey, pass: &Pass) -> Result<bool, StoreError> {
+        let id = key.storage_key();
+        let taken =
+            self.passes
+                .compare_and_swap(id.as_bytes(), Some(encode_pass(pass)), None::<&[u8]>)?;
+        Ok(taken.is_ok())
     }
 
     async fn unfinished(&self) -> Result<Vec<Record>, StoreError> {
@@ -403,11 +421,17 @@ impl SettlementStore for Store {
                 self.request_keys.remove(request_key.as_bytes())?;
             }
             self.settlements.remove(id)?;
+            self.passes.remove(id)?;
             self.finished.remove(&index_key)?;
             pruned += 1;
         }
         Ok(pruned)
     }
+}
+
+/// A pass as stored: compared byte for byte when taken.
+fn encode_pass(pass: &Pass) -> Vec<u8> {
+    serde_json::to_vec(pass).expect("a pass serializes")
 }
 
 #[async_trait]

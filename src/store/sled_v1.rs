@@ -168,6 +168,7 @@ mod v1 {
                 calldata: self.calldata,
                 gas_limit: self.gas_limit,
                 request: None,
+                payment_id: None,
                 state,
                 attempts,
                 outcome,

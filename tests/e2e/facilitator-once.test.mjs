@@ -3,9 +3,9 @@
 // transaction and answered `success: true` once. Every other settle is told that transaction as a
 // failure: errorReason invalid_payload (v1) / invalid_exact_evm_nonce_already_used (v2), message
 // "already settled by 0x<hash>" (or "already being settled by 0x<hash>" when its own wait ends
-// first). The request that claimed the payment, asked again with its Idempotency-Key header (or, in
-// v2 without a header, its payment-identifier id) and the byte-identical body, gets its answer
-// again, also after a restart; another body under that key answers HTTP 400 {error: 409}; a
+// first). The request that claimed the payment, asked again with its Idempotency-Key header and
+// the byte-identical body, gets its answer again, also after a restart (the payer's own v2
+// payment-identifier id never does: it names the payment, and another payment under it is 409); another body under that key answers HTTP 400 {error: 409}; a
 // malformed key answers 400. In an array settle each element has its own key (`<key>#<i>`).
 // Verify answers a payment whose nonce is claimed invalid, whatever the digest: "authorization
 // already being settled" while it is in flight, "authorization already settled" after.
@@ -185,7 +185,7 @@ describe('auto-mining chain', () => {
     await expectOnlyTransactions(stack, mark, [{ hash, authorization: p.authorization }, { hash: qHash, authorization: q.authorization }]);
   });
 
-  it('v2: without a header the payment-identifier id is the key: the identical body gets the first answer (also after a restart), another body with that id 409, the body without it or under a header the duplicate', async () => {
+  it("v2: the payer's payment-identifier id is never a retry key: the identical body with it is a duplicate (also after a restart), another payment under the id 409, the id shown by the status route", async () => {
     const payer = await stack.newPayer(5000n);
     const p = await stack.payV2({ account: payer, amount: PRICE });
     const mark = await chainMark(stack.anvil, stack.signer);
@@ -194,19 +194,27 @@ describe('auto-mining chain', () => {
     const who = { network: CAIP2, payer: payer.address };
 
     const hash = expectSettled(await stack.settle(raw), who);
-    assert.equal(expectSettled(await stack.settle(raw), who), hash, 'the identical body with the id gets the first answer');
-    // The same authorization without the id, with another id, or with the id but under a header
-    // (the header is the key then): other requests, told the transaction.
+    // The payer wrote the id and did not sign it (access.md section 1): the identical body with
+    // the id, without it, with another id or under a header is another request for one payment.
     const dup = { ...who, version: 2, transaction: hash };
+    expectDuplicate(await stack.settle(raw), dup);
     expectDuplicate(await stack.settle(p.v2), dup);
     expectDuplicate(await stack.settle(withPaymentId(p.v2, paymentId())), dup);
     expectDuplicate(await stack.settle(raw, { key: idempotencyKey() }), dup);
-    // The id is bound to the body it came with.
-    const other = withPaymentId(mutate(p.v2, (b) => { b.paymentPayload.resource.description = 'another description'; }), id);
-    expectErrorBody(await stack.settle(other), 400, { error: 409 });
+    // The same payment in another body under the id is still the same payment: a duplicate.
+    const described = withPaymentId(mutate(p.v2, (b) => { b.paymentPayload.resource.description = 'another description'; }), id);
+    expectDuplicate(await stack.settle(described), dup);
+    // Another payment under the used id: 409, nothing claimed or sent.
+    const q = await stack.payV2({ account: payer, amount: PRICE });
+    const reused = await stack.settle(withPaymentId(q.v2, id));
+    expectErrorBody(reused, 400, { error: 409, messageIncludes: ID_FIELD });
+    assert.equal((await stack.settlementStatus(q)).status, 404, 'the other payment is not claimed');
+    // Stored with the record and shown.
+    const status = await stack.settlementStatus(p);
+    assert.equal(status.body?.paymentIdentifier, id, show(status));
 
     await stack.routerd.restart();
-    assert.equal(expectSettled(await stack.settle(raw), who), hash, 'after a restart');
+    expectDuplicate(await stack.settle(raw), dup);
     await expectOnlyTransactions(stack, mark, [{ hash, authorization: p.authorization }]);
   });
 
@@ -341,7 +349,7 @@ describe('chain that mines only when told', () => {
     assert.equal(await stack.balanceOf(other.authorization.to), 0n, 'the other authorization moved nothing');
   });
 
-  it('v2: 5 concurrent identical settles unmined at the deadline: one settlement_pending (the claimant), four "already being settled by", all naming one transaction; once mined, replays "already settled by"', async () => {
+  it('v2: 5 concurrent identical settles unmined at the deadline: one settlement_pending (the claimant), four "already being settled by", all naming one transaction; once mined, the identical next request is told the success once, later replays "already settled by"', async () => {
     const account = stack.payers[1];
     const payer = getAddress(account.address);
     const p = await stack.payV2({ account, amount: PRICE });
@@ -361,7 +369,10 @@ describe('chain that mines only when told', () => {
     await stack.anvil.mine();
     await waitPoolEmpty(stack.anvil);
     assert.equal((await stack.receipt(tx.hash)).status, 'success');
-    // The outcome is known now: another request waits no longer and is told "already settled by".
+    // The claimant was told "pending": its identical next request from the same caller (as
+    // @x402/core's settleWithPendingRetry sends it) is told the outcome, success included, once
+    // (access.md section 1). Every later one is told "already settled by".
+    assert.equal(expectSettled(await stack.settle(raw), { network: CAIP2, payer }), tx.hash, 'the pending answer passes the success on');
     expectDuplicate(await stack.settle(raw), { transaction: tx.hash, network: CAIP2, payer, version: 2 });
     await expectOnlyTransactions(stack, mark, [{ hash: tx.hash, authorization: p.authorization }]);
     assert.match(tx.hash, TX_HASH);

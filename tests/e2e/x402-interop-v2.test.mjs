@@ -13,6 +13,7 @@ import { ExactEvmScheme as ExactEvmServerScheme } from '@x402/evm/exact/server';
 import { ExactEvmScheme as ExactEvmClientScheme } from '@x402/evm/exact/client';
 import { wrapFetchWithPayment, x402Client, decodePaymentResponseHeader } from '@x402/fetch';
 import { getAddress } from 'viem';
+import { randomUUID } from 'node:crypto';
 import { startFacilitatorStack, withLogTail, CHAIN_ID } from './lib/stack.mjs';
 import { anvilAccount, freshAccount, ROLE } from './lib/accounts.mjs';
 import { USDC_EIP712 } from './lib/deploy-usdc.mjs';
@@ -154,4 +155,20 @@ it('a payer without funds is turned away (insufficient_funds) and nothing moves'
 
 it('one PAYMENT-SIGNATURE header replayed in 5 concurrent requests: exactly one is delivered, the others are refused with 402, the payee gets one price', async () => {
   await expectReplayedHeaderBuysOnce({ stack, url: `${shopUrl}/weather`, payTo, price: PRICE, capture: capturePaymentHeader, wire: V2_WIRE });
+});
+
+/**
+ * The header @x402/fetch signs for `account`, with a payment-identifier id the payer added after
+ * signing: the extension sits in the payload, outside the signature, and @x402/express forwards it
+ * to the facilitator whether or not the shop declared the extension.
+ */
+async function captureWithOwnPaymentId(account, url) {
+  const header = await capturePaymentHeader(account, url);
+  const payload = JSON.parse(Buffer.from(header, 'base64').toString());
+  payload.extensions = { ...payload.extensions, 'payment-identifier': { info: { required: false, id: `pay_${randomUUID().replaceAll('-', '')}` } } };
+  return Buffer.from(JSON.stringify(payload)).toString('base64');
+}
+
+it("the payer's own payment-identifier id in a header replayed in 5 concurrent requests buys one delivery and one price (access.md section 1)", async () => {
+  await expectReplayedHeaderBuysOnce({ stack, url: `${shopUrl}/weather`, payTo, price: PRICE, capture: captureWithOwnPaymentId, wire: V2_WIRE });
 });

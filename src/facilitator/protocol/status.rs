@@ -22,6 +22,7 @@ pub fn answer(record: &Record, head: Option<u64>) -> SettlementStatus {
         pay_to: evm::hex_bytes(record.pay_to),
         value: record.value.to_string(),
         digest: evm::hex_bytes(record.digest),
+        payment_identifier: record.payment_id.clone(),
         state: record.state.name(),
         transaction: transaction.map(evm::hex_bytes),
         signer: record.latest().map(|a| evm::hex_bytes(a.signer)),

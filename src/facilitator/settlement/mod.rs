@@ -27,7 +27,7 @@ use crate::clock::unix_now;
 use crate::evm;
 use crate::evm::{erc3009, erc6492, permit2};
 use crate::ledger::Reason;
-use crate::ledger::{LaneId, Outcome, PaymentKey, Record, RequestTag, State};
+use crate::ledger::{Asking, LaneId, Outcome, PaymentKey, Record, RequestTag, State, TagKind};
 use crate::store::{Claim, Lease, Storage, StoreError};
 use lane::Reservation;
 pub use lane::{Lane, LaneSettings, Lanes};
@@ -66,6 +66,11 @@ pub enum SettleError {
     /// The request's idempotency key was first used with another body.
     #[error("Idempotency-Key {0:?} was first used with another request body")]
     KeyReused(String),
+    /// The payer's `payment-identifier` id already names another payment of this caller.
+    #[error(
+        "paymentPayload.extensions.payment-identifier.info.id {0:?} already names another payment"
+    )]
+    IdentifierReused(String),
 }
 
 fn pending_message(hash: &Option<H256>) -> String {
@@ -185,22 +190,19 @@ impl Settler {
         }
     }
 
-    /// Settles one payment. `tag` names the request for its retries: only the request that
-    /// claimed the payment (or a retry carrying its tag) is told a success; every other settle
-    /// of the same authorization is told the transaction that settled it, as a failure.
-    pub async fn settle(
-        &self,
-        request: &Request,
-        tag: Option<RequestTag>,
-    ) -> Result<Settled, SettleError> {
+    /// Settles one payment. `asking` names the request: only the request that claimed the
+    /// payment (a retry carrying its `Idempotency-Key`, or after a pending answer its identical
+    /// next request) is told a success; every other settle of the same authorization is told
+    /// the transaction that settled it, as a failure.
+    pub async fn settle(&self, request: &Request, asking: &Asking) -> Result<Settled, SettleError> {
         let payment = match self.verifier.check_local(request) {
             Ok(payment) => payment,
             Err(failure) => return Ok(Settled::failed(failure)),
         };
         let deadline = Instant::now() + self.wait_bound(payment.auth.valid_before);
         let key = payment.key();
-        if let Some(known) = self.known(&key, &payment, tag.as_ref()).await? {
-            return self.answer_known(known, &key, deadline).await;
+        if let Some(known) = self.known(&key, &payment, asking).await? {
+            return self.answer_known(known, &key, asking, deadline).await;
         }
         if let Method::Permit2Upto { .. } = payment.method {
             if payment.charge().is_zero() {
@@ -222,25 +224,29 @@ impl Settler {
         let mut heads = payment.network.chain.head.subscribe();
         let mut rechecks = MAX_RECHECKS;
         loop {
-            let prepared = self.prepared(&payment, &reservation, tag.clone(), deadline);
+            let prepared = self.prepared(&payment, &reservation, asking, deadline);
             let (record, payer) = match prepared.await? {
                 Prepared::Ready(record, payer) => (*record, payer),
                 Prepared::Answered(settled) => return Ok(settled),
             };
             let lease = reservation.lane().lease();
             match self
-                .claim(&key, &record, &payment, lease.as_ref(), payer)
+                .claim(&key, &record, &payment, lease.as_ref(), payer, asking)
                 .await?
             {
                 Claimed::Here(progress) => {
                     reservation.submit(record).await;
-                    return self.wait(progress, &key, deadline).await;
+                    let outcome = self.wait(progress, &key, deadline).await;
+                    return self.pass_on(outcome, &key, asking).await;
                 }
                 Claimed::Queued => {
                     drop(reservation);
-                    return self.await_stored(record, deadline).await;
+                    let outcome = self.await_stored(record, deadline).await;
+                    return self.pass_on(outcome, &key, asking).await;
                 }
-                Claimed::Known(known) => return self.answer_known(known, &key, deadline).await,
+                Claimed::Known(known) => {
+                    return self.answer_known(known, &key, asking, deadline).await
+                }
                 Claimed::OverLimit(failure) if rechecks > 0 && exposure_may_clear(&failure) => {
                     rechecks -= 1;
                     if !next_head(&mut heads, deadline).await {
@@ -272,7 +278,7 @@ impl Settler {
         &self,
         payment: &Payment<'_>,
         reservation: &Reservation,
-        tag: Option<RequestTag>,
+        asking: &Asking,
         deadline: Instant,
     ) -> Result<Prepared, SettleError> {
         let prepared = tokio::time::timeout_at(deadline, self.prepare(payment, reservation.lane()))
@@ -283,16 +289,16 @@ impl Settler {
             })??;
         match prepared {
             Ok((call, gas_limit, payer)) => Ok(Prepared::Ready(
-                Box::new(new_record(payment, call, gas_limit, tag)),
+                Box::new(new_record(payment, call, gas_limit, asking)),
                 payer,
             )),
             Err(failure) => {
                 // A concurrent duplicate may have settled this very authorization while we read
                 // the chain (its nonce then reads as used): its outcome is the answer.
                 let key = payment.key();
-                if let Some(known) = self.known(&key, payment, tag.as_ref()).await? {
+                if let Some(known) = self.known(&key, payment, asking).await? {
                     return Ok(Prepared::Answered(
-                        self.answer_known(known, &key, deadline).await?,
+                        self.answer_known(known, &key, asking, deadline).await?,
                     ));
                 }
                 Ok(Prepared::Answered(Settled::failed(failure)))
@@ -387,16 +393,53 @@ impl Settler {
         &self,
         key: &PaymentKey,
         payment: &Payment<'_>,
-        tag: Option<&RequestTag>,
+        asking: &Asking,
     ) -> Result<Option<Known>, SettleError> {
-        if let Some(running) = self.waiters.get(key) {
-            return Known::from_running(running, payment, tag).map(Some);
+        let tag = asking.tag.as_ref();
+        let known = match self.waiters.get(key) {
+            Some(running) => Some(Known::from_running(running, payment, tag)?),
+            None => match self.ledger.get(key).await? {
+                Some(record) => Some(Known::from_record(record, payment, tag)?),
+                None => None,
+            },
+        };
+        match known {
+            Some(known) => Ok(Some(self.with_pass(known, key, asking).await?)),
+            None => Ok(None),
         }
-        self.ledger
-            .get(key)
-            .await?
-            .map(|record| Known::from_record(record, payment, tag))
-            .transpose()
+    }
+
+    /// A request the claimant's pending answer passed the outcome on to is the claimant now
+    /// (access.md §1); the store hands each pass to one request.
+    async fn with_pass(
+        &self,
+        known: Known,
+        key: &PaymentKey,
+        asking: &Asking,
+    ) -> Result<Known, SettleError> {
+        match known {
+            Known::Bound(found, Caller::Another)
+                if self.ledger.take_pass(key, &asking.pass).await? =>
+            {
+                Ok(Known::Bound(found, Caller::Claimant))
+            }
+            other => Ok(other),
+        }
+    }
+
+    /// A claimant told "pending" passes the outcome on to its identical next request.
+    async fn pass_on(
+        &self,
+        outcome: Result<Settled, SettleError>,
+        key: &PaymentKey,
+        asking: &Asking,
+    ) -> Result<Settled, SettleError> {
+        if matches!(outcome, Err(SettleError::Pending(_))) && asking.passes_on() {
+            if let Err(e) = self.ledger.grant_pass(key, &asking.pass).await {
+                tracing::warn!(payment = %key, error = %e, "could not keep the pending answer's pass");
+            }
+        }
+        outcome
     }
 
     /// Creates the ledger record, then registers its waiters. The store's claim is atomic (also
@@ -413,6 +456,7 @@ impl Settler {
         payment: &Payment<'_>,
         lease: Option<&Lease>,
         payer: Payer,
+        asking: &Asking,
     ) -> Result<Claimed, SettleError> {
         let balance = payer.balance;
         let limit = match payer.is_contract {
@@ -421,7 +465,8 @@ impl Settler {
         };
         let tag = record.request.as_ref();
         if let Some(running) = self.waiters.get(key) {
-            return Known::from_running(running, payment, tag).map(Claimed::Known);
+            let known = Known::from_running(running, payment, tag)?;
+            return Ok(Claimed::Known(self.with_pass(known, key, asking).await?));
         }
         match self.ledger.claim(key, record, lease, limit).await? {
             Claim::Claimed if lease.is_none() => Ok(Claimed::Queued),
@@ -433,11 +478,10 @@ impl Settler {
                 Progress::Signing,
             ))),
             Claim::Exists(existing) => {
-                Known::from_record(*existing, payment, tag).map(Claimed::Known)
+                let known = Known::from_record(*existing, payment, tag)?;
+                Ok(Claimed::Known(self.with_pass(known, key, asking).await?))
             }
-            Claim::KeyTaken => Err(SettleError::KeyReused(
-                record.request.as_ref().map_or_else(String::new, |t| t.key.clone()),
-            )),
+            Claim::KeyTaken => Err(key_taken(record)),
             Claim::OverLimit { exposed } if exposed.saturating_add(record.value) <= balance => {
                 Ok(Claimed::OverLimit(Invalid {
                     reason: Reason::Payload,
@@ -460,6 +504,7 @@ impl Settler {
         &self,
         known: Known,
         key: &PaymentKey,
+        asking: &Asking,
         deadline: Instant,
     ) -> Result<Settled, SettleError> {
         let (found, caller) = match known {
@@ -472,7 +517,7 @@ impl Settler {
             Found::Unfinished(record) => self.await_stored(*record, deadline).await,
         };
         match caller {
-            Caller::Claimant => outcome,
+            Caller::Claimant => self.pass_on(outcome, key, asking).await,
             Caller::Another => Settled::duplicate(outcome),
         }
     }
@@ -553,6 +598,19 @@ impl Settler {
     }
 }
 
+/// The answer to a claim refused for its request key: a header's key, or the payer's
+/// `payment-identifier` id, already names another payment.
+fn key_taken(record: &Record) -> SettleError {
+    match (&record.request, &record.payment_id) {
+        (Some(tag), Some(id)) if tag.kind == TagKind::PaymentIdentifier => {
+            SettleError::IdentifierReused(id.clone())
+        }
+        (tag, _) => {
+            SettleError::KeyReused(tag.as_ref().map_or_else(String::new, |t| t.key.clone()))
+        }
+    }
+}
+
 /// A refusal for the payer's balance beside its settlements under way: one of those may be
 /// mined already, and leave the exposure once answered.
 fn exposure_may_clear(failure: &Invalid) -> bool {
@@ -605,16 +663,24 @@ fn bind(digest: H256, payment: &Payment<'_>) -> Result<(), Invalid> {
 }
 
 /// Who a request is to the settlement of its payment: the request that claimed it (the same
-/// tag: a retry), or another one. A tag whose key was claimed with another body is an error.
+/// `Idempotency-Key`: a retry), or another one. A header key claimed with another body is an
+/// error. The payer's `payment-identifier` never makes a claimant: the same payment under it
+/// is a duplicate like any other (access.md §1).
 fn caller_of(
     claimed_by: Option<&RequestTag>,
     tag: Option<&RequestTag>,
 ) -> Result<Caller, SettleError> {
     match (claimed_by, tag) {
-        (Some(first), Some(this)) if first.key == this.key => match first.body == this.body {
-            true => Ok(Caller::Claimant),
-            false => Err(SettleError::KeyReused(this.key.clone())),
-        },
+        (Some(first), Some(this))
+            if first.key == this.key
+                && first.kind == TagKind::Header
+                && this.kind == TagKind::Header =>
+        {
+            match first.body == this.body {
+                true => Ok(Caller::Claimant),
+                false => Err(SettleError::KeyReused(this.key.clone())),
+            }
+        }
         _ => Ok(Caller::Another),
     }
 }
@@ -671,7 +737,7 @@ fn new_record(
     payment: &Payment<'_>,
     call: SettlementCall,
     gas_limit: u64,
-    request: Option<RequestTag>,
+    asking: &Asking,
 ) -> Record {
     let valid_before = payment.auth.valid_before.min(U256::from(u64::MAX)).as_u64();
     Record {
@@ -687,7 +753,8 @@ fn new_record(
         via: (call.to != payment.token.address).then_some(call.to),
         calldata: call.data,
         gas_limit,
-        request,
+        request: asking.tag.clone(),
+        payment_id: asking.payment_id.clone(),
         state: State::Claimed,
         attempts: Vec::new(),
         outcome: None,
