@@ -11,7 +11,7 @@ use crate::facilitator::settlement::LeaseSettings;
 use crate::facilitator::{Facilitator, SettleError, SetupError};
 use crate::router::nonces::NonceBook;
 use crate::router::Router;
-use crate::server::{self, App, ClientLimit, Keys, KeysError, Metrics, Services};
+use crate::server::{self, App, ClientLimit, Keys, KeysError, Metrics, Services, TrustedProxies};
 use crate::signer::{load_signers, SignerError};
 use crate::store::{self, StoreError};
 
@@ -97,6 +97,7 @@ pub async fn run(settings: Settings) -> Result<(), StartError> {
             settings.server.client_burst,
         )
         .filter(|_| keys.is_none()),
+        proxies: TrustedProxies::new(settings.server.trusted_proxies.clone()),
         keys,
     });
     tokio::spawn(reload_keys_on_sighup(app.keys.clone()));

@@ -58,6 +58,9 @@ pub struct ServerSettings {
     /// Without API keys: a token bucket per client address (unset: no limit).
     pub client_rate_per_sec: Option<u32>,
     pub client_burst: Option<u32>,
+    /// Reverse proxies (CIDRs) whose `X-Forwarded-For` / `Forwarded` name the client; none by
+    /// default, and no other peer's forwarding headers are believed (access.md §3b).
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// Threads of the async runtime; unset: [`ServerSettings::default_worker_threads`].
     pub worker_threads: Option<usize>,
 }
@@ -90,6 +93,7 @@ impl Default for ServerSettings {
             idle_timeout_secs: 60,
             client_rate_per_sec: None,
             client_burst: None,
+            trusted_proxies: Vec::new(),
             worker_threads: None,
         }
     }

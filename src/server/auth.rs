@@ -3,7 +3,6 @@
 //! the start) and again on SIGHUP (a bad file then keeps the keys in use).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -15,6 +14,7 @@ use http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+use super::client::ClientId;
 use super::wire_errors::WireError;
 use crate::evm::parse_address;
 
@@ -95,9 +95,10 @@ impl Key {
     }
 }
 
-/// Without API keys: a token bucket per client IP address (`server.client_rate_per_sec`).
+/// Without API keys: a token bucket per client (`server.client_rate_per_sec`): an IPv4
+/// address, or an IPv6 /64.
 pub struct ClientLimit {
-    limiter: DefaultKeyedRateLimiter<IpAddr>,
+    limiter: DefaultKeyedRateLimiter<ClientId>,
 }
 
 impl ClientLimit {
@@ -111,7 +112,7 @@ impl ClientLimit {
     }
 
     /// Takes `calls` tokens from `client`'s bucket, or answers 429 with when to come back.
-    pub fn admit(&self, client: IpAddr, calls: u32) -> Result<(), WireError> {
+    pub fn admit(&self, client: ClientId, calls: u32) -> Result<(), WireError> {
         let Some(calls) = NonZeroU32::new(calls) else {
             return Ok(());
         };
@@ -286,12 +287,16 @@ mod tests {
     fn each_client_address_has_its_own_bucket() {
         assert!(ClientLimit::new(None, Some(5)).is_none());
         let limit = ClientLimit::new(Some(1), Some(2)).unwrap();
-        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let id = |ip: &str| ClientId::of(ip.parse().unwrap());
+        let (a, b) = (id("10.0.0.1"), id("10.0.0.2"));
         assert!(limit.admit(a, 2).is_ok());
         let over = limit.admit(a, 1).unwrap_err();
         assert_eq!((over.code, over.retry_after_secs), (429, Some(1)));
         assert!(limit.admit(b, 1).is_ok(), "another client is not held back");
         assert!(limit.admit(a, 0).is_ok());
+        // An IPv6 client rotating within its /64 keeps one bucket.
+        assert!(limit.admit(id("2001:db8::1"), 2).is_ok());
+        assert!(limit.admit(id("2001:db8::2"), 1).is_err());
     }
 
     #[test]

@@ -61,14 +61,12 @@ pub fn body_hash(body: &[u8]) -> H256 {
     H256(keccak256(body))
 }
 
-/// Keys of different API keys never meet: each is prefixed by the key's name (`shop-a/…`).
-pub fn scoped(tag: RequestTag, scope: Option<&str>) -> RequestTag {
-    match scope {
-        Some(name) => RequestTag {
-            key: format!("{name}/{}", tag.key),
-            ..tag
-        },
-        None => tag,
+/// Keys of different callers never meet: each is prefixed by its scope, an API key's name
+/// (`shop-a/…`) or without keys the client (`ip:203.0.113.7/…`).
+pub fn scoped(tag: RequestTag, scope: &str) -> RequestTag {
+    RequestTag {
+        key: format!("{scope}/{}", tag.key),
+        ..tag
     }
 }
 

@@ -18,22 +18,24 @@ use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse, StopHandle};
 use tokio::net::{TcpListener, TcpStream};
 use tower::Service;
 
+use super::client::ClientId;
 use super::silence::{Clock, Timeouts, Watched};
 
-/// The address a request came from, in its extensions.
+/// The peer address a request came from, in its extensions (behind a trusted proxy the client
+/// is another: `client::TrustedProxies::resolve`).
 #[derive(Debug, Clone, Copy)]
 pub struct ClientAddr(pub SocketAddr);
 
-/// Who makes a request, for what belongs to a caller (router reservations): its API key's name,
-/// or without keys its client's IP address.
+/// Who makes a request, for what belongs to a caller (router reservations, `Idempotency-Key`
+/// scopes, the pending rule's pass): its API key's name, or without keys its client.
 #[derive(Debug, Clone)]
 pub struct Caller(pub String);
 
 impl Caller {
-    pub fn of(key: Option<&str>, client: Option<&ClientAddr>) -> Self {
+    pub fn of(key: Option<&str>, client: Option<&ClientId>) -> Self {
         Caller(match (key, client) {
             (Some(name), _) => format!("key:{name}"),
-            (None, Some(ClientAddr(addr))) => format!("ip:{}", addr.ip()),
+            (None, Some(client)) => format!("ip:{client}"),
             (None, None) => "unknown".to_string(),
         })
     }

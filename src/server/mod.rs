@@ -7,6 +7,7 @@
 //! become wire errors in `wire_errors` only.
 
 mod auth;
+mod client;
 mod idempotency;
 mod listen;
 mod ops;
@@ -31,6 +32,7 @@ use crate::config::ServerSettings;
 use crate::facilitator::Facilitator;
 use crate::router::Router;
 pub use auth::{ClientLimit, Keys, KeysError};
+pub use client::TrustedProxies;
 pub use ops::{guards_down, Metrics};
 
 /// Most calls in one JSON-RPC batch.
@@ -47,6 +49,8 @@ pub struct App {
     pub keys: Option<Arc<Keys>>,
     /// Without keys, with `server.client_rate_per_sec`: each client address's rate.
     pub client_limit: Option<ClientLimit>,
+    /// `server.trusted_proxies`: whose forwarding headers name the client.
+    pub proxies: TrustedProxies,
 }
 
 /// The services, built once at start: a section left out of the configuration leaves its
@@ -206,6 +210,7 @@ fn test_app(
         read_timeout: Duration::from_secs(5),
         keys: None,
         client_limit: None,
+        proxies: TrustedProxies::default(),
     }
 }
 

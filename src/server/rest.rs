@@ -19,6 +19,7 @@ use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse};
 use tower::{Layer, Service};
 
 use super::auth::Key;
+use super::client::ClientId;
 use super::idempotency;
 use super::listen::{Caller, ClientAddr};
 use super::wire_errors::{json_response, parse_body, parse_value_with, WireError};
@@ -139,14 +140,21 @@ where
     let caller = caller_of(app, surface, &method, &path, request.headers())?;
     note.key = caller.as_ref().map(|k| k.name.clone());
     let caller = caller.as_deref();
-    let client = request.extensions().get::<ClientAddr>().copied();
+    let client = request
+        .extensions()
+        .get::<ClientAddr>()
+        .map(|ClientAddr(peer)| ClientId::of(app.proxies.resolve(peer.ip(), request.headers())));
     if path != "/health" {
         admit(app, caller, client, 1)?;
     }
     if let Some(facilitator) = &routes.facilitator {
         if is_facilitator_path(&path) {
             let who = Caller::of(caller.map(|k| k.name.as_str()), client.as_ref());
-            let asker = Asker { key: caller, who };
+            let asker = Asker {
+                key: caller,
+                client,
+                who,
+            };
             return facilitator_route(app, facilitator, asker, &method, &path, request, note).await;
         }
     }
@@ -174,7 +182,7 @@ where
 /// Who calls the router, for its rate and its nonce reservations.
 struct RouterCall<'a> {
     caller: Option<&'a Key>,
-    client: Option<ClientAddr>,
+    client: Option<ClientId>,
     who: Caller,
 }
 
@@ -256,14 +264,25 @@ fn caller_of(
 fn admit(
     app: &App,
     caller: Option<&Key>,
-    client: Option<ClientAddr>,
+    client: Option<ClientId>,
     calls: u32,
 ) -> Result<(), WireError> {
     match (caller, &app.client_limit, client) {
         (Some(key), _, _) => key.admit(calls),
-        (None, Some(limit), Some(ClientAddr(addr))) => limit.admit(addr.ip(), calls),
+        (None, Some(limit), Some(client)) => limit.admit(client, calls),
         _ => Ok(()),
     }
+}
+
+/// Takes up to `wanted` more tokens, one at a time, from the caller's bucket: how many it got,
+/// and the 429 the first refused one answered.
+fn admit_each(app: &App, asker: &Asker<'_>, wanted: usize) -> (usize, Option<WireError>) {
+    for taken in 0..wanted {
+        if let Err(over) = admit(app, asker.key, asker.client, 1) {
+            return (taken, Some(over));
+        }
+    }
+    (wanted, None)
 }
 
 /// Calls in a body beyond the first, which the rate counts too: the entries of an array.
@@ -279,6 +298,7 @@ pub(crate) fn extra_calls(bytes: &[u8]) -> u32 {
 /// name, or the client address).
 pub(crate) struct Asker<'a> {
     key: Option<&'a Key>,
+    client: Option<ClientId>,
     who: Caller,
 }
 
@@ -287,6 +307,7 @@ impl Asker<'_> {
     pub(crate) fn stranger(who: &str) -> Self {
         Asker {
             key: None,
+            client: None,
             who: Caller(who.to_string()),
         }
     }
@@ -410,9 +431,9 @@ async fn settle(
                 Ok((payment, asking))
             })
             .collect::<Result<Vec<(Payment, Asking)>, WireError>>()?;
-        if let Some(key) = caller {
-            key.admit(payments.len().saturating_sub(1) as u32)?; // each element counts
-        }
+        // Each element counts under the rate: the first took the request's token, the others
+        // take one each, and those beyond the tokens left answer 429 in their slots.
+        let (admitted, over) = admit_each(app, asker, payments.len().saturating_sub(1));
         note.payment = Some(
             payments
                 .iter()
@@ -421,12 +442,19 @@ async fn settle(
                 .join(","),
         );
         // An element whose payTo the key may not pay is refused in its own slot.
-        let answers =
-            futures::future::join_all(payments.into_iter().map(|(p, asking)| async move {
+        let over = &over;
+        let answers = futures::future::join_all(payments.into_iter().enumerate().map(
+            |(i, (p, asking))| async move {
+                if i > admitted {
+                    return Err(over
+                        .clone()
+                        .expect("an element beyond the tokens has its 429"));
+                }
                 p.allowed(caller)?;
                 settle_one(app, facilitator, p, &asking).await
-            }))
-            .await;
+            },
+        ))
+        .await;
         note.outcome = Some(
             answers
                 .iter()
@@ -540,8 +568,8 @@ pub(crate) fn parse_payment(
 }
 
 impl Payment {
-    /// Who asks to settle this payment: the request's `Idempotency-Key` (scoped to the API key)
-    /// is its retry key; without one, v2's `payment-identifier` id is the key that names the
+    /// Who asks to settle this payment: the request's `Idempotency-Key` (scoped to the API key,
+    /// else to the client) is its retry key; without one, v2's `payment-identifier` id is the key that names the
     /// payment for this caller (never a retry key); the caller and the hash of `body` are its
     /// pass for the pending rule. The id is read, and checked, whether or not a header is set.
     pub(crate) fn asking(
@@ -558,7 +586,9 @@ impl Payment {
                 .map_err(|field| WireError::bad_request(prefixed(element, field)))?,
             Payment::V1(_) => None,
         };
-        let scope = asker.key.map(|k| k.name.as_str());
+        // Keys are the caller's (access.md §3b): an API key's, else the client's, so another
+        // client cannot occupy a merchant's key.
+        let scope = asker.key.map_or(asker.who.0.as_str(), |k| k.name.as_str());
         let tag = match (header, payment_id) {
             (Some(_), _) => {
                 idempotency::tag(header, element, body).map(|t| idempotency::scoped(t, scope))

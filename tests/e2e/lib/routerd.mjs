@@ -34,14 +34,15 @@ const list = (xs) => `[${xs.map(q).join(', ')}]`;
  * @param {boolean} [o.allowHttpResource] facilitator.allow_http_resource (left to the default when absent)
  * @param {string[]} [o.erc6492Factories] facilitator.erc6492_factories (left to the default when absent)
  * @param {string} [o.extra]              raw TOML appended at the end (e.g. a [router] table)
+ * @param {string} [o.serverExtra]        raw TOML lines added to the [server] table
  */
 export function routerdConfig({
   port, storePath, chains, networks, denyListFile, settleTimeoutSecs = 60, maxBatch = 100, maxBodyBytes = 65536,
-  x402Versions, allowHttpResource, erc6492Factories, extra = '',
+  x402Versions, allowHttpResource, erc6492Factories, extra = '', serverExtra = '',
 }) {
   const parts = [
     `[server]\nlisten = ${q(`127.0.0.1:${port}`)}\nmax_body_bytes = ${maxBodyBytes}\n`
-      + `shutdown_grace_secs = ${SHUTDOWN_GRACE_SECS}\n`,
+      + `shutdown_grace_secs = ${SHUTDOWN_GRACE_SECS}\n${serverExtra}`,
     `[storage]\npath = ${q(storePath)}\n`,
   ];
   for (const c of chains) {
