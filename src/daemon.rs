@@ -6,12 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::chain::Chain;
-use crate::config::Settings;
+use crate::config::{ServerSettings, Settings};
 use crate::facilitator::settlement::LeaseSettings;
 use crate::facilitator::{Facilitator, SettleError, SetupError};
 use crate::router::nonces::NonceBook;
 use crate::router::Router;
-use crate::server::{self, App, ClientLimit, Keys, KeysError, Metrics, Services, TrustedProxies};
+use crate::server::{
+    self, App, ClientLimit, ConnectionLimits, Gate, Keys, KeysError, Metrics, Services,
+    TrustedProxies,
+};
 use crate::signer::{load_signers, SignerError};
 use crate::store::{self, StoreError};
 
@@ -47,6 +50,7 @@ impl StartError {
 }
 
 pub async fn run(settings: Settings) -> Result<(), StartError> {
+    let connections = connection_limits(&settings.server);
     let keys = load_keys(&settings)?;
     let store = store::open(&settings.storage).await?;
     let chains = connect_chains(&settings)?;
@@ -98,6 +102,7 @@ pub async fn run(settings: Settings) -> Result<(), StartError> {
         )
         .filter(|_| keys.is_none()),
         proxies: TrustedProxies::new(settings.server.trusted_proxies.clone()),
+        connections: Gate::new(connections),
         keys,
     });
     tokio::spawn(reload_keys_on_sighup(app.keys.clone()));
@@ -191,6 +196,28 @@ fn log_banner(settings: &Settings, app: &App, listeners: &[server::Listener], st
         store = %store,
         "routerd listening"
     );
+}
+
+/// The public listeners' connection bounds (access.md §3b). The soft open-file limit is raised
+/// to the hard one first: a shell's soft default of 1,024 is far below what a busy listener
+/// needs, and the bounds are derived from what the process really has.
+fn connection_limits(settings: &ServerSettings) -> ConnectionLimits {
+    let open_files = rlimit::increase_nofile_limit(u64::MAX).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "could not read or raise the open-file limit; assuming 1024");
+        1024
+    });
+    let limits = ConnectionLimits::for_open_files(
+        open_files,
+        settings.max_open_connections,
+        settings.max_connections_per_client,
+    );
+    tracing::info!(
+        open_files,
+        max_open_connections = limits.total,
+        max_connections_per_client = limits.per_client,
+        "connection bounds"
+    );
+    limits
 }
 
 /// READY=1 once listening, and watchdog pings at half the interval systemd asks for, only while

@@ -61,6 +61,12 @@ pub struct ServerSettings {
     /// Reverse proxies (CIDRs) whose `X-Forwarded-For` / `Forwarded` name the client; none by
     /// default, and no other peer's forwarding headers are believed (access.md §3b).
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// Connections the public listeners hold together; unset: the open-file limit (raised to
+    /// its hard limit at start) less a reserve for the store, upstreams and the ops listener.
+    pub max_open_connections: Option<usize>,
+    /// Connections one client address holds (a trusted proxy's are bounded by the total only);
+    /// unset: 1,024, or the total when smaller.
+    pub max_connections_per_client: Option<usize>,
     /// Threads of the async runtime; unset: [`ServerSettings::default_worker_threads`].
     pub worker_threads: Option<usize>,
 }
@@ -94,6 +100,8 @@ impl Default for ServerSettings {
             client_rate_per_sec: None,
             client_burst: None,
             trusted_proxies: Vec::new(),
+            max_open_connections: None,
+            max_connections_per_client: None,
             worker_threads: None,
         }
     }

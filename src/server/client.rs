@@ -19,7 +19,7 @@ impl TrustedProxies {
         TrustedProxies(nets)
     }
 
-    fn trusts(&self, ip: IpAddr) -> bool {
+    pub fn trusts(&self, ip: IpAddr) -> bool {
         self.0.iter().any(|net| net.contains(&ip))
     }
 

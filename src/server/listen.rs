@@ -18,7 +18,8 @@ use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse, StopHandle};
 use tokio::net::{TcpListener, TcpStream};
 use tower::Service;
 
-use super::client::ClientId;
+use super::client::{ClientId, TrustedProxies};
+use super::gate::{Gate, Permit};
 use super::silence::{Clock, Timeouts, Watched};
 
 /// The peer address a request came from, in its extensions (behind a trusted proxy the client
@@ -41,9 +42,27 @@ impl Caller {
     }
 }
 
-/// Accepts until `stop`, serving each connection with a fresh service from `make`.
-pub async fn accept<M, S>(listener: TcpListener, mut make: M, stop: StopHandle, timeouts: Timeouts)
-where
+/// What bounds a listener's connections: its gate, and the proxies whose connections carry
+/// many clients (bounded by the total only).
+#[derive(Clone)]
+pub struct Bounds {
+    pub gate: Arc<Gate>,
+    pub proxies: TrustedProxies,
+}
+
+/// How long the accept loop rests after a failed accept (out of descriptors, say), rather than
+/// spinning on it.
+const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Accepts until `stop`, serving each connection the gate admits with a fresh service from
+/// `make`.
+pub async fn accept<M, S>(
+    listener: TcpListener,
+    mut make: M,
+    stop: StopHandle,
+    timeouts: Timeouts,
+    bounds: Bounds,
+) where
     M: FnMut() -> S,
     S: Service<HttpRequest, Response = HttpResponse> + Clone + Send + 'static,
     S::Future: Send + 'static,
@@ -56,14 +75,27 @@ where
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
-                    tracing::debug!(error = %e, "accept failed");
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
                     continue;
                 }
             },
             _ = &mut stopped => return,
         };
+        let clock = Clock::new(timeouts, tokio::time::Instant::now());
+        let client = (!bounds.proxies.trusts(remote.ip())).then(|| ClientId::of(remote.ip()));
+        let Some(permit) = bounds.gate.admit(client, clock.clone()) else {
+            tracing::debug!(client = %remote, "connection refused: every connection held is busy");
+            continue;
+        };
         let service = make();
-        tokio::spawn(serve(socket, remote, service, stop.clone(), timeouts));
+        tokio::spawn(serve(
+            socket,
+            remote,
+            service,
+            stop.clone(),
+            (clock, permit),
+        ));
     }
 }
 
@@ -74,13 +106,12 @@ async fn serve<S>(
     remote: SocketAddr,
     service: S,
     stop: StopHandle,
-    timeouts: Timeouts,
+    (clock, permit): (Arc<Clock>, Permit),
 ) where
     S: Service<HttpRequest, Response = HttpResponse> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let clock = Clock::new(timeouts, tokio::time::Instant::now());
     let tagged = tower::util::MapRequestLayer::new(move |request: http::Request<Incoming>| {
         let mut request = request.map(HttpBody::new);
         request.extensions_mut().insert(ClientAddr(remote));
@@ -107,6 +138,11 @@ async fn serve<S>(
         };
         tokio::select! {
             _ = &mut connection => return,
+            // The gate needs the place for another connection: this one was idle.
+            _ = permit.close.notified() => {
+                tracing::debug!(client = %remote, "connection closed to make room");
+                return;
+            }
             _ = &mut stopped => {
                 connection.as_mut().graceful_shutdown();
                 let _ = connection.await;

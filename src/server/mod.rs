@@ -8,6 +8,7 @@
 
 mod auth;
 mod client;
+mod gate;
 mod idempotency;
 mod listen;
 mod ops;
@@ -33,6 +34,7 @@ use crate::facilitator::Facilitator;
 use crate::router::Router;
 pub use auth::{ClientLimit, Keys, KeysError};
 pub use client::TrustedProxies;
+pub use gate::{Gate, Limits as ConnectionLimits};
 pub use ops::{guards_down, Metrics};
 
 /// Most calls in one JSON-RPC batch.
@@ -51,6 +53,9 @@ pub struct App {
     pub client_limit: Option<ClientLimit>,
     /// `server.trusted_proxies`: whose forwarding headers name the client.
     pub proxies: TrustedProxies,
+    /// The connections of the public listeners, all of them together (descriptors are the
+    /// process's).
+    pub connections: Arc<Gate>,
 }
 
 /// The services, built once at start: a section left out of the configuration leaves its
@@ -122,7 +127,19 @@ pub async fn start(settings: &ServerSettings, app: Arc<App>) -> std::io::Result<
     for (listener, surface) in bound {
         let address = listener.local_addr()?;
         let routes = Arc::new(Routes::new(app.clone(), surface));
-        let handle = serve(settings, listener, routes);
+        let gate = match surface.rpc || surface.facilitator {
+            true => app.connections.clone(),
+            // The ops listener's own few: a full public listener never keeps it out.
+            false => Gate::new(gate::Limits {
+                total: gate::OPS_CONNECTIONS,
+                per_client: gate::OPS_CONNECTIONS,
+            }),
+        };
+        let bounds = listen::Bounds {
+            gate,
+            proxies: app.proxies.clone(),
+        };
+        let handle = serve(settings, listener, routes, bounds);
         listeners.push(Listener { address, handle });
     }
     Ok(listeners)
@@ -164,7 +181,12 @@ fn plan(settings: &ServerSettings) -> Vec<(SocketAddr, Surface)> {
 }
 
 /// Serves `routes` on `listener` until its handle stops it.
-fn serve(settings: &ServerSettings, listener: TcpListener, routes: Arc<Routes>) -> ServerHandle {
+fn serve(
+    settings: &ServerSettings,
+    listener: TcpListener,
+    routes: Arc<Routes>,
+    bounds: listen::Bounds,
+) -> ServerHandle {
     let timeouts = silence::Timeouts {
         read: Duration::from_millis(settings.request_read_timeout_ms),
         idle: Duration::from_secs(settings.idle_timeout_secs),
@@ -188,7 +210,7 @@ fn serve(settings: &ServerSettings, listener: TcpListener, routes: Arc<Routes>) 
         let stop = stop.clone();
         move || builder.clone().build(methods.clone(), stop.clone())
     };
-    tokio::spawn(listen::accept(listener, make, stop, timeouts));
+    tokio::spawn(listen::accept(listener, make, stop, timeouts, bounds));
     handle
 }
 
@@ -211,6 +233,7 @@ fn test_app(
         keys: None,
         client_limit: None,
         proxies: TrustedProxies::default(),
+        connections: Gate::new(gate::Limits::for_open_files(4096, None, None)),
     }
 }
 

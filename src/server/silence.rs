@@ -97,6 +97,11 @@ impl Clock {
         };
     }
 
+    /// No request in flight and none being received: closing the connection loses nothing.
+    pub fn is_idle(&self) -> bool {
+        matches!(*self.phase(), Phase::Waiting { .. })
+    }
+
     /// When to look again, or why the connection's time is up.
     pub fn check(&self, now: Instant) -> Result<Instant, Expired> {
         let (deadline, expired) = match *self.phase() {

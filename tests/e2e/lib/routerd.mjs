@@ -71,14 +71,14 @@ export function routerdConfig({
  * @param {Record<string,string>} [o.env]  e.g. ROUTERD_SIGNER_KEY
  * @returns {Promise<Routerd>}
  */
-export async function startRouterd({ configToml, dir = makeTempDir().dir, port = listenPort(configToml), env = {} }) {
+export async function startRouterd({ configToml, dir = makeTempDir().dir, port = listenPort(configToml), env = {}, openFiles }) {
   const bin = routerdBin();
   if (!existsSync(bin)) {
     throw new Error(`routerd binary not found at ${bin}: build it (cargo build) or set ROUTERD_BIN`);
   }
   const configFile = join(dir, 'routerd.toml');
   writeFileSync(configFile, configToml);
-  const r = new Routerd({ bin, configFile, logFile: join(dir, 'routerd.log'), port, env });
+  const r = new Routerd({ bin, configFile, logFile: join(dir, 'routerd.log'), port, env, openFiles });
   await r.start();
   return r;
 }
@@ -90,8 +90,8 @@ function listenPort(configToml) {
 }
 
 export class Routerd {
-  constructor({ bin, configFile, logFile, port, env }) {
-    Object.assign(this, { bin, configFile, logFile, port, env });
+  constructor({ bin, configFile, logFile, port, env, openFiles }) {
+    Object.assign(this, { bin, configFile, logFile, port, env, openFiles });
     this.url = `http://127.0.0.1:${port}`;
     this.child = null;
     this.starts = 0;
@@ -103,7 +103,11 @@ export class Routerd {
     const out = openSync(this.logFile, 'a');
     writeFileSync(out, `\n===== routerd start #${this.starts} ${new Date().toISOString()} =====\n`);
     const env = { ...process.env, RUST_LOG: process.env.RUST_LOG ?? 'info,routerd=debug', ...this.env };
-    const child = trackChild(spawn(this.bin, ['--config', this.configFile], { stdio: ['ignore', out, out], env }));
+    // With `openFiles`, under that open-file limit (soft and hard), as a shell's `ulimit -n` sets it.
+    const [command, args] = this.openFiles
+      ? ['prlimit', [`--nofile=${this.openFiles}:${this.openFiles}`, '--', this.bin, '--config', this.configFile]]
+      : [this.bin, ['--config', this.configFile]];
+    const child = trackChild(spawn(command, args, { stdio: ['ignore', out, out], env }));
     closeSync(out);
     this.child = child;
 

@@ -29,7 +29,8 @@ const ANVIL_FEE_MODEL = 'fee_model = "eip1559"\n';
  * @param {number} [o.fundedPayers=0] payers funded during setup (needed where blocks are not automatic)
  * @param {bigint} [o.payerFunds=1_000_000_000n]  atomic USDC per pre-funded payer
  * @param {string[]} [o.denyList]     addresses written to the KYT deny-list file
- * @param {object} [o.routerd]        routerdConfig options (settleTimeoutSecs, maxBatch, maxBodyBytes)
+ * @param {object} [o.routerd]        routerdConfig options (settleTimeoutSecs, maxBatch, maxBodyBytes, serverExtra), and
+ *   openFiles: the open-file limit routerd runs under (prlimit)
  * @param {string[]} [o.extraSignerKeys] more facilitator keys, after the signer role's
  * @param {string} [o.chainExtra]     raw TOML added to the base-sepolia chain table (e.g. "confirmations = 3\n")
  * @param {string} [o.usdcExtra]      raw TOML added to its USDC table (default: ERC-3009 only)
@@ -95,6 +96,7 @@ class Stack {
     this.config = { port, served, denyListFile, routerdOpts, chainExtra, usdcExtra, rpcUrlFor };
     this.routerd = await startRouterd({
       configToml: this.configToml(), dir: this.tmp.dir, port, env: { ROUTERD_SIGNER_KEY: this.signerKeys.join(',') },
+      openFiles: routerdOpts.openFiles,
     });
     this.url = this.routerd.url;
   }
