@@ -97,7 +97,7 @@ pub struct HeadWatcher {
 /// The cap on what one gas may cost in a transaction routerd signs, for a network without a
 /// configured or preset `max_fee_per_gas`: a multiple of what the chain's blocks paid at the
 /// first head read (`RecentFees::derived_cap`), fixed from then on, so that later answers of a
-/// node cannot raise it.
+/// node cannot raise it. A configured cap fills it at start: nothing is derived then.
 pub type DerivedCap = Arc<OnceLock<U256>>;
 
 /// Derives the cap from `head` unless an earlier head did.
@@ -163,17 +163,18 @@ impl Poller {
 
 impl HeadWatcher {
     /// Starts the poller, and with `ws_urls` a `newHeads` subscription that wakes it at once;
-    /// both stop when the watcher is dropped.
+    /// both stop when the watcher is dropped. With a `configured_cap` no cap is derived.
     pub fn spawn(
         client: Arc<ChainClient>,
         fee_model: FeeModel,
         interval: Duration,
         ws_urls: Vec<Endpoint>,
+        configured_cap: Option<U256>,
     ) -> Self {
         let (sender, latest) = watch::channel(None);
         let sender = Arc::new(sender);
         let recent = Arc::new(Mutex::new(RecentBlocks::default()));
-        let derived_cap = DerivedCap::default();
+        let derived_cap = DerivedCap::new(configured_cap.map(OnceLock::from).unwrap_or_default());
         let new_head = Arc::new(Notify::new());
         if !ws_urls.is_empty() {
             tokio::spawn(subscribe_new_heads(

@@ -48,6 +48,7 @@ impl Chain {
             settings.fee_model,
             Duration::from_millis(settings.poll_interval_ms),
             settings.ws_urls.clone(),
+            settings.max_fee_cap(),
         );
         Ok(Arc::new(Self {
             name: name.to_string(),
