@@ -8,7 +8,7 @@
 //! [`KEPT_BLOCKS`] is seen.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use ethers_core::types::{H256, U256};
@@ -20,8 +20,8 @@ use tokio::sync::{watch, Notify};
 
 use super::batch::Batch;
 use super::client::{Call, ChainClient, Unreachable};
-use crate::evm::Fees;
 use crate::evm::{parse_h256, parse_quantity, parse_u64};
+use crate::evm::{Fees, RecentFees};
 
 /// Canonical block hashes kept: as many as the deepest `finality_depth` allowed.
 use crate::config::KEPT_BLOCKS;
@@ -34,7 +34,10 @@ pub struct Head {
     pub hash: H256,
     pub parent_hash: H256,
     pub timestamp: u64,
+    /// The node's fee hints as judged against `recent`.
     pub fees: Fees,
+    /// What the recent blocks paid, read with this head.
+    pub recent: RecentFees,
     pub fetched_at: Instant,
 }
 
@@ -86,8 +89,24 @@ pub struct HeadWatcher {
     latest: watch::Receiver<Option<Head>>,
     sender: Arc<watch::Sender<Option<Head>>>,
     recent: Arc<Mutex<RecentBlocks>>,
+    derived_cap: DerivedCap,
     /// The poller's steps: one that panics is logged and the next tick polls again.
     pub guard: Arc<Guard>,
+}
+
+/// The cap on what one gas may cost in a transaction routerd signs, for a network without a
+/// configured or preset `max_fee_per_gas`: a multiple of what the chain's blocks paid at the
+/// first head read (`RecentFees::derived_cap`), fixed from then on, so that later answers of a
+/// node cannot raise it. A configured cap fills it at start: nothing is derived then.
+pub type DerivedCap = Arc<OnceLock<U256>>;
+
+/// Derives the cap from `head` unless an earlier head did.
+fn derive_cap(cell: &DerivedCap, chain: &str, head: &Head) {
+    cell.get_or_init(|| {
+        let cap = head.recent.derived_cap(&head.fees);
+        tracing::info!(%chain, max_fee_per_gas = %cap, "fee cap derived from the recent blocks (used where no max_fee_per_gas is set)");
+        cap
+    });
 }
 
 /// The poller's state between ticks.
@@ -95,6 +114,7 @@ struct Poller {
     client: Arc<ChainClient>,
     sender: Weak<watch::Sender<Option<Head>>>,
     recent: Arc<Mutex<RecentBlocks>>,
+    derived_cap: DerivedCap,
     fee_model: FeeModel,
     light_polls: u32,
 }
@@ -128,6 +148,7 @@ impl Poller {
         let last = last.map(|(_, hash)| hash);
         match fetch_head(&self.client, self.fee_model).await {
             Ok(head) if Some(head.hash) != last => {
+                derive_cap(&self.derived_cap, self.client.name(), &head);
                 link(&self.client, &self.recent, &head).await;
                 sender.send_replace(Some(head));
             }
@@ -142,16 +163,18 @@ impl Poller {
 
 impl HeadWatcher {
     /// Starts the poller, and with `ws_urls` a `newHeads` subscription that wakes it at once;
-    /// both stop when the watcher is dropped.
+    /// both stop when the watcher is dropped. With a `configured_cap` no cap is derived.
     pub fn spawn(
         client: Arc<ChainClient>,
         fee_model: FeeModel,
         interval: Duration,
         ws_urls: Vec<Endpoint>,
+        configured_cap: Option<U256>,
     ) -> Self {
         let (sender, latest) = watch::channel(None);
         let sender = Arc::new(sender);
         let recent = Arc::new(Mutex::new(RecentBlocks::default()));
+        let derived_cap = DerivedCap::new(configured_cap.map(OnceLock::from).unwrap_or_default());
         let new_head = Arc::new(Notify::new());
         if !ws_urls.is_empty() {
             tokio::spawn(subscribe_new_heads(
@@ -166,6 +189,7 @@ impl HeadWatcher {
             client: client.clone(),
             sender: Arc::downgrade(&sender),
             recent: recent.clone(),
+            derived_cap: derived_cap.clone(),
             fee_model,
             light_polls: 0,
         };
@@ -189,8 +213,14 @@ impl HeadWatcher {
             latest,
             sender,
             recent,
+            derived_cap,
             guard,
         }
+    }
+
+    /// The cap derived from the first head read; unset until one was.
+    pub fn derived_cap(&self) -> DerivedCap {
+        self.derived_cap.clone()
     }
 
     /// Whether block `number` with `hash` is still canonical, as far as the watcher knows.
@@ -212,6 +242,7 @@ impl HeadWatcher {
             return Ok(head);
         }
         let head = fetch_head(&self.client, self.fee_model).await?;
+        derive_cap(&self.derived_cap, self.client.name(), &head);
         self.sender.send_if_modified(|cached| {
             let newer = cached.as_ref().is_none_or(|c| c.number < head.number);
             if newer {
@@ -290,6 +321,10 @@ const FULL_READ_EVERY: u32 = 10;
 const MAX_PLAUSIBLE_NUMBER: u64 = 1 << 48;
 /// The widest price per gas taken from a node, in bits (2^128 wei is far beyond any fee).
 const MAX_PRICE_BITS: usize = 128;
+/// Blocks of fee history read with every head: what the node's fee answers are judged against.
+const FEE_HISTORY_BLOCKS: u64 = 20;
+/// The reward percentile asked of each block: its median tip.
+const TIP_PERCENTILE: u64 = 50;
 
 async fn block_number(client: &ChainClient) -> Result<u64, Unreachable> {
     let answer = client.call("eth_blockNumber", vec![]).await?;
@@ -362,7 +397,9 @@ pub fn parse_hash(value: &Value) -> Option<H256> {
     parse_h256(value.as_str()?)
 }
 
-/// One batch: the latest block and both fee hints; which hint applies depends on the block.
+/// One batch: the latest block, both fee hints and the recent blocks' fee history; which hint
+/// applies depends on the block, and the history judges it (`RecentFees`): the head poll reads
+/// the history so that no request path (verify, settle, a route) has to.
 async fn fetch_head(client: &ChainClient, fee_model: FeeModel) -> Result<Head, Unreachable> {
     let mut batch = Batch::new();
     let block = batch.add(Call::new(
@@ -371,6 +408,14 @@ async fn fetch_head(client: &ChainClient, fee_model: FeeModel) -> Result<Head, U
     ));
     let tip = batch.add(Call::new("eth_maxPriorityFeePerGas", vec![]));
     let gas_price = batch.add(Call::new("eth_gasPrice", vec![]));
+    let history = batch.add(Call::new(
+        "eth_feeHistory",
+        vec![
+            json!(format!("{FEE_HISTORY_BLOCKS:#x}")),
+            json!("latest"),
+            json!([TIP_PERCENTILE]),
+        ],
+    ));
     let answers = client.ask(&batch).await?;
     let malformed = |what: &str| Unreachable {
         chain: client.name().to_string(),
@@ -380,30 +425,16 @@ async fn fetch_head(client: &ChainClient, fee_model: FeeModel) -> Result<Head, U
         .get(block)
         .as_ref()
         .map_err(|e| malformed(&e.message))?;
-    // Numbers no chain reaches are garbage, not a head: every sum made with them later
-    // (depths, bump deadlines, costs) stays far from overflowing.
-    let plausible = |n: &u64| *n <= MAX_PLAUSIBLE_NUMBER;
+    let header = read_header(block).map_err(malformed)?;
     let price = |v: &Value| parse_quantity(v).filter(|p| p.bits() <= MAX_PRICE_BITS);
-    let number = block
-        .get("number")
-        .and_then(parse_u64)
-        .filter(plausible)
-        .ok_or_else(|| malformed("number"))?;
-    let timestamp = block
-        .get("timestamp")
-        .and_then(parse_u64)
-        .filter(plausible)
-        .ok_or_else(|| malformed("timestamp"))?;
-    let hash = block
-        .get("hash")
-        .and_then(parse_hash)
-        .ok_or_else(|| malformed("hash"))?;
-    let parent_hash = block
-        .get("parentHash")
-        .and_then(parse_hash)
-        .ok_or_else(|| malformed("parentHash"))?;
     let base_fee = block.get("baseFeePerGas").and_then(price);
-    let gas_price = answers.get(gas_price).as_ref().ok().and_then(price);
+    // A node without eth_feeHistory: the head block's base fee is all there is to judge by.
+    let recent = answers
+        .get(history)
+        .as_ref()
+        .ok()
+        .and_then(RecentFees::parse)
+        .unwrap_or_default();
     let use_1559 = match fee_model {
         FeeModel::Legacy => false,
         FeeModel::Eip1559 | FeeModel::OpStack => true,
@@ -411,49 +442,55 @@ async fn fetch_head(client: &ChainClient, fee_model: FeeModel) -> Result<Head, U
     };
     let fees = if use_1559 {
         let base_fee = base_fee.unwrap_or_default();
-        let priority_fee = match answers.get(tip).as_ref().ok().and_then(price) {
-            Some(tip) => tip,
-            None => priority_from_fee_history(client)
-                .await
-                .unwrap_or_else(|| U256::from(1_000_000_000u64)),
-        };
+        let suggested = answers.get(tip).as_ref().ok().and_then(price);
         Fees::Eip1559 {
             base_fee,
-            priority_fee,
+            priority_fee: recent.judge_tip(suggested, base_fee),
         }
     } else {
+        let suggested = answers.get(gas_price).as_ref().ok().and_then(price);
         Fees::Legacy {
-            gas_price: gas_price.ok_or_else(|| malformed("gas price"))?,
+            gas_price: recent.judge_gas_price(suggested.ok_or_else(|| malformed("gas price"))?),
         }
     };
     Ok(Head {
-        number,
-        hash,
-        parent_hash,
-        timestamp,
+        number: header.number,
+        hash: header.hash,
+        parent_hash: header.parent_hash,
+        timestamp: header.timestamp,
         fees,
+        recent,
         fetched_at: Instant::now(),
     })
 }
 
-/// The median tip of the last few blocks, for nodes without `eth_maxPriorityFeePerGas`.
-async fn priority_from_fee_history(client: &ChainClient) -> Option<U256> {
-    let answer = client
-        .call(
-            "eth_feeHistory",
-            vec![json!("0x5"), json!("latest"), json!([50])],
-        )
-        .await
-        .ok()?
-        .ok()?;
-    let mut tips: Vec<U256> = answer
-        .get("reward")?
-        .as_array()?
-        .iter()
-        .filter_map(|r: &Value| r.get(0).and_then(parse_quantity))
-        .collect();
-    tips.sort();
-    tips.get(tips.len() / 2).copied()
+/// The identity fields of a head block.
+struct Header {
+    number: u64,
+    hash: H256,
+    parent_hash: H256,
+    timestamp: u64,
+}
+
+/// Reads a block's identity; `Err` names the field that is missing or implausible.
+fn read_header(block: &Value) -> Result<Header, &'static str> {
+    // Numbers no chain reaches are garbage, not a head: every sum made with them later
+    // (depths, bump deadlines, costs) stays far from overflowing.
+    let plausible = |n: &u64| *n <= MAX_PLAUSIBLE_NUMBER;
+    let number = |field: &'static str| {
+        block
+            .get(field)
+            .and_then(parse_u64)
+            .filter(plausible)
+            .ok_or(field)
+    };
+    let hash = |field: &'static str| block.get(field).and_then(parse_hash).ok_or(field);
+    Ok(Header {
+        number: number("number")?,
+        timestamp: number("timestamp")?,
+        hash: hash("hash")?,
+        parent_hash: hash("parentHash")?,
+    })
 }
 
 #[cfg(test)]

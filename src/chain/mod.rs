@@ -12,7 +12,7 @@ pub mod read_mode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ethers_core::types::Address;
+use ethers_core::types::{Address, U256};
 use serde_json::json;
 
 use crate::evm::hex_bytes;
@@ -21,7 +21,7 @@ use crate::config::ChainSettings;
 use crate::guard::Guard;
 pub use batch::{Answered, Batch, Slot};
 pub use client::{Call, CallResult, ChainClient, Refusal, RpcError, Unreachable};
-pub use head::{Canonical, Head, HeadWatcher};
+pub use head::{Canonical, DerivedCap, Head, HeadWatcher};
 pub use read_mode::ReadMode;
 use read_mode::ReadModeCell;
 
@@ -48,6 +48,7 @@ impl Chain {
             settings.fee_model,
             Duration::from_millis(settings.poll_interval_ms),
             settings.ws_urls.clone(),
+            settings.max_fee_cap(),
         );
         Ok(Arc::new(Self {
             name: name.to_string(),
@@ -56,6 +57,15 @@ impl Chain {
             head,
             read_mode: ReadModeCell::default(),
         }))
+    }
+
+    /// What one gas may cost at most in a transaction routerd signs here (access.md §2): the
+    /// configured or preset `max_fee_per_gas`, else the cap derived from the chain's blocks.
+    pub fn fee_cap(&self) -> FeeCap {
+        match self.settings.max_fee_cap() {
+            Some(cap) => FeeCap::Set(cap),
+            None => FeeCap::Derived(self.head.derived_cap()),
+        }
     }
 
     /// The latest head, asking the chain now if the cache has none yet.
@@ -106,6 +116,24 @@ impl Chain {
         if self.read_mode.get() != ReadMode::Unknown {
             self.read_mode.set(ReadMode::Unknown);
             tracing::warn!(chain = %self.name, %why, "verify read mode to be probed again");
+        }
+    }
+}
+
+/// The absolute cap on what one gas may cost on a chain (see [`Chain::fee_cap`]).
+#[derive(Debug, Clone)]
+pub enum FeeCap {
+    /// `max_fee_per_gas` from the configuration or the network's preset.
+    Set(U256),
+    /// Derived from the chain's recent blocks at the first head read; unknown before it.
+    Derived(DerivedCap),
+}
+
+impl FeeCap {
+    pub fn get(&self) -> Option<U256> {
+        match self {
+            FeeCap::Set(cap) => Some(*cap),
+            FeeCap::Derived(cell) => cell.get().copied(),
         }
     }
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use config::{Config, File, FileFormat, Map, Source, Value, ValueKind};
 
 use super::presets::{self, Preset};
-use super::resolve;
+use super::resolve::{self, Origin};
 use super::{AuthSettings, ConfigError, Secret, Settings, StorageBackend, StorageSettings};
 
 /// The prefix of environment overrides: `ROUTERD__SECTION__KEY` sets `section.key`.
@@ -38,6 +38,10 @@ pub(super) fn read_layers(
     let mut settings: Settings = Value::new(None, ValueKind::Table(tree))
         .try_deserialize()
         .map_err(|e| provenance.in_written_terms(ConfigError::loading(&e)))?;
+    for (name, chain) in settings.chains.iter_mut() {
+        let origin = provenance.origin(&["chains", name, "max_fee_per_gas"]);
+        chain.max_fee_per_gas_is_preset = origin == Some(Origin::Preset);
+    }
     settings.provenance = provenance;
     Ok(settings)
 }

@@ -23,6 +23,16 @@
 //! `kind` and `fee_model` are routerd's, not the packages': `l1` for a chain that settles on
 //! nothing else, `l2` for a rollup on Ethereum, `l3` for the third kind (an app-chain, an L3 or a
 //! side-chain); `op-stack` where the chain charges the OP Stack's L1 data fee (Base).
+//!
+//! `max_fee_gwei` is routerd's too (access.md §2, "No single answer sets the price"): the default
+//! `max_fee_per_gas`, a small multiple of what the network's blocks pay per gas at their busiest,
+//! so that no node answer makes a settlement dearer than that. Rollups and app-chains whose blocks
+//! pay well under a gwei get 10 gwei; chains with a floor on the base fee get a multiple of it
+//! (Celo 25 gwei: 250; Story 16: 500; Monad 100: 2000; Polygon 25-30, with busy days in the
+//! thousands: 3000) and IoTeX, whose price is fixed near 1000 gwei, 5000; Ethereum, Sepolia,
+//! Avalanche and Flare, whose busiest blocks paid a hundred gwei or more, 500. Where the chain's
+//! pricing is not documented in the packages (peaq, Sei, Stable) the cap is a generous 1000. An
+//! operator who pays more, or wants less, sets `max_fee_per_gas`.
 
 use super::schema::{ChainKind, FeeModel};
 
@@ -35,6 +45,8 @@ pub struct Preset {
     pub kind: ChainKind,
     /// `None`: routerd's default (`auto`).
     pub fee_model: Option<FeeModel>,
+    /// The default `max_fee_per_gas`, in gwei.
+    pub max_fee_gwei: u64,
     /// The default ERC-3009 token, under its symbol; `None` where neither package has one.
     pub token: Option<PresetToken>,
 }
@@ -69,6 +81,9 @@ const fn usdc(address: &'static str, eip712_name: &'static str) -> Option<Preset
     token("USDC", address, eip712_name, "2")
 }
 
+/// The default cap of rollups and app-chains whose blocks pay well under a gwei per gas.
+const ROLLUP_MAX_FEE_GWEI: u64 = 10;
+
 const fn preset(
     name: &'static str,
     chain_id: u64,
@@ -80,7 +95,25 @@ const fn preset(
         chain_id,
         kind,
         fee_model: None,
+        max_fee_gwei: ROLLUP_MAX_FEE_GWEI,
         token,
+    }
+}
+
+/// `preset` with a default cap of `max_fee_gwei`.
+const fn priced(max_fee_gwei: u64, preset: Preset) -> Preset {
+    Preset {
+        max_fee_gwei,
+        ..preset
+    }
+}
+
+const GWEI: u128 = 1_000_000_000;
+
+impl Preset {
+    /// The default `max_fee_per_gas` in wei, as the configuration writes it.
+    pub fn max_fee_per_gas(&self) -> String {
+        (u128::from(self.max_fee_gwei) * GWEI).to_string()
     }
 }
 
@@ -100,18 +133,24 @@ pub const PRESETS: &[Preset] = &[
         usdc("0xe4C7fBB0a626ed208021ccabA6Be1566905E2dFc", "Bridged USDC"),
     ),
     // Both packages.
-    preset(
-        "avalanche",
-        43114,
-        ChainKind::L1,
-        usdc("0xB97EF9Ef8734C71904D8002F8b6Bc66Dd9c48a6E", "USD Coin"),
+    priced(
+        500,
+        preset(
+            "avalanche",
+            43114,
+            ChainKind::L1,
+            usdc("0xB97EF9Ef8734C71904D8002F8b6Bc66Dd9c48a6E", "USD Coin"),
+        ),
     ),
     // x402 1.2.0; @x402/evm 2.27.0 has the name, no default asset.
-    preset(
-        "avalanche-fuji",
-        43113,
-        ChainKind::L1,
-        usdc("0x5425890298aed601595a70AB815c96711a31Bc65", "USD Coin"),
+    priced(
+        500,
+        preset(
+            "avalanche-fuji",
+            43113,
+            ChainKind::L1,
+            usdc("0x5425890298aed601595a70AB815c96711a31Bc65", "USD Coin"),
+        ),
     ),
     // Both packages.
     Preset {
@@ -134,11 +173,14 @@ pub const PRESETS: &[Preset] = &[
         )
     },
     // @x402/evm 2.27.0 only; its first asset (USDT and USAT follow it there, not preset here).
-    preset(
-        "celo",
-        42220,
-        ChainKind::L2,
-        usdc("0xcebA9300f2b948710d2653dD7B07f33A8B32118C", "USDC"),
+    priced(
+        250,
+        preset(
+            "celo",
+            42220,
+            ChainKind::L2,
+            usdc("0xcebA9300f2b948710d2653dD7B07f33A8B32118C", "USDC"),
+        ),
     ),
     // x402 1.2.0; @x402/evm 2.27.0 has the name, no default asset.
     preset(
@@ -151,77 +193,104 @@ pub const PRESETS: &[Preset] = &[
         ),
     ),
     // @x402/evm 2.27.0 only.
-    preset(
-        "ethereum",
-        1,
-        ChainKind::L1,
-        usdc("0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48", "USD Coin"),
+    priced(
+        500,
+        preset(
+            "ethereum",
+            1,
+            ChainKind::L1,
+            usdc("0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48", "USD Coin"),
+        ),
     ),
     // @x402/evm 2.27.0 only: USD₮0, EIP-3009.
-    preset(
-        "flare",
-        14,
-        ChainKind::L1,
-        token(
-            "USDT0",
-            "0xe7cd86e13AC4309349F30B3435a9d337750fC82D",
-            "USD\u{20AE}0",
-            "1",
+    priced(
+        500,
+        preset(
+            "flare",
+            14,
+            ChainKind::L1,
+            token(
+                "USDT0",
+                "0xe7cd86e13AC4309349F30B3435a9d337750fC82D",
+                "USD\u{20AE}0",
+                "1",
+            ),
         ),
     ),
     // x402 1.2.0; @x402/evm 2.27.0 has the name, no default asset.
-    preset(
-        "iotex",
-        4689,
-        ChainKind::L1,
-        usdc("0xcDf79194C6C285077A58da47641D4dBe51F63542", "Bridged USDC"),
+    priced(
+        5000,
+        preset(
+            "iotex",
+            4689,
+            ChainKind::L1,
+            usdc("0xcDf79194C6C285077A58da47641D4dBe51F63542", "Bridged USDC"),
+        ),
     ),
     // @x402/evm 2.27.0 only; its default asset (MegaUSD) is Permit2, not ERC-3009.
     preset("megaeth", 4326, ChainKind::L2, None),
     // @x402/evm 2.27.0 only.
-    preset(
-        "monad",
-        143,
-        ChainKind::L1,
-        usdc("0x754704Bc059F8C67012fEd69BC8A327a5aafb603", "USDC"),
+    priced(
+        2000,
+        preset(
+            "monad",
+            143,
+            ChainKind::L1,
+            usdc("0x754704Bc059F8C67012fEd69BC8A327a5aafb603", "USDC"),
+        ),
     ),
     // x402 1.2.0; @x402/evm 2.27.0 has the name, no default asset.
-    preset(
-        "peaq",
-        3338,
-        ChainKind::L1,
-        usdc("0xbbA60da06c2c5424f03f7434542280FCAd453d10", "USDC"),
+    priced(
+        1000,
+        preset(
+            "peaq",
+            3338,
+            ChainKind::L1,
+            usdc("0xbbA60da06c2c5424f03f7434542280FCAd453d10", "USDC"),
+        ),
     ),
     // Both packages.
-    preset(
-        "polygon",
-        137,
-        ChainKind::L3,
-        usdc("0x3c499c542cEF5E3811e1192ce70d8cC03d5c3359", "USD Coin"),
+    priced(
+        3000,
+        preset(
+            "polygon",
+            137,
+            ChainKind::L3,
+            usdc("0x3c499c542cEF5E3811e1192ce70d8cC03d5c3359", "USD Coin"),
+        ),
     ),
     // x402 1.2.0; @x402/evm 2.27.0 has the name, no default asset.
-    preset(
-        "polygon-amoy",
-        80002,
-        ChainKind::L3,
-        usdc("0x41E94Eb019C0762f9Bfcf9Fb1E58725BfB0e7582", "USDC"),
+    priced(
+        3000,
+        preset(
+            "polygon-amoy",
+            80002,
+            ChainKind::L3,
+            usdc("0x41E94Eb019C0762f9Bfcf9Fb1E58725BfB0e7582", "USDC"),
+        ),
     ),
     // Both packages.
-    preset(
-        "sei",
-        1329,
-        ChainKind::L1,
-        usdc("0xe15fC38F6D8c56aF07bbCBe3BAf5708A2Bf42392", "USDC"),
+    priced(
+        1000,
+        preset(
+            "sei",
+            1329,
+            ChainKind::L1,
+            usdc("0xe15fC38F6D8c56aF07bbCBe3BAf5708A2Bf42392", "USDC"),
+        ),
     ),
     // Both packages.
-    preset(
-        "sei-testnet",
-        1328,
-        ChainKind::L1,
-        usdc("0x4fCF1784B31630811181f670Aea7A7bEF803eaED", "USDC"),
+    priced(
+        1000,
+        preset(
+            "sei-testnet",
+            1328,
+            ChainKind::L1,
+            usdc("0x4fCF1784B31630811181f670Aea7A7bEF803eaED", "USDC"),
+        ),
     ),
     // @x402/evm 2.27.0 only, without a default asset.
-    preset("sepolia", 11_155_111, ChainKind::L1, None),
+    priced(500, preset("sepolia", 11_155_111, ChainKind::L1, None)),
     // x402 1.2.0; @x402/evm 2.27.0 has the name, no default asset.
     preset(
         "skale-base-sepolia",
@@ -233,35 +302,44 @@ pub const PRESETS: &[Preset] = &[
         ),
     ),
     // @x402/evm 2.27.0 only: USDT0, EIP-3009.
-    preset(
-        "stable",
-        988,
-        ChainKind::L1,
-        token(
-            "USDT0",
-            "0x779Ded0c9e1022225f8E0630b35a9b54bE713736",
-            "USDT0",
-            "1",
+    priced(
+        1000,
+        preset(
+            "stable",
+            988,
+            ChainKind::L1,
+            token(
+                "USDT0",
+                "0x779Ded0c9e1022225f8E0630b35a9b54bE713736",
+                "USDT0",
+                "1",
+            ),
         ),
     ),
     // @x402/evm 2.27.0 only: USDT0, EIP-3009.
-    preset(
-        "stable-testnet",
-        2201,
-        ChainKind::L1,
-        token(
-            "USDT0",
-            "0x78Cf24370174180738C5B8E352B6D14c83a6c9A9",
-            "USDT0",
-            "1",
+    priced(
+        1000,
+        preset(
+            "stable-testnet",
+            2201,
+            ChainKind::L1,
+            token(
+                "USDT0",
+                "0x78Cf24370174180738C5B8E352B6D14c83a6c9A9",
+                "USDT0",
+                "1",
+            ),
         ),
     ),
     // x402 1.2.0; @x402/evm 2.27.0 has the name, no default asset.
-    preset(
-        "story",
-        1514,
-        ChainKind::L1,
-        usdc("0xF1815bd50389c46847f0Bda824eC8da914045D14", "Bridged USDC"),
+    priced(
+        500,
+        preset(
+            "story",
+            1514,
+            ChainKind::L1,
+            usdc("0xF1815bd50389c46847f0Bda824eC8da914045D14", "Bridged USDC"),
+        ),
     ),
 ];
 

@@ -42,6 +42,9 @@ fn render_table(out: &mut String, path: &[&str], value: &Value, provenance: &Pro
         }
         out.push('\n');
     }
+    if let ["chains", _] = path {
+        derived_cap_note(out, map);
+    }
     for (key, v) in map {
         if v.is_object() {
             render_table(out, &[path, &[key.as_str()]].concat(), v, provenance);
@@ -62,6 +65,17 @@ fn known_network_note(out: &mut String, key: &str, provenance: &Provenance) {
         "# {key}: a known network ({}{written}); values marked preset are routerd's ({SOURCES})\n",
         preset.caip2()
     ));
+}
+
+/// A chain with no `max_fee_per_gas` from the files, the environment or a preset still has one
+/// (access.md §2): it is derived when the daemon starts, from the fees of the chain's recent
+/// blocks, which `check-config` does not ask for.
+fn derived_cap_note(out: &mut String, chain: &serde_json::Map<String, Value>) {
+    if chain.get("max_fee_per_gas").is_none_or(Value::is_null) {
+        out.push_str(
+            "# max_fee_per_gas: derived at start from the fees of the chain's recent blocks\n",
+        );
+    }
 }
 
 fn toml_key(key: &str) -> String {

@@ -181,6 +181,12 @@ impl Filler<'_> {
         if let Some(model) = &preset.fee_model {
             self.field(path, chain, "fee_model", text(model).into());
         }
+        self.field(
+            path,
+            chain,
+            "max_fee_per_gas",
+            preset.max_fee_per_gas().into(),
+        );
         if let Some(token) = &preset.token {
             self.token(path, chain, token);
         }

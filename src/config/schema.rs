@@ -187,8 +187,14 @@ pub struct ChainSettings {
     pub fee_model: FeeModel,
     #[serde(default = "default_valid_before_margin")]
     pub valid_before_margin_secs: u64,
-    /// Cap on what the facilitator pays per gas on this network, in wei (decimal string).
+    /// Cap on what the facilitator pays per gas on this network, in wei (decimal string). A
+    /// known network has a preset one; without either, one is derived at start from the chain's
+    /// recent blocks (access.md §2).
     pub max_fee_per_gas: Option<String>,
+    /// Whether `max_fee_per_gas` is the preset's (no file or environment set it): set from the
+    /// provenance after loading, never read from a file.
+    #[serde(skip)]
+    pub max_fee_per_gas_is_preset: bool,
     /// Cap on what one settlement transaction may cost (gas limit x price), in wei.
     pub max_settlement_cost_wei: Option<String>,
     /// Blocks deep a settlement must be before settle answers success (1 = the including block).
@@ -228,6 +234,12 @@ impl ChainSettings {
         self.max_fee_per_gas
             .as_deref()
             .and_then(|s| U256::from_dec_str(s).ok())
+    }
+
+    /// Whether the operator set a fee cap (a preset's `max_fee_per_gas` is not one).
+    pub fn operator_fee_caps(&self) -> bool {
+        let fee = self.max_fee_per_gas.is_some() && !self.max_fee_per_gas_is_preset;
+        fee || self.max_settlement_cost_wei.is_some()
     }
 
     pub fn max_settlement_cost(&self) -> Option<U256> {

@@ -4,6 +4,7 @@
 
 pub mod erc3009;
 pub mod erc6492;
+pub mod fee_history;
 pub mod fees;
 mod hex;
 mod nonce;
@@ -11,6 +12,7 @@ pub mod permit2;
 mod revert;
 mod values;
 
+pub use fee_history::RecentFees;
 pub use fees::{Fees, TxFees};
 pub use hex::{hex_bytes, hex_decode, hex_u256, parse_h256, parse_quantity, parse_u64, parse_word};
 pub use nonce::NonceRead;

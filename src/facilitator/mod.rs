@@ -77,7 +77,7 @@ impl Facilitator {
                 .values()
                 .map(|t| token_info(t, chain.settings.chain_id))
                 .collect();
-            let settings = lane_settings(&chain_settings[name], settings.bump_after_blocks);
+            let settings = lane_settings(&chain, settings.bump_after_blocks);
             for signer in &signers {
                 lanes.push(Lane::new(
                     chain.clone(),
@@ -337,13 +337,14 @@ impl Facilitator {
     }
 }
 
-fn lane_settings(chain: &ChainSettings, bump_after_blocks: u64) -> LaneSettings {
+fn lane_settings(chain: &Chain, bump_after_blocks: u64) -> LaneSettings {
     LaneSettings {
-        confirmations: chain.confirmations,
-        finality_depth: chain.finality_depth,
+        confirmations: chain.settings.confirmations,
+        finality_depth: chain.settings.finality_depth,
         bump_after_blocks,
-        max_fee_per_gas: chain.max_fee_cap(),
-        max_settlement_cost: chain.max_settlement_cost(),
+        max_fee_per_gas: chain.fee_cap(),
+        max_settlement_cost: chain.settings.max_settlement_cost(),
+        operator_caps: chain.settings.operator_fee_caps(),
     }
 }
 

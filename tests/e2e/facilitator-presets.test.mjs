@@ -162,7 +162,8 @@ describe('a network named only: networks = ["base-sepolia"] and the chain\'s rpc
     assert.equal(r.status, 0, r.stderr);
     const chain = tableLines(r.stdout, `chains.${NETWORK}`);
     assert.match(r.stdout, /^# base-sepolia: a known network \(eip155:84532\); .*\n\[chains\.base-sepolia\]$/m);
-    for (const line of ['chain_id = 84532  # preset', 'kind = "l2"  # preset', 'fee_model = "op-stack"  # preset']) {
+    // The default max_fee_per_gas of Base Sepolia: 10 gwei (access.md section 2).
+    for (const line of ['chain_id = 84532  # preset', 'kind = "l2"  # preset', 'fee_model = "op-stack"  # preset', 'max_fee_per_gas = "10000000000"  # preset']) {
       assert.ok(chain.includes(line), `${line} in:\n${chain.join('\n')}`);
     }
     const usdc = tableLines(r.stdout, `chains.${NETWORK}.tokens.USDC`);

@@ -243,6 +243,8 @@ it('check-config prints the effective configuration, the signer address and no k
   // Defaults are filled in: the effective configuration, not the file.
   assert.match(r.stdout, /^shutdown_grace_secs = 30$/m, show(r));
   assert.match(r.stdout, /^settle_timeout_secs = 60$/m, show(r));
+  // chainX is no known network and sets no max_fee_per_gas: one is derived at start (access.md section 2).
+  assert.match(r.stdout, /^# max_fee_per_gas: derived at start from the fees of the chain's recent blocks$/m, show(r));
   assert.ok(r.stdout.toLowerCase().includes(stack.signer.toLowerCase()), `signer address missing: ${show(r)}`);
   assert.ok(!(r.stdout + r.stderr).toLowerCase().includes(keyHex()), 'check-config printed the signer key');
 });

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use ethers_core::types::{Address, U256};
 use tokio::sync::mpsc;
 
-use crate::chain::Chain;
+use crate::chain::{Chain, FeeCap};
 use crate::facilitator::cooldown::Cooldown;
 use crate::guard::Guard;
 use crate::ledger::{LaneId, Record};
@@ -18,8 +18,9 @@ use crate::store::Lease;
 
 /// Gas a signer must afford at the current price to be chosen for a settlement.
 pub const SETTLEMENT_GAS: u64 = 150_000;
-/// Without fee caps in the configuration, replacements stop at this multiple of the price the
-/// transaction was first signed at (access.md §2: unbounded escalation is never the default).
+/// Without fee keys set by the operator, replacements stop at this multiple of the price the
+/// transaction was first signed at (access.md §2: unbounded escalation is never the default),
+/// and at the network's default cap (`FeeCap`) if that is lower.
 const DEFAULT_BUMP_CEILING: u64 = 4;
 /// Settlements waiting for a lane's worker; senders wait when it is full.
 const QUEUE: usize = 1024;
@@ -30,25 +31,36 @@ pub struct LaneSettings {
     pub confirmations: u64,
     pub finality_depth: u64,
     pub bump_after_blocks: u64,
-    pub max_fee_per_gas: Option<U256>,
+    /// The absolute cap per gas: configured, the network's preset, or derived from its blocks.
+    pub max_fee_per_gas: FeeCap,
     pub max_settlement_cost: Option<U256>,
+    /// Whether the operator set a fee key (`max_fee_per_gas` or `max_settlement_cost_wei`):
+    /// then bumps go up to the caps; otherwise also no higher than `DEFAULT_BUMP_CEILING`
+    /// times the first price.
+    pub operator_caps: bool,
 }
 
 impl LaneSettings {
-    /// The highest price per gas for a transaction of `gas` gas.
+    /// The highest price per gas for a transaction of `gas` gas (`None` only while a derived
+    /// cap is not known yet and no cost cap is set).
     pub(super) fn cap(&self, gas: u64) -> Option<U256> {
         let by_cost = self.max_settlement_cost.map(|c| c / U256::from(gas.max(1)));
-        match (self.max_fee_per_gas, by_cost) {
+        match (self.max_fee_per_gas.get(), by_cost) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
     }
 
-    /// The highest price per gas a replacement may pay: the configured caps, or without any
-    /// `DEFAULT_BUMP_CEILING` times `first`, the price the transaction was first signed at.
+    /// The highest price per gas a replacement may pay: the caps, and without fee keys of the
+    /// operator's also `DEFAULT_BUMP_CEILING` times `first`, the price the transaction was
+    /// first signed at.
     pub(super) fn bump_cap(&self, gas: u64, first: U256) -> U256 {
-        self.cap(gas)
-            .unwrap_or_else(|| first.saturating_mul(DEFAULT_BUMP_CEILING.into()))
+        let relative = first.saturating_mul(DEFAULT_BUMP_CEILING.into());
+        match self.cap(gas) {
+            Some(cap) if self.operator_caps => cap,
+            Some(cap) => cap.min(relative),
+            None => relative,
+        }
     }
 }
 
@@ -253,8 +265,12 @@ mod tests {
             confirmations: 1,
             finality_depth: 64,
             bump_after_blocks: 3,
-            max_fee_per_gas: max_fee.map(U256::from),
+            max_fee_per_gas: match max_fee {
+                Some(cap) => FeeCap::Set(cap.into()),
+                None => FeeCap::Derived(Default::default()),
+            },
             max_settlement_cost: max_cost.map(U256::from),
+            operator_caps: max_fee.is_some() || max_cost.is_some(),
         }
     }
 
@@ -270,5 +286,26 @@ mod tests {
             settings(Some(25), Some(1_000)).bump_cap(100, first),
             U256::from(10)
         );
+    }
+
+    #[test]
+    fn without_operator_caps_a_default_cap_bounds_the_first_price_and_the_bumps() {
+        let first = U256::from(10);
+        let derived = settings(None, None);
+        assert_eq!(derived.cap(100), None, "not derived yet");
+        let FeeCap::Derived(cell) = &derived.max_fee_per_gas else {
+            unreachable!()
+        };
+        cell.set(U256::from(25)).unwrap();
+        assert_eq!(derived.cap(100), Some(U256::from(25)));
+        assert_eq!(derived.bump_cap(100, first), U256::from(25));
+        assert_eq!(derived.bump_cap(100, U256::from(5)), U256::from(20));
+        // A preset cap is no operator key: the relative ceiling still applies under it.
+        let preset = LaneSettings {
+            max_fee_per_gas: FeeCap::Set(U256::from(100)),
+            ..settings(None, None)
+        };
+        assert_eq!(preset.bump_cap(100, first), U256::from(40));
+        assert_eq!(preset.bump_cap(100, U256::from(30)), U256::from(100));
     }
 }

@@ -100,14 +100,19 @@ export function placeCode(anvil, address, code) {
  * or in a batch): an error object ({code, message}) answers that call with it, unforwarded;
  * anything falsy forwards it. Batches are answered element by element, in order, with the
  * refused ones in their slots. `state.refused` keeps every refused call, and
- * `state.refusedIn` the size of the request each came in (1: alone or in a batch of one). Set
- * `target` (the node's URL) before the first request.
+ * `state.refusedIn` the size of the request each came in (1: alone or in a batch of one).
+ * `state.rewrite(call, answer)` gives the answer a forwarded call gets (a node that lies about
+ * what it read; by default the node's own). Set `target` (the node's URL) before the first
+ * request.
  */
-export async function startRefusingProxy({ target = null, refuse = () => null } = {}) {
-  const state = { target, refuse, refused: [], refusedIn: [] };
+export async function startRefusingProxy({ target = null, refuse = () => null, rewrite = (call, answer) => answer } = {}) {
+  const state = { target, refuse, rewrite, refused: [], refusedIn: [] };
   const forward = async (payload) => {
     const res = await fetch(state.target, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(payload) });
-    return res.json();
+    const answers = await res.json();
+    if (!Array.isArray(payload)) return state.rewrite(payload, answers);
+    const byId = new Map(payload.map((call) => [JSON.stringify(call.id), call]));
+    return [answers].flat().map((a) => state.rewrite(byId.get(JSON.stringify(a?.id)) ?? {}, a));
   };
   const refusal = (call, size = 1) => {
     const error = call && typeof call === 'object' ? state.refuse(call) : null;
