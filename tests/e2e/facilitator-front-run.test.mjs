@@ -12,14 +12,16 @@
 // - the copy outbids routerd's transaction in the same block: routerd's reverts (unavoidably),
 //   and the payment is still answered the success by the copy, with no cooldown for its payer.
 // Without the rule, routerd's transaction is mined after the copy and reverts, the merchant is told
-// success: false, and the payer is refused for revert_cooldown_secs.
+// success: false, and the payer is refused for revert_cooldown_secs. A transaction that used the
+// nonce with another effect (the payer's cancelAuthorization, outbidding routerd's) is no payment:
+// success: false, as before.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { getAddress } from 'viem';
-import { startFacilitatorStack, withLogTail, NETWORK } from './lib/stack.mjs';
+import { startFacilitatorStack, withLogTail, NETWORK, CHAIN_ID } from './lib/stack.mjs';
 import { anvilKey } from './lib/accounts.mjs';
-import { walletFor } from './lib/deploy-usdc.mjs';
-import { expectSettled, expectDuplicate, expectValid } from './lib/expect.mjs';
+import { walletFor, usdcAbi } from './lib/deploy-usdc.mjs';
+import { expectSettled, expectSettleFailed, expectDuplicate, expectValid } from './lib/expect.mjs';
 import { chainMark, expectCleanSignerHistory, expectTransfersAuthorization, minedFrom, waitPoolEmpty } from './lib/chain-audit.mjs';
 import { waitInPool, mining } from './lib/settling.mjs';
 import { metricValue } from './lib/hostile.mjs';
@@ -36,7 +38,7 @@ const it = (name, fn) => test(name, { timeout: 90_000 }, withLogTail(() => stack
 before(async () => {
   stack = await startFacilitatorStack({
     anvil: { noMining: true },
-    fundedPayers: 2,
+    fundedPayers: 3,
     routerd: { settleTimeoutSecs: 30 },
   });
   frontRunner = await walletFor(stack.anvil.url, anvilKey(FRONT_RUNNER));
@@ -131,4 +133,29 @@ it('the copy outbids routerd\'s transaction in the same block: routerd\'s revert
   await expectSettledOnceBy(p, key, by);
   assert.equal(await cooldowns(), 0, 'the payer was not cooled down');
   await expectNextPaymentSettles(account);
+});
+
+it('the nonce used by another effect first (the payer cancels the authorization, outbidding routerd\'s transaction): no payment, success: false with routerd\'s transaction', async () => {
+  const account = stack.payers[2];
+  const p = await stack.pay({ account, amount: PRICE });
+  const payeeBefore = await stack.balanceOf(p.authorization.to);
+  const first = stack.settle(p.body);
+  const tx = await waitInPool(stack, p);
+  const signature = await account.signTypedData({
+    domain: { name: stack.token.name, version: stack.token.version, chainId: CHAIN_ID, verifyingContract: stack.usdc },
+    types: { CancelAuthorization: [{ name: 'authorizer', type: 'address' }, { name: 'nonce', type: 'bytes32' }] },
+    primaryType: 'CancelAuthorization',
+    message: { authorizer: account.address, nonce: p.authorization.nonce },
+  });
+  const tip = BigInt(tx.maxPriorityFeePerGas) * 10n + 10n ** 9n;
+  const cancel = await frontRunner.writeContract({
+    address: stack.usdc, abi: usdcAbi, functionName: 'cancelAuthorization', args: [account.address, p.authorization.nonce, signature],
+    gas: 200_000n, maxPriorityFeePerGas: tip, maxFeePerGas: tip + 10n ** 10n,
+  });
+  const res = await mining(stack.anvil, first);
+  assert.equal((await stack.receipt(cancel)).status, 'success', 'the cancellation came first');
+  assert.equal((await stack.receipt(tx.hash)).status, 'reverted');
+  expectSettleFailed(res, 'invalid_payload', { network: NETWORK, payer: getAddress(account.address), transaction: tx.hash });
+  assert.equal(await stack.balanceOf(p.authorization.to), payeeBefore, 'nothing moved');
+  assert.equal((await stack.settlementStatus(p)).body.outcome?.success, false);
 });
