@@ -28,7 +28,8 @@ pub struct RequestTag {
 pub enum Lost {
     /// The chain's time passed `validBefore` before any of its transactions was mined.
     ValidBeforePassed,
-    /// The authorization was used by a transaction that is not ours.
+    /// The authorization was used by a transaction that is not ours, and not with its signed
+    /// effect (a front-run with it is `State::FrontRun`, a success).
     AuthorizationUsedElsewhere,
     /// The node refused the transaction for a reason that sending it again does not change
     /// (not its nonce, not its price): it gave its nonce up rather than stall the lane.
