@@ -19,8 +19,8 @@
 //! chain            upstream nodes: batches, failover, refusals, heads and fees
 //!                                           -> evm config guard clock
 //! signer           keys and signatures      -> evm
-//! evm              hex, quantities, fees, revert data, ERC-3009, ERC-6492, Permit2 and nonce
-//!                  reads: no I/O
+//! evm              hex, quantities, fees, revert data, ERC-3009 (and what its logs say),
+//!                  ERC-6492, Permit2 and nonce reads: no I/O
 //! config, guard, clock                      leaves
 //! ```
 //!

@@ -99,8 +99,10 @@ pub struct RpcError {
     pub data: Option<Value>,
 }
 
-/// What a node's refusal of `eth_sendRawTransaction` means for the transaction, classified here
-/// once so that no caller matches on message text.
+/// What a node's error answer to `eth_sendRawTransaction` means for the transaction, classified
+/// here once so that no caller matches on message text. Only an answer by which a node clearly
+/// refuses the transaction is a refusal; anything else leaves it possibly taken (access.md §2, "an
+/// unclear broadcast is not a failure").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
     /// The node has this very transaction already.
@@ -114,9 +116,34 @@ pub enum Refusal {
     Busy,
     /// The signer cannot pay for the gas.
     InsufficientFunds,
-    /// Anything else: the node will not take this transaction as it is.
-    Other,
+    /// The node says it will not take this transaction as it is: an invalid sender or
+    /// signature, too little intrinsic gas, over the block gas limit, a revert, a policy.
+    Rejected,
+    /// Not a refusal the node made clear (an internal error, text nobody here recognises): the
+    /// node may have taken the transaction before it failed to say so, so it may still be mined.
+    Unclear,
 }
+
+/// Phrases by which nodes (geth, reth, erigon, nethermind, anvil, providers) reject a
+/// transaction for good: sending the same bytes again does not change the answer.
+const REJECTIONS: [&str; 16] = [
+    "invalid sender",
+    "invalid signature",
+    "invalid transaction",
+    "intrinsic gas too low",
+    "exceeds block gas limit",
+    "gas limit reached",
+    "oversized data",
+    "max initcode size exceeded",
+    "type not supported",
+    "invalid chain id",
+    "tip higher than fee cap",
+    "higher than max fee per gas",
+    "exceeds the configured cap",
+    "negative value",
+    "rejected",
+    "reverted",
+];
 
 impl RpcError {
     /// Whether the node ran the call and it reverted: EIP-1474's code 3 (with the revert data),
@@ -179,8 +206,10 @@ impl RpcError {
             Refusal::Busy
         } else if m.contains("insufficient funds") || m.contains("insufficient balance") {
             Refusal::InsufficientFunds
+        } else if REJECTIONS.iter().any(|p| m.contains(p)) {
+            Refusal::Rejected
         } else {
-            Refusal::Other
+            Refusal::Unclear
         }
     }
 }
@@ -659,12 +688,38 @@ mod tests {
             refusal("Insufficient funds for gas * price + value"),
             Refusal::InsufficientFunds
         );
-        assert_eq!(refusal("intrinsic gas too low"), Refusal::Other);
+        assert_eq!(refusal("intrinsic gas too low"), Refusal::Rejected);
         assert_eq!(
             refusal("max fee per gas less than block base fee"),
             Refusal::Underpriced
         );
         assert_eq!(refusal("txpool is full"), Refusal::Busy);
-        assert_eq!(refusal("transaction rejected by policy"), Refusal::Other);
+        assert_eq!(refusal("transaction rejected by policy"), Refusal::Rejected);
+    }
+
+    #[test]
+    fn clear_rejections_are_refusals_and_anything_else_is_unclear() {
+        for clear in [
+            "invalid sender",
+            "invalid transaction v, r, s values",
+            "transaction type not supported",
+            "exceeds block gas limit",
+            "intrinsic gas too low: have 21000, want 53000",
+            "max priority fee per gas higher than max fee per gas",
+            "tx fee (1.20 ether) exceeds the configured cap (1.00 ether)",
+            "execution reverted",
+        ] {
+            assert_eq!(refusal(clear), Refusal::Rejected, "{clear}");
+        }
+        // The node may have taken the transaction before it failed to answer.
+        for unclear in [
+            "internal error",
+            "Internal JSON-RPC error.",
+            "context deadline exceeded",
+            "upstream connect error or disconnect/reset before headers",
+            "",
+        ] {
+            assert_eq!(refusal(unclear), Refusal::Unclear, "{unclear:?}");
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! arithmetic, revert data, the ERC-3009 token's typed data and calldata, ERC-6492's wrapper,
 //! and Permit2's typed data and calls. Every room above reads and writes chain values through here.
 
+pub mod authorization_logs;
 pub mod erc3009;
 pub mod erc6492;
 pub mod fee_history;

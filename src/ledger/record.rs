@@ -2,8 +2,9 @@
 //! so every transition is unit-tested on its own.
 //!
 //! `Claimed -> Signed(nonce) -> Sent -> Included(block, hash) -> Final | Reverted`, or `Expired`
-//! when it can no longer land. A reorganisation moves `Included` back to `Sent`; a nonce taken by
-//! somebody else moves `Sent` back to `Signed` at a new nonce. `outcome` is what callers are
+//! when it can no longer land, or `FrontRun` when somebody else's transaction executed the
+//! authorization with its signed effect first. A reorganisation moves `Included` back to `Sent`; a
+//! nonce taken by somebody else moves `Sent` back to `Signed` at a new nonce. `outcome` is what callers are
 //! answered, set once the inclusion is `confirmations` deep, and never changed afterwards.
 
 use ethers_core::types::{Address, Bytes, H256, U256};
@@ -81,7 +82,8 @@ impl Asking {
 pub enum Lost {
     /// The chain's time passed `validBefore` before any of its transactions was mined.
     ValidBeforePassed,
-    /// The authorization was used by a transaction that is not ours.
+    /// The authorization was used by a transaction that is not ours, and not with its signed
+    /// effect (a front-run with it is `State::FrontRun`, a success).
     AuthorizationUsedElsewhere,
     /// The node refused the transaction for a reason that sending it again does not change
     /// (not its nonce, not its price): it gave its nonce up rather than stall the lane.
@@ -101,12 +103,30 @@ pub struct Inclusion {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum State {
     Claimed,
-    Signed { nonce: u64 },
-    Sent { nonce: u64 },
-    Included { nonce: u64, inclusion: Inclusion },
-    Final { inclusion: Inclusion },
-    Reverted { inclusion: Inclusion },
-    Expired { why: Lost },
+    Signed {
+        nonce: u64,
+    },
+    Sent {
+        nonce: u64,
+    },
+    Included {
+        nonce: u64,
+        inclusion: Inclusion,
+    },
+    Final {
+        inclusion: Inclusion,
+    },
+    Reverted {
+        inclusion: Inclusion,
+    },
+    Expired {
+        why: Lost,
+    },
+    /// Settled by a transaction that is not ours (`by`, which succeeded): it executed the payer's
+    /// authorization with exactly the signed effect before ours could (access.md §1).
+    FrontRun {
+        by: Inclusion,
+    },
 }
 
 impl State {
@@ -119,13 +139,17 @@ impl State {
             State::Final { .. } => "final",
             State::Reverted { .. } => "reverted",
             State::Expired { .. } => "expired",
+            State::FrontRun { .. } => "front_run",
         }
     }
 
     pub fn is_terminal(&self) -> bool {
         matches!(
             self,
-            State::Final { .. } | State::Reverted { .. } | State::Expired { .. }
+            State::Final { .. }
+                | State::Reverted { .. }
+                | State::Expired { .. }
+                | State::FrontRun { .. }
         )
     }
 
@@ -139,11 +163,13 @@ impl State {
         }
     }
 
+    /// The transaction that settled or reverted it, and where: for a front-run, the other one.
     pub fn inclusion(&self) -> Option<Inclusion> {
         match *self {
             State::Included { inclusion, .. }
             | State::Final { inclusion }
-            | State::Reverted { inclusion } => Some(inclusion),
+            | State::Reverted { inclusion }
+            | State::FrontRun { by: inclusion } => Some(inclusion),
             _ => None,
         }
     }
@@ -391,6 +417,31 @@ impl Record {
             }
         }
     }
+
+    /// Somebody else's transaction `by` executed the authorization with exactly its signed
+    /// effect (the value reached `pay_to`): the payment is settled, once, by that transaction,
+    /// and no longer followed. Answers whether the success was set now. A success answered
+    /// before (our own inclusion, reorganised away since) keeps its answer, and nothing is lost:
+    /// the payee has the funds.
+    pub fn front_run(&mut self, by: Inclusion, now: u64) -> bool {
+        debug_assert!(
+            by.succeeded,
+            "only an executed authorization settles a payment"
+        );
+        self.state = State::FrontRun { by };
+        self.finished_at = Some(now);
+        self.lost = false;
+        if self.outcome.is_some() {
+            return false;
+        }
+        self.outcome = Some(Outcome {
+            success: true,
+            reason: None,
+            message: None,
+            transaction: Some(by.transaction),
+        });
+        true
+    }
 }
 
 /// How many blocks deep `block` is at `head`: 1 for the head itself.
@@ -481,6 +532,61 @@ mod tests {
         assert!(!r.expire(Lost::AuthorizationUsedElsewhere, 1));
         assert!(r.lost);
         assert!(r.state.is_terminal());
+    }
+
+    fn foreign(block: u64) -> Inclusion {
+        Inclusion {
+            block,
+            block_hash: H256::repeat_byte(0xbb),
+            transaction: H256::repeat_byte(0xf0),
+            succeeded: true,
+        }
+    }
+
+    #[test]
+    fn a_front_run_is_one_success_naming_the_other_transaction() {
+        let mut r = record();
+        r.signed(attempt(3));
+        r.sent();
+        assert!(r.exposes());
+        assert!(r.front_run(foreign(11), 9));
+        let outcome = r.outcome.clone().unwrap();
+        assert!(outcome.success);
+        assert_eq!(outcome.transaction, Some(H256::repeat_byte(0xf0)));
+        assert_eq!(outcome.reason, None);
+        assert_eq!(r.state, State::FrontRun { by: foreign(11) });
+        assert_eq!(r.state.name(), "front_run");
+        assert!(r.state.is_terminal());
+        assert_eq!(
+            r.state.nonce(),
+            None,
+            "the signer nonce is no longer its own"
+        );
+        assert_eq!(r.state.inclusion(), Some(foreign(11)));
+        assert!(!r.exposes());
+        assert!(!r.lost);
+        assert_eq!(r.finished_at, Some(9));
+    }
+
+    #[test]
+    fn a_front_run_after_an_answered_success_keeps_the_answer_and_loses_nothing() {
+        let mut r = record();
+        r.signed(attempt(3));
+        r.included(inclusion(10, true));
+        r.confirm(10, 1, no_revert);
+        r.reorged();
+        let answered = r.outcome.clone();
+        assert!(!r.front_run(foreign(12), 9));
+        assert_eq!(r.outcome, answered, "an answer is never changed");
+        assert!(!r.lost);
+        assert!(r.state.is_terminal());
+    }
+
+    #[test]
+    fn a_front_run_state_reads_back() {
+        let state = State::FrontRun { by: foreign(11) };
+        let stored = serde_json::to_string(&state).unwrap();
+        assert_eq!(serde_json::from_str::<State>(&stored).unwrap(), state);
     }
 
     #[test]

@@ -10,7 +10,8 @@ use std::sync::atomic::Ordering;
 use ethers_core::types::{Bytes, H256, U256};
 use serde_json::{json, Value};
 
-use super::lane::SETTLEMENT_GAS;
+use super::front_run::{front_runner, Lookup};
+use super::lane::{Lane, SETTLEMENT_GAS};
 use super::waiters::Progress;
 use super::worker::{Slot, Worker, FILLER_GAS};
 use crate::chain::{self, Batch, Call, CallResult, Canonical, Chain, Head};
@@ -19,7 +20,7 @@ use crate::evm;
 use crate::evm::erc3009;
 use crate::evm::{NonceRead, TxFees};
 use crate::ledger::Reason;
-use crate::ledger::{Attempt, Inclusion, Lost, Outcome, Record, State};
+use crate::ledger::{depth, Attempt, Inclusion, Lost, Outcome, Record, State};
 use crate::store::StoreError;
 
 /// Heads without the chain's nonce moving, with transactions waiting, before they are all sent
@@ -201,7 +202,7 @@ impl Worker {
         }
         for nonce in moved {
             if let Some(Slot::Settlement { record, .. }) = self.nonces.slots.remove(&nonce) {
-                self.nonce_taken(*record).await;
+                self.nonce_taken(*record, head).await;
             }
         }
         included
@@ -209,7 +210,7 @@ impl Worker {
 
     /// Our nonce was used by a transaction that is not ours. If the authorization is still
     /// unused the settlement is signed again at a new nonce; otherwise somebody else settled it.
-    async fn nonce_taken(&mut self, mut record: Record) {
+    async fn nonce_taken(&mut self, record: Record, head: &Head) {
         let key = record.key();
         let mut batch = Batch::new();
         let (nonce_read, call) = nonce_call(&record);
@@ -223,17 +224,36 @@ impl Worker {
                 tracing::warn!(payment = %key, nonce = ?record.state.nonce(), "signer nonce used by another transaction; signing the settlement again at a new nonce");
                 self.nonces.to_sign.push(record);
             }
-            Some(true) => {
-                tracing::error!(payment = %key, "authorization used by a transaction that is not routerd's");
-                let answered_now = record.expire(Lost::AuthorizationUsedElsewhere, unix_now());
-                self.finished(record, answered_now).await;
-            }
+            Some(true) => self.used_elsewhere_at_a_taken_nonce(record, head).await,
             None => {
                 // Cannot tell now: look again at the next head.
                 let nonce = record.state.nonce().expect("followed");
                 self.nonces.slots.insert(nonce, Slot::settlement(record));
             }
         }
+    }
+
+    /// The authorization of a settlement whose signer nonce somebody else's transaction took
+    /// was used too: by a front-run with the signed effect (settled by it), or otherwise (lost).
+    async fn used_elsewhere_at_a_taken_nonce(&mut self, mut record: Record, head: &Head) {
+        let confirmations = self.lane.settings.confirmations;
+        let answered_now = match front_runner(&self.lane.chain, &record, head, confirmations).await
+        {
+            Lookup::FrontRun(by) => {
+                tracing::warn!(payment = %record.key(), by = ?by.transaction, "authorization executed by another transaction first; answered by it");
+                record.front_run(by, unix_now())
+            }
+            Lookup::NotYet => {
+                let nonce = record.state.nonce().expect("followed");
+                self.nonces.slots.insert(nonce, Slot::settlement(record));
+                return; // looked at again at the next head
+            }
+            Lookup::None => {
+                tracing::error!(payment = %record.key(), "authorization used by a transaction that is not routerd's");
+                record.expire(Lost::AuthorizationUsedElsewhere, unix_now())
+            }
+        };
+        self.finished(record, answered_now).await;
     }
 
     /// Answers inclusions that are `confirmations` deep; stops following those past
@@ -248,6 +268,7 @@ impl Worker {
         let settings = self.lane.settings.clone();
         let mut changed = Vec::new();
         let mut answers = Vec::new();
+        let mut front_runs = Vec::new();
         let nonces: Vec<u64> = self.nonces.slots.keys().copied().collect();
         for nonce in nonces {
             let Some(Slot::Settlement { record, .. }) = self.nonces.slots.get_mut(&nonce) else {
@@ -256,17 +277,25 @@ impl Worker {
             let State::Included { inclusion, .. } = record.state else {
                 continue;
             };
-            let revert = if inclusion.succeeded || record.outcome.is_some() {
-                None
-            } else {
-                // Its trial succeeded, or nothing was sent: the payer's wallet or balance
-                // answered the chain differently, at the operator's expense.
-                self.lane.cooldown.impose(record.payer);
-                Some(diagnose_revert(&self.lane.chain, record, inclusion.transaction).await)
+            let due = record.outcome.is_none()
+                && depth(head.number, inclusion.block) >= settings.confirmations;
+            let verdict = match inclusion.succeeded || !due {
+                true => None,
+                false => Some(judge_revert(&self.lane, record, inclusion, head).await),
             };
-            let confirmed = record.confirm(head.number, settings.confirmations, || {
-                revert.expect("diagnosed above")
-            });
+            let confirmed = match verdict {
+                Some(Reverted::FrontRun(by)) => {
+                    front_runs.push((nonce, by));
+                    false
+                }
+                Some(Reverted::Wait) => false,
+                Some(Reverted::Failed(outcome)) => {
+                    record.confirm(head.number, settings.confirmations, || outcome)
+                }
+                None => record.confirm(head.number, settings.confirmations, || {
+                    unreachable!("a revert is answered only once judged")
+                }),
+            };
             if confirmed {
                 answers.push(nonce);
             }
@@ -274,6 +303,7 @@ impl Worker {
                 changed.push(nonce);
             }
         }
+        self.settled_by_others(front_runs).await;
         if !self.store_and_answer(&changed, &answers).await {
             return; // finality waits for the next head too
         }
@@ -290,6 +320,19 @@ impl Worker {
         }
         for nonce in finals {
             self.nonces.slots.remove(&nonce);
+        }
+    }
+
+    /// Settlements whose own transaction reverted because another one executed their
+    /// authorization first, with its signed effect: each is answered a success by that one and
+    /// no longer followed (its signer nonce is used by our reverted transaction).
+    async fn settled_by_others(&mut self, front_runs: Vec<(u64, Inclusion)>) {
+        for (nonce, by) in front_runs {
+            if let Some(Slot::Settlement { mut record, .. }) = self.nonces.slots.remove(&nonce) {
+                tracing::warn!(payment = %record.key(), by = ?by.transaction, "settlement reverted: another transaction executed the authorization first; answered by it");
+                let answered_now = record.front_run(by, unix_now());
+                self.finished(*record, answered_now).await;
+            }
         }
     }
 
@@ -386,7 +429,8 @@ impl Worker {
             return Vec::new();
         }
         self.seen.stalled += 1;
-        let mut resend = Vec::new();
+        // A transaction held back while its authorization was used elsewhere: a front-run.
+        let mut resend = self.forestalled(head, chain_nonce, market).await;
         if self.seen.stalled.is_multiple_of(STALL_BEFORE_RESEND) {
             resend.extend(
                 self.nonces
@@ -568,6 +612,39 @@ fn nonce_call(record: &Record) -> (NonceRead, Call) {
     let read = record.nonce_read();
     let call = chain::eth_call(read.target, &read.call, "latest");
     (read, call)
+}
+
+/// How many heads past `confirmations` a revert waits for a node that cannot say whether it was
+/// front-run, before it is answered as a revert.
+const FRONT_RUN_PATIENCE: u64 = 3;
+
+/// What a reverted inclusion of ours, `confirmations` deep, is answered.
+enum Reverted {
+    /// Another transaction executed the authorization first, with its signed effect.
+    FrontRun(Inclusion),
+    /// The node cannot say yet whether it was front-run.
+    Wait,
+    /// A failure, its payer cooled down.
+    Failed(Outcome),
+}
+
+/// A front-run, or else a revert diagnosed for the payer. Only a revert cools the payer down:
+/// its trial succeeded, or nothing was sent, so its wallet or balance answered the chain
+/// differently, at the operator's expense. A payer whose authorization somebody else executed
+/// did nothing of the kind.
+async fn judge_revert(lane: &Lane, record: &Record, inclusion: Inclusion, head: &Head) -> Reverted {
+    let confirmations = lane.settings.confirmations;
+    match front_runner(&lane.chain, record, head, confirmations).await {
+        Lookup::FrontRun(by) => return Reverted::FrontRun(by),
+        Lookup::NotYet
+            if depth(head.number, inclusion.block) < confirmations + FRONT_RUN_PATIENCE =>
+        {
+            return Reverted::Wait;
+        }
+        Lookup::NotYet | Lookup::None => {}
+    }
+    lane.cooldown.impose(record.payer);
+    Reverted::Failed(diagnose_revert(&lane.chain, record, inclusion.transaction).await)
 }
 
 /// A mined settlement that reverted: find out why, for the payer.

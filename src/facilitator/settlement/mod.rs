@@ -8,6 +8,7 @@
 //! to a merchant whose payment it is not.
 
 pub(crate) mod follower;
+mod front_run;
 pub mod lane;
 mod lease;
 pub mod waiters;

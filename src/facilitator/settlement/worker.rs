@@ -191,11 +191,13 @@ enum Route {
 
 /// Only two refusals change a settlement's course at once. The others leave it followed like
 /// a sent transaction: a nonce too low is found mined, or moved to a new nonce, at the next
-/// heads; an underpriced or busy one is sent again, and bumped, by the follower.
+/// heads; an underpriced or busy one is sent again, and bumped, by the follower. An unclear
+/// answer is no refusal: the node may have taken the transaction, so it keeps its nonce and is
+/// answered by what the chain shows (access.md §2).
 fn route(answer: Option<Refusal>) -> Route {
     match answer {
         Some(Refusal::InsufficientFunds) => Route::AnotherSigner,
-        Some(Refusal::Other) => Route::Refused,
+        Some(Refusal::Rejected) => Route::Refused,
         _ => Route::Sent,
     }
 }
@@ -563,6 +565,10 @@ impl Worker {
                     Ok(_) => None,
                     Err(e) => match e.refusal() {
                         Refusal::AlreadyKnown => None,
+                        Refusal::Unclear => {
+                            tracing::warn!(lane = %self.lane.id, error = %e, "broadcast answered with an unclear error; followed as sent");
+                            Some(Refusal::Unclear)
+                        }
                         other => {
                             tracing::debug!(lane = %self.lane.id, error = %e, "broadcast refused");
                             Some(other)
@@ -639,14 +645,15 @@ mod tests {
     }
 
     #[test]
-    fn only_an_unpayable_or_a_final_refusal_changes_a_settlements_course() {
+    fn only_an_unpayable_or_a_clear_refusal_changes_a_settlements_course() {
         assert_eq!(
             route(Some(Refusal::InsufficientFunds)),
             Route::AnotherSigner
         );
-        assert_eq!(route(Some(Refusal::Other)), Route::Refused);
+        assert_eq!(route(Some(Refusal::Rejected)), Route::Refused);
         for followed in [
             None,
+            Some(Refusal::Unclear),
             Some(Refusal::AlreadyKnown),
             Some(Refusal::NonceTooLow),
             Some(Refusal::Underpriced),

@@ -4,6 +4,8 @@
 //   whose isValidSignature answers differently in routerd's trial than on chain, or burns gas;
 // - a JSON-RPC proxy in front of a real node that refuses chosen calls with an error of its own
 //   (a node whose policy refuses a transaction), answering each element of a batch;
+// - a JSON-RPC proxy that forwards everything and then answers chosen calls with an error (a node
+//   that takes a transaction and fails to say so);
 // - reading one value out of routerd's Prometheus /metrics text.
 import { createServer } from 'node:http';
 import { keccak256, toBytes, getAddress } from 'viem';
@@ -141,6 +143,55 @@ export async function startRefusingProxy({ target = null, refuse = () => null, r
       }
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(JSON.stringify(out));
+    });
+  });
+  return proxyHandle(server, await listen(server), state);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A node that takes a transaction and answers an error
+
+/**
+ * A JSON-RPC proxy in front of a real node that forwards every request as it is, then changes
+ * the answer: `state.fail(call)` is asked for every call of the request (alone or in a batch):
+ * `{rpc: {code, message}}` replaces that call's answer (the node's result) with the error;
+ * `{http: status}` answers the whole request with that HTTP status and a text body instead of the
+ * node's JSON; anything falsy keeps the node's answer. `state.failed` keeps every call whose
+ * answer was replaced. Set `target` (the node's URL) before the first request.
+ */
+export async function startUnclearProxy({ target = null, fail = () => null } = {}) {
+  const state = { target, fail, failed: [] };
+  const server = createServer((req, res) => {
+    const chunks = [];
+    req.on('data', (c) => chunks.push(c));
+    req.on('end', async () => {
+      const raw = Buffer.concat(chunks).toString('utf8');
+      let status = 200;
+      let out;
+      try {
+        const node = await fetch(state.target, { method: 'POST', headers: { 'content-type': 'application/json' }, body: raw });
+        const answer = await node.json();
+        const body = JSON.parse(raw);
+        const calls = [body].flat();
+        const faults = calls.map((call) => (call && typeof call === 'object' ? state.fail(call) : null));
+        faults.forEach((fault, i) => { if (fault) state.failed.push(calls[i]); });
+        const http = faults.find((fault) => fault?.http);
+        if (http) {
+          status = http.http;
+          out = `upstream answered HTTP ${status}`;
+        } else {
+          const replaced = (entry) => {
+            const i = calls.findIndex((c) => JSON.stringify(c?.id) === JSON.stringify(entry?.id));
+            const error = faults[i]?.rpc;
+            return error ? { jsonrpc: '2.0', id: entry.id, error } : entry;
+          };
+          out = JSON.stringify(Array.isArray(answer) ? answer.map(replaced) : replaced(answer));
+        }
+      } catch (err) {
+        out = JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: -32603, message: `proxy: ${err.message}` } });
+      }
+      res.writeHead(status, { 'content-type': status === 200 ? 'application/json' : 'text/plain' });
+      res.end(out);
     });
   });
   return proxyHandle(server, await listen(server), state);

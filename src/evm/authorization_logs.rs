@@ -1,0 +1,184 @@
+//! What a token's logs say an ERC-3009 authorization did: where to look for the transaction that
+//! used a payer's nonce (`eth_getLogs` topics), and whether that transaction had exactly the
+//! signed effect. A transaction that is not routerd's may execute a payer's authorization first
+//! (a front-run); its payment is settled only if the value reached the payee (access.md §1).
+
+use std::sync::LazyLock;
+
+use ethers_core::types::{Address, H256, U256};
+use ethers_core::utils::keccak256;
+use serde_json::Value;
+
+use super::hex::{hex_decode, parse_h256};
+use super::values::parse_address;
+
+/// `AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce)`.
+static AUTHORIZATION_USED: LazyLock<H256> =
+    LazyLock::new(|| H256(keccak256("AuthorizationUsed(address,bytes32)")));
+/// `Transfer(address indexed from, address indexed to, uint256 value)`.
+static TRANSFER: LazyLock<H256> =
+    LazyLock::new(|| H256(keccak256("Transfer(address,address,uint256)")));
+
+/// What an executed `transferWithAuthorization` does: `value` of `token` moves from `from` to
+/// `to`, and `nonce` of `from` is marked used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignedTransfer {
+    pub token: Address,
+    pub from: Address,
+    pub to: Address,
+    pub value: U256,
+    pub nonce: H256,
+}
+
+/// One log of a receipt or of `eth_getLogs`, as far as it is read here.
+struct Log {
+    address: Address,
+    topics: Vec<H256>,
+    data: Vec<u8>,
+}
+
+impl Log {
+    fn parse(value: &Value) -> Option<Self> {
+        Some(Log {
+            address: parse_address(value.get("address")?.as_str()?)?,
+            topics: value
+                .get("topics")?
+                .as_array()?
+                .iter()
+                .map(|t| t.as_str().and_then(parse_h256))
+                .collect::<Option<_>>()?,
+            data: hex_decode(value.get("data")?.as_str()?)?,
+        })
+    }
+}
+
+fn topic(address: Address) -> H256 {
+    H256::from(address)
+}
+
+impl SignedTransfer {
+    /// The `topics` of an `eth_getLogs` filter (on the token's address) that finds the log
+    /// marking this nonce used.
+    pub fn used_topics(&self) -> [H256; 3] {
+        [*AUTHORIZATION_USED, topic(self.from), self.nonce]
+    }
+
+    /// Whether `logs` (one transaction's, in order) show this authorization executed with exactly
+    /// its effect: the token's `AuthorizationUsed(from, nonce)` directly followed by its
+    /// `Transfer(from, to, value)`, as the token's `transferWithAuthorization` writes them. Each
+    /// use pairs with its own transfer, so a transfer of another authorization in the same
+    /// transaction does not count, and a cancellation (`AuthorizationCanceled`) never does.
+    pub fn executed_in(&self, logs: &[Value]) -> bool {
+        let logs: Vec<Option<Log>> = logs.iter().map(Log::parse).collect();
+        logs.windows(2).any(|pair| match pair {
+            [Some(used), Some(transfer)] => self.is_use(used) && self.is_transfer(transfer),
+            _ => false,
+        })
+    }
+
+    fn is_use(&self, log: &Log) -> bool {
+        log.address == self.token && log.topics == self.used_topics()
+    }
+
+    fn is_transfer(&self, log: &Log) -> bool {
+        log.address == self.token
+            && log.topics == [*TRANSFER, topic(self.from), topic(self.to)]
+            && log.data.len() == 32
+            && U256::from_big_endian(&log.data) == self.value
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evm::hex_bytes;
+    use serde_json::json;
+
+    fn transfer() -> SignedTransfer {
+        SignedTransfer {
+            token: Address::repeat_byte(1),
+            from: Address::repeat_byte(2),
+            to: Address::repeat_byte(3),
+            value: U256::from(1000),
+            nonce: H256::repeat_byte(4),
+        }
+    }
+
+    fn log(address: Address, topics: &[H256], value: u64) -> Value {
+        let mut data = [0u8; 32];
+        U256::from(value).to_big_endian(&mut data);
+        json!({
+            "address": hex_bytes(address),
+            "topics": topics.iter().map(hex_bytes).collect::<Vec<_>>(),
+            "data": hex_bytes(data),
+            "logIndex": "0x0",
+        })
+    }
+
+    fn used(t: &SignedTransfer) -> Value {
+        log(t.token, &t.used_topics(), 0)
+    }
+
+    fn moved(t: &SignedTransfer, to: Address, value: u64) -> Value {
+        log(t.token, &[*TRANSFER, topic(t.from), topic(to)], value)
+    }
+
+    #[test]
+    fn the_use_of_the_nonce_followed_by_the_signed_transfer_is_the_signed_effect() {
+        let t = transfer();
+        assert!(t.executed_in(&[used(&t), moved(&t, t.to, 1000)]));
+        let unrelated = log(Address::repeat_byte(9), &[*TRANSFER], 5);
+        assert!(t.executed_in(&[
+            unrelated.clone(),
+            used(&t),
+            moved(&t, t.to, 1000),
+            unrelated
+        ]));
+        assert_eq!(
+            hex_bytes(*AUTHORIZATION_USED),
+            "0x98de503528ee59b575ef0c0a2576a82497bfc029a5685b209e9ec333479b10a5"
+        );
+    }
+
+    #[test]
+    fn any_other_effect_is_not_the_payment() {
+        let t = transfer();
+        let cases: [(&str, Vec<Value>); 6] = [
+            (
+                "another payee",
+                vec![used(&t), moved(&t, Address::repeat_byte(8), 1000)],
+            ),
+            ("another value", vec![used(&t), moved(&t, t.to, 999)]),
+            ("the nonce used, nothing moved", vec![used(&t)]),
+            (
+                "a transfer before the use",
+                vec![moved(&t, t.to, 1000), used(&t)],
+            ),
+            (
+                "another token's logs",
+                vec![
+                    log(Address::repeat_byte(7), &t.used_topics(), 0),
+                    log(
+                        Address::repeat_byte(7),
+                        &[*TRANSFER, topic(t.from), topic(t.to)],
+                        1000,
+                    ),
+                ],
+            ),
+            (
+                "another nonce's transfer",
+                vec![
+                    used(&t),
+                    used(&SignedTransfer {
+                        nonce: H256::repeat_byte(5),
+                        ..t
+                    }),
+                    moved(&t, t.to, 1000),
+                ],
+            ),
+        ];
+        for (case, logs) in cases {
+            assert!(!t.executed_in(&logs), "{case}");
+        }
+    }
+}
