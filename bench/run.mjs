@@ -92,20 +92,20 @@ function machine() {
 const LENS_CODE = readFileSync(new URL('../src/facilitator/lens.hex', import.meta.url), 'utf8').trim();
 const LENS_AT = getAddress(`0x${keccak256(toHex('routerd.lens')).slice(-40)}`);
 const LENS_ABI = parseAbi([
-  'struct Ask { address token; address from; address payTo; address stateTarget; bytes stateCall; uint256 stateMask; address allowanceSpender; address factory; bytes factoryCall; bytes erc1271Call; address trialTarget; bytes trialCall; }',
+  'struct Ask { address token; address from; address payTo; address stateTarget; bytes stateCall; uint256 stateMask; address allowanceSpender; address factory; bytes factoryCall; bytes erc1271Call; address trialTarget; bytes trialCall; bytes permitCall; }',
   'function facts(Ask ask)',
 ]);
 const AUTHORIZATION_STATE_ABI = parseAbi(['function authorizationState(address authorizer, bytes32 nonce)']);
 const ZERO = '0x0000000000000000000000000000000000000000';
 function lensCall(token, authorization, payTo, id = 1) {
   // As routerd asks it for an ERC-3009 payment from an EOA: the nonce read is the token's
-  // authorizationState, and there is no allowance, deployment, ERC-1271 question or trial.
+  // authorizationState, and there is no allowance, deployment, ERC-1271 question, trial or permit.
   const stateCall = encodeFunctionData({
     abi: AUTHORIZATION_STATE_ABI, functionName: 'authorizationState', args: [getAddress(authorization.from), authorization.nonce],
   });
   const ask = {
     token, from: getAddress(authorization.from), payTo: getAddress(payTo), stateTarget: token, stateCall, stateMask: 2n ** 256n - 1n,
-    allowanceSpender: ZERO, factory: ZERO, factoryCall: '0x', erc1271Call: '0x', trialTarget: ZERO, trialCall: '0x',
+    allowanceSpender: ZERO, factory: ZERO, factoryCall: '0x', erc1271Call: '0x', trialTarget: ZERO, trialCall: '0x', permitCall: '0x',
   };
   const data = encodeFunctionData({ abi: LENS_ABI, functionName: 'facts', args: [ask] });
   return { jsonrpc: '2.0', id, method: 'eth_call', params: [{ to: LENS_AT, data }, 'latest', { [LENS_AT]: { code: LENS_CODE } }] };

@@ -7,7 +7,7 @@ use ethers_core::types::{Address, Bytes, H256, U256};
 use routerd::evm::TxFees;
 use routerd::ledger::{Attempt, Inclusion, Outcome, Record, State};
 use routerd::store::sled::Store;
-use routerd::store::SettlementStore;
+use routerd::store::{Limits, SettlementStore};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
@@ -22,7 +22,7 @@ async fn main() {
     for i in 0..count {
         let record = finished_record(i, now);
         store
-            .claim(&record.key(), &record, None, U256::MAX)
+            .claim(&record.key(), &record, None, &Limits::balance(U256::MAX))
             .await
             .expect("claim");
         store.save(&[&record], false).await.expect("save");
@@ -51,6 +51,7 @@ fn finished_record(i: u64, now: u64) -> Record {
         valid_before: now + 3600,
         digest: hash,
         method: Default::default(),
+        approves_permit2: false,
         via: None,
         calldata: Bytes::from(vec![0u8; 260]),
         gas_limit: 100_000,

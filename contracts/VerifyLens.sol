@@ -42,15 +42,21 @@ contract VerifyLens {
         uint256 trialGas;
         /// What the target reverted with, when it did.
         bytes trialRevert;
+        /// The token took `permitCall` (tried after the deployment, and undone).
+        bool permitAccepted;
     }
 
     /// The outcome of `tryCall`, carried out by its revert.
     error Tried(bool succeeded, uint256 gas, bytes revertData);
+    /// The outcome of `tryPermit`, carried out by its revert.
+    error Permitted(bool accepted);
 
     /// The payment and the settlement to try. `stateCall` on `stateTarget` reads the word in
     /// which `stateMask`'s bits say the authorization's nonce is used (the token's
     /// `authorizationState`, or Permit2's `nonceBitmap`). `factory` and `factoryCall` deploy
     /// `from` first when it has no code (ERC-6492); a zero `factory` deploys nothing.
+    /// `permitCall`, when not empty, is an EIP-2612 permit of Permit2 that the settlement submits
+    /// to the token first (`settleWithPermit`).
     struct Ask {
         address token;
         address from;
@@ -64,6 +70,7 @@ contract VerifyLens {
         bytes erc1271Call;
         address trialTarget;
         bytes trialCall;
+        bytes permitCall;
     }
 
     function facts(Ask calldata ask) external returns (Facts memory f) {
@@ -97,6 +104,20 @@ contract VerifyLens {
             (bool ok, bytes memory answer) = from.staticcall(ask.erc1271Call);
             if (ok) f.erc1271Answer = answer;
         }
+        if (ask.permitCall.length != 0) f.permitAccepted = permits(token, ask.permitCall);
+    }
+
+    /// Whether the token takes the permit, tried in a frame that reverts: the permit nonce it
+    /// spends and the allowance it sets are undone.
+    function permits(address token, bytes calldata permitCall) private returns (bool) {
+        (, bytes memory outcome) = address(this).call(abi.encodeCall(this.tryPermit, (token, permitCall)));
+        return outcome.length == 36 && bytes4(outcome) == Permitted.selector && uint8(outcome[35]) == 1;
+    }
+
+    /// Only for `permits`, through a call to this contract's own address.
+    function tryPermit(address token, bytes calldata permitCall) external {
+        (bool accepted,) = token.call(permitCall);
+        revert Permitted(accepted);
     }
 
     /// Runs the trial call in a frame that always reverts. A reverted frame undoes its state

@@ -23,6 +23,7 @@ pub fn record(nonce: u8) -> Record {
         valid_before: u64::MAX / 2,
         digest: H256::repeat_byte(0xd0),
         method: Default::default(),
+        approves_permit2: false,
         via: None,
         calldata: Bytes::from(vec![1, 2, 3]),
         gas_limit: 90_000,

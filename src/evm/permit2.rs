@@ -189,6 +189,23 @@ pub struct Eip2612Permit {
 }
 
 impl Eip2612Permit {
+    /// The token's `permit(owner, PERMIT2, value, deadline, v, r, s)`: what `settleWithPermit`
+    /// submits first.
+    pub fn call(&self, owner: Address) -> Bytes {
+        call(
+            "permit(address,address,uint256,uint256,uint8,bytes32,bytes32)",
+            &[
+                Token::Address(owner),
+                Token::Address(PERMIT2),
+                Token::Uint(self.value),
+                Token::Uint(self.deadline),
+                Token::Uint(self.v.into()),
+                Token::FixedBytes(self.r.as_bytes().to_vec()),
+                Token::FixedBytes(self.s.as_bytes().to_vec()),
+            ],
+        )
+    }
+
     fn token(&self) -> Token {
         Token::Tuple(vec![
             Token::Uint(self.value),
@@ -349,5 +366,14 @@ mod tests {
             )[..4]
         );
         assert_eq!(allowance(Address::zero())[..4], [0xdd, 0x62, 0xed, 0x3e]);
+        let permit = Eip2612Permit {
+            value: U256::zero(),
+            deadline: U256::zero(),
+            v: 27,
+            r: H256::zero(),
+            s: H256::zero(),
+        };
+        // EIP-2612's permit, as OpenZeppelin's ERC20Permit and Circle's USDC declare it.
+        assert_eq!(permit.call(Address::zero())[..4], [0xd5, 0x05, 0xac, 0xcf]);
     }
 }

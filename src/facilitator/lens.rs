@@ -34,6 +34,8 @@ pub struct LensFacts {
     pub erc1271_answer: Vec<u8>,
     /// The settlement call tried on the token, when asked and its outcome came back.
     pub trial: Option<LensTrial>,
+    /// The token took the EIP-2612 permit asked (tried and undone).
+    pub permit_accepted: bool,
 }
 
 #[derive(Debug, PartialEq)]
@@ -60,12 +62,14 @@ pub struct Ask<'a> {
     /// The settlement call to try and where it goes; empty calldata: no trial.
     pub trial_target: Address,
     pub trial_call: &'a [u8],
+    /// An EIP-2612 permit to try on the token (the settlement submits it first); empty: none.
+    pub permit_call: &'a [u8],
 }
 
 /// `facts(Ask)`.
 pub fn call(ask: &Ask<'_>) -> Call {
     static SELECTOR: LazyLock<[u8; 4]> = LazyLock::new(|| {
-        id("facts((address,address,address,address,bytes,uint256,address,address,bytes,bytes,address,bytes))")
+        id("facts((address,address,address,address,bytes,uint256,address,address,bytes,bytes,address,bytes,bytes))")
     });
     let (factory, factory_call) = ask
         .deployment
@@ -84,6 +88,7 @@ pub fn call(ask: &Ask<'_>) -> Call {
         Token::Bytes(ask.erc1271_call.to_vec()),
         Token::Address(ask.trial_target),
         Token::Bytes(ask.trial_call.to_vec()),
+        Token::Bytes(ask.permit_call.to_vec()),
     ])]));
     static OVERRIDE: LazyLock<Box<RawValue>> =
         LazyLock::new(|| read_mode::code_override(CODE.trim()));
@@ -112,12 +117,13 @@ pub fn decode_answer(answer: &Value) -> Option<LensFacts> {
         ParamType::Bool,      // trialSucceeded
         ParamType::Uint(256), // trialGas
         ParamType::Bytes,     // trialRevert
+        ParamType::Bool,      // permitAccepted
     ]);
     let Token::Tuple(fields) = decode(&[shape], &bytes).ok()?.pop()? else {
         return None;
     };
-    let [_, timestamp, code_size, wallet_code_size, balance_read, balance, state_read, state, allowance_read, allowance, from_bl, to_bl, erc1271, trial_ran, succeeded, gas, revert_data] =
-        <[Token; 17]>::try_from(fields).ok()?;
+    let [_, timestamp, code_size, wallet_code_size, balance_read, balance, state_read, state, allowance_read, allowance, from_bl, to_bl, erc1271, trial_ran, succeeded, gas, revert_data, permit_accepted] =
+        <[Token; 18]>::try_from(fields).ok()?;
     let read = |ok: Token, value: Token| ok.into_bool()?.then(|| value.into_uint()).flatten();
     let trial = match trial_ran.into_bool()? {
         true => Some(LensTrial {
@@ -138,6 +144,7 @@ pub fn decode_answer(answer: &Value) -> Option<LensFacts> {
         to_blacklisted: to_bl.into_bool()?,
         erc1271_answer: erc1271.into_bytes()?,
         trial,
+        permit_accepted: permit_accepted.into_bool()?,
     })
 }
 
@@ -167,6 +174,7 @@ mod tests {
             Token::Bool(false),
             word(61_000),
             Token::Bytes(vec![0x08, 0xc3, 0x79, 0xa0]),
+            Token::Bool(true),
         ])]);
         let facts = decode_answer(&json!(evm::hex_bytes(&answer))).unwrap();
         assert_eq!(
@@ -186,6 +194,7 @@ mod tests {
                     gas: 61_000.into(),
                     revert_data: vec![0x08, 0xc3, 0x79, 0xa0],
                 }),
+                permit_accepted: true,
             }
         );
         assert_eq!(decode_answer(&json!("0x")), None);

@@ -215,6 +215,9 @@ impl Facilitator {
             Err(failure) => return Ok(Err(failure)),
             Ok(payment) => payment,
         };
+        if let Err(failure) = verify::check_upto_maximum(&payment) {
+            return Ok(Err(failure));
+        }
         let message = match self.settler.claim_on(&payment).await? {
             None => return Ok(self.verifier.check_on_chain(&payment).await?),
             Some(ClaimOn::BeingSettled) => "authorization already being settled",

@@ -183,6 +183,8 @@ struct ChainFacts {
     deployment_unavailable: Option<&'static str>,
     /// `Some` when ERC-1271 was asked: the signature did not recover to `from` locally.
     erc1271_valid: Option<bool>,
+    /// `Some` when the payment carries an EIP-2612 permit: whether the token takes it.
+    eip2612_accepted: Option<bool>,
     block_timestamp: u64,
 }
 
@@ -281,6 +283,14 @@ impl Verifier {
                     "permit2Authorization.witness.facilitator is not one of this facilitator's signers (GET /supported)",
                 ));
             }
+            // A deployment goes in one transaction with the settlement, through Multicall3: the
+            // upto proxy takes its settlement only from the facilitator itself.
+            if counterfactual.deployment().is_some() {
+                return Err(invalid(
+                    Reason::Payload,
+                    "signature: an upto payment is settled only by a transaction of its facilitator straight to the upto proxy, which cannot carry the ERC-6492 deployment the signature is wrapped with (sign with the wallet deployed, unwrapped)",
+                ));
+            }
         }
         let digest = match request.method {
             Method::Eip3009 => erc3009::digest(token.domain_separator, &auth),
@@ -344,6 +354,7 @@ impl Verifier {
         let payer = Payer {
             balance: facts.balance,
             is_contract: facts.wallet_has_code,
+            permit2_allowance: facts.permit2_allowance,
         };
         Ok((self.judge(payment, &facts), tried, payer))
     }
@@ -389,18 +400,7 @@ impl Verifier {
                 ));
             }
         }
-        // A payment carrying an EIP-2612 permit approves Permit2 in the settlement itself: the
-        // settle's trial runs that permit, so a bad one is refused before anything is sent.
-        let unapproved = payment.eip2612.is_none()
-            && facts
-                .permit2_allowance
-                .is_some_and(|allowance| allowance < auth.value);
-        if unapproved {
-            return Err(invalid(
-                Reason::Permit2Allowance,
-                "the payer has not approved Permit2 for the amount (approve Permit2 on the token once)",
-            ));
-        }
+        check_approval(payment, facts)?;
         if facts.balance < payment.charge() {
             return Err(invalid(
                 Reason::InsufficientFunds,
@@ -450,6 +450,39 @@ pub fn check_terms(payment: &Payment<'_>) -> Result<(), Invalid> {
         return Err(invalid(Reason::Value, Message::ValueAboveAmount));
     }
     Ok(())
+}
+
+/// Verify only: an `upto` permit permits exactly the requirements' amount, the most the payer
+/// may be charged (`@x402/evm` checks the same). At settle the requirements' amount is the
+/// charge, which may be less (`check_terms`).
+pub fn check_upto_maximum(payment: &Payment<'_>) -> Result<(), Invalid> {
+    match payment.method {
+        Method::Permit2Upto { .. } if payment.auth.value != payment.max_amount => Err(invalid(
+            Reason::UptoPermitAmount,
+            "permit2Authorization.permitted.amount is not paymentRequirements.amount (the maximum)",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A Permit2 payment's funds move only if Permit2 may spend them: the payer approved it for the
+/// amount, or the EIP-2612 permit the settlement submits first (its value is the amount) is one
+/// the token takes. The proxy goes on when the permit fails (somebody may have submitted it
+/// already), so a refused permit with the allowance short is a settlement that reverts.
+fn check_approval(payment: &Payment<'_>, facts: &ChainFacts) -> Result<(), Invalid> {
+    let Some(allowance) = facts.permit2_allowance else {
+        return Ok(());
+    };
+    if allowance >= payment.auth.value || facts.eip2612_accepted == Some(true) {
+        return Ok(());
+    }
+    Err(invalid(
+        Reason::Permit2Allowance,
+        match facts.eip2612_accepted {
+            Some(_) => "the token refuses the payment's EIP-2612 permit (paymentPayload.extensions.eip2612GasSponsoring: signature, nonce or deadline), and the payer has not approved Permit2 for the amount",
+            None => "the payer has not approved Permit2 for the amount (approve Permit2 on the token once)",
+        },
+    ))
 }
 
 /// Rules 12-14: an EOA must have signed with a well-formed 65-byte signature; a contract wallet
@@ -543,6 +576,8 @@ pub struct Payer {
     pub balance: U256,
     /// A smart wallet: its code may answer the chain differently than the trial.
     pub is_contract: bool,
+    /// Its approval of Permit2, for a Permit2 payment.
+    pub permit2_allowance: Option<U256>,
 }
 
 /// What trying the settlement transaction said.
@@ -611,6 +646,7 @@ async fn read_with_lens(
         .filter(|t| t.sender_bound || source != Some(SettleGas::Trial))
         .map(|trial| estimate_call(trial));
     let nonce_read = payment.nonce_read();
+    let permit_call = eip2612_call(payment);
     let facts = lens::call(&lens::Ask {
         token: payment.token.address,
         from: auth.from,
@@ -621,6 +657,7 @@ async fn read_with_lens(
         erc1271_call: &erc1271_call,
         trial_target: lens_tries.map_or(Address::zero(), |t| t.target),
         trial_call: lens_tries.map_or(&[], |t| t.calldata),
+        permit_call: permit_call.as_deref().unwrap_or_default(),
     });
     let max_gas = network.chain.settings.max_settlement_gas;
     let mut batch = Batch::new();
@@ -670,9 +707,16 @@ async fn read_with_lens(
         from_blacklisted: read.from_blacklisted,
         to_blacklisted: read.to_blacklisted,
         erc1271_valid: ask_erc1271.then(|| erc1271_accepted(&read.erc1271_answer)),
+        eip2612_accepted: permit_call.is_some().then_some(read.permit_accepted),
         block_timestamp: read.timestamp,
     };
     Ok(LensRead::Read((facts, tried)))
+}
+
+/// The token's `permit` call of the payment's EIP-2612 permit, if it carries one.
+fn eip2612_call(payment: &Payment<'_>) -> Option<Bytes> {
+    let permit = payment.eip2612.as_ref()?;
+    Some(permit.call(payment.auth.from))
 }
 
 /// Where each fact of [`read_in_batch`] is answered.
@@ -689,6 +733,8 @@ struct FactSlots {
     erc1271: Option<Slot>,
     /// The deployment and ERC-1271 through Multicall3, for a wallet not yet deployed.
     deployed: Option<Slot>,
+    /// The payment's EIP-2612 permit as an `eth_call` on the token, when it carries one.
+    permit: Option<Slot>,
     estimate: Option<Slot>,
 }
 
@@ -721,6 +767,7 @@ fn facts_batch(payment: &Payment<'_>, trial: Option<&Trial<'_>>) -> (Batch, Fact
             let call = erc6492::deploy_then_read(d, auth.from, &erc1271_call);
             batch.add(read(erc6492::MULTICALL3, call))
         }),
+        permit: eip2612_call(payment).map(|call| batch.add(read(token, call))),
         estimate: trial.map(|trial| batch.add(estimate_call(trial))),
     };
     (batch, slots)
@@ -779,6 +826,10 @@ async fn read_in_batch(
             .erc1271
             .map(|slot| erc1271_answer(answers.get(slot)))
             .transpose()?,
+        eip2612_accepted: slots
+            .permit
+            .map(|slot| permit_accepted(chain, answers.get(slot)))
+            .transpose()?,
         block_timestamp: chain.head.current().map_or(0, |head| head.timestamp),
     };
     if let Some(slot) = slots.deployed {
@@ -818,6 +869,16 @@ fn read_deployed(
         }
     }
     Ok(())
+}
+
+/// Whether the token took the permit's `eth_call`: a revert refuses it; a node that could not run
+/// the call said nothing.
+fn permit_accepted(chain: &Chain, answer: &CallResult) -> Result<bool, Unreachable> {
+    match answer {
+        Ok(_) => Ok(true),
+        Err(e) if e.is_revert() => Ok(false),
+        Err(e) => Err(unreadable(chain, "the EIP-2612 permit", e.to_string())),
+    }
 }
 
 /// The settlement transaction as `eth_estimateGas`. At `latest`, as the reads: without a block
@@ -894,6 +955,7 @@ mod tests {
             from_blacklisted: false,
             to_blacklisted: false,
             erc1271_valid: None,
+            eip2612_accepted: None,
             block_timestamp: 0,
         }
     }

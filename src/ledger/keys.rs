@@ -57,6 +57,32 @@ impl Account {
     }
 }
 
+/// A Permit2 nonce of one owner on one network. Permit2 keeps one nonce bitmap per owner, for
+/// every token: two payments of different tokens under the same nonce cannot both settle.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Permit2Nonce {
+    pub network: String,
+    pub owner: Address,
+    pub nonce: H256,
+}
+
+impl Permit2Nonce {
+    /// The key under which an in-flight payment holds it, and claims of its owner serialise.
+    pub fn storage_key(&self) -> String {
+        format!(
+            "{}|{}|{}",
+            self.network,
+            hex_bytes(self.owner),
+            hex_bytes(self.nonce)
+        )
+    }
+
+    /// The key claims of its owner on its network serialise under (Permit2's nonces span tokens).
+    pub fn owner_key(&self) -> String {
+        format!("{}|{}", self.network, hex_bytes(self.owner))
+    }
+}
+
 /// One signer key on one network: its own nonce sequence.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LaneId {

@@ -6,7 +6,7 @@ pub mod keys;
 mod reason;
 pub mod record;
 
-pub use keys::{Account, LaneId, PaymentKey, RouterNonceKey};
+pub use keys::{Account, LaneId, PaymentKey, Permit2Nonce, RouterNonceKey};
 pub use reason::Reason;
 pub use record::{
     depth, Asking, Attempt, Inclusion, Lost, Outcome, Pass, Record, RequestTag, State, TagKind,

@@ -58,6 +58,9 @@ pub enum Reason {
     /// An `upto` charge above the permitted amount.
     #[serde(rename = "UptoOverPermit")]
     UptoOverPermit,
+    /// At verify, an `upto` permit that does not permit exactly the requirements' maximum.
+    #[serde(rename = "UptoPermitAmount")]
+    UptoPermitAmount,
     /// An `eip2612GasSponsoring` extension whose info is not the extension's fields.
     #[serde(rename = "Eip2612Format")]
     Eip2612Format,
@@ -78,7 +81,7 @@ pub enum Reason {
 impl Reason {
     /// Every reason, for tests that check each has a name in every list.
     #[cfg(test)]
-    pub const ALL: [Reason; 28] = [
+    pub const ALL: [Reason; 29] = [
         Reason::X402Version,
         Reason::Scheme,
         Reason::Network,
@@ -101,6 +104,7 @@ impl Reason {
         Reason::Permit2Allowance,
         Reason::UptoFacilitator,
         Reason::UptoOverPermit,
+        Reason::UptoPermitAmount,
         Reason::Eip2612Format,
         Reason::Eip2612From,
         Reason::Eip2612Asset,

@@ -10,7 +10,7 @@
 use ethers_core::types::{Address, Bytes, H256, U256};
 use serde::{Deserialize, Serialize};
 
-use super::keys::{Account, PaymentKey};
+use super::keys::{Account, PaymentKey, Permit2Nonce};
 use super::Reason;
 use crate::evm::{NonceRead, TxFees};
 
@@ -237,6 +237,10 @@ pub struct Record {
     /// How the funds move; records from before Permit2 read as ERC-3009.
     #[serde(default, skip_serializing_if = "TransferMethod::is_eip3009")]
     pub method: TransferMethod,
+    /// A Permit2 settlement that first submits the payer's EIP-2612 permit approving Permit2
+    /// (`settleWithPermit`): that permit spends the token's permit nonce and sets the allowance.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub approves_permit2: bool,
     /// The contract the settlement transaction calls when it is not the token: Multicall3, when
     /// the payer's wallet is deployed in the same transaction (ERC-6492).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -286,6 +290,15 @@ impl Record {
             asset: self.token,
             payer: self.payer,
         }
+    }
+
+    /// The Permit2 nonce it spends, for a Permit2 settlement.
+    pub fn permit2_nonce(&self) -> Option<Permit2Nonce> {
+        (self.method == TransferMethod::Permit2).then(|| Permit2Nonce {
+            network: self.network.clone(),
+            owner: self.payer,
+            nonce: self.nonce,
+        })
     }
 
     /// Whether its value may still leave the payer's balance and is not yet answered: such

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ethers_core::types::{Address, H256, U256};
 
-use super::{next_router_nonce, Claim, Storage, StoreError};
+use super::{next_router_nonce, Claim, Limits, Permit2Clash, Storage, StoreError};
 use crate::ledger::{Inclusion, LaneId, Outcome, Pass, Record, RequestTag, RouterNonceKey, State};
 
 const LONG: Duration = Duration::from_secs(600);
@@ -50,15 +50,21 @@ async fn claims_once_and_releases(a: &Storage, b: &Storage) {
     let first = record(1);
     let key = first.key();
     assert!(matches!(
-        a.claim(&key, &first, None, U256::MAX).await.unwrap(),
+        a.claim(&key, &first, None, &Limits::balance(U256::MAX))
+            .await
+            .unwrap(),
         Claim::Claimed
     ));
     let mut other = record(1);
     other.digest = H256::repeat_byte(0xee);
-    match b.claim(&key, &other, None, U256::MAX).await.unwrap() {
+    match b
+        .claim(&key, &other, None, &Limits::balance(U256::MAX))
+        .await
+        .unwrap()
+    {
         Claim::Exists(stored) => assert_eq!(stored.digest, first.digest, "the first claim stays"),
         Claim::Claimed => panic!("a payment was claimed twice"),
-        Claim::OverLimit { .. } | Claim::KeyTaken => panic!("no limit or key was set"),
+        other => panic!("no limit or key was set: {other:?}"),
     }
     assert_eq!(b.get(&key).await.unwrap().unwrap().digest, first.digest);
     let unfinished = b.unfinished().await.unwrap();
@@ -67,7 +73,9 @@ async fn claims_once_and_releases(a: &Storage, b: &Storage) {
     assert!(b.get(&key).await.unwrap().is_none());
     assert!(!b.unfinished().await.unwrap().iter().any(|r| r.key() == key));
     assert!(matches!(
-        b.claim(&key, &other, None, U256::MAX).await.unwrap(),
+        b.claim(&key, &other, None, &Limits::balance(U256::MAX))
+            .await
+            .unwrap(),
         Claim::Claimed
     ));
 }
@@ -83,7 +91,7 @@ async fn concurrent_claims_have_one_winner(a: &Storage, b: &Storage) {
         tasks.push(tokio::spawn(async move {
             matches!(
                 store
-                    .claim(&key, &candidate, None, U256::MAX)
+                    .claim(&key, &candidate, None, &Limits::balance(U256::MAX))
                     .await
                     .unwrap(),
                 Claim::Claimed
@@ -109,7 +117,10 @@ async fn exposure_adds_up_per_account(a: &Storage, b: &Storage) {
         let candidate = record(0x40 + i);
         tasks.push(tokio::spawn(async move {
             let key = candidate.key();
-            let claim = store.claim(&key, &candidate, None, limit).await.unwrap();
+            let claim = store
+                .claim(&key, &candidate, None, &Limits::balance(limit))
+                .await
+                .unwrap();
             matches!(claim, Claim::Claimed).then_some(candidate)
         }));
     }
@@ -119,7 +130,11 @@ async fn exposure_adds_up_per_account(a: &Storage, b: &Storage) {
     }
     assert_eq!(won.len(), 3, "three values fit under the limit");
     let late = record(0x50);
-    match b.claim(&late.key(), &late, None, limit).await.unwrap() {
+    match b
+        .claim(&late.key(), &late, None, &Limits::balance(limit))
+        .await
+        .unwrap()
+    {
         Claim::OverLimit { exposed } => assert_eq!(exposed, limit),
         _ => panic!("a fourth value was claimed over the limit"),
     }
@@ -127,7 +142,7 @@ async fn exposure_adds_up_per_account(a: &Storage, b: &Storage) {
     let mut stranger = record(0x51);
     stranger.payer = Address::repeat_byte(0x77);
     assert!(matches!(
-        a.claim(&stranger.key(), &stranger, None, value)
+        a.claim(&stranger.key(), &stranger, None, &Limits::balance(value))
             .await
             .unwrap(),
         Claim::Claimed
@@ -139,17 +154,124 @@ async fn exposure_adds_up_per_account(a: &Storage, b: &Storage) {
     a.release(&won[1].key()).await.unwrap();
     let second = record(0x52);
     assert!(matches!(
-        b.claim(&second.key(), &second, None, value * 2)
+        b.claim(&second.key(), &second, None, &Limits::balance(value * 2))
             .await
             .unwrap(),
         Claim::Claimed
     ));
     let third = record(0x53);
     assert!(matches!(
-        b.claim(&third.key(), &third, None, value * 2)
+        b.claim(&third.key(), &third, None, &Limits::balance(value * 2))
             .await
             .unwrap(),
         Claim::OverLimit { .. }
+    ));
+}
+
+/// A Permit2 record of `token`, told apart by `nonce`; `approves`: it carries an EIP-2612 permit.
+fn permit2(nonce: u8, token: u8, approves: bool) -> Record {
+    let mut r = record(nonce);
+    r.method = crate::ledger::TransferMethod::Permit2;
+    r.token = Address::repeat_byte(token);
+    r.approves_permit2 = approves;
+    r
+}
+
+/// Concurrent claims on both handles; answers the records claimed.
+async fn claim_all(a: &Storage, b: &Storage, records: Vec<Record>, limits: Limits) -> Vec<Record> {
+    let tasks: Vec<_> = records
+        .into_iter()
+        .enumerate()
+        .map(|(i, candidate)| {
+            let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+            tokio::spawn(async move {
+                let claim = store
+                    .claim(&candidate.key(), &candidate, None, &limits)
+                    .await;
+                matches!(claim.unwrap(), Claim::Claimed).then_some(candidate)
+            })
+        })
+        .collect();
+    let mut won = Vec::new();
+    for task in tasks {
+        won.extend(task.await.unwrap());
+    }
+    won
+}
+
+/// A payer's Permit2 claims in flight keep to its Permit2 allowance (beside its balance), across
+/// handles and concurrently; a Permit2 nonce is held across the owner's tokens until its record
+/// is answered or released; an EIP-2612 approval is in flight alone among the account's Permit2
+/// claims. ERC-3009 claims of the account are held to none of these.
+async fn permit2_claims_keep_to_allowance_nonce_and_approval(a: &Storage, b: &Storage) {
+    let value = record(0).value;
+    let limits = Limits {
+        balance: U256::MAX,
+        permit2_allowance: value * 2,
+    };
+    let burst = (0..6).map(|i| permit2(0x70 + i, 0x11, false)).collect();
+    let won = claim_all(a, b, burst, limits).await;
+    assert_eq!(won.len(), 2, "two values fit the allowance");
+    let late = permit2(0x76, 0x11, false);
+    match b.claim(&late.key(), &late, None, &limits).await.unwrap() {
+        Claim::OverAllowance { exposed } => assert_eq!(exposed, value * 2),
+        other => panic!("a third Permit2 value over the allowance: {other:?}"),
+    }
+    let eip3009 = record(0x77);
+    assert!(matches!(
+        a.claim(&eip3009.key(), &eip3009, None, &limits)
+            .await
+            .unwrap(),
+        Claim::Claimed
+    ));
+    // Another token, a nonce in flight: refused; concurrently, one of two wins.
+    let same_nonce = permit2(won[0].nonce.0[0], 0x12, false);
+    let claim = a.claim(&same_nonce.key(), &same_nonce, None, &limits).await;
+    assert!(matches!(
+        claim.unwrap(),
+        Claim::Permit2Clash(Permit2Clash::Nonce)
+    ));
+    let twins = vec![permit2(0x78, 0x13, false), permit2(0x78, 0x14, false)];
+    assert_eq!(
+        claim_all(a, b, twins, limits).await.len(),
+        1,
+        "one nonce, one claim"
+    );
+    // Answered or released, the nonce is free again.
+    let mut answered = finished(signed(won[0].clone(), 7), 1);
+    answered.state = State::Sent { nonce: 7 };
+    answered.finished_at = None;
+    a.save(&[&answered], true).await.unwrap();
+    b.release(&won[1].key()).await.unwrap();
+    for nonce in [won[0].nonce.0[0], won[1].nonce.0[0]] {
+        let freed = permit2(nonce, 0x12, false);
+        let claim = b.claim(&freed.key(), &freed, None, &limits).await.unwrap();
+        assert!(matches!(claim, Claim::Claimed), "{claim:?}");
+    }
+    // One EIP-2612 approval of an account at a time, and alone among its Permit2 claims.
+    let approvals = (0..4).map(|i| permit2(0x80 + i, 0x15, true)).collect();
+    let approving = claim_all(a, b, approvals, Limits::balance(U256::MAX)).await;
+
+    assert_eq!(approving.len(), 1, "one approval in flight");
+    let plain = permit2(0x84, 0x15, false);
+    let unlimited = Limits::balance(U256::MAX);
+    let claim = a.claim(&plain.key(), &plain, None, &unlimited).await;
+    assert!(matches!(
+        claim.unwrap(),
+        Claim::Permit2Clash(Permit2Clash::Approval)
+    ));
+    a.release(&approving[0].key()).await.unwrap();
+    assert!(matches!(
+        b.claim(&plain.key(), &plain, None, &unlimited)
+            .await
+            .unwrap(),
+        Claim::Claimed
+    ));
+    let approval = permit2(0x85, 0x15, true);
+    let claim = b.claim(&approval.key(), &approval, None, &unlimited).await;
+    assert!(matches!(
+        claim.unwrap(),
+        Claim::Permit2Clash(Permit2Clash::Approval)
     ));
 }
 
@@ -168,7 +290,12 @@ async fn a_request_key_names_one_payment(a: &Storage, b: &Storage) {
     let (first, second) = (tagged(0x60), tagged(0x61));
     let claim = |store: &Storage, r: &Record| {
         let (store, r) = (store.clone(), r.clone());
-        async move { store.claim(&r.key(), &r, None, U256::MAX).await.unwrap() }
+        async move {
+            store
+                .claim(&r.key(), &r, None, &Limits::balance(U256::MAX))
+                .await
+                .unwrap()
+        }
     };
     assert!(matches!(claim(a, &first).await, Claim::Claimed));
     assert!(matches!(claim(b, &second).await, Claim::KeyTaken));
@@ -186,7 +313,9 @@ async fn a_pass_is_taken_once(a: &Storage, b: &Storage) {
         caller: caller.to_string(),
         body: H256::repeat_byte(body),
     };
-    a.claim(&key, &r, None, U256::MAX).await.unwrap();
+    a.claim(&key, &r, None, &Limits::balance(U256::MAX))
+        .await
+        .unwrap();
     assert!(
         !a.take_pass(&key, &pass("ip:1", 1)).await.unwrap(),
         "nothing granted"
@@ -210,7 +339,9 @@ async fn a_pass_is_taken_once(a: &Storage, b: &Storage) {
     assert!(!a.take_pass(&key, &pass("ip:1", 1)).await.unwrap());
     // Released with its record.
     a.release(&key).await.unwrap();
-    a.claim(&key, &r, None, U256::MAX).await.unwrap();
+    a.claim(&key, &r, None, &Limits::balance(U256::MAX))
+        .await
+        .unwrap();
     assert!(
         !b.take_pass(&key, &pass("ip:3", 3)).await.unwrap(),
         "gone with the record"
@@ -222,8 +353,10 @@ async fn terminal_records_leave_unfinished_and_are_pruned(a: &Storage, b: &Stora
     let claimed = record(3);
     let key = claimed.key();
     let other = record(4);
-    a.claim(&key, &claimed, None, U256::MAX).await.unwrap();
-    a.claim(&other.key(), &other, None, U256::MAX)
+    a.claim(&key, &claimed, None, &Limits::balance(U256::MAX))
+        .await
+        .unwrap();
+    a.claim(&other.key(), &other, None, &Limits::balance(U256::MAX))
         .await
         .unwrap();
     a.save(
@@ -393,7 +526,9 @@ async fn the_work_queue_hands_each_claim_to_one_lane_and_a_takeover_inherits(
         .unwrap();
     // A free claim: exactly one of two lanes polling together takes it.
     let free = record(10);
-    a.claim(&free.key(), &free, None, U256::MAX).await.unwrap();
+    a.claim(&free.key(), &free, None, &Limits::balance(U256::MAX))
+        .await
+        .unwrap();
     let (by_one, by_two) = tokio::join!(a.take_queued(&one, 10), b.take_queued(&two, 10));
     let (by_one, by_two) = (by_one.unwrap(), by_two.unwrap());
     assert_eq!(by_one.len() + by_two.len(), 1, "{by_one:?} {by_two:?}");
@@ -401,7 +536,7 @@ async fn the_work_queue_hands_each_claim_to_one_lane_and_a_takeover_inherits(
     assert!(b.take_queued(&two, 10).await.unwrap().is_empty());
     // A claim taken by its claimer's lane stays with it...
     let mine = record(11);
-    a.claim(&mine.key(), &mine, Some(&one), U256::MAX)
+    a.claim(&mine.key(), &mine, Some(&one), &Limits::balance(U256::MAX))
         .await
         .unwrap();
     assert!(b.take_queued(&two, 10).await.unwrap().is_empty());
@@ -416,7 +551,9 @@ async fn the_work_queue_hands_each_claim_to_one_lane_and_a_takeover_inherits(
     );
     // The old holder can take nothing more.
     let late = record(12);
-    a.claim(&late.key(), &late, None, U256::MAX).await.unwrap();
+    a.claim(&late.key(), &late, None, &Limits::balance(U256::MAX))
+        .await
+        .unwrap();
     assert!(a.take_queued(&one, 10).await.unwrap().is_empty());
     // Given back, it is free again; once signed, it leaves the queue.
     b.requeue(&[late.key()]).await.unwrap();
@@ -429,7 +566,7 @@ async fn the_work_queue_hands_each_claim_to_one_lane_and_a_takeover_inherits(
     assert!(b.take_queued(&three, 10).await.unwrap().is_empty());
     // A released claim leaves the queue with its record.
     let dropped = record(13);
-    a.claim(&dropped.key(), &dropped, None, U256::MAX)
+    a.claim(&dropped.key(), &dropped, None, &Limits::balance(U256::MAX))
         .await
         .unwrap();
     a.release(&dropped.key()).await.unwrap();
@@ -492,6 +629,12 @@ macro_rules! conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn a_pass_is_taken_once() {
                 run("passes", |a, b| async move { super::a_pass_is_taken_once(&a, &b).await }).await;
+            }
+
+            $(#[$attr])?
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn permit2_claims_keep_to_allowance_nonce_and_approval() {
+                run("permit2_claims", |a, b| async move { super::permit2_claims_keep_to_allowance_nonce_and_approval(&a, &b).await }).await;
             }
 
             $(#[$attr])?

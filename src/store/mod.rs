@@ -2,6 +2,9 @@
 //! the default) and PostgreSQL (several instances sharing one database). Invariants every
 //! backend keeps, checked by one conformance suite (conformance.rs):
 //! - a payment is claimed at most once: `claim` creates the record only if none exists;
+//! - a claim fits beside its account's settlements in flight ([`InFlight::refuses`]): their
+//!   values within the payer's balance, their Permit2 values within its Permit2 allowance, an
+//!   EIP-2612 approval alone among them, and no other in flight under its Permit2 nonce;
 //! - signed attempts and their lane's next nonce are written together, and only under the lane's
 //!   current lease (fencing token): an instance that lost its lease cannot store a signature, so
 //!   it never broadcasts one;
@@ -63,6 +66,7 @@ impl StoreError {
 }
 
 /// The outcome of claiming a payment.
+#[derive(Debug)]
 pub enum Claim {
     /// This caller owns the settlement.
     Claimed,
@@ -71,8 +75,80 @@ pub enum Claim {
     /// Nothing was stored: the payer's settlements that still expose its balance (`exposed`)
     /// and this one add up to more than the limit.
     OverLimit { exposed: U256 },
+    /// Nothing was stored: the payer's Permit2 settlements in flight (`exposed`) and this one
+    /// add up to more than its Permit2 allowance.
+    OverAllowance { exposed: U256 },
+    /// Nothing was stored: another Permit2 settlement in flight would make this one revert.
+    Permit2Clash(Permit2Clash),
     /// Nothing was stored: the record's request key already names another payment.
     KeyTaken,
+}
+
+/// Why a Permit2 payment cannot be in flight beside another of its payer's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Permit2Clash {
+    /// One of them approves Permit2 by an EIP-2612 permit: the permit sets the allowance (the
+    /// others' would be lost) and spends the token's one permit nonce (a second permit fails).
+    Approval,
+    /// Another payment of the payer, of any token, spends the same Permit2 nonce: Permit2 keeps
+    /// one nonce bitmap per owner.
+    Nonce,
+}
+
+/// What a claim is held to beside its payment being new, as the settle's chain read saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The account's values in flight, the claim's included, stay within it.
+    pub balance: U256,
+    /// The account's Permit2 values in flight, the claim's included, stay within it (the
+    /// payer's allowance of Permit2), for a Permit2 claim.
+    pub permit2_allowance: U256,
+}
+
+impl Limits {
+    /// A balance, and no Permit2 allowance to keep to.
+    pub fn balance(balance: U256) -> Self {
+        Limits {
+            balance,
+            permit2_allowance: U256::MAX,
+        }
+    }
+}
+
+/// The settlements of one account still in flight (`Record::exposes`), as a claim weighs them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct InFlight {
+    pub value: U256,
+    /// The Permit2 ones' values, and how many there are.
+    pub permit2_value: U256,
+    pub permit2: u64,
+    /// How many approve Permit2 by an EIP-2612 permit.
+    pub approvals: u64,
+}
+
+impl InFlight {
+    /// Why `record` may not be claimed beside these (every backend's one rule), `None` when it
+    /// fits; `nonce_held`: another payment in flight spends its Permit2 nonce.
+    pub fn refuses(&self, record: &Record, limits: &Limits, nonce_held: bool) -> Option<Claim> {
+        if self.value.saturating_add(record.value) > limits.balance {
+            return Some(Claim::OverLimit {
+                exposed: self.value,
+            });
+        }
+        record.permit2_nonce()?;
+        if nonce_held {
+            return Some(Claim::Permit2Clash(Permit2Clash::Nonce));
+        }
+        if self.approvals > 0 || (record.approves_permit2 && self.permit2 > 0) {
+            return Some(Claim::Permit2Clash(Permit2Clash::Approval));
+        }
+        if self.permit2_value.saturating_add(record.value) > limits.permit2_allowance {
+            return Some(Claim::OverAllowance {
+                exposed: self.permit2_value,
+            });
+        }
+        None
+    }
 }
 
 /// The right to sign on one lane: `fence` grows every time the lane changes hands, and every
@@ -91,8 +167,9 @@ pub trait SettlementStore: Send + Sync {
     /// Creates the record only if none exists: the single point where duplicates are told apart.
     /// The new claim enters the work queue taken by `taken_by` (the claiming instance signs it)
     /// or, with `None`, free for whichever instance holds a lane of its network. It is refused
-    /// when the values of its account's records that still expose (`Record::exposes`) plus its
-    /// own exceed `limit`; claims of one account are serialised, also across instances. The
+    /// when it does not fit beside its account's records in flight ([`InFlight::refuses`]);
+    /// claims of one account, and Permit2 claims of one owner, are serialised, also across
+    /// instances. The
     /// record's request key (`Record::request`) names one payment: kept with the record, and a
     /// claim of another payment under it is refused (`KeyTaken`).
     async fn claim(
@@ -100,7 +177,7 @@ pub trait SettlementStore: Send + Sync {
         key: &PaymentKey,
         record: &Record,
         taken_by: Option<&Lease>,
-        limit: U256,
+        limits: &Limits,
     ) -> Result<Claim, StoreError>;
     /// Stores state changes, all of them or none; a terminal one leaves the unfinished index for
     /// the finished one. `durable` waits until the write is on disk (answers depend on it).

@@ -20,7 +20,10 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
 
 use super::rows::{self, Row};
-use super::{Backend, Claim, LaneStore, Lease, RouterNonceStore, SettlementStore, StoreError};
+use super::{
+    Backend, Claim, InFlight, LaneStore, Lease, Limits, RouterNonceStore, SettlementStore,
+    StoreError,
+};
 use crate::ledger::{LaneId, Pass, PaymentKey, Record, RouterNonceKey};
 
 /// Connections per instance: the operator provisions instances x this on the server.
@@ -82,6 +85,16 @@ const MIGRATIONS: &[(i32, &str)] = &[
     ),
     (
         4,
+        // The Permit2 rules: `permit2_nonce` is the owner's Permit2 nonce a Permit2 record
+        // spends (`Permit2Nonce`), `permit2_approves` whether it approves Permit2 by an EIP-2612
+        // permit; both count while the record exposes (`exposure IS NOT NULL`).
+        "ALTER TABLE settlements ADD COLUMN permit2_nonce text,
+             ADD COLUMN permit2_approves boolean NOT NULL DEFAULT false;
+         CREATE INDEX settlements_permit2_nonce ON settlements (permit2_nonce)
+             WHERE exposure IS NOT NULL AND permit2_nonce IS NOT NULL;",
+    ),
+    (
+        5,
         // The pending rule: the caller and body hash whose next settle of the payment is told
         // its outcome. It goes with its record.
         "CREATE TABLE settlement_passes (
@@ -132,6 +145,10 @@ struct Columns {
     finished_at: Option<i64>,
     account: String,
     exposure: Option<String>,
+    permit2_nonce: Option<String>,
+    permit2_approves: bool,
+    /// The key Permit2 claims of the record's owner serialise under.
+    permit2_owner: Option<String>,
 }
 
 fn columns(record: &Record) -> Result<Columns, StoreError> {
@@ -143,6 +160,9 @@ fn columns(record: &Record) -> Result<Columns, StoreError> {
         key: row.id,
         account: row.account,
         exposure: row.exposure.map(|value| value.to_string()),
+        permit2_approves: row.permit2.as_ref().is_some_and(|p| p.approves),
+        permit2_owner: row.permit2.as_ref().map(|p| p.owner.clone()),
+        permit2_nonce: row.permit2.map(|p| p.nonce),
     })
 }
 
@@ -303,16 +323,19 @@ impl PgStore {
     }
 }
 
-const UPSERT_RECORDS: &str =
-    "INSERT INTO settlements (payment_key, record, unfinished, finished_at, account, exposure)
-     SELECT k, r, u, f, a, e::numeric
-     FROM unnest($1::text[], $2::text[], $3::boolean[], $4::bigint[], $5::text[], $6::text[])
-         AS t(k, r, u, f, a, e)
+const UPSERT_RECORDS: &str = "INSERT INTO settlements
+         (payment_key, record, unfinished, finished_at, account, exposure, permit2_nonce,
+          permit2_approves)
+     SELECT k, r, u, f, a, e::numeric, n, p
+     FROM unnest($1::text[], $2::text[], $3::boolean[], $4::bigint[], $5::text[], $6::text[],
+         $7::text[], $8::boolean[])
+         AS t(k, r, u, f, a, e, n, p)
      ON CONFLICT (payment_key) DO UPDATE SET record = EXCLUDED.record,
          unfinished = EXCLUDED.unfinished, finished_at = EXCLUDED.finished_at,
-         account = EXCLUDED.account, exposure = EXCLUDED.exposure";
+         account = EXCLUDED.account, exposure = EXCLUDED.exposure,
+         permit2_nonce = EXCLUDED.permit2_nonce, permit2_approves = EXCLUDED.permit2_approves";
 
-/// The six arrays `UPSERT_RECORDS` takes.
+/// The arrays `UPSERT_RECORDS` takes.
 #[derive(Default)]
 struct RecordColumns {
     keys: Vec<String>,
@@ -321,10 +344,12 @@ struct RecordColumns {
     finished: Vec<Option<i64>>,
     accounts: Vec<String>,
     exposures: Vec<Option<String>>,
+    permit2_nonces: Vec<Option<String>>,
+    permit2_approves: Vec<bool>,
 }
 
 impl RecordColumns {
-    fn params(&self) -> [&(dyn ToSql + Sync); 6] {
+    fn params(&self) -> [&(dyn ToSql + Sync); 8] {
         [
             &self.keys,
             &self.texts,
@@ -332,6 +357,8 @@ impl RecordColumns {
             &self.finished,
             &self.accounts,
             &self.exposures,
+            &self.permit2_nonces,
+            &self.permit2_approves,
         ]
     }
 }
@@ -346,6 +373,8 @@ fn record_columns(records: &[&Record]) -> Result<RecordColumns, StoreError> {
         out.finished.push(c.finished_at);
         out.accounts.push(c.account);
         out.exposures.push(c.exposure);
+        out.permit2_nonces.push(c.permit2_nonce);
+        out.permit2_approves.push(c.permit2_approves);
     }
     Ok(out)
 }
@@ -366,15 +395,16 @@ impl SettlementStore for PgStore {
         row.map(|r| decode(&id, r.get(0))).transpose()
     }
 
-    /// One transaction under the account's advisory lock, so that claims of one payer on
-    /// several instances are added up one after another: the stored record if the payment
-    /// exists, else the account's exposure checked, else the record and its queue entry.
+    /// One transaction under the account's advisory lock (and, for Permit2, then its owner's:
+    /// Permit2 nonces span tokens), so that claims of one payer on several instances are added
+    /// up one after another: the stored record if the payment exists, else the account's
+    /// settlements in flight weighed, else the record and its queue entry.
     async fn claim(
         &self,
         key: &PaymentKey,
         record: &Record,
         taken_by: Option<&Lease>,
-        limit: U256,
+        limits: &Limits,
     ) -> Result<Claim, StoreError> {
         let id = key.storage_key();
         let c = columns(record)?;
@@ -382,12 +412,15 @@ impl SettlementStore for PgStore {
         let fence = taken_by.map(|l| int(l.fence)).transpose()?;
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg)?;
-        tx.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-            &[&c.account],
-        )
-        .await
-        .map_err(pg)?;
+        // Always the account first, the owner last: two claims never wait on each other's lock.
+        for lock in std::iter::once(&c.account).chain(&c.permit2_owner) {
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                &[lock],
+            )
+            .await
+            .map_err(pg)?;
+        }
         let existing = tx
             .query_opt(
                 "SELECT record FROM settlements WHERE payment_key = $1",
@@ -402,16 +435,17 @@ impl SettlementStore for PgStore {
         if key_taken(&tx, request_key).await? {
             return Ok(Claim::KeyTaken);
         }
-        let exposed = exposed(&tx, &c.account).await?;
-        if exposed.saturating_add(record.value) > limit {
-            return Ok(Claim::OverLimit { exposed });
+        let in_flight = in_flight(&tx, &c.account).await?;
+        let nonce_held = nonce_held(&tx, c.permit2_nonce.as_deref(), &id).await?;
+        if let Some(refused) = in_flight.refuses(record, limits, nonce_held) {
+            return Ok(refused);
         }
         let inserted = tx
             .execute(
                 "WITH claimed AS (
-                 INSERT INTO settlements
-                     (payment_key, record, unfinished, account, exposure, request_key)
-                 VALUES ($1, $2, true, $6, $7::text::numeric, $8)
+                 INSERT INTO settlements (payment_key, record, unfinished, account, exposure,
+                     request_key, permit2_nonce, permit2_approves)
+                 VALUES ($1, $2, true, $6, $7::text::numeric, $8, $9, $10)
                  RETURNING payment_key
              )
              INSERT INTO settlement_queue (payment_key, network, lane, fence)
@@ -425,6 +459,8 @@ impl SettlementStore for PgStore {
                     &c.account,
                     &c.exposure,
                     &request_key,
+                    &c.permit2_nonce,
+                    &c.permit2_approves,
                 ],
             )
             .await;
@@ -521,23 +557,58 @@ async fn key_taken(
     Ok(row.is_some())
 }
 
-/// The values the account's records still expose, added up (within the claim's transaction,
-/// under the account's lock).
-async fn exposed(tx: &tokio_postgres::Transaction<'_>, account: &str) -> Result<U256, StoreError> {
-    let total: String = tx
+/// The account's records still in flight, added up (within the claim's transaction, under the
+/// account's lock).
+async fn in_flight(
+    tx: &tokio_postgres::Transaction<'_>,
+    account: &str,
+) -> Result<InFlight, StoreError> {
+    let row = tx
         .query_one(
-            "SELECT coalesce(sum(exposure), 0)::text FROM settlements
-             WHERE account = $1 AND exposure IS NOT NULL",
+            "SELECT coalesce(sum(exposure), 0)::text,
+                 coalesce(sum(exposure) FILTER (WHERE permit2_nonce IS NOT NULL), 0)::text,
+                 count(*) FILTER (WHERE permit2_nonce IS NOT NULL),
+                 count(*) FILTER (WHERE permit2_approves)
+             FROM settlements WHERE account = $1 AND exposure IS NOT NULL",
             &[&account],
         )
         .await
-        .map_err(pg)?
-        .get(0);
-    U256::from_dec_str(&total).map_err(|_| {
-        StoreError::unavailable(format!(
-            "PostgreSQL: exposure of {account} is not a uint256"
-        ))
+        .map_err(pg)?;
+    let total = |i: usize| {
+        U256::from_dec_str(row.get(i)).map_err(|_| {
+            StoreError::unavailable(format!(
+                "PostgreSQL: exposure of {account} is not a uint256"
+            ))
+        })
+    };
+    let count = |i: usize| uint(row.get(i));
+    Ok(InFlight {
+        value: total(0)?,
+        permit2_value: total(1)?,
+        permit2: count(2),
+        approvals: count(3),
     })
+}
+
+/// Whether a record other than `id` in flight spends the Permit2 nonce `nonce` (within the
+/// claim's transaction, under the owner's lock).
+async fn nonce_held(
+    tx: &tokio_postgres::Transaction<'_>,
+    nonce: Option<&str>,
+    id: &str,
+) -> Result<bool, StoreError> {
+    let Some(nonce) = nonce else {
+        return Ok(false);
+    };
+    let row = tx
+        .query_opt(
+            "SELECT 1 FROM settlements
+             WHERE permit2_nonce = $1 AND exposure IS NOT NULL AND payment_key <> $2",
+            &[&nonce, &id],
+        )
+        .await
+        .map_err(pg)?;
+    Ok(row.is_some())
 }
 
 /// Moves the lane's next nonce under the lease; the row lock it takes orders it against a

@@ -29,6 +29,7 @@ fn fixture_claim(n: u8) -> Record {
         valid_before: FIXTURE_AT + 3600,
         digest: H256::repeat_byte(0x80 + n),
         method: Default::default(),
+        approves_permit2: false,
         via: None,
         calldata: Bytes::from(vec![0xe3, 0xee, 0x16, 0x0e, n]),
         gas_limit: 150_000,
@@ -134,7 +135,7 @@ async fn write_fixture(store: &Storage) {
         claim.outcome = None;
         claim.lost = false;
         claim.finished_at = None;
-        let taken = store.claim(&record.key(), &claim, None, U256::MAX).await;
+        let taken = store.claim(&record.key(), &claim, None, &Limits::balance(U256::MAX)).await;
         assert!(matches!(taken.unwrap(), Claim::Claimed));
     }
     let signed: Vec<&Record> = records.iter().filter(|r| !r.attempts.is_empty()).collect();

@@ -21,6 +21,17 @@ pub struct Row {
     pub account: String,
     /// The value it still exposes (`Record::exposes`), if any.
     pub exposure: Option<U256>,
+    /// For a Permit2 record: the nonce it spends and whether it approves Permit2.
+    pub permit2: Option<Permit2Row>,
+}
+
+/// What a Permit2 record holds while in flight.
+pub struct Permit2Row {
+    /// `Permit2Nonce::storage_key`.
+    pub nonce: String,
+    /// `Permit2Nonce::owner_key`: Permit2 claims of one owner serialise under it.
+    pub owner: String,
+    pub approves: bool,
 }
 
 impl Row {
@@ -31,6 +42,11 @@ impl Row {
             finished_at: record.finished_at.filter(|_| record.state.is_terminal()),
             account: record.account().storage_key(),
             exposure: record.exposes().then_some(record.value),
+            permit2: record.permit2_nonce().map(|nonce| Permit2Row {
+                nonce: nonce.storage_key(),
+                owner: nonce.owner_key(),
+                approves: record.approves_permit2,
+            }),
         }
     }
 

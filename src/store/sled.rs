@@ -15,13 +15,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use sled::transaction::{ConflictableTransactionError, TransactionError};
+use sled::transaction::{ConflictableTransactionError, TransactionError, TransactionalTree};
 use sled::{Db, Transactional, Tree};
 
 use super::{
     next_router_nonce,
     rows::{self, Row},
-    Backend, Claim, LaneStore, Lease, RouterNonceStore, SettlementStore, StoreError,
+    Backend, Claim, InFlight, LaneStore, Lease, Limits, RouterNonceStore, SettlementStore,
+    StoreError,
 };
 use crate::ledger::{Account, LaneId, Pass, PaymentKey, Record, RouterNonceKey};
 use ethers_core::types::U256;
@@ -70,6 +71,11 @@ pub struct Store {
     request_keys: Tree,
     /// Payment key -> the pass a pending answer granted (`Pass` as JSON).
     passes: Tree,
+    /// Payment key -> value (32 bytes) and whether it approves Permit2 (1 byte) of each Permit2
+    /// settlement in flight; keyed as `exposure` is.
+    permit2_exposure: Tree,
+    /// `Permit2Nonce` -> payment key of the Permit2 settlement in flight that spends it.
+    permit2_nonces: Tree,
     /// Serialises claims: an account's exposure is summed and the claim added as one step.
     claims: Arc<std::sync::Mutex<()>>,
 }
@@ -106,6 +112,8 @@ impl Store {
             exposure: db.open_tree("exposure")?,
             request_keys: db.open_tree("request_keys")?,
             passes: db.open_tree("passes")?,
+            permit2_exposure: db.open_tree("permit2_exposure")?,
+            permit2_nonces: db.open_tree("permit2_nonces")?,
             claims: Arc::default(),
             lane_leases,
             db,
@@ -238,22 +246,79 @@ fn transaction_error(e: TransactionError<StoreError>) -> StoreError {
 
 impl Store {
     /// The trees a claim writes and a release clears, in one transaction.
-    fn record_trees(&self) -> (&Tree, &Tree, &Tree, &Tree) {
+    fn record_trees(&self) -> (&Tree, &Tree, &Tree, &Tree, &Tree, &Tree) {
         (
             &self.settlements,
             &self.unfinished,
             &self.exposure,
             &self.request_keys,
+            &self.permit2_exposure,
+            &self.permit2_nonces,
         )
     }
 
-    /// The request key the record `id` was claimed with, if any.
-    fn request_key_of(&self, id: &str) -> Result<Option<String>, StoreError> {
+    /// The record stored under `id`, if any.
+    fn stored(&self, id: &str) -> Result<Option<Record>, StoreError> {
         let Some(bytes) = self.settlements.get(id.as_bytes())? else {
             return Ok(None);
         };
-        Ok(rows::decode(id, &bytes)?.request.map(|tag| tag.key))
+        rows::decode(id, &bytes).map(Some)
     }
+
+    /// The account's settlements in flight, added up.
+    fn in_flight(&self, account: &Account) -> Result<InFlight, StoreError> {
+        let prefix = format!("{}|", account.storage_key());
+        let mut in_flight = InFlight {
+            value: exposed(&self.exposure, account)?,
+            ..InFlight::default()
+        };
+        for entry in self.permit2_exposure.scan_prefix(prefix.as_bytes()) {
+            let (_, held) = entry?;
+            let value = U256::from_big_endian(&held[..32.min(held.len())]);
+            in_flight.permit2_value = in_flight.permit2_value.saturating_add(value);
+            in_flight.permit2 += 1;
+            in_flight.approvals += u64::from(held.get(32) == Some(&1));
+        }
+        Ok(in_flight)
+    }
+
+    /// Whether a payment other than `id` in flight spends the Permit2 nonce of `row`.
+    fn nonce_held(&self, row: &Row, id: &str) -> Result<bool, StoreError> {
+        let Some(permit2) = &row.permit2 else {
+            return Ok(false);
+        };
+        let holder = self.permit2_nonces.get(permit2.nonce.as_bytes())?;
+        Ok(holder.is_some_and(|holder| holder != id.as_bytes()))
+    }
+}
+
+/// Keeps a Permit2 row's hold on its account's allowance and its nonce while it is in flight,
+/// and lets both go once it is not (or, with `released`, is gone).
+fn hold_permit2(
+    row: &Row,
+    released: bool,
+    holds: &TransactionalTree,
+    nonces: &TransactionalTree,
+) -> Result<(), ConflictableTransactionError<StoreError>> {
+    let Some(permit2) = &row.permit2 else {
+        return Ok(());
+    };
+    let (id, nonce) = (row.id.as_bytes(), permit2.nonce.as_bytes());
+    match row.exposure.filter(|_| !released) {
+        Some(value) => {
+            let mut held = word(value).to_vec();
+            held.push(u8::from(permit2.approves));
+            holds.insert(id, held)?;
+            nonces.insert(nonce, id)?;
+        }
+        None => {
+            holds.remove(id)?;
+            if nonces.get(nonce)?.is_some_and(|holder| holder == id) {
+                nonces.remove(nonce)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn word(value: U256) -> [u8; 32] {
@@ -291,7 +356,7 @@ impl SettlementStore for Store {
         key: &PaymentKey,
         record: &Record,
         _taken_by: Option<&Lease>,
-        limit: U256,
+        limits: &Limits,
     ) -> Result<Claim, StoreError> {
         let id = key.storage_key();
         let _claiming = self.claims.lock().expect("claims lock");
@@ -308,25 +373,27 @@ impl SettlementStore for Store {
                 return Ok(Claim::KeyTaken);
             }
         }
-        let exposed = exposed(&self.exposure, &record.account())?;
-        if exposed.saturating_add(record.value) > limit {
-            return Ok(Claim::OverLimit { exposed });
-        }
         // The row as `save` writes it, and as PostgreSQL's claim does: one codec, one rule.
         let row = Row::of(record);
+        let in_flight = self.in_flight(&record.account())?;
+        if let Some(refused) = in_flight.refuses(record, limits, self.nonce_held(&row, &id)?) {
+            return Ok(refused);
+        }
         let exposes = row.exposure.map(word);
         self.record_trees()
-            .transaction(|(settlements, unfinished, exposure, request_keys)| {
-                settlements.insert(id.as_bytes(), row.encoded.as_bytes())?;
-                unfinished.insert(id.as_bytes(), &[])?;
-                if let Some(value) = &exposes {
-                    exposure.insert(id.as_bytes(), value)?;
-                }
-                if let Some(key) = request_key {
-                    request_keys.insert(key, id.as_bytes())?;
-                }
-                Ok::<_, ConflictableTransactionError<StoreError>>(())
-            })
+            .transaction(
+                |(settlements, unfinished, exposure, request_keys, holds, nonces)| {
+                    settlements.insert(id.as_bytes(), row.encoded.as_bytes())?;
+                    unfinished.insert(id.as_bytes(), &[])?;
+                    if let Some(value) = &exposes {
+                        exposure.insert(id.as_bytes(), value)?;
+                    }
+                    if let Some(key) = request_key {
+                        request_keys.insert(key, id.as_bytes())?;
+                    }
+                    hold_permit2(&row, false, holds, nonces)
+                },
+            )
             .map_err(transaction_error)?;
         Ok(Claim::Claimed)
     }
@@ -338,9 +405,12 @@ impl SettlementStore for Store {
             &self.unfinished,
             &self.finished,
             &self.exposure,
+            &self.permit2_exposure,
+            &self.permit2_nonces,
         )
-            .transaction(|(settlements, unfinished, done, exposure)| {
+            .transaction(|(settlements, unfinished, done, exposure, holds, nonces)| {
                 for row in &rows {
+                    hold_permit2(row, false, holds, nonces)?;
                     settlements.insert(row.id.as_bytes(), row.encoded.as_bytes())?;
                     match row.exposure {
                         Some(value) => exposure.insert(row.id.as_bytes(), &word(value))?,
@@ -367,17 +437,23 @@ impl SettlementStore for Store {
 
     async fn release(&self, key: &PaymentKey) -> Result<(), StoreError> {
         let id = key.storage_key();
-        let request_key = self.request_key_of(&id)?;
+        let Some(record) = self.stored(&id)? else {
+            return Ok(());
+        };
+        let row = Row::of(&record);
+        let request_key = record.request.map(|tag| tag.key);
         self.record_trees()
-            .transaction(|(settlements, unfinished, exposure, request_keys)| {
-                settlements.remove(id.as_bytes())?;
-                unfinished.remove(id.as_bytes())?;
-                exposure.remove(id.as_bytes())?;
-                if let Some(request_key) = &request_key {
-                    request_keys.remove(request_key.as_bytes())?;
-                }
-                Ok::<_, ConflictableTransactionError<StoreError>>(())
-            })
+            .transaction(
+                |(settlements, unfinished, exposure, request_keys, holds, nonces)| {
+                    settlements.remove(id.as_bytes())?;
+                    unfinished.remove(id.as_bytes())?;
+                    exposure.remove(id.as_bytes())?;
+                    if let Some(request_key) = &request_key {
+                        request_keys.remove(request_key.as_bytes())?;
+                    }
+                    hold_permit2(&row, true, holds, nonces)
+                },
+            )
             .map_err(transaction_error)?;
         self.passes.remove(id.as_bytes())?;
         self.flush().await
@@ -417,8 +493,9 @@ impl SettlementStore for Store {
         for entry in self.finished.range(..cutoff.to_be_bytes().to_vec()) {
             let (index_key, _) = entry?;
             let id = &index_key[8..];
-            if let Some(request_key) = self.request_key_of(&String::from_utf8_lossy(id))? {
-                self.request_keys.remove(request_key.as_bytes())?;
+            let stored = self.stored(&String::from_utf8_lossy(id))?;
+            if let Some(request_key) = stored.and_then(|record| record.request) {
+                self.request_keys.remove(request_key.key.as_bytes())?;
             }
             self.settlements.remove(id)?;
             self.passes.remove(id)?;

@@ -164,6 +164,7 @@ mod v1 {
                 valid_before: self.valid_before,
                 digest: self.digest,
                 method: Default::default(),
+                approves_permit2: false,
                 via: None,
                 calldata: self.calldata,
                 gas_limit: self.gas_limit,

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use ethers_core::types::{Address, Bytes, H256, U256};
 
-use super::{Claim, Storage};
+use super::{Claim, Limits, Storage};
 use crate::evm::TxFees;
 use crate::ledger::{
     Attempt, Inclusion, LaneId, Lost, Outcome, Reason, Record, RequestTag, RouterNonceKey, State,
@@ -70,7 +70,7 @@ async fn finds_everything(store: &Storage) {
     let mut other = fixture_claim(20);
     other.request = fixture_claim(2).request;
     let taken = store
-        .claim(&other.key(), &other, None, U256::MAX)
+        .claim(&other.key(), &other, None, &Limits::balance(U256::MAX))
         .await
         .unwrap();
     assert!(matches!(taken, Claim::KeyTaken), "the request keys");
@@ -78,7 +78,11 @@ async fn finds_everything(store: &Storage) {
     let mut next = fixture_claim(11);
     next.request = None;
     let limit = U256::from(4000 + 11_000 - 1);
-    match store.claim(&next.key(), &next, None, limit).await.unwrap() {
+    match store
+        .claim(&next.key(), &next, None, &Limits::balance(limit))
+        .await
+        .unwrap()
+    {
         Claim::OverLimit { exposed } => assert_eq!(exposed, U256::from(4000), "the exposure"),
         _ => panic!("the exposure of payer 0x21 is lost"),
     }

@@ -315,9 +315,19 @@ async function uptoBody(payer, { charge = PRICE, facilitatorAddress = stack.sign
   return { x402Version: 2, paymentPayload, paymentRequirements: charged };
 }
 
-it('upto: a charge over the permit, or a witness naming another facilitator, is refused with no transaction', async () => {
+it('upto: a charge over the permit, or a witness naming another facilitator, is refused with no transaction; verify wants the permit to be the maximum', async () => {
   const payer = await newPayer();
-  await expectRefused(await uptoBody(payer, { charge: BigInt(PRICE) + 1n }), 'invalid_upto_evm_payload_settlement_exceeds_amount', payer, /exceeds/);
+  // Verify checks the permit against the requirements' amount, the maximum (as @x402/evm does):
+  // above it or below it, the permit is not the one asked for. Settle charges at most the permit.
+  const over = await uptoBody(payer, { charge: BigInt(PRICE) + 1n });
+  expectInvalid(await stack.verify(over), 'permit2_amount_mismatch', { payer: getAddress(payer.address) });
+  const nonce = await stack.signerNonce('pending');
+  expectSettleFailed(await stack.settle(over), 'invalid_upto_evm_payload_settlement_exceeds_amount', { network: NETWORK, payer: getAddress(payer.address) });
+  assert.equal(await stack.signerNonce('pending'), nonce, 'nothing was sent');
+  const under = await uptoBody(payer, { charge: USED });
+  const verified = await stack.verify(under);
+  expectInvalid(verified, 'permit2_amount_mismatch', { payer: getAddress(payer.address) });
+  assert.match(verified.body.invalidMessage, /permitted\.amount is not paymentRequirements\.amount/);
   await expectRefused(await uptoBody(payer, { facilitatorAddress: freshAccount().address }), 'upto_facilitator_mismatch', payer, /facilitator/);
   const exact = await uptoBody(payer);
   exact.paymentPayload.payload.permit2Authorization.spender = EXACT_PROXY;
@@ -365,7 +375,7 @@ async function sponsoredBody(payer) {
   return { x402Version: 2, paymentPayload, paymentRequirements: reqs };
 }
 
-it('eip2612GasSponsoring: a permit not for Permit2 or not for the amount is refused at verify, a forged one by the trial, and nothing is sent', async () => {
+it('eip2612GasSponsoring: a permit not for Permit2, not for the amount, or forged is refused at verify and settle, and nothing is sent', async () => {
   const payer = await gaslessPayer();
   const body = await sponsoredBody(payer);
   expectValid(await stack.verify(body), { payer: getAddress(payer.address) });
@@ -374,13 +384,11 @@ it('eip2612GasSponsoring: a permit not for Permit2 or not for the amount is refu
   await expectRefused(changed((i) => { i.spender = EXACT_PROXY; }), 'eip2612_spender_not_permit2', payer, /Permit2/);
   await expectRefused(changed((i) => { i.amount = '1'; }), 'permit2_2612_amount_mismatch', payer, /amount/);
   await expectRefused(changed((i) => { i.from = freshAccount().address; }), 'eip2612_from_mismatch', payer, /payer/);
-  // A forged permit reads valid (verify does not run it), but the settle's trial does: refused unsent.
+  // A forged permit: verify tries it on the token in its one read (undone), as settle would submit it.
   const forged = changed((i) => { i.signature = `${i.signature.slice(0, 4)}${i.signature[4] === '0' ? '1' : '0'}${i.signature.slice(5)}`; });
-  const nonce = await stack.signerNonce('pending');
-  const settled = await stack.settle(forged);
-  assert.equal(settled.body.success, false, JSON.stringify(settled.body));
-  assert.equal(await stack.signerNonce('pending'), nonce, 'nothing was sent');
+  await expectRefused(forged, 'permit2_allowance_required', payer, /refuses the payment's EIP-2612 permit/);
   assert.equal(await balanceOf(payer.address), FUNDS);
+  expectValid(await stack.verify(body), { payer: getAddress(payer.address) });
 });
 
 it('SIGKILL with the Permit2 settlement in the pool, and the chain losing it: after restart the stored transaction is sent again and pays once', async () => {

@@ -221,6 +221,7 @@ pub fn verify_reason(reason: Reason) -> &'static str {
         | Reason::Permit2Allowance
         | Reason::UptoFacilitator
         | Reason::UptoOverPermit
+        | Reason::UptoPermitAmount
         | Reason::Eip2612Format
         | Reason::Eip2612From
         | Reason::Eip2612Asset

@@ -29,7 +29,7 @@ use crate::evm;
 use crate::evm::{erc3009, erc6492, permit2};
 use crate::ledger::Reason;
 use crate::ledger::{Asking, LaneId, Outcome, PaymentKey, Record, RequestTag, State, TagKind};
-use crate::store::{Claim, Lease, Storage, StoreError};
+use crate::store::{Claim, Lease, Limits, Permit2Clash, Storage, StoreError};
 use lane::Reservation;
 pub use lane::{Lane, LaneSettings, Lanes};
 use waiters::{Progress, Running, Waiters};
@@ -447,9 +447,10 @@ impl Settler {
     /// across instances), so exactly one caller registers; a duplicate arriving in between finds
     /// the stored record and waits for its outcome (`await_stored`). Without `lease` (no lane of
     /// this network is held here) the claim is queued for an instance that holds one. The payer's
-    /// settlements still under way and this one may not add up to more than its balance; a
-    /// smart wallet settles one at a time, so that a wallet that answers the chain differently
-    /// than the trial reverts once before its cooldown, not once per payment in flight.
+    /// settlements still under way and this one may not add up to more than its balance (its
+    /// Permit2 ones to more than its Permit2 allowance); a smart wallet settles one at a time,
+    /// so that a wallet that answers the chain differently than the trial reverts once before
+    /// its cooldown, not once per payment in flight.
     async fn claim(
         &self,
         key: &PaymentKey,
@@ -459,17 +460,19 @@ impl Settler {
         payer: Payer,
         asking: &Asking,
     ) -> Result<Claimed, SettleError> {
-        let balance = payer.balance;
-        let limit = match payer.is_contract {
-            true => balance.min(record.value),
-            false => balance,
+        let limits = Limits {
+            balance: match payer.is_contract {
+                true => payer.balance.min(record.value),
+                false => payer.balance,
+            },
+            permit2_allowance: permit2_allowance(payment, &payer),
         };
         let tag = record.request.as_ref();
         if let Some(running) = self.waiters.get(key) {
             let known = Known::from_running(running, payment, tag)?;
             return Ok(Claimed::Known(self.with_pass(known, key, asking).await?));
         }
-        match self.ledger.claim(key, record, lease, limit).await? {
+        match self.ledger.claim(key, record, lease, &limits).await? {
             Claim::Claimed if lease.is_none() => Ok(Claimed::Queued),
             Claim::Claimed => Ok(Claimed::Here(Waiters::register(
                 &mut self.waiters.lock(),
@@ -483,19 +486,12 @@ impl Settler {
                 Ok(Claimed::Known(self.with_pass(known, key, asking).await?))
             }
             Claim::KeyTaken => Err(key_taken(record)),
-            Claim::OverLimit { exposed } if exposed.saturating_add(record.value) <= balance => {
-                Ok(Claimed::OverLimit(Invalid {
-                    reason: Reason::Payload,
-                    message: "a smart-wallet payer settles one payment at a time: settle again once its settlement under way is answered".into(),
-                }))
-            }
-            Claim::OverLimit { exposed } => Ok(Claimed::OverLimit(Invalid {
-                reason: Reason::InsufficientFunds,
-                message: format!(
-                    "payer balance {balance} does not cover this payment and its {exposed} still being settled"
-                )
-                .into(),
-            })),
+            refused => Ok(Claimed::OverLimit(refusal(
+                refused,
+                record.value,
+                &payer,
+                &limits,
+            ))),
         }
     }
 
@@ -612,10 +608,63 @@ fn key_taken(record: &Record) -> SettleError {
     }
 }
 
-/// A refusal for the payer's balance beside its settlements under way: one of those may be
-/// mined already, and leave the exposure once answered.
+/// The Permit2 allowance a Permit2 payment's claim keeps to: the payer's, as read, or for one
+/// carrying an EIP-2612 permit, what that permit sets it to (its value: the claim then keeps it
+/// alone among the payer's Permit2 payments in flight).
+fn permit2_allowance(payment: &Payment<'_>, payer: &Payer) -> U256 {
+    let read = payer.permit2_allowance.unwrap_or(U256::MAX);
+    match &payment.eip2612 {
+        Some(permit) => read.max(permit.value),
+        None => read,
+    }
+}
+
+/// Why a claim that did not fit beside the payer's settlements in flight was refused.
+fn refusal(refused: Claim, value: U256, payer: &Payer, limits: &Limits) -> Invalid {
+    let (reason, message) = match refused {
+        Claim::OverLimit { exposed } if exposed.saturating_add(value) <= payer.balance => (
+            Reason::Payload,
+            "a smart-wallet payer settles one payment at a time: settle again once its settlement under way is answered".to_string(),
+        ),
+        Claim::OverLimit { exposed } => (
+            Reason::InsufficientFunds,
+            format!(
+                "payer balance {} does not cover this payment and its {exposed} still being settled",
+                payer.balance
+            ),
+        ),
+        Claim::OverAllowance { exposed } => (
+            Reason::Permit2Allowance,
+            format!(
+                "the payer's Permit2 allowance {} does not cover this payment and its {exposed} still being settled through Permit2",
+                limits.permit2_allowance
+            ),
+        ),
+        Claim::Permit2Clash(Permit2Clash::Approval) => (
+            Reason::Payload,
+            "an EIP-2612 permit approving Permit2 rides with this payment or with another Permit2 payment of this payer and token still being settled: the permit sets the allowance and spends the token's one permit nonce, so it is settled alone; settle again once that one is answered".to_string(),
+        ),
+        Claim::Permit2Clash(Permit2Clash::Nonce) => (
+            Reason::Payload,
+            "another payment of this payer still being settled uses the same Permit2 nonce (Permit2's nonces are the owner's across all tokens)".to_string(),
+        ),
+        Claim::Claimed | Claim::Exists(_) | Claim::KeyTaken => {
+            unreachable!("`claim` answers these itself")
+        }
+    };
+    Invalid {
+        reason,
+        message: message.into(),
+    }
+}
+
+/// A refusal for the payer's balance or Permit2 allowance beside its settlements under way: one
+/// of those may be mined already, and leave the exposure once answered.
 fn exposure_may_clear(failure: &Invalid) -> bool {
-    failure.reason == Reason::InsufficientFunds
+    matches!(
+        failure.reason,
+        Reason::InsufficientFunds | Reason::Permit2Allowance
+    )
 }
 
 /// How many times a claim refused for the payer's balance is tried again: enough for a lane to
@@ -751,6 +800,7 @@ fn new_record(
         valid_before,
         digest: payment.digest,
         method: payment.method.transfer_method(),
+        approves_permit2: payment.eip2612.is_some(),
         via: (call.to != payment.token.address).then_some(call.to),
         calldata: call.data,
         gas_limit,
