@@ -68,8 +68,8 @@ export class SvmRpc {
     if (encoding === 'jsonParsed') {
       const parsed = parseTokenAccount(a.owner, a.data);
       if (parsed?.parsed.type === 'account') {
-        const mint = parseTokenAccount(...(() => { const m = this.chain.account(parsed.parsed.info.mint); return m ? [m.owner, m.data] : ['', []]; })());
-        const decimals = mint?.parsed.info.decimals ?? 0;
+        const m = this.chain.account(parsed.parsed.info.mint); // the decimals live on the mint
+        const decimals = (m && parseTokenAccount(m.owner, m.data)?.parsed.info.decimals) ?? 0;
         parsed.parsed.info.tokenAmount = uiAmount(BigInt(parsed.parsed.info.tokenAmount.amount), decimals);
       }
       out = parsed ?? [data.toString('base64'), 'base64']; // a real node falls back to base64 too
