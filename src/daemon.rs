@@ -85,8 +85,12 @@ pub async fn run(settings: Settings) -> Result<(), StartError> {
                 r.nonce_reservation_ttl_secs,
                 r.max_reservations_ahead,
             ),
+            store.clone(),
         ))
     });
+    if let Some(router) = &router {
+        tokio::spawn(router.relay().clone().forget_periodically());
+    }
     let app = Arc::new(App {
         services: Services {
             facilitator,

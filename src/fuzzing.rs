@@ -21,7 +21,7 @@ use crate::facilitator::request::Served;
 use crate::facilitator::request::Spelling;
 use crate::facilitator::request::TokenInfo;
 use crate::facilitator::settlement::follower;
-use crate::router::probe;
+use crate::router::{probe, raw};
 use crate::server::rest::{self, Payment};
 use crate::server::rpc;
 use crate::server::wire_errors::parse_body;
@@ -134,6 +134,15 @@ impl Served for FuzzServed {
 /// `POST /` and `POST /quote`: a JSON-RPC call or batch whose params are the transaction, read
 /// as jsonrpsee hands them to the method, or the bare transaction (the REST form); also the bytes
 /// taken as `params` themselves.
+/// `eth_sendRawTransaction`'s param: the bytes as a signed transaction (as `0x` + their hex),
+/// and the bytes as the text a wallet sent.
+pub fn raw_transaction(data: &[u8]) {
+    let _ = raw::decode(&evm::hex_bytes(data));
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = raw::decode(text);
+    }
+}
+
 pub fn router_body(data: &[u8]) {
     use jsonrpsee::types::{Params, Request};
     use serde_json::value::RawValue;
@@ -306,6 +315,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("node_block", node_block),
     ("lens_answer", lens_answer),
     ("revert_data", revert_data),
+    ("raw_transaction", raw_transaction),
 ];
 
 fn split_at_nul(data: &[u8]) -> (&[u8], &[u8]) {

@@ -7,7 +7,9 @@
 //! daemon, main     wiring: settings -> store -> chains -> services -> listeners; recovery, shutdown
 //! server           transport: listeners, API keys and rate limits, REST and JSON-RPC, ops,
 //!                  wire errors              -> every room below
-//! router           eth_routerTransaction: probe every chain, choose, reserve the caller's nonce
+//! router           eth_routerTransaction: probe every chain, choose, reserve the caller's nonce;
+//!                  the relay: a wallet's signed transaction sent, remembered and looked up,
+//!                  each chain's served methods (/chains/<name>)
 //!                                           -> chain store ledger evm config clock
 //! facilitator      x402 verify and settle (exact, upto; ERC-3009, Permit2): protocol versions,
 //!                  the lens, lanes, the follower

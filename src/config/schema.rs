@@ -317,6 +317,10 @@ pub struct RouterSettings {
     /// Fraction added on top of `eth_estimateGas` (0.2 = +20%).
     #[serde(default = "default_gas_headroom")]
     pub gas_headroom: f64,
+    /// How long the chain of a transaction sent through routerd is remembered, so that its
+    /// receipt is asked there.
+    #[serde(default = "default_sent_retention")]
+    pub sent_retention_secs: u64,
 }
 
 fn default_prefer() -> Vec<ChainKind> {
@@ -333,6 +337,9 @@ fn default_nonce_ttl() -> u64 {
 }
 fn default_gas_headroom() -> f64 {
     0.2
+}
+fn default_sent_retention() -> u64 {
+    7 * 24 * 3600
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

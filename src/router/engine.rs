@@ -9,13 +9,14 @@ use ethers_core::types::{Address, U256};
 
 use super::nonces::NonceBook;
 use super::probe::{self, Estimate, Infeasible, Probe};
+use super::relay::Relay;
 use super::types::{ChainQuote, ChainStatus, FeeFields, RouterTransactionRes, Transaction};
 use crate::chain::Chain;
 use crate::clock::unix_now;
 use crate::config::{ChainKind, FeeModel, RouterSettings};
 use crate::evm::hex_u256;
 use crate::ledger::RouterNonceKey;
-use crate::store::StoreError;
+use crate::store::{Storage, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RouteError {
@@ -50,6 +51,7 @@ pub struct Router {
     timeout: Duration,
     gas_headroom: f64,
     nonces: NonceBook,
+    relay: Relay,
 }
 
 /// A probed chain with its price, when feasible.
@@ -67,7 +69,19 @@ struct Priced {
 }
 
 impl Router {
-    pub fn new(settings: &RouterSettings, chains: Vec<Arc<Chain>>, nonces: NonceBook) -> Self {
+    /// `store` keeps what the relay sent (the reservations are in `nonces`).
+    pub fn new(
+        settings: &RouterSettings,
+        chains: Vec<Arc<Chain>>,
+        nonces: NonceBook,
+        store: Storage,
+    ) -> Self {
+        let relay = Relay::new(
+            chains.clone(),
+            nonces.clone(),
+            store,
+            settings.sent_retention_secs,
+        );
         Self {
             candidates: chains
                 .into_iter()
@@ -80,7 +94,13 @@ impl Router {
             timeout: Duration::from_millis(settings.chain_timeout_ms),
             gas_headroom: settings.gas_headroom,
             nonces,
+            relay,
         }
+    }
+
+    /// Sending and following signed transactions through the router's chains.
+    pub fn relay(&self) -> &Relay {
+        &self.relay
     }
 
     /// Every candidate, ranked best first, with its reason when infeasible. Reserves nothing.

@@ -41,6 +41,19 @@ impl NonceBook {
             .reserve_router_nonce(key, pending, now, self.ttl_secs, self.max_ahead)
             .await
     }
+
+    /// The key's sender broadcast `nonce` through routerd: the caller's next reservation comes
+    /// after it, even before the chain's pending count moves.
+    pub async fn confirm(
+        &self,
+        key: &RouterNonceKey,
+        nonce: u64,
+        now: u64,
+    ) -> Result<(), StoreError> {
+        self.store
+            .confirm_router_nonce(key, nonce, now, self.ttl_secs)
+            .await
+    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! become wire errors in `wire_errors` only.
 
 mod auth;
+mod chains;
 mod client;
 mod gate;
 mod idempotency;

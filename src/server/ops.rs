@@ -24,6 +24,7 @@ use crate::chain::{self, Answering, Chain};
 use crate::facilitator::readiness::{Funding, SignerFunds};
 use crate::facilitator::Facilitator;
 use crate::guard::Guard;
+use crate::router::served::served;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -57,6 +58,14 @@ struct SignerLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WalletCallLabels {
+    /// A served method's name, or `other`: a fixed set.
+    method: String,
+    chain: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ChainLabel {
     chain: String,
 }
@@ -67,6 +76,7 @@ pub struct Metrics {
     latency: Family<RouteLabel, Histogram>,
     settlements: Family<OutcomeLabel, Counter>,
     decisions: Family<ChainLabel, Counter>,
+    wallet_calls: Family<WalletCallLabels, Counter>,
     upstream_requests: Family<UpstreamLabels, Counter>,
     upstream_errors: Family<UpstreamLabels, Counter>,
     pending_settlements: Gauge,
@@ -87,6 +97,7 @@ impl Metrics {
             }),
             settlements: Family::default(),
             decisions: Family::default(),
+            wallet_calls: Family::default(),
             upstream_requests: Family::default(),
             upstream_errors: Family::default(),
             pending_settlements: Gauge::default(),
@@ -124,6 +135,11 @@ impl Metrics {
             "router_decisions",
             "Routed transactions by chosen chain",
             self.decisions.clone(),
+        );
+        r.register(
+            "wallet_calls",
+            "Calls a wallet made through the router (eth_sendRawTransaction, the lookups, /chains/<name>) by method, chain and outcome",
+            self.wallet_calls.clone(),
         );
     }
 
@@ -204,6 +220,25 @@ impl Metrics {
     }
 }
 
+impl Metrics {
+    /// One wallet call: `method` is labelled only when served (a fixed set), `chain` is a
+    /// configured chain's name or `any` (a lookup over every chain).
+    pub fn observe_wallet_call(&self, method: &str, chain: &str, ok: bool) {
+        // Every wallet method at the router address is one a chain's endpoint serves too.
+        let method = match served(method) {
+            Some(_) => method.to_string(),
+            None => "other".to_string(),
+        };
+        self.wallet_calls
+            .get_or_create(&WalletCallLabels {
+                method,
+                chain: chain.to_string(),
+                outcome: if ok { "ok" } else { "error" },
+            })
+            .inc();
+    }
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -222,6 +257,7 @@ pub fn route_label(path: &str) -> &'static str {
         "/ready" => "/ready",
         "/metrics" => "/metrics",
         p if p.starts_with("/settlements/") => "/settlements",
+        p if p.starts_with("/chains/") => "/chains",
         _ => "other",
     }
 }

@@ -158,6 +158,15 @@ where
             return facilitator_route(app, facilitator, asker, &method, &path, request, note).await;
         }
     }
+    if let (true, Some(name)) = (surface.rpc, path.strip_prefix(CHAINS_PREFIX)) {
+        let who = Caller::of(caller.map(|k| k.name.as_str()), client.as_ref());
+        let call = RouterCall {
+            caller,
+            client,
+            who,
+        };
+        return chain_route(routes, call, &method, name, request).await;
+    }
     if surface.rpc && matches!(path.as_str(), "/" | "/quote") {
         let who = Caller::of(caller.map(|k| k.name.as_str()), client.as_ref());
         let call = RouterCall {
@@ -233,6 +242,30 @@ where
         }
         _ => Err(WireError::not_found(path)),
     }
+}
+
+const CHAINS_PREFIX: &str = "/chains/";
+
+/// `POST /chains/<name>` on a listener serving the router's surface: the chain's JSON-RPC
+/// endpoint, each entry of a batch counted by the caller's rate.
+async fn chain_route(
+    routes: &Routes,
+    call: RouterCall<'_>,
+    method: &Method,
+    name: &str,
+    request: HttpRequest,
+) -> Result<HttpResponse, WireError> {
+    let path = request.uri().path().to_string();
+    let Some(router) = &routes.router else {
+        return Err(WireError::not_found(&path));
+    };
+    if method != Method::POST {
+        return Err(WireError::method_not_allowed(method, &path, "POST"));
+    }
+    let app = &*routes.app;
+    let bytes = read_body(app, request.into_body()).await?;
+    admit(app, call.caller, call.client, extra_calls(&bytes))?;
+    router.chain_rpc(name, &bytes, &call.who).await
 }
 
 fn is_facilitator_path(path: &str) -> bool {

@@ -1,6 +1,8 @@
-//! The router's JSON-RPC methods, one `#[rpc]` trait per namespace (`eth_routerTransaction`;
-//! `router_quote`, `router_chains`), and the REST form of the same calls (`POST /`,
-//! `POST /quote`). Both envelopes share one path: parse -> validate -> engine.
+//! The router's JSON-RPC methods, one `#[rpc]` trait per namespace (`eth_routerTransaction` and
+//! the wallet's `eth_sendRawTransaction`, `eth_getTransactionReceipt`,
+//! `eth_getTransactionByHash`; `router_quote`, `router_chains`), the REST form of the routing
+//! calls (`POST /`, `POST /quote`), and each chain's endpoint (`POST /chains/<name>`). Both
+//! envelopes share one path: parse -> validate -> engine (or relay).
 //!
 //! Invariants: a [`RouterApi`] exists only where a router is configured and served, so its
 //! handlers hold the router itself and check nothing. A transaction's params are `[tx]` or the
@@ -20,13 +22,16 @@ use jsonrpsee::server::HttpResponse;
 use jsonrpsee::types::Params;
 use jsonrpsee::RpcModule;
 
+use serde_json::Value;
+
+use super::chains::Endpoint;
 use super::listen::Caller;
 use super::wire_errors::{json_response, parse_body_with, WireError};
 use super::App;
 use crate::router::types::{
     ChainQuote, ChainStatus, RouterTransaction, RouterTransactionRes, Transaction,
 };
-use crate::router::Router;
+use crate::router::{Lookup, Router};
 
 pub const INVALID_PARAMS: i32 = -32602;
 
@@ -36,6 +41,18 @@ pub trait EthNamespace {
     /// The completed transaction on the best chain; params `[tx]` or the bare `tx`.
     #[method(name = "routerTransaction", with_extensions)]
     async fn router_transaction(&self) -> Result<RouterTransactionRes, WireError>;
+
+    /// A signed transaction, sent to the configured chain its chain id names; answers its hash.
+    #[method(name = "sendRawTransaction", with_extensions)]
+    async fn send_raw_transaction(&self, raw: String) -> Result<String, WireError>;
+
+    /// From the chain the transaction was sent to through routerd, else any that knows it.
+    #[method(name = "getTransactionReceipt")]
+    async fn get_transaction_receipt(&self, hash: String) -> Result<Value, WireError>;
+
+    /// As `getTransactionReceipt`, for the transaction itself.
+    #[method(name = "getTransactionByHash")]
+    async fn get_transaction_by_hash(&self, hash: String) -> Result<Value, WireError>;
 }
 
 /// The `router` namespace.
@@ -80,6 +97,44 @@ impl RouterApi {
         Ok(json_response(StatusCode::OK, &self.route(&tx, who).await?))
     }
 
+    /// `POST /chains/<name>`: the chain's own JSON-RPC endpoint; 404 for a chain the router
+    /// does not have.
+    pub async fn chain_rpc(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        who: &Caller,
+    ) -> Result<HttpResponse, WireError> {
+        let relay = self.router.relay();
+        let chain = relay.chain(name).ok_or_else(|| {
+            WireError::new(
+                StatusCode::NOT_FOUND,
+                404,
+                format!("no chain {name} among router.chains"),
+            )
+        })?;
+        let endpoint = Endpoint {
+            relay,
+            chain,
+            who,
+            metrics: &self.app.metrics,
+        };
+        Ok(endpoint.answer(bytes).await)
+    }
+
+    /// A lookup by hash over the router's chains, counted.
+    async fn lookup(&self, what: Lookup, hash: &str) -> Result<Value, WireError> {
+        let answer = self.router.relay().lookup(what, hash).await;
+        let method = match what {
+            Lookup::Receipt => "eth_getTransactionReceipt",
+            Lookup::Transaction => "eth_getTransactionByHash",
+        };
+        self.app
+            .metrics
+            .observe_wallet_call(method, "any", answer.is_ok());
+        Ok(answer?)
+    }
+
     /// `POST /quote`: the ranked explanation, as `router_quote` answers it.
     pub async fn quote_rest(&self, bytes: &[u8]) -> Result<HttpResponse, WireError> {
         let tx = parse_rest_transaction(bytes)?;
@@ -99,6 +154,32 @@ impl EthNamespaceServer for RouterApi {
             .cloned()
             .unwrap_or_else(|| Caller::of(None, None));
         self.route(&tx, &who).await
+    }
+
+    async fn send_raw_transaction(
+        &self,
+        ext: &Extensions,
+        raw: String,
+    ) -> Result<String, WireError> {
+        let who = ext
+            .get::<Caller>()
+            .cloned()
+            .unwrap_or_else(|| Caller::of(None, None));
+        let sent = self.router.relay().send(&raw, &who.0).await;
+        let chain = sent.as_ref().map_or("none", |(_, chain)| chain.as_str());
+        self.app
+            .metrics
+            .observe_wallet_call("eth_sendRawTransaction", chain, sent.is_ok());
+        let (hash, _) = sent?;
+        Ok(format!("{hash:#x}"))
+    }
+
+    async fn get_transaction_receipt(&self, hash: String) -> Result<Value, WireError> {
+        self.lookup(Lookup::Receipt, &hash).await
+    }
+
+    async fn get_transaction_by_hash(&self, hash: String) -> Result<Value, WireError> {
+        self.lookup(Lookup::Transaction, &hash).await
     }
 }
 

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::chain::Unreachable;
 use crate::facilitator::SettleError;
-use crate::router::RouteError;
+use crate::router::{RelayError, RouteError};
 
 /// An error answered as `{"error": <int>, "message": "..."}`.
 #[derive(Debug, Clone)]
@@ -139,6 +139,40 @@ impl From<RouteError> for WireError {
         let message = match &e {
             RouteError::Store(_) => STORE_FAILED.to_string(),
             other => other.to_string(),
+        };
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            code,
+            message,
+            data,
+            retry_after_secs: None,
+        }
+    }
+}
+
+/// A wallet's call: what routerd refuses itself in JSON-RPC's codes, the node's own refusals
+/// and reverts as the node said them (its text was scrubbed of the URL by the chain client).
+impl From<RelayError> for WireError {
+    fn from(e: RelayError) -> Self {
+        let code = match &e {
+            RelayError::Raw(_)
+            | RelayError::UnknownChain(_)
+            | RelayError::WrongChain { .. }
+            | RelayError::InvalidParams(_) => -32602,
+            RelayError::MethodNotFound(_) => -32601,
+            RelayError::Node(node) => node.code,
+            RelayError::Unreachable(_) | RelayError::Store(_) => -32603,
+        };
+        let message = match &e {
+            RelayError::Store(inner) => {
+                tracing::error!(error = %inner, "store failure while relaying");
+                STORE_FAILED.to_string()
+            }
+            other => other.to_string(),
+        };
+        let data = match e {
+            RelayError::Node(node) => node.data,
+            _ => None,
         };
         Self {
             status: StatusCode::BAD_REQUEST,

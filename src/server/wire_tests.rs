@@ -34,7 +34,8 @@ async fn app_of(with_router: bool, chains: BTreeMap<String, Arc<Chain>>) -> Arc<
         Arc::new(Router::new(
             &settings,
             candidates,
-            NonceBook::new(store, 60, 16),
+            NonceBook::new(store.clone(), 60, 16),
+            store,
         ))
     });
     Arc::new(test_app(router, None, chains))
@@ -70,8 +71,12 @@ fn call(method: &str, params: Option<&str>) -> String {
     }
 }
 
+/// A transfer signed without EIP-155 (the widely published "Nick's method" deployment).
+const PRE_155: &str = r#"["0xf8a58085174876e800830186a08080b853604580600e600039806000f350fe7fffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffe03601600081602082378035828234f58015156039578182fd5b8082525050506014600cf31ba02222222222222222222222222222222222222222222222222222222222222222a02222222222222222222222222222222222222222222222222222222222222222"]"#;
+
 fn requests() -> Vec<(&'static str, &'static str, String)> {
     let tx_list = format!("[{TX}]");
+    let hash = format!(r#"["0x{}"]"#, "ab".repeat(32));
     vec![
         ("GET", "/metrics", String::new()),
         ("GET", "/health", String::new()),
@@ -133,6 +138,21 @@ fn requests() -> Vec<(&'static str, &'static str, String)> {
         ("POST", "/verify", "{}".to_string()),
         ("GET", "/settlements/a/b/c/d", String::new()),
         ("GET", "/nowhere", String::new()),
+        (
+            "POST",
+            "/",
+            call("eth_sendRawTransaction", Some(r#"["0x1234"]"#)),
+        ),
+        ("POST", "/", call("eth_sendRawTransaction", Some("[]"))),
+        ("POST", "/", call("eth_sendRawTransaction", Some(PRE_155))),
+        (
+            "POST",
+            "/",
+            call("eth_getTransactionReceipt", Some(r#"["0x12"]"#)),
+        ),
+        ("POST", "/", call("eth_getTransactionByHash", Some(&hash))),
+        ("POST", "/chains/nowhere", call("eth_chainId", None)),
+        ("GET", "/chains/nowhere", String::new()),
     ]
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ethers_core::types::{Address, H256, U256};
 
-use super::{next_router_nonce, Claim, Limits, Permit2Clash, Storage, StoreError};
+use super::{next_router_nonce, Claim, Limits, Permit2Clash, Sent, Storage, StoreError};
 use crate::ledger::{Inclusion, LaneId, Outcome, Pass, Record, RequestTag, RouterNonceKey, State};
 
 const LONG: Duration = Duration::from_secs(600);
@@ -506,6 +506,65 @@ async fn router_nonces_follow_the_rule(a: &Storage, _b: &Storage) {
     }
 }
 
+/// A broadcast moves the caller's reservation to its nonce (by `confirmed_router_nonce`), seen
+/// from the other handle, and leaves other callers' alone.
+async fn a_broadcast_confirms_the_reservation(a: &Storage, b: &Storage) {
+    let ttl = 120;
+    let key = router_key(4);
+    a.confirm_router_nonce(&key, 6, 100, ttl).await.unwrap();
+    assert_eq!(
+        b.reserve_router_nonce(&key, 6, 101, ttl, 16).await.unwrap(),
+        Some(7)
+    );
+    // Reserved ahead (7, 8) and then 6 broadcast again: the reservations stand.
+    assert_eq!(
+        a.reserve_router_nonce(&key, 6, 102, ttl, 16).await.unwrap(),
+        Some(8)
+    );
+    b.confirm_router_nonce(&key, 6, 103, ttl).await.unwrap();
+    assert_eq!(
+        a.reserve_router_nonce(&key, 6, 104, ttl, 16).await.unwrap(),
+        Some(9)
+    );
+    // Long after: the broadcast nonce counts from its own time.
+    b.confirm_router_nonce(&key, 7, 1000, ttl).await.unwrap();
+    assert_eq!(
+        a.reserve_router_nonce(&key, 7, 1001, ttl, 16)
+            .await
+            .unwrap(),
+        Some(8)
+    );
+    let other = RouterNonceKey {
+        caller: "key:other".to_string(),
+        ..key
+    };
+    assert_eq!(
+        b.reserve_router_nonce(&other, 7, 1002, ttl, 16)
+            .await
+            .unwrap(),
+        Some(7)
+    );
+}
+
+/// A forwarded transaction's chain is found by its hash from either handle, until forgotten.
+async fn sent_transactions_are_found_until_forgotten(a: &Storage, b: &Storage) {
+    let (old, new) = (H256::repeat_byte(1), H256::repeat_byte(2));
+    let sent = |chain: &str, at| Sent {
+        chain: chain.to_string(),
+        at,
+    };
+    a.remember_sent(old, &sent("l1", 100)).await.unwrap();
+    b.remember_sent(new, &sent("op", 200)).await.unwrap();
+    assert_eq!(b.sent(old).await.unwrap(), Some(sent("l1", 100)));
+    assert_eq!(a.sent(new).await.unwrap(), Some(sent("op", 200)));
+    assert_eq!(a.sent(H256::repeat_byte(3)).await.unwrap(), None);
+    // Sent again later: the later time is kept.
+    b.remember_sent(old, &sent("l1", 150)).await.unwrap();
+    assert_eq!(a.forget_sent(160).await.unwrap(), 1);
+    assert_eq!(b.sent(old).await.unwrap(), None);
+    assert_eq!(b.sent(new).await.unwrap(), Some(sent("op", 200)));
+}
+
 fn other_lane() -> LaneId {
     LaneId {
         network: "net".to_string(),
@@ -647,6 +706,18 @@ macro_rules! conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn router_nonces_follow_the_rule() {
                 run("router_rule", |a, b| async move { super::router_nonces_follow_the_rule(&a, &b).await }).await;
+            }
+
+            $(#[$attr])?
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_broadcast_confirms_the_reservation() {
+                run("router_confirm", |a, b| async move { super::a_broadcast_confirms_the_reservation(&a, &b).await }).await;
+            }
+
+            $(#[$attr])?
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sent_transactions_are_found_until_forgotten() {
+                run("router_sent", |a, b| async move { super::sent_transactions_are_found_until_forgotten(&a, &b).await }).await;
             }
 
             $(#[$attr])?

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ethers_core::types::U256;
+use ethers_core::types::{H256, U256};
 
 use crate::config::{StorageBackend, StorageSettings};
 use crate::ledger::{LaneId, Pass, PaymentKey, Record, RouterNonceKey};
@@ -246,11 +246,38 @@ pub trait RouterNonceStore: Send + Sync {
         ttl_secs: u64,
         max_ahead: u64,
     ) -> Result<Option<u64>, StoreError>;
+    /// Records durably that the key's sender broadcast `nonce` through routerd, by
+    /// [`confirmed_router_nonce`]: the caller's next reservation comes after it.
+    async fn confirm_router_nonce(
+        &self,
+        key: &RouterNonceKey,
+        nonce: u64,
+        now: u64,
+        ttl_secs: u64,
+    ) -> Result<(), StoreError>;
+}
+
+/// A transaction the router forwarded: the chain it went to, and when (unix seconds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sent {
+    pub chain: String,
+    pub at: u64,
+}
+
+/// Transactions the router forwarded, by hash: a wallet asking after one is answered from the
+/// chain it went to.
+#[async_trait]
+pub trait SentStore: Send + Sync {
+    /// Stores durably that `hash` went to `sent.chain`; sent again, the later record stays.
+    async fn remember_sent(&self, hash: H256, sent: &Sent) -> Result<(), StoreError>;
+    async fn sent(&self, hash: H256) -> Result<Option<Sent>, StoreError>;
+    /// Forgets transactions sent before `cutoff` (unix seconds); answers how many.
+    async fn forget_sent(&self, cutoff: u64) -> Result<usize, StoreError>;
 }
 
 /// One backend: everything routerd stores.
 #[async_trait]
-pub trait Backend: SettlementStore + LaneStore + RouterNonceStore {
+pub trait Backend: SettlementStore + LaneStore + RouterNonceStore + SentStore {
     /// Whether other instances may share this store (their settlements appear in it).
     fn shared(&self) -> bool;
     /// Makes every write so far durable (before exit).
@@ -291,9 +318,37 @@ pub fn next_router_nonce(
     (next < pending.saturating_add(max_ahead)).then_some(next)
 }
 
+/// What a broadcast of `nonce` leaves as the last reservation: a fresh reservation ahead of it
+/// (handed out, not broadcast yet) stays as it is and expires as it would have; otherwise the
+/// broadcast nonce is the last one handed out, from `now`. PostgreSQL's statement mirrors it.
+pub fn confirmed_router_nonce(
+    previous: Option<(u64, u64)>,
+    nonce: u64,
+    now: u64,
+    ttl: u64,
+) -> (u64, u64) {
+    match previous {
+        Some((last, at)) if now.saturating_sub(at) < ttl && last > nonce => (last, at),
+        _ => (nonce, now),
+    }
+}
+
 #[cfg(test)]
 mod rule_tests {
-    use super::next_router_nonce;
+    use super::{confirmed_router_nonce, next_router_nonce};
+
+    #[test]
+    fn a_broadcast_moves_the_reservation_to_its_nonce_unless_one_is_ahead() {
+        assert_eq!(confirmed_router_nonce(None, 4, 100, 120), (4, 100));
+        assert_eq!(confirmed_router_nonce(Some((2, 90)), 4, 100, 120), (4, 100));
+        assert_eq!(confirmed_router_nonce(Some((4, 90)), 4, 100, 120), (4, 100));
+        // Reserved ahead and unsent: left to expire as it would have.
+        assert_eq!(confirmed_router_nonce(Some((6, 90)), 4, 100, 120), (6, 90));
+        // Reserved ahead but expired: the broadcast is what counts.
+        assert_eq!(confirmed_router_nonce(Some((6, 90)), 4, 300, 120), (4, 300));
+        // Then the next reservation comes after the broadcast one.
+        assert_eq!(next_router_nonce(Some((4, 100)), 4, 101, 120, 16), Some(5));
+    }
 
     #[test]
     fn consecutive_until_the_chain_catches_up_or_the_reservation_expires() {

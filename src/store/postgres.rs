@@ -14,15 +14,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use ethers_core::types::U256;
+use ethers_core::types::{H256, U256};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
 
 use super::rows::{self, Row};
 use super::{
-    Backend, Claim, InFlight, LaneStore, Lease, Limits, RouterNonceStore, SettlementStore,
-    StoreError,
+    Backend, Claim, InFlight, LaneStore, Lease, Limits, RouterNonceStore, Sent, SentStore,
+    SettlementStore, StoreError,
 };
 use crate::ledger::{LaneId, Pass, PaymentKey, Record, RouterNonceKey};
 
@@ -102,6 +102,16 @@ const MIGRATIONS: &[(i32, &str)] = &[
              caller text NOT NULL,
              body bytea NOT NULL
          );",
+    ),
+    (
+        6,
+        // Transactions the router forwarded: which chain a wallet's hash is asked on.
+        "CREATE TABLE router_sent (
+             hash text PRIMARY KEY,
+             chain text NOT NULL,
+             sent_at bigint NOT NULL
+         );
+         CREATE INDEX router_sent_at ON router_sent (sent_at);",
     ),
 ];
 
@@ -782,6 +792,74 @@ impl RouterNonceStore for PgStore {
             .await
             .map_err(pg)?;
         Ok(row.map(|r| uint(r.get(0))))
+    }
+
+    async fn confirm_router_nonce(
+        &self,
+        key: &RouterNonceKey,
+        nonce: u64,
+        now: u64,
+        ttl_secs: u64,
+    ) -> Result<(), StoreError> {
+        // store::confirmed_router_nonce, in one statement.
+        self.execute(
+            "INSERT INTO router_nonces (key, last_nonce, handed_at) VALUES ($1, $2, $3)
+             ON CONFLICT (key) DO UPDATE SET
+                 last_nonce = CASE WHEN $3 - router_nonces.handed_at < $4
+                                        AND router_nonces.last_nonce > $2
+                                   THEN router_nonces.last_nonce ELSE $2 END,
+                 handed_at = CASE WHEN $3 - router_nonces.handed_at < $4
+                                       AND router_nonces.last_nonce > $2
+                                  THEN router_nonces.handed_at ELSE $3 END",
+            &[
+                &key.storage_key(),
+                &int(nonce)?,
+                &int(now)?,
+                &int(ttl_secs)?,
+            ],
+        )
+        .await
+    }
+}
+
+#[async_trait]
+impl SentStore for PgStore {
+    async fn remember_sent(&self, hash: H256, sent: &Sent) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO router_sent (hash, chain, sent_at) VALUES ($1, $2, $3)
+             ON CONFLICT (hash) DO UPDATE SET chain = $2, sent_at = greatest(router_sent.sent_at, $3)",
+            &[&format!("{hash:#x}"), &sent.chain, &int(sent.at)?],
+        )
+        .await
+    }
+
+    async fn sent(&self, hash: H256) -> Result<Option<Sent>, StoreError> {
+        let row = self
+            .client()
+            .await?
+            .query_opt(
+                "SELECT chain, sent_at FROM router_sent WHERE hash = $1",
+                &[&format!("{hash:#x}")],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(row.map(|r| Sent {
+            chain: r.get(0),
+            at: uint(r.get(1)),
+        }))
+    }
+
+    async fn forget_sent(&self, cutoff: u64) -> Result<usize, StoreError> {
+        let forgotten = self
+            .client()
+            .await?
+            .execute(
+                "DELETE FROM router_sent WHERE sent_at < $1",
+                &[&int(cutoff)?],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(forgotten as usize)
     }
 }
 

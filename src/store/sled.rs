@@ -19,13 +19,13 @@ use sled::transaction::{ConflictableTransactionError, TransactionError, Transact
 use sled::{Db, Transactional, Tree};
 
 use super::{
-    next_router_nonce,
+    confirmed_router_nonce, next_router_nonce,
     rows::{self, Row},
-    Backend, Claim, InFlight, LaneStore, Lease, Limits, RouterNonceStore, SettlementStore,
-    StoreError,
+    Backend, Claim, InFlight, LaneStore, Lease, Limits, RouterNonceStore, Sent, SentStore,
+    SettlementStore, StoreError,
 };
 use crate::ledger::{Account, LaneId, Pass, PaymentKey, Record, RouterNonceKey};
-use ethers_core::types::U256;
+use ethers_core::types::{H256, U256};
 
 /// Version 2: settlement records with explicit states, and the unfinished/finished indexes.
 const SCHEMA_VERSION: &[u8] = b"2";
@@ -62,6 +62,8 @@ pub struct Store {
     pub signer_nonces: Tree,
     /// Nonce reservations per (chain, sender) handed out by the router.
     pub router_nonces: Tree,
+    /// Transaction hash (32 bytes) -> the chain the router sent it to and when (`SentRow`).
+    router_sent: Tree,
     /// Lease per (network, signer): holder, fence, expiry.
     lane_leases: Tree,
     /// Payment key -> value (32 bytes, big-endian) of each settlement that still exposes its
@@ -109,6 +111,7 @@ impl Store {
             finished: db.open_tree("finished")?,
             signer_nonces: db.open_tree("signer_nonces")?,
             router_nonces: db.open_tree("router_nonces")?,
+            router_sent: db.open_tree("router_sent")?,
             exposure: db.open_tree("exposure")?,
             request_keys: db.open_tree("request_keys")?,
             passes: db.open_tree("passes")?,
@@ -642,6 +645,72 @@ impl RouterNonceStore for Store {
             })?;
         self.flush().await?;
         Ok(handed_out)
+    }
+
+    async fn confirm_router_nonce(
+        &self,
+        key: &RouterNonceKey,
+        nonce: u64,
+        now: u64,
+        ttl_secs: u64,
+    ) -> Result<(), StoreError> {
+        self.router_nonces
+            .fetch_and_update(key.storage_key(), |old| {
+                let previous = old
+                    .and_then(|bytes| serde_json::from_slice::<RouterReservation>(bytes).ok())
+                    .map(|r| (r.last, r.at));
+                let (last, at) = confirmed_router_nonce(previous, nonce, now, ttl_secs);
+                Some(rows::encode(&RouterReservation { last, at }))
+            })?;
+        self.flush().await
+    }
+}
+
+/// A forwarded transaction as stored.
+#[derive(Serialize, Deserialize)]
+struct SentRow {
+    chain: String,
+    at: u64,
+}
+
+#[async_trait]
+impl SentStore for Store {
+    async fn remember_sent(&self, hash: H256, sent: &Sent) -> Result<(), StoreError> {
+        let row = SentRow {
+            chain: sent.chain.clone(),
+            at: sent.at,
+        };
+        self.router_sent
+            .insert(hash.as_bytes(), rows::encode(&row))?;
+        self.flush().await
+    }
+
+    async fn sent(&self, hash: H256) -> Result<Option<Sent>, StoreError> {
+        let Some(bytes) = self.router_sent.get(hash.as_bytes())? else {
+            return Ok(None);
+        };
+        let row: SentRow = serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
+            key: format!("router_sent/{hash:#x}"),
+            detail: e.to_string(),
+        })?;
+        Ok(Some(Sent {
+            chain: row.chain,
+            at: row.at,
+        }))
+    }
+
+    /// A scan of every row: pruning runs rarely, and the tree has no time index to keep.
+    async fn forget_sent(&self, cutoff: u64) -> Result<usize, StoreError> {
+        let mut forgotten = 0;
+        for entry in self.router_sent.iter() {
+            let (hash, bytes) = entry?;
+            let at = serde_json::from_slice::<SentRow>(&bytes).map_or(0, |row| row.at);
+            if at < cutoff {
+                self.router_sent.remove(hash)?;
+                forgotten += 1;
+            }
+        }
+        Ok(forgotten)
     }
 }
 
