@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ethers_core::types::{Address, H256, U256};
 
-use super::{next_router_nonce, Claim, Storage, StoreError};
+use super::{next_router_nonce, Claim, PayerCooldown, Storage, StoreError};
 use crate::ledger::{Inclusion, LaneId, Outcome, Record, RequestTag, RouterNonceKey, State};
 
 const LONG: Duration = Duration::from_secs(600);
@@ -332,6 +332,51 @@ async fn router_nonces_follow_the_rule(a: &Storage, _b: &Storage) {
     }
 }
 
+/// A cooldown stored through one handle refuses the payer on the other; a shorter one never
+/// shortens it; ended ones are not answered and pruning deletes exactly those.
+async fn cooldowns_are_shared_and_pruned(a: &Storage, b: &Storage) {
+    let now = 1_000_000;
+    let payer = Address::repeat_byte(0x51);
+    let ended = Address::repeat_byte(0x52);
+    assert_eq!(b.cooldown_of(payer, now).await.unwrap(), None);
+    a.cool_down(PayerCooldown {
+        payer,
+        until: now + 60,
+    })
+    .await
+    .unwrap();
+    b.cool_down(PayerCooldown {
+        payer,
+        until: now + 30,
+    })
+    .await
+    .unwrap();
+    a.cool_down(PayerCooldown {
+        payer: ended,
+        until: now - 1,
+    })
+    .await
+    .unwrap();
+    assert_eq!(b.cooldown_of(payer, now).await.unwrap(), Some(now + 60));
+    assert_eq!(a.cooldown_of(ended, now).await.unwrap(), None);
+    assert_eq!(
+        b.cooldowns(now).await.unwrap(),
+        vec![PayerCooldown {
+            payer,
+            until: now + 60
+        }]
+    );
+    assert_eq!(a.prune_cooldowns(now).await.unwrap(), 1);
+    assert_eq!(b.prune_cooldowns(now).await.unwrap(), 0);
+    assert_eq!(
+        b.cooldown_of(payer, now + 59).await.unwrap(),
+        Some(now + 60)
+    );
+    assert_eq!(b.cooldown_of(payer, now + 60).await.unwrap(), None);
+    assert_eq!(a.prune_cooldowns(now + 60).await.unwrap(), 1);
+    assert!(b.cooldowns(0).await.unwrap().is_empty());
+}
+
 fn other_lane() -> LaneId {
     LaneId {
         network: "net".to_string(),
@@ -451,6 +496,12 @@ macro_rules! conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn exposure_adds_up_per_account() {
                 run("exposure", |a, b| async move { super::exposure_adds_up_per_account(&a, &b).await }).await;
+            }
+
+            $(#[$attr])?
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn cooldowns_are_shared_and_pruned() {
+                run("cooldowns", |a, b| async move { super::cooldowns_are_shared_and_pruned(&a, &b).await }).await;
             }
 
             $(#[$attr])?

@@ -14,13 +14,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use ethers_core::types::U256;
+use ethers_core::types::{Address, U256};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
 
 use super::rows::{self, Row};
-use super::{Backend, Claim, LaneStore, Lease, RouterNonceStore, SettlementStore, StoreError};
+use super::{
+    Backend, Claim, CooldownStore, LaneStore, Lease, PayerCooldown, RouterNonceStore,
+    SettlementStore, StoreError,
+};
+use crate::evm::hex_bytes;
 use crate::ledger::{LaneId, PaymentKey, Record, RouterNonceKey};
 
 /// Connections per instance: the operator provisions instances x this on the server.
@@ -79,6 +83,16 @@ const MIGRATIONS: &[(i32, &str)] = &[
          CREATE INDEX settlements_exposure ON settlements (account) WHERE exposure IS NOT NULL;
          CREATE UNIQUE INDEX settlements_request_key ON settlements (request_key)
              WHERE request_key IS NOT NULL;",
+    ),
+    (
+        4,
+        // Revert cooldowns (access.md §3): a payer refused until `until_at` (unix seconds),
+        // honoured by every instance and after restarts.
+        "CREATE TABLE payer_cooldowns (
+             payer text PRIMARY KEY,
+             until_at bigint NOT NULL
+         );
+         CREATE INDEX payer_cooldowns_until ON payer_cooldowns (until_at);",
     ),
 ];
 
@@ -677,6 +691,74 @@ impl RouterNonceStore for PgStore {
             .await
             .map_err(pg)?;
         Ok(row.map(|r| uint(r.get(0))))
+    }
+}
+
+/// A payer as `payer_cooldowns` keys it (lowercase hex).
+fn payer_key(payer: Address) -> String {
+    hex_bytes(payer)
+}
+
+#[async_trait]
+impl CooldownStore for PgStore {
+    async fn cool_down(&self, cooldown: PayerCooldown) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO payer_cooldowns (payer, until_at) VALUES ($1, $2)
+             ON CONFLICT (payer) DO UPDATE
+                 SET until_at = greatest(payer_cooldowns.until_at, EXCLUDED.until_at)",
+            &[&payer_key(cooldown.payer), &int(cooldown.until)?],
+        )
+        .await
+    }
+
+    async fn cooldown_of(&self, payer: Address, now: u64) -> Result<Option<u64>, StoreError> {
+        let row = self
+            .client()
+            .await?
+            .query_opt(
+                "SELECT until_at FROM payer_cooldowns WHERE payer = $1 AND until_at > $2",
+                &[&payer_key(payer), &int(now)?],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(row.map(|r| uint(r.get(0))))
+    }
+
+    async fn cooldowns(&self, now: u64) -> Result<Vec<PayerCooldown>, StoreError> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                "SELECT payer, until_at FROM payer_cooldowns WHERE until_at > $1",
+                &[&int(now)?],
+            )
+            .await
+            .map_err(pg)?;
+        rows.iter()
+            .map(|r| {
+                let payer: &str = r.get(0);
+                Ok(PayerCooldown {
+                    payer: payer.parse().map_err(|_| StoreError::Corrupt {
+                        key: payer.to_string(),
+                        detail: "not a payer address".to_string(),
+                    })?,
+                    until: uint(r.get(1)),
+                })
+            })
+            .collect()
+    }
+
+    async fn prune_cooldowns(&self, now: u64) -> Result<usize, StoreError> {
+        let pruned = self
+            .client()
+            .await?
+            .execute(
+                "DELETE FROM payer_cooldowns WHERE until_at <= $1",
+                &[&int(now)?],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(pruned as usize)
     }
 }
 

@@ -261,7 +261,7 @@ impl Worker {
             } else {
                 // Its trial succeeded, or nothing was sent: the payer's wallet or balance
                 // answered the chain differently, at the operator's expense.
-                self.lane.cooldown.impose(record.payer);
+                self.lane.cooldown.impose(record.payer).await;
                 Some(diagnose_revert(&self.lane.chain, record, inclusion.transaction).await)
             };
             let confirmed = record.confirm(head.number, settings.confirmations, || {

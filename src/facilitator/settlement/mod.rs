@@ -202,6 +202,13 @@ impl Settler {
         if let Some(known) = self.known(&key, &payment, tag.as_ref()).await? {
             return self.answer_known(known, &key, deadline).await;
         }
+        if let Err(failure) = self
+            .verifier
+            .check_cooldown_stored(payment.auth.from)
+            .await?
+        {
+            return Ok(Settled::failed(failure));
+        }
         if let Method::Permit2Upto { .. } = payment.method {
             if payment.charge().is_zero() {
                 return self.charge_nothing(&payment).await;
