@@ -24,6 +24,7 @@ pub fn record(nonce: u8) -> Record {
         digest: H256::repeat_byte(0xd0),
         method: Default::default(),
         via: None,
+        sender: None,
         calldata: Bytes::from(vec![1, 2, 3]),
         gas_limit: 90_000,
         request: None,

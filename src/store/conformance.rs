@@ -440,11 +440,55 @@ async fn the_work_queue_hands_each_claim_to_one_lane_and_a_takeover_inherits(
     assert!(b.take_queued(&three, 10).await.unwrap().is_empty());
 }
 
+/// Shared stores only: a claim that names its signer (an `upto` witness's facilitator) is
+/// taken by that signer's lane alone: queued free, given back after a lost lease, or left
+/// by a lane that changed hands.
+async fn a_claim_naming_its_signer_goes_to_that_signers_lane_only(a: &Storage, b: &Storage) {
+    let named = b
+        .acquire(&other_lane(), "two", LONG)
+        .await
+        .unwrap()
+        .unwrap();
+    let other = a.acquire(&lane(), "one", LONG).await.unwrap().unwrap();
+    let mut upto = record(20);
+    upto.sender = Some(other_lane().signer);
+    a.claim(&upto.key(), &upto, None, U256::MAX).await.unwrap();
+    assert!(a.take_queued(&other, 10).await.unwrap().is_empty());
+    let taken = b.take_queued(&named, 10).await.unwrap();
+    assert_eq!(taken.len(), 1, "{taken:?}");
+    assert_eq!(
+        taken[0].sender,
+        Some(other_lane().signer),
+        "the record keeps its signer"
+    );
+    // Given back (its lane lost the lease): still only that signer's.
+    b.requeue(&[upto.key()]).await.unwrap();
+    assert!(a.take_queued(&other, 10).await.unwrap().is_empty());
+    // Taken again by the named lane, which then changes hands: its next holder inherits it.
+    assert_eq!(b.take_queued(&named, 10).await.unwrap().len(), 1);
+    b.acquire(&other_lane(), "two", Duration::ZERO)
+        .await
+        .unwrap();
+    let next = a
+        .acquire(&other_lane(), "three", LONG)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(a.take_queued(&next, 10).await.unwrap().len(), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a server: scripts/test-postgres runs it"]
 async fn postgres_work_queue() {
     let (a, b) = open_postgres("queue").await;
     the_work_queue_hands_each_claim_to_one_lane_and_a_takeover_inherits(&a, &b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a server: scripts/test-postgres runs it"]
+async fn postgres_work_queue_named_signer() {
+    let (a, b) = open_postgres("queue_named").await;
+    a_claim_naming_its_signer_goes_to_that_signers_lane_only(&a, &b).await;
 }
 
 /// Every case, each on a fresh store from `open` (called twice per store: two handles).

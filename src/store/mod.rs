@@ -145,7 +145,8 @@ pub trait LaneStore: Send + Sync {
         records: &[&Record],
     ) -> Result<(), StoreError>;
     /// Takes up to `limit` claims from the work queue for `lease`'s lane: free ones of its
-    /// network, and those its lane took under an older fence (a previous holder's). `SKIP
+    /// network that its signer may send (`Record::sender` names it, or nobody), and those its lane took
+    /// under an older fence (a previous holder's). `SKIP
     /// LOCKED`: instances polling together never take the same claim.
     async fn take_queued(&self, lease: &Lease, limit: usize) -> Result<Vec<Record>, StoreError>;
     /// Frees queued claims a lane took but will not sign (it lost its lease).

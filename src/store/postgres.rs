@@ -94,6 +94,12 @@ const MIGRATIONS: &[(i32, &str)] = &[
          );
          CREATE INDEX payer_cooldowns_until ON payer_cooldowns (until_at);",
     ),
+    (
+        5,
+        // The only signer that may send a queued claim (`Record::sender`, an `upto` witness's
+        // facilitator); NULL: any lane of its network.
+        "ALTER TABLE settlement_queue ADD COLUMN signer text;",
+    ),
 ];
 
 pub struct PgStore {
@@ -418,8 +424,8 @@ impl SettlementStore for PgStore {
                  VALUES ($1, $2, true, $6, $7::text::numeric, $8)
                  RETURNING payment_key
              )
-             INSERT INTO settlement_queue (payment_key, network, lane, fence)
-             SELECT payment_key, $3, $4, $5 FROM claimed",
+             INSERT INTO settlement_queue (payment_key, network, lane, fence, signer)
+             SELECT payment_key, $3, $4, $5, $9 FROM claimed",
                 &[
                     &id,
                     &c.text,
@@ -429,6 +435,7 @@ impl SettlementStore for PgStore {
                     &c.account,
                     &c.exposure,
                     &request_key,
+                    &record.sender.map(hex_bytes),
                 ],
             )
             .await;
@@ -623,6 +630,7 @@ impl LaneStore for PgStore {
                 "UPDATE settlement_queue q SET lane = $2, fence = $3
                  FROM (SELECT payment_key FROM settlement_queue
                        WHERE network = $1 AND (lane IS NULL OR (lane = $2 AND fence < $3))
+                         AND (signer IS NULL OR signer = $6)
                        ORDER BY queued_at
                        FOR UPDATE SKIP LOCKED
                        LIMIT $4) picked,
@@ -637,6 +645,7 @@ impl LaneStore for PgStore {
                     &int(lease.fence)?,
                     &int(limit as u64)?,
                     &lease.holder,
+                    &hex_bytes(lease.lane.signer),
                 ],
             )
             .await

@@ -30,6 +30,7 @@ fn fixture_claim(n: u8) -> Record {
         digest: H256::repeat_byte(0x80 + n),
         method: Default::default(),
         via: None,
+        sender: None,
         calldata: Bytes::from(vec![0xe3, 0xee, 0x16, 0x0e, n]),
         gas_limit: 150_000,
         request: Some(RequestTag {

@@ -165,6 +165,7 @@ mod v1 {
                 digest: self.digest,
                 method: Default::default(),
                 via: None,
+                sender: None,
                 calldata: self.calldata,
                 gas_limit: self.gas_limit,
                 request: None,

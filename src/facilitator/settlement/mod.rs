@@ -692,6 +692,10 @@ fn new_record(
         digest: payment.digest,
         method: payment.method.transfer_method(),
         via: (call.to != payment.token.address).then_some(call.to),
+        sender: match payment.method {
+            Method::Permit2Upto { facilitator } => Some(facilitator),
+            _ => None,
+        },
         calldata: call.data,
         gas_limit,
         request,
