@@ -65,9 +65,10 @@ impl Facilitator {
         lease: settlement::LeaseSettings,
     ) -> Result<Self, SetupError> {
         let deny_list = load_deny_list(&settings.deny_list_file)?;
-        let cooldown = Arc::new(Cooldown::new(Duration::from_secs(
-            settings.revert_cooldown_secs,
-        )));
+        let cooldown = Arc::new(Cooldown::new(
+            Duration::from_secs(settings.revert_cooldown_secs),
+            store.clone(),
+        ));
         let mut networks = Vec::new();
         let mut lanes = Vec::new();
         for name in &settings.networks {
@@ -134,6 +135,9 @@ impl Facilitator {
     /// Picks up settlements a previous run left unfinished and starts the signer lanes; call
     /// before serving.
     pub async fn start(&self) -> Result<usize, SettleError> {
+        // Before serving: a payer refused before a restart is refused from the first request.
+        self.cooldown.load().await?;
+        self.cooldown.clone().spawn_upkeep();
         self.settler.start().await
     }
 
@@ -322,7 +326,8 @@ impl Facilitator {
         self.settler.lost_settlements()
     }
 
-    /// Payers refused since start because a settlement of theirs reverted on chain.
+    /// Payers refused by this instance since start because a settlement of theirs reverted on
+    /// chain.
     pub fn revert_cooldowns(&self) -> u64 {
         self.cooldown.imposed()
     }

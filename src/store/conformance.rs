@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use ethers_core::types::{Address, H256, U256};
 
-use super::{next_router_nonce, Claim, Limits, Permit2Clash, Sent, Storage, StoreError};
+use super::{
+    next_router_nonce, Claim, Limits, PayerCooldown, Permit2Clash, Sent, Storage, StoreError,
+};
 use crate::ledger::{Inclusion, LaneId, Outcome, Pass, Record, RequestTag, RouterNonceKey, State};
 
 const LONG: Duration = Duration::from_secs(600);
@@ -565,6 +567,51 @@ async fn sent_transactions_are_found_until_forgotten(a: &Storage, b: &Storage) {
     assert_eq!(b.sent(new).await.unwrap(), Some(sent("op", 200)));
 }
 
+/// A cooldown stored through one handle refuses the payer on the other; a shorter one never
+/// shortens it; ended ones are not answered and pruning deletes exactly those.
+async fn cooldowns_are_shared_and_pruned(a: &Storage, b: &Storage) {
+    let now = 1_000_000;
+    let payer = Address::repeat_byte(0x51);
+    let ended = Address::repeat_byte(0x52);
+    assert_eq!(b.cooldown_of(payer, now).await.unwrap(), None);
+    a.cool_down(PayerCooldown {
+        payer,
+        until: now + 60,
+    })
+    .await
+    .unwrap();
+    b.cool_down(PayerCooldown {
+        payer,
+        until: now + 30,
+    })
+    .await
+    .unwrap();
+    a.cool_down(PayerCooldown {
+        payer: ended,
+        until: now - 1,
+    })
+    .await
+    .unwrap();
+    assert_eq!(b.cooldown_of(payer, now).await.unwrap(), Some(now + 60));
+    assert_eq!(a.cooldown_of(ended, now).await.unwrap(), None);
+    assert_eq!(
+        b.cooldowns(now).await.unwrap(),
+        vec![PayerCooldown {
+            payer,
+            until: now + 60
+        }]
+    );
+    assert_eq!(a.prune_cooldowns(now).await.unwrap(), 1);
+    assert_eq!(b.prune_cooldowns(now).await.unwrap(), 0);
+    assert_eq!(
+        b.cooldown_of(payer, now + 59).await.unwrap(),
+        Some(now + 60)
+    );
+    assert_eq!(b.cooldown_of(payer, now + 60).await.unwrap(), None);
+    assert_eq!(a.prune_cooldowns(now + 60).await.unwrap(), 1);
+    assert!(b.cooldowns(0).await.unwrap().is_empty());
+}
+
 fn other_lane() -> LaneId {
     LaneId {
         network: "net".to_string(),
@@ -632,11 +679,57 @@ async fn the_work_queue_hands_each_claim_to_one_lane_and_a_takeover_inherits(
     assert!(b.take_queued(&three, 10).await.unwrap().is_empty());
 }
 
+/// Shared stores only: a claim that names its signer (an `upto` witness's facilitator) is
+/// taken by that signer's lane alone: queued free, given back after a lost lease, or left
+/// by a lane that changed hands.
+async fn a_claim_naming_its_signer_goes_to_that_signers_lane_only(a: &Storage, b: &Storage) {
+    let named = b
+        .acquire(&other_lane(), "two", LONG)
+        .await
+        .unwrap()
+        .unwrap();
+    let other = a.acquire(&lane(), "one", LONG).await.unwrap().unwrap();
+    let mut upto = record(20);
+    upto.sender = Some(other_lane().signer);
+    a.claim(&upto.key(), &upto, None, &Limits::balance(U256::MAX))
+        .await
+        .unwrap();
+    assert!(a.take_queued(&other, 10).await.unwrap().is_empty());
+    let taken = b.take_queued(&named, 10).await.unwrap();
+    assert_eq!(taken.len(), 1, "{taken:?}");
+    assert_eq!(
+        taken[0].sender,
+        Some(other_lane().signer),
+        "the record keeps its signer"
+    );
+    // Given back (its lane lost the lease): still only that signer's.
+    b.requeue(&[upto.key()]).await.unwrap();
+    assert!(a.take_queued(&other, 10).await.unwrap().is_empty());
+    // Taken again by the named lane, which then changes hands: its next holder inherits it.
+    assert_eq!(b.take_queued(&named, 10).await.unwrap().len(), 1);
+    b.acquire(&other_lane(), "two", Duration::ZERO)
+        .await
+        .unwrap();
+    let next = a
+        .acquire(&other_lane(), "three", LONG)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(a.take_queued(&next, 10).await.unwrap().len(), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a server: scripts/test-postgres runs it"]
 async fn postgres_work_queue() {
     let (a, b) = open_postgres("queue").await;
     the_work_queue_hands_each_claim_to_one_lane_and_a_takeover_inherits(&a, &b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a server: scripts/test-postgres runs it"]
+async fn postgres_work_queue_named_signer() {
+    let (a, b) = open_postgres("queue_named").await;
+    a_claim_naming_its_signer_goes_to_that_signers_lane_only(&a, &b).await;
 }
 
 /// Every case, each on a fresh store from `open` (called twice per store: two handles).
@@ -700,6 +793,12 @@ macro_rules! conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn exposure_adds_up_per_account() {
                 run("exposure", |a, b| async move { super::exposure_adds_up_per_account(&a, &b).await }).await;
+            }
+
+            $(#[$attr])?
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn cooldowns_are_shared_and_pruned() {
+                run("cooldowns", |a, b| async move { super::cooldowns_are_shared_and_pruned(&a, &b).await }).await;
             }
 
             $(#[$attr])?

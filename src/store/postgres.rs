@@ -14,16 +14,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use ethers_core::types::{H256, U256};
+use ethers_core::types::{Address, H256, U256};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
 
 use super::rows::{self, Row};
 use super::{
-    Backend, Claim, InFlight, LaneStore, Lease, Limits, RouterNonceStore, Sent, SentStore,
-    SettlementStore, StoreError,
+    Backend, Claim, CooldownStore, InFlight, LaneStore, Lease, Limits, PayerCooldown,
+    RouterNonceStore, Sent, SentStore, SettlementStore, StoreError,
 };
+use crate::evm::hex_bytes;
 use crate::ledger::{LaneId, Pass, PaymentKey, Record, RouterNonceKey};
 
 /// Connections per instance: the operator provisions instances x this on the server.
@@ -112,6 +113,22 @@ const MIGRATIONS: &[(i32, &str)] = &[
              sent_at bigint NOT NULL
          );
          CREATE INDEX router_sent_at ON router_sent (sent_at);",
+    ),
+    (
+        7,
+        // Revert cooldowns (access.md §3): a payer refused until `until_at` (unix seconds),
+        // honoured by every instance and after restarts.
+        "CREATE TABLE payer_cooldowns (
+             payer text PRIMARY KEY,
+             until_at bigint NOT NULL
+         );
+         CREATE INDEX payer_cooldowns_until ON payer_cooldowns (until_at);",
+    ),
+    (
+        8,
+        // The only signer that may send a queued claim (`Record::sender`, an `upto` witness's
+        // facilitator); NULL: any lane of its network.
+        "ALTER TABLE settlement_queue ADD COLUMN signer text;",
     ),
 ];
 
@@ -458,8 +475,8 @@ impl SettlementStore for PgStore {
                  VALUES ($1, $2, true, $6, $7::text::numeric, $8, $9, $10)
                  RETURNING payment_key
              )
-             INSERT INTO settlement_queue (payment_key, network, lane, fence)
-             SELECT payment_key, $3, $4, $5 FROM claimed",
+             INSERT INTO settlement_queue (payment_key, network, lane, fence, signer)
+             SELECT payment_key, $3, $4, $5, $11 FROM claimed",
                 &[
                     &id,
                     &c.text,
@@ -471,6 +488,7 @@ impl SettlementStore for PgStore {
                     &request_key,
                     &c.permit2_nonce,
                     &c.permit2_approves,
+                    &record.sender.map(hex_bytes),
                 ],
             )
             .await;
@@ -724,6 +742,7 @@ impl LaneStore for PgStore {
                 "UPDATE settlement_queue q SET lane = $2, fence = $3
                  FROM (SELECT payment_key FROM settlement_queue
                        WHERE network = $1 AND (lane IS NULL OR (lane = $2 AND fence < $3))
+                         AND (signer IS NULL OR signer = $6)
                        ORDER BY queued_at
                        FOR UPDATE SKIP LOCKED
                        LIMIT $4) picked,
@@ -738,6 +757,7 @@ impl LaneStore for PgStore {
                     &int(lease.fence)?,
                     &int(limit as u64)?,
                     &lease.holder,
+                    &hex_bytes(lease.lane.signer),
                 ],
             )
             .await
@@ -860,6 +880,74 @@ impl SentStore for PgStore {
             .await
             .map_err(pg)?;
         Ok(forgotten as usize)
+    }
+}
+
+/// A payer as `payer_cooldowns` keys it (lowercase hex).
+fn payer_key(payer: Address) -> String {
+    hex_bytes(payer)
+}
+
+#[async_trait]
+impl CooldownStore for PgStore {
+    async fn cool_down(&self, cooldown: PayerCooldown) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO payer_cooldowns (payer, until_at) VALUES ($1, $2)
+             ON CONFLICT (payer) DO UPDATE
+                 SET until_at = greatest(payer_cooldowns.until_at, EXCLUDED.until_at)",
+            &[&payer_key(cooldown.payer), &int(cooldown.until)?],
+        )
+        .await
+    }
+
+    async fn cooldown_of(&self, payer: Address, now: u64) -> Result<Option<u64>, StoreError> {
+        let row = self
+            .client()
+            .await?
+            .query_opt(
+                "SELECT until_at FROM payer_cooldowns WHERE payer = $1 AND until_at > $2",
+                &[&payer_key(payer), &int(now)?],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(row.map(|r| uint(r.get(0))))
+    }
+
+    async fn cooldowns(&self, now: u64) -> Result<Vec<PayerCooldown>, StoreError> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                "SELECT payer, until_at FROM payer_cooldowns WHERE until_at > $1",
+                &[&int(now)?],
+            )
+            .await
+            .map_err(pg)?;
+        rows.iter()
+            .map(|r| {
+                let payer: &str = r.get(0);
+                Ok(PayerCooldown {
+                    payer: payer.parse().map_err(|_| StoreError::Corrupt {
+                        key: payer.to_string(),
+                        detail: "not a payer address".to_string(),
+                    })?,
+                    until: uint(r.get(1)),
+                })
+            })
+            .collect()
+    }
+
+    async fn prune_cooldowns(&self, now: u64) -> Result<usize, StoreError> {
+        let pruned = self
+            .client()
+            .await?
+            .execute(
+                "DELETE FROM payer_cooldowns WHERE until_at <= $1",
+                &[&int(now)?],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(pruned as usize)
     }
 }
 

@@ -21,11 +21,11 @@ use sled::{Db, Transactional, Tree};
 use super::{
     confirmed_router_nonce, next_router_nonce,
     rows::{self, Row},
-    Backend, Claim, InFlight, LaneStore, Lease, Limits, RouterNonceStore, Sent, SentStore,
-    SettlementStore, StoreError,
+    Backend, Claim, CooldownStore, InFlight, LaneStore, Lease, Limits, PayerCooldown,
+    RouterNonceStore, Sent, SentStore, SettlementStore, StoreError,
 };
 use crate::ledger::{Account, LaneId, Pass, PaymentKey, Record, RouterNonceKey};
-use ethers_core::types::{H256, U256};
+use ethers_core::types::{Address, H256, U256};
 
 /// Version 2: settlement records with explicit states, and the unfinished/finished indexes.
 const SCHEMA_VERSION: &[u8] = b"2";
@@ -78,6 +78,8 @@ pub struct Store {
     permit2_exposure: Tree,
     /// `Permit2Nonce` -> payment key of the Permit2 settlement in flight that spends it.
     permit2_nonces: Tree,
+    /// Payer address (20 bytes) -> end of its revert cooldown (8 bytes, big-endian unix seconds).
+    cooldowns: Tree,
     /// Serialises claims: an account's exposure is summed and the claim added as one step.
     claims: Arc<std::sync::Mutex<()>>,
 }
@@ -117,6 +119,7 @@ impl Store {
             passes: db.open_tree("passes")?,
             permit2_exposure: db.open_tree("permit2_exposure")?,
             permit2_nonces: db.open_tree("permit2_nonces")?,
+            cooldowns: db.open_tree("cooldowns")?,
             claims: Arc::default(),
             lane_leases,
             db,
@@ -711,6 +714,61 @@ impl SentStore for Store {
             }
         }
         Ok(forgotten)
+    }
+}
+
+/// A stored cooldown end (8 bytes, big-endian); anything else reads as ended.
+fn cooldown_end(bytes: &[u8]) -> u64 {
+    bytes.try_into().map(u64::from_be_bytes).unwrap_or(0)
+}
+
+#[async_trait]
+impl CooldownStore for Store {
+    /// Flushed: a cooldown must outlive a crash right after the revert that caused it.
+    async fn cool_down(&self, cooldown: PayerCooldown) -> Result<(), StoreError> {
+        self.cooldowns
+            .fetch_and_update(cooldown.payer.as_bytes(), |old| {
+                let until = old.map_or(0, cooldown_end).max(cooldown.until);
+                Some(until.to_be_bytes().to_vec())
+            })?;
+        self.flush().await
+    }
+
+    async fn cooldown_of(&self, payer: Address, now: u64) -> Result<Option<u64>, StoreError> {
+        let until = self.cooldowns.get(payer.as_bytes())?;
+        Ok(until.map(|b| cooldown_end(&b)).filter(|until| *until > now))
+    }
+
+    async fn cooldowns(&self, now: u64) -> Result<Vec<PayerCooldown>, StoreError> {
+        let mut out = Vec::new();
+        for entry in self.cooldowns.iter() {
+            let (payer, until) = entry?;
+            let until = cooldown_end(&until);
+            if until > now && payer.len() == Address::len_bytes() {
+                out.push(PayerCooldown {
+                    payer: Address::from_slice(&payer),
+                    until,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    async fn prune_cooldowns(&self, now: u64) -> Result<usize, StoreError> {
+        let mut pruned = 0;
+        for entry in self.cooldowns.iter() {
+            let (payer, until) = entry?;
+            // Removed only if unchanged: a cooldown imposed meanwhile stays.
+            if cooldown_end(&until) <= now
+                && self
+                    .cooldowns
+                    .compare_and_swap(&payer, Some(until), None as Option<&[u8]>)?
+                    .is_ok()
+            {
+                pruned += 1;
+            }
+        }
+        Ok(pruned)
     }
 }
 

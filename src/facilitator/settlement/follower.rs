@@ -643,7 +643,7 @@ async fn judge_revert(lane: &Lane, record: &Record, inclusion: Inclusion, head: 
         }
         Lookup::NotYet | Lookup::None => {}
     }
-    lane.cooldown.impose(record.payer);
+    lane.cooldown.impose(record.payer).await;
     Reverted::Failed(diagnose_revert(&lane.chain, record, inclusion.transaction).await)
 }
 

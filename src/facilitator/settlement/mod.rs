@@ -205,6 +205,13 @@ impl Settler {
         if let Some(known) = self.known(&key, &payment, asking).await? {
             return self.answer_known(known, &key, asking, deadline).await;
         }
+        if let Err(failure) = self
+            .verifier
+            .check_cooldown_stored(payment.auth.from)
+            .await?
+        {
+            return Ok(Settled::failed(failure));
+        }
         if let Method::Permit2Upto { .. } = payment.method {
             if payment.charge().is_zero() {
                 return self.charge_nothing(&payment).await;
@@ -802,6 +809,10 @@ fn new_record(
         method: payment.method.transfer_method(),
         approves_permit2: payment.eip2612.is_some(),
         via: (call.to != payment.token.address).then_some(call.to),
+        sender: match payment.method {
+            Method::Permit2Upto { facilitator } => Some(facilitator),
+            _ => None,
+        },
         calldata: call.data,
         gas_limit,
         request: asking.tag.clone(),
