@@ -217,6 +217,10 @@ pub struct ChainSettings {
     /// onto a saturated node (the wait does not count against `request_timeout_ms`).
     #[serde(default = "default_max_concurrent_requests")]
     pub max_concurrent_requests: usize,
+    /// Callers' reads in flight on this chain, per kind (verify, settle, router): over it a
+    /// caller is answered 503 at once (access.md §3b).
+    #[serde(default = "default_max_caller_reads")]
+    pub max_caller_reads: usize,
     /// Most calls routerd puts in one HTTP request when it sends small batches together (a
     /// provider that refuses larger batches needs its limit here; 1 sends each on its own).
     #[serde(default = "default_max_batch_calls")]
@@ -255,6 +259,9 @@ fn default_max_settlement_gas() -> u64 {
 
 fn default_max_concurrent_requests() -> usize {
     64
+}
+fn default_max_caller_reads() -> usize {
+    256
 }
 fn default_max_batch_calls() -> usize {
     64

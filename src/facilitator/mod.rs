@@ -17,7 +17,7 @@ use std::time::Duration;
 use ethers_core::types::Address;
 use ethers_core::utils::to_checksum;
 
-use crate::chain::Chain;
+use crate::chain::{Budget, Chain};
 use crate::config::{ChainSettings, FacilitatorSettings, TransferMethod};
 use crate::evm::{self, erc3009, permit2};
 use crate::ledger::{Asking, PaymentKey, Reason};
@@ -223,7 +223,10 @@ impl Facilitator {
             return Ok(Err(failure));
         }
         let message = match self.settler.claim_on(&payment).await? {
-            None => return Ok(self.verifier.check_on_chain(&payment).await?),
+            None => {
+                let _read = payment.network.chain.client.admit(Budget::Verify)?;
+                return Ok(self.verifier.check_on_chain(&payment).await?);
+            }
             Some(ClaimOn::BeingSettled) => "authorization already being settled",
             Some(ClaimOn::Settled) => "authorization already settled",
         };

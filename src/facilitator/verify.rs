@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use super::cooldown::Cooldown;
 use super::lens;
 use super::request::{Invalid, Message, Method, Request, Served, TokenInfo};
+use crate::chain::Traffic;
 use crate::chain::{self, Batch, Call, CallResult, Chain, ReadMode, Slot, Unreachable};
 use crate::clock::unix_now;
 use crate::evm;
@@ -685,7 +686,7 @@ async fn read_with_lens(
     });
     let estimate = estimate.map(|call| batch.add(call));
     let chain = &network.chain;
-    let answers = chain.client.ask(&batch).await?;
+    let answers = chain.client.ask(Traffic::Callers, &batch).await?;
     let read = match answers.get(lens) {
         Err(e) if e.is_execution_failure() => return Ok(LensRead::Halted),
         answer => answer.as_ref().ok().and_then(lens::decode_answer),
@@ -799,7 +800,7 @@ async fn read_in_batch(
 ) -> Result<(ChainFacts, Option<Tried>), Unreachable> {
     let (batch, slots) = facts_batch(payment, trial);
     let chain = &payment.network.chain;
-    let answers = chain.client.ask(&batch).await?;
+    let answers = chain.client.ask(Traffic::Callers, &batch).await?;
     let word = |slot: Slot, what: &str| -> Result<U256, Unreachable> {
         match answers.get(slot) {
             Ok(v) => evm::parse_word(v)

@@ -6,7 +6,7 @@ use jsonrpsee::server::HttpResponse;
 use jsonrpsee::types::ErrorObjectOwned;
 use serde::Serialize;
 
-use crate::chain::Unreachable;
+use crate::chain::{self, Unreachable};
 use crate::facilitator::SettleError;
 use crate::router::{RelayError, RouteError};
 
@@ -96,6 +96,7 @@ impl From<SettleError> for WireError {
     fn from(e: SettleError) -> Self {
         let code = match &e {
             SettleError::Unreachable(_) => 502,
+            SettleError::Overloaded(_) => 503,
             SettleError::Pending(_) => 504,
             SettleError::Abandoned(_) => 503,
             SettleError::KeyReused(_) | SettleError::IdentifierReused(_) => 409,
@@ -111,6 +112,12 @@ impl From<SettleError> for WireError {
             }
             other => other.to_string(),
         };
+        if let SettleError::Overloaded(_) = e {
+            // The one 5xx by design: an overload, answered at once (access.md §3b).
+            let mut busy = Self::new(StatusCode::SERVICE_UNAVAILABLE, code, message);
+            busy.retry_after_secs = Some(chain::traffic::RETRY_AFTER_SECS);
+            return busy;
+        }
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
 }

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use super::request::{Invalid, Message, Method, Request};
 use super::verify::{check_terms, Payer, Payment, Trial, Tried, Verifier};
-use crate::chain::{Head, Unreachable};
+use crate::chain::{Budget, Head, Overloaded, Unreachable};
 use crate::clock::unix_now;
 use crate::evm;
 use crate::evm::{erc3009, erc6492, permit2};
@@ -56,6 +56,9 @@ const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 pub enum SettleError {
     #[error(transparent)]
     Unreachable(#[from] Unreachable),
+    /// The chain's budget for callers' reads of this kind is spent: busy, try again shortly.
+    #[error(transparent)]
+    Overloaded(#[from] Overloaded),
     /// Still unknown at the deadline: the hash once broadcast, `None` while still being signed.
     #[error("{}", pending_message(.0))]
     Pending(Option<H256>),
@@ -269,6 +272,7 @@ impl Settler {
     /// An `upto` payment charged nothing: once the payment reads valid on chain, a success with
     /// no transaction, and nothing stored (the permit stays unused).
     async fn charge_nothing(&self, payment: &Payment<'_>) -> Result<Settled, SettleError> {
+        let _read = payment.network.chain.client.admit(Budget::Settle)?;
         Ok(match self.verifier.check_on_chain(payment).await? {
             Ok(()) => Settled {
                 success: true,
@@ -289,6 +293,7 @@ impl Settler {
         asking: &Asking,
         deadline: Instant,
     ) -> Result<Prepared, SettleError> {
+        let _read = payment.network.chain.client.admit(Budget::Settle)?;
         let prepared = tokio::time::timeout_at(deadline, self.prepare(payment, reservation.lane()))
             .await
             .map_err(|_| Unreachable {

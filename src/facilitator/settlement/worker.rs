@@ -32,6 +32,7 @@ use super::lane::{Lane, Lanes};
 use super::lease::LeaseHold;
 use super::waiters::{Progress, Waiters};
 use super::{LeaseSettings, Ledger};
+use crate::chain::Traffic;
 use crate::chain::{Call, Refusal};
 use crate::clock::unix_now;
 use crate::evm;
@@ -573,7 +574,7 @@ impl Worker {
             .iter()
             .map(|raw| Call::new("eth_sendRawTransaction", vec![json!(evm::hex_bytes(raw))]))
             .collect();
-        match self.lane.chain.client.batch(&calls).await {
+        match self.lane.chain.client.batch(Traffic::Own, &calls).await {
             Ok(answers) => answers
                 .iter()
                 .map(|a| match a {
@@ -615,6 +616,7 @@ pub(super) async fn transaction_count(lane: &Lane, block: &str) -> Option<u64> {
         .chain
         .client
         .call(
+            Traffic::Own,
             "eth_getTransactionCount",
             vec![
                 json!(crate::evm::hex_bytes(lane.signer.address)),
