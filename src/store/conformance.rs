@@ -477,6 +477,32 @@ async fn router_nonces_are_consecutive_across_handles(a: &Storage, b: &Storage) 
     assert_eq!(reserve(a, 3, 101, 1003).await, Some(132));
 }
 
+/// Reservations handed out before the cutoff are deleted, from either handle, and the others
+/// stand (access.md §3b: strangers naming new senders do not grow the store for good).
+async fn expired_router_reservations_are_deleted(a: &Storage, b: &Storage) {
+    let ttl = 120;
+    let (old, fresh) = (router_key(0x21), router_key(0x22));
+    assert_eq!(
+        a.reserve_router_nonce(&old, 3, 100, ttl, 16).await.unwrap(),
+        Some(3)
+    );
+    assert_eq!(
+        b.reserve_router_nonce(&fresh, 3, 500, ttl, 16)
+            .await
+            .unwrap(),
+        Some(3)
+    );
+    assert_eq!(b.prune_router_nonces(300).await.unwrap(), 1);
+    assert_eq!(a.prune_router_nonces(300).await.unwrap(), 0, "deleted once");
+    // The fresh one still counts: the next is consecutive.
+    assert_eq!(
+        a.reserve_router_nonce(&fresh, 3, 501, ttl, 16)
+            .await
+            .unwrap(),
+        Some(4)
+    );
+}
+
 /// PostgreSQL computes a reservation in SQL (one statement, so that concurrent ones queue on
 /// the row), sled by `next_router_nonce` itself: both must hand out what that rule says, step
 /// by step, at the edges of `ttl` and `max_ahead` included.
@@ -799,6 +825,12 @@ macro_rules! conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn cooldowns_are_shared_and_pruned() {
                 run("cooldowns", |a, b| async move { super::cooldowns_are_shared_and_pruned(&a, &b).await }).await;
+            }
+
+            $(#[$attr])?
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn expired_router_reservations_are_deleted() {
+                run("router_prune", |a, b| async move { super::expired_router_reservations_are_deleted(&a, &b).await }).await;
             }
 
             $(#[$attr])?

@@ -259,6 +259,10 @@ pub trait RouterNonceStore: Send + Sync {
         now: u64,
         ttl_secs: u64,
     ) -> Result<(), StoreError>;
+    /// Deletes the reservations last handed out before `cutoff` (unix seconds): past their TTL
+    /// they no longer count (`next_router_nonce`), and strangers naming ever new senders must
+    /// not grow the store for good (access.md §3b). Answers how many.
+    async fn prune_router_nonces(&self, cutoff: u64) -> Result<usize, StoreError>;
 }
 
 /// A transaction the router forwarded: the chain it went to, and when (unix seconds).

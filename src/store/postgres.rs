@@ -840,6 +840,19 @@ impl RouterNonceStore for PgStore {
         )
         .await
     }
+
+    async fn prune_router_nonces(&self, cutoff: u64) -> Result<usize, StoreError> {
+        let pruned = self
+            .client()
+            .await?
+            .execute(
+                "DELETE FROM router_nonces WHERE handed_at < $1",
+                &[&int(cutoff)?],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(pruned as usize)
+    }
 }
 
 #[async_trait]

@@ -667,6 +667,25 @@ impl RouterNonceStore for Store {
             })?;
         self.flush().await
     }
+
+    async fn prune_router_nonces(&self, cutoff: u64) -> Result<usize, StoreError> {
+        let mut pruned = 0;
+        for entry in self.router_nonces.iter() {
+            let (key, bytes) = entry?;
+            let expired =
+                serde_json::from_slice::<RouterReservation>(&bytes).map_or(true, |r| r.at < cutoff);
+            // Only the value read: a reservation renewed meanwhile stays.
+            if expired
+                && self
+                    .router_nonces
+                    .compare_and_swap(&key, Some(bytes), None::<&[u8]>)?
+                    .is_ok()
+            {
+                pruned += 1;
+            }
+        }
+        Ok(pruned)
+    }
 }
 
 /// A forwarded transaction as stored.
