@@ -2,6 +2,7 @@
 //! version (`protocol` maps the versions onto one rule engine and one ledger). No HTTP in here.
 
 pub mod cooldown;
+pub mod discovery;
 pub mod lens;
 pub mod protocol;
 pub mod readiness;
@@ -24,6 +25,7 @@ use crate::ledger::{Asking, PaymentKey, Reason};
 use crate::signer::Signer;
 use crate::store::{Storage, StoreError};
 use cooldown::Cooldown;
+use discovery::Catalogue;
 use protocol::v1::{self, SettleResponse, VerifyResponse};
 use protocol::{eip2612, v2};
 use request::TokenInfo;
@@ -53,6 +55,8 @@ pub struct Facilitator {
     v2_networks: Option<BTreeMap<u64, String>>,
     signers: Vec<Address>,
     cooldown: Arc<Cooldown>,
+    /// The discovery catalogue, when on (`facilitator.discovery`, with v2 served).
+    catalogue: Option<Arc<Catalogue>>,
 }
 
 impl Facilitator {
@@ -102,6 +106,7 @@ impl Facilitator {
                 .collect()
         });
         let signer_addresses = signers.iter().map(|s| s.address).collect();
+        let catalogue = Catalogue::new(settings, store.clone());
         let verifier = Arc::new(
             Verifier::new(
                 networks,
@@ -129,6 +134,7 @@ impl Facilitator {
             v2_networks,
             signers: signer_addresses,
             cooldown,
+            catalogue,
         })
     }
 
@@ -138,6 +144,9 @@ impl Facilitator {
         // Before serving: a payer refused before a restart is refused from the first request.
         self.cooldown.load().await?;
         self.cooldown.clone().spawn_upkeep();
+        if let Some(catalogue) = &self.catalogue {
+            catalogue.clone().spawn_upkeep();
+        }
         self.settler.start().await
     }
 
@@ -176,8 +185,8 @@ impl Facilitator {
         }
     }
 
-    /// The v2 extensions routerd implements: `payment-identifier`, and `eip2612GasSponsoring`
-    /// where a token is paid through Permit2.
+    /// The v2 extensions routerd implements: `payment-identifier`, `eip2612GasSponsoring`
+    /// where a token is paid through Permit2, and `bazaar` while the catalogue is on.
     fn extensions(&self) -> Vec<&'static str> {
         let permit2 = self
             .verifier
@@ -185,6 +194,11 @@ impl Facilitator {
             .any(|n| n.tokens.iter().any(|t| t.permit2));
         let mut extensions = vec![v2::PAYMENT_IDENTIFIER];
         extensions.extend(permit2.then_some(eip2612::KEY));
+        extensions.extend(
+            self.catalogue
+                .is_some()
+                .then_some(discovery::declaration::KEY),
+        );
         extensions
     }
 
@@ -299,6 +313,25 @@ impl Facilitator {
             Ok(lowered) => self.settler.settle(&lowered, asking).await,
         };
         v2::settle_answer(request, outcome)
+    }
+
+    /// Lists the resource a v2 settle paid for when routerd answered it with success and its
+    /// payload declares it (`bazaar`); `private`: the settling API key keeps its listings to
+    /// keys that may settle for their payTo. Never changes the answer.
+    pub async fn discovered(
+        &self,
+        request: &v2::PaymentRequest,
+        answer: &SettleResponse,
+        private: bool,
+    ) {
+        if let (Some(catalogue), true) = (&self.catalogue, answer.success) {
+            catalogue.record(request, private).await;
+        }
+    }
+
+    /// The discovery catalogue, when on.
+    pub fn catalogue(&self) -> Option<&Catalogue> {
+        self.catalogue.as_deref()
     }
 
     /// The configured name of a network given by that name or, when v2 is served, by its CAIP-2

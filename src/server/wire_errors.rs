@@ -7,6 +7,7 @@ use jsonrpsee::types::ErrorObjectOwned;
 use serde::Serialize;
 
 use crate::chain::{self, Unreachable};
+use crate::facilitator::discovery::query::QueryError;
 use crate::facilitator::SettleError;
 use crate::router::{RelayError, RouteError};
 
@@ -89,6 +90,13 @@ impl WireError {
 impl From<Unreachable> for WireError {
     fn from(e: Unreachable) -> Self {
         Self::new(StatusCode::BAD_REQUEST, 502, e.to_string())
+    }
+}
+
+/// A discovery route's query parameter that does not read: 400 naming it.
+impl From<QueryError> for WireError {
+    fn from(e: QueryError) -> Self {
+        Self::bad_request(e.to_string())
     }
 }
 

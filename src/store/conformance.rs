@@ -10,7 +10,8 @@ use std::time::Duration;
 use ethers_core::types::{Address, H256, U256};
 
 use super::{
-    next_router_nonce, Claim, Limits, PayerCooldown, Permit2Clash, Sent, Storage, StoreError,
+    next_router_nonce, Claim, Limits, Listing, PayerCooldown, Permit2Clash, Sent, Storage,
+    StoreError,
 };
 use crate::ledger::{Inclusion, LaneId, Outcome, Pass, Record, RequestTag, RouterNonceKey, State};
 
@@ -638,6 +639,42 @@ async fn cooldowns_are_shared_and_pruned(a: &Storage, b: &Storage) {
     assert!(b.cooldowns(0).await.unwrap().is_empty());
 }
 
+fn listing(id: &str, settled_at: u64) -> Listing {
+    Listing {
+        id: id.to_string(),
+        settled_at,
+        encoded: format!("{{\"id\":\"{id}\",\"at\":{settled_at}}}"),
+    }
+}
+
+async fn listed(store: &Storage, since: u64) -> Vec<Listing> {
+    let mut seen = Vec::new();
+    store.listings(since, &mut |l| seen.push(l)).await.unwrap();
+    seen
+}
+
+/// The catalogue through two handles: one listing per id (a later settle replaces it), read
+/// newest first (ties by id), never more than the cap (the least recently settled goes), and
+/// expired by settle time.
+async fn the_catalogue_is_bounded_ordered_and_expires(a: &Storage, b: &Storage) {
+    a.list(&listing("b", 100), 3).await.unwrap();
+    b.list(&listing("a", 100), 3).await.unwrap();
+    a.list(&listing("c", 90), 3).await.unwrap();
+    let ids = |l: Vec<Listing>| l.into_iter().map(|l| l.id).collect::<Vec<_>>();
+    assert_eq!(ids(listed(b, 0).await), ["a", "b", "c"]);
+    // Settled again: replaced, and now the newest.
+    b.list(&listing("c", 120), 3).await.unwrap();
+    assert_eq!(listed(a, 0).await[0], listing("c", 120));
+    assert_eq!(ids(listed(a, 0).await), ["c", "a", "b"]);
+    // Over the cap: the least recently settled (ties: the last by id) is evicted.
+    a.list(&listing("d", 110), 3).await.unwrap();
+    assert_eq!(ids(listed(b, 0).await), ["c", "d", "a"]);
+    assert_eq!(ids(listed(b, 110).await), ["c", "d"]);
+    assert_eq!(b.unlist_before(111).await.unwrap(), 2);
+    assert_eq!(a.unlist_before(111).await.unwrap(), 0);
+    assert_eq!(ids(listed(a, 0).await), ["c"]);
+}
+
 fn other_lane() -> LaneId {
     LaneId {
         network: "net".to_string(),
@@ -831,6 +868,12 @@ macro_rules! conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn expired_router_reservations_are_deleted() {
                 run("router_prune", |a, b| async move { super::expired_router_reservations_are_deleted(&a, &b).await }).await;
+            }
+
+            $(#[$attr])?
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn the_catalogue_is_bounded_ordered_and_expires() {
+                run("catalogue", |a, b| async move { super::the_catalogue_is_bounded_ordered_and_expires(&a, &b).await }).await;
             }
 
             $(#[$attr])?

@@ -14,7 +14,9 @@
 //!   A lane's next holder (a larger fence) takes over what the previous holder had taken.
 //!   A claim that names its signer (`Record::sender`) is taken only by that signer's lane;
 //! - a payer's revert cooldown, once stored, is seen by every handle and outlives the process;
-//!   a later end is never shortened by an earlier one.
+//!   a later end is never shortened by an earlier one;
+//! - the discovery catalogue holds at most its cap of listings, one per id, the least recently
+//!   settled evicted first, and is read most recently settled first.
 
 mod conformance;
 pub mod postgres;
@@ -304,10 +306,39 @@ pub trait CooldownStore: Send + Sync {
     async fn prune_cooldowns(&self, now: u64) -> Result<usize, StoreError>;
 }
 
+/// One entry of the discovery catalogue (x402 `bazaar`): the store keeps it opaque, as the
+/// facilitator encoded it, keyed by `id` and ordered by when it was last settled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listing {
+    pub id: String,
+    /// Unix seconds of the settlement that last listed it.
+    pub settled_at: u64,
+    /// The facilitator's JSON.
+    pub encoded: String,
+}
+
+/// The discovery catalogue: bounded, shared by every instance of the store. Not flushed: a
+/// listing lost in a crash comes back with the resource's next settlement.
+#[async_trait]
+pub trait DiscoveryStore: Send + Sync {
+    /// Stores `listing` under its id (replacing what was there), then deletes the least
+    /// recently settled listings beyond `max_listings`.
+    async fn list(&self, listing: &Listing, max_listings: usize) -> Result<(), StoreError>;
+    /// Hands `visit` every listing settled at or after `since`, most recently settled first
+    /// (ties by id), one at a time: a reader holds one listing in memory, not the catalogue.
+    async fn listings(
+        &self,
+        since: u64,
+        visit: &mut (dyn FnMut(Listing) + Send),
+    ) -> Result<(), StoreError>;
+    /// Deletes listings settled before `cutoff` (unix seconds); answers how many.
+    async fn unlist_before(&self, cutoff: u64) -> Result<usize, StoreError>;
+}
+
 /// One backend: everything routerd stores.
 #[async_trait]
 pub trait Backend:
-    SettlementStore + LaneStore + RouterNonceStore + SentStore + CooldownStore
+    SettlementStore + LaneStore + RouterNonceStore + SentStore + CooldownStore + DiscoveryStore
 {
     /// Whether other instances may share this store (their settlements appear in it).
     fn shared(&self) -> bool;

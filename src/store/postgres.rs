@@ -21,8 +21,8 @@ use tokio_postgres::NoTls;
 
 use super::rows::{self, Row};
 use super::{
-    Backend, Claim, CooldownStore, InFlight, LaneStore, Lease, Limits, PayerCooldown,
-    RouterNonceStore, Sent, SentStore, SettlementStore, StoreError,
+    Backend, Claim, CooldownStore, DiscoveryStore, InFlight, LaneStore, Lease, Limits, Listing,
+    PayerCooldown, RouterNonceStore, Sent, SentStore, SettlementStore, StoreError,
 };
 use crate::evm::hex_bytes;
 use crate::ledger::{LaneId, Pass, PaymentKey, Record, RouterNonceKey};
@@ -129,6 +129,17 @@ const MIGRATIONS: &[(i32, &str)] = &[
         // The only signer that may send a queued claim (`Record::sender`, an `upto` witness's
         // facilitator); NULL: any lane of its network.
         "ALTER TABLE settlement_queue ADD COLUMN signer text;",
+    ),
+    (
+        9,
+        // The discovery catalogue (x402 `bazaar`): one row per listing id, the facilitator's
+        // JSON as text, read and evicted by when it was last settled.
+        "CREATE TABLE discovery_listings (
+             id text PRIMARY KEY,
+             settled_at bigint NOT NULL,
+             listing text NOT NULL
+         );
+         CREATE INDEX discovery_listings_settled ON discovery_listings (settled_at, id);",
     ),
 ];
 
@@ -961,6 +972,71 @@ impl CooldownStore for PgStore {
             .await
             .map_err(pg)?;
         Ok(pruned as usize)
+    }
+}
+
+#[async_trait]
+impl DiscoveryStore for PgStore {
+    /// One transaction: instances listing together never leave more than the cap.
+    async fn list(&self, listing: &Listing, max_listings: usize) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let transaction = client.transaction().await.map_err(pg)?;
+        transaction
+            .execute(
+                "INSERT INTO discovery_listings (id, settled_at, listing) VALUES ($1, $2, $3)
+                 ON CONFLICT (id) DO UPDATE SET settled_at = $2, listing = $3",
+                &[&listing.id, &int(listing.settled_at)?, &listing.encoded],
+            )
+            .await
+            .map_err(pg)?;
+        transaction
+            .execute(
+                "DELETE FROM discovery_listings WHERE id IN (
+                     SELECT id FROM discovery_listings ORDER BY settled_at DESC, id OFFSET $1)",
+                &[&int(max_listings as u64)?],
+            )
+            .await
+            .map_err(pg)?;
+        transaction.commit().await.map_err(pg)
+    }
+
+    async fn listings(
+        &self,
+        since: u64,
+        visit: &mut (dyn FnMut(Listing) + Send),
+    ) -> Result<(), StoreError> {
+        use futures::TryStreamExt;
+        let client = self.client().await?;
+        let rows = client
+            .query_raw(
+                "SELECT id, settled_at, listing FROM discovery_listings WHERE settled_at >= $1
+                 ORDER BY settled_at DESC, id",
+                [int(since)?],
+            )
+            .await
+            .map_err(pg)?;
+        futures::pin_mut!(rows);
+        while let Some(row) = rows.try_next().await.map_err(pg)? {
+            visit(Listing {
+                id: row.get(0),
+                settled_at: uint(row.get(1)),
+                encoded: row.get(2),
+            });
+        }
+        Ok(())
+    }
+
+    async fn unlist_before(&self, cutoff: u64) -> Result<usize, StoreError> {
+        let unlisted = self
+            .client()
+            .await?
+            .execute(
+                "DELETE FROM discovery_listings WHERE settled_at < $1",
+                &[&int(cutoff)?],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(unlisted as usize)
     }
 }
 
