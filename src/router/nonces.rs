@@ -10,7 +10,8 @@ use crate::clock::unix_now;
 use crate::ledger::RouterNonceKey;
 use crate::store::{Storage, StoreError};
 
-/// How often expired reservations are deleted.
+/// How often expired reservations are deleted, at most: a shorter TTL prunes as often as it
+/// expires them.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
 
 #[derive(Clone)]
@@ -48,9 +49,10 @@ impl NonceBook {
             .await
     }
 
-    /// Deletes expired reservations every [`PRUNE_EVERY`], for good: the store holds what the
-    /// last TTL handed out, however many senders strangers name.
+    /// Deletes expired reservations every TTL (at most every [`PRUNE_EVERY`]), for good: the
+    /// store holds what the last TTL or two handed out, however many senders strangers name.
     pub async fn prune_periodically(self) {
+        let every = Duration::from_secs(self.ttl_secs.max(1)).min(PRUNE_EVERY);
         loop {
             let cutoff = unix_now().saturating_sub(self.ttl_secs);
             match self.store.prune_router_nonces(cutoff).await {
@@ -60,7 +62,7 @@ impl NonceBook {
                     tracing::error!(error = %e, "could not delete expired router reservations")
                 }
             }
-            tokio::time::sleep(PRUNE_EVERY).await;
+            tokio::time::sleep(every).await;
         }
     }
 

@@ -12,7 +12,8 @@ import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startAnvil } from './lib/anvil.mjs';
 import { startRouterd, routerdBin } from './lib/routerd.mjs';
-import { freePort, makeTempDir } from './lib/util.mjs';
+import { freePort, makeTempDir, waitFor } from './lib/util.mjs';
+import { anvilAccount, freshAccount } from './lib/accounts.mjs';
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const pgCluster = join(repo, 'scripts', 'pg-cluster');
@@ -157,5 +158,31 @@ test('router: back-to-back and concurrent calls reaching two instances get conse
     }
   } finally {
     await Promise.all(daemons.map((d) => d.stop()));
+  }
+});
+
+test('router: what strangers can create is bounded: an infeasible route stores nothing, and reservations are deleted once expired', async () => {
+  const env = { ROUTERD__STORAGE__POSTGRES_URL: url };
+  const port = await freePort();
+  const config = routerConfig(port).replace('[router]\n', '[router]\nnonce_reservation_ttl_secs = 2\n');
+  const daemon = await startRouterd({ configToml: config, env });
+  const count = () => Number(execFileSync('psql', [url, '-tAc', 'SELECT count(*) FROM router_nonces'], { encoding: 'utf8' }).trim());
+  try {
+    // Reservations left by the test above expire under this TTL too.
+    await waitFor(async () => count() === 0, { timeoutMs: 15_000, what: 'earlier reservations deleted' });
+    const before = count();
+    // 40 senders without funds: no chain can execute their transactions, nothing is reserved.
+    for (let i = 0; i < 40; i += 1) {
+      const refused = await routerCall(port, freshAccount().address);
+      assert.ok(refused.error, JSON.stringify(refused));
+    }
+    assert.equal(count(), before, 'an infeasible route stores nothing');
+    // Three funded senders: three reservations, gone once their TTL has passed.
+    const funded = [1, 2, 3].map((i) => anvilAccount(i).address);
+    for (const from of funded) await routerTransaction(port, from);
+    assert.equal(count(), before + 3);
+    await waitFor(async () => count() === 0, { timeoutMs: 15_000, what: 'expired reservations deleted' });
+  } finally {
+    await daemon.stop();
   }
 });
