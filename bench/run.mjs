@@ -400,7 +400,7 @@ async function benchSettle() {
         medianGas: gas[Math.floor(gas.length / 2)], gasLimit: Number(block.gasLimit), capacityPerSecond: perBlock,
         blocksUsed: new Set(receipts.map((r) => r.blockNumber)).size,
       },
-      firstError,
+      firstError: firstError ?? run.firstError,
     };
   } finally {
     await stack.stop();

@@ -65,7 +65,8 @@ pub struct ServerSettings {
     /// its hard limit at start) less a reserve for the store, upstreams and the ops listener.
     pub max_open_connections: Option<usize>,
     /// Connections one client address holds (a trusted proxy's are bounded by the total only);
-    /// unset: 1,024, or the total when smaller.
+    /// unset: 4,096 (a busy resource server behind one address opens more sockets than its
+    /// requests in flight), or the total when smaller.
     pub max_connections_per_client: Option<usize>,
     /// Threads of the async runtime; unset: [`ServerSettings::default_worker_threads`].
     pub worker_threads: Option<usize>,
@@ -260,8 +261,10 @@ fn default_max_settlement_gas() -> u64 {
 fn default_max_concurrent_requests() -> usize {
     64
 }
+/// Room for a burst of a thousand honest settles arriving at once (each holds its place only
+/// while its checks read the chain), while a flood still meets a bound.
 fn default_max_caller_reads() -> usize {
-    256
+    1024
 }
 fn default_max_batch_calls() -> usize {
     64

@@ -10,7 +10,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use std::time::Duration;
+
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use super::client::ClientId;
 use super::silence::Clock;
@@ -45,8 +48,14 @@ impl Limits {
     }
 }
 
-/// Room for a busy resource server behind one address (access.md §3b).
-pub const DEFAULT_PER_CLIENT: usize = 1024;
+/// Room for a busy resource server behind one address (access.md §3b: at least 1,024): a
+/// thousand concurrent callers were seen to hold more sockets than that, their pool opening
+/// new ones while answered ones return.
+pub const DEFAULT_PER_CLIENT: usize = 4096;
+
+/// How long a connection that has sent nothing yet is spared: an honest client writes its
+/// first request at once, and closing its socket under it would fail that request.
+const FRESH_GRACE: Duration = Duration::from_millis(100);
 
 struct Held {
     /// `None` for a trusted proxy's connections, which carry many clients: the total bound only.
@@ -87,9 +96,11 @@ impl Book {
     /// The idle connection to close for room: of `only` when given, else of the client holding
     /// the most; the oldest of those.
     fn victim(&self, only: Option<ClientId>) -> Option<u64> {
+        let now = Instant::now();
         self.held
             .iter()
-            .filter(|(_, h)| only.is_none_or(|c| Some(c) == h.client) && h.clock.is_idle())
+            .filter(|(_, h)| only.is_none_or(|c| Some(c) == h.client))
+            .filter(|(_, h)| h.clock.is_idle(now, FRESH_GRACE))
             .max_by_key(|(_, h)| (self.count(h.client), std::cmp::Reverse(h.serial)))
             .map(|(id, _)| *id)
     }
@@ -184,9 +195,15 @@ mod tests {
     use std::time::Duration;
     use tokio::time::Instant;
 
-    fn clock() -> Arc<Clock> {
+    /// A connection opened `ago`.
+    fn opened(ago: Duration) -> Arc<Clock> {
         let t = Duration::from_secs(10);
-        Clock::new(Timeouts { read: t, idle: t }, Instant::now())
+        Clock::new(Timeouts { read: t, idle: t }, Instant::now() - ago)
+    }
+
+    /// A connection opened a second ago, past the grace.
+    fn clock() -> Arc<Clock> {
+        opened(Duration::from_secs(1))
     }
 
     fn client(last: u8) -> Option<ClientId> {
@@ -220,6 +237,19 @@ mod tests {
         let clocks: Vec<_> = gate.book().held.values().map(|h| h.clock.clone()).collect();
         let _busy: Vec<_> = clocks.iter().map(|c| c.request_started()).collect();
         assert!(gate.admit(client(4), clock()).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_connection_just_opened_is_spared() {
+        let gate = Gate::new(Limits {
+            total: 1,
+            per_client: 1,
+        });
+        let _young = gate.admit(client(1), opened(Duration::ZERO)).unwrap();
+        assert!(
+            gate.admit(client(2), clock()).is_none(),
+            "its first request is on its way"
+        );
     }
 
     #[test]

@@ -97,9 +97,14 @@ impl Clock {
         };
     }
 
-    /// No request in flight and none being received: closing the connection loses nothing.
-    pub fn is_idle(&self) -> bool {
-        matches!(*self.phase(), Phase::Waiting { .. })
+    /// No request in flight and none being received, and not a connection just opened whose
+    /// first request is on its way (`grace`): closing it loses nothing.
+    pub fn is_idle(&self, now: Instant, grace: Duration) -> bool {
+        match *self.phase() {
+            Phase::Waiting { fresh: false, .. } => true,
+            Phase::Waiting { since, fresh: true } => now.saturating_duration_since(since) >= grace,
+            _ => false,
+        }
     }
 
     /// When to look again, or why the connection's time is up.
