@@ -16,7 +16,8 @@ import { startFilteringProxy } from '../tests/e2e/lib/bad-upstreams.mjs';
 import { startFacilitatorStack } from '../tests/e2e/lib/stack.mjs';
 import { startAnvil, anvilBin } from '../tests/e2e/lib/anvil.mjs';
 import { startRouterd, routerdBin, SHUTDOWN_GRACE_SECS } from '../tests/e2e/lib/routerd.mjs';
-import { anvilAccount, freshAccount } from '../tests/e2e/lib/accounts.mjs';
+import { privateKeyToAccount } from 'viem/accounts';
+import { anvilAccount, anvilKey, freshAccount } from '../tests/e2e/lib/accounts.mjs';
 import { usdcAbi } from '../tests/e2e/lib/deploy-usdc.mjs';
 import { freePort, makeTempDir, sleep, trackChild, waitFor } from '../tests/e2e/lib/util.mjs';
 import { nowMs, percentile, summarize, load, postJson, procMemory, metricSum } from './lib.mjs';
@@ -43,6 +44,8 @@ const BOUNDS = {
   routerSerial: { total: n(1000), maxMs: 10_000 },
   routerConcurrent: { concurrency: 64, total: n(2000), maxMs: 20_000 },
   upstreamBatch: { total: n(1000), maxMs: 5_000 },
+  // Signed transfers sent one at a time, alternately through routerd and straight to the node.
+  sends: n(200),
   idleWindowCapMs: 30_000,
   startupRecords: n(100_000),
   // A stranger's no-key flood of failing verifies while a merchant settles one payment at a time.
@@ -544,6 +547,38 @@ const upstreamShapedBatch = (i) => {
   ]);
 };
 
+/**
+ * A wallet's send: signed transfers of anvil's account 1 (no other phase uses it) on `chain`, one
+ * at a time, alternately `eth_sendRawTransaction` through routerd and straight to the node, so
+ * that both see the same chain. What routerd adds is the decode, the chain lookup, the durable
+ * record of the hash and the reservation's confirmation.
+ */
+async function benchSends(routerd, chain) {
+  log(`router: ${BOUNDS.sends} signed transfers, alternately through routerd and straight to ${chain.name}`);
+  const account = privateKeyToAccount(anvilKey(1));
+  const base = Number(BigInt((await postJson(chain.anvil.url, JSON.stringify({
+    jsonrpc: '2.0', id: 1, method: 'eth_getTransactionCount', params: [account.address, 'pending'],
+  }))).body.result));
+  const raws = [];
+  for (let i = 0; i < BOUNDS.sends; i += 1) {
+    raws.push(await account.signTransaction({
+      chainId: chain.chainId, nonce: base + i, to: RECIPIENT, value: 1n, gas: 21_000n,
+      maxFeePerGas: 100_000_000_000n, maxPriorityFeePerGas: 1_000_000_000n, type: 'eip1559',
+    }));
+  }
+  const through = [];
+  const straight = [];
+  let failed = 0;
+  for (const [i, raw] of raws.entries()) {
+    const url = i % 2 === 0 ? routerd.url : chain.anvil.url;
+    const t0 = nowMs();
+    const res = await postJson(url, JSON.stringify({ jsonrpc: '2.0', id: i, method: 'eth_sendRawTransaction', params: [raw] }));
+    (i % 2 === 0 ? through : straight).push(nowMs() - t0);
+    if (!/^0x[0-9a-f]{64}$/i.test(res.body?.result ?? '')) failed += 1;
+  }
+  return { through: { ...summarize(through), failed }, straight: summarize(straight) };
+}
+
 async function benchRouter() {
   log('router: starting three anvil chains (l1 EIP-1559 20 gwei base fee, l2 EIP-1559, l3 legacy berlin)');
   const tmp = makeTempDir('routerd-bench-');
@@ -630,6 +665,7 @@ async function benchRouter() {
         rawPerCall: (m1 - m0) / calls,
         netPerCall: (m1 - m0 - background) / calls,
       },
+      sends: await benchSends(routerd, chains.find((c) => c.name === 'bench-l2')),
     };
   } catch (err) {
     if (routerd) err.message += `\n--- routerd log tail ---\n${routerd.tail(30)}`;
@@ -679,6 +715,8 @@ function table() {
   lat('d eth_routerTransaction, concurrency 64', r.concurrent);
   for (const [name, x] of Object.entries(r.upstream)) lat(`d upstream batch ${name} (3 calls), conc 1`, x, { rps: false });
   lat('d the three batches at once, straight, conc 1', r.upstreamTogether, { rps: false });
+  lat('d a send through routerd, conc 1', r.sends.through, { rps: false });
+  lat('d   the same send straight to the node, conc 1', r.sends.straight, { rps: false });
   out.push('');
   out.push(pad('memory (MiB)', 44) + lpad('idle RSS', 10) + lpad('peak (VmHWM)', 14) + lpad('RSS after', 11));
   const memRow = (name, x, after) => out.push(pad(name, 44) + lpad(f(x.idle.rssMiB, 1), 10) + lpad(f(x[after].hwmMiB, 1), 14) + lpad(f(x[after].rssMiB, 1), 11));
@@ -725,13 +763,14 @@ function table() {
   ratio(`routing_p50 / slowest_chain_p50 (${r.slowestChain})`, ratios.routingOverSlowest);
   ratio('routing_p50 / the three batches at once p50', ratios.routingOverTogether);
   ratio('routing req/s at 64 / at 1', ratios.routingScaling);
+  ratio('send through routerd p50 / straight to the node p50', ratios.sendOverStraight);
   ratio('settle sequential p50 / block time (1 s)', ratios.settleOverBlock);
   ratio(`settle/s at concurrency ${sl.concurrency} / chain capacity`, ratios.settleOverCapacity);
   ratio('settle p50 under a /verify flood / block time (1 s)', ratios.floodSettleOverBlock);
   ratio('net upstream requests per routed call / chains', ratios.upstreamPerChain);
   ratio('start-up p50 with finished records / empty store', ratios.startupGrowth);
   const unconfirmed = sl.n - sl.failed - sl.confirmed;
-  const failures = [v.c1, v.c64, v.anvil1, v.anvil64, ...(v.floor ? [v.floor.c64, v.floor.held] : []), s.serial, sl, fl.settle, r.serial, r.concurrent, ...Object.values(r.upstream)]
+  const failures = [v.c1, v.c64, v.anvil1, v.anvil64, ...(v.floor ? [v.floor.c64, v.floor.held] : []), s.serial, sl, fl.settle, r.sends.through, r.serial, r.concurrent, ...Object.values(r.upstream)]
     .reduce((sum, x) => sum + (x.failed ?? 0), unconfirmed);
   out.push('');
   out.push(`failures: ${failures}`);
@@ -768,6 +807,7 @@ async function main() {
     routingOverSlowest: r.serial.p50 / r.upstream[r.slowestChain].p50,
     routingOverTogether: r.serial.p50 / r.upstreamTogether.p50,
     routingScaling: r.concurrent.rps / r.serial.rps,
+    sendOverStraight: r.sends.through.p50 / r.sends.straight.p50,
     settleOverBlock: s.serial.p50 / 1000,
     settleOverCapacity: s.load.rps / s.load.capacityPerSecond,
     floodSettleOverBlock: results.flood.settle.p50 / 1000,

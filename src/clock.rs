@@ -1,4 +1,5 @@
-//! Wall-clock time in unix seconds: one copy for everything that compares against a chain's time.
+//! Wall-clock time in unix seconds (milliseconds where two events in one second must keep their
+//! order): one copy for everything that compares against a chain's time.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -9,13 +10,21 @@ pub fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
-/// `secs` (unix seconds) as an ISO 8601 UTC timestamp, `2026-05-01T12:00:00.000Z` (the form
-/// JavaScript's `toISOString` writes, which x402's clients read).
-pub fn iso8601(secs: u64) -> String {
+pub fn unix_now_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// `millis` (unix milliseconds) as an ISO 8601 UTC timestamp, `2026-05-01T12:00:00.250Z` (the
+/// form JavaScript's `toISOString` writes, which x402's clients read).
+pub fn iso8601(millis: u64) -> String {
+    let (secs, ms) = (millis / 1000, millis % 1000);
     let (days, rest) = (secs / 86_400, secs % 86_400);
     let (year, month, day) = civil_from_days(days);
     let (hour, minute, second) = (rest / 3600, rest % 3600 / 60, rest % 60);
-    format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.000Z")
+    format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{ms:03}Z")
 }
 
 /// The proleptic Gregorian date `days` after 1970-01-01 (Howard Hinnant's `civil_from_days`).
@@ -39,8 +48,8 @@ mod tests {
     #[test]
     fn timestamps_read_as_javascript_writes_them() {
         assert_eq!(iso8601(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(iso8601(951_782_400), "2000-02-29T00:00:00.000Z");
-        assert_eq!(iso8601(1_767_225_599), "2025-12-31T23:59:59.000Z");
-        assert_eq!(iso8601(4_107_542_400), "2100-03-01T00:00:00.000Z");
+        assert_eq!(iso8601(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(iso8601(1_767_225_599_250), "2025-12-31T23:59:59.250Z");
+        assert_eq!(iso8601(4_107_542_400_007), "2100-03-01T00:00:00.007Z");
     }
 }

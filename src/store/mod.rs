@@ -311,7 +311,7 @@ pub trait CooldownStore: Send + Sync {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listing {
     pub id: String,
-    /// Unix seconds of the settlement that last listed it.
+    /// Unix milliseconds of the settlement that last listed it.
     pub settled_at: u64,
     /// The facilitator's JSON.
     pub encoded: String,
@@ -331,7 +331,7 @@ pub trait DiscoveryStore: Send + Sync {
         since: u64,
         visit: &mut (dyn FnMut(Listing) + Send),
     ) -> Result<(), StoreError>;
-    /// Deletes listings settled before `cutoff` (unix seconds); answers how many.
+    /// Deletes listings settled before `cutoff` (unix milliseconds); answers how many.
     async fn unlist_before(&self, cutoff: u64) -> Result<usize, StoreError>;
 }
 

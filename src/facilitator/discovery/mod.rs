@@ -13,7 +13,7 @@ pub mod sanitize;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::{iso8601, unix_now};
+use crate::clock::{iso8601, unix_now_millis};
 use crate::config::FacilitatorSettings;
 use crate::facilitator::protocol::v2::PaymentRequest;
 use crate::store::{Listing, Storage, StoreError};
@@ -80,7 +80,8 @@ impl Catalogue {
         }
         Ok(Listing {
             id: stored.id(),
-            settled_at: unix_now(),
+            // Milliseconds: two listings settled in one second keep their order.
+            settled_at: unix_now_millis(),
             encoded,
         })
     }
@@ -91,7 +92,7 @@ impl Catalogue {
         viewer: &Viewer,
         mut visit: impl FnMut(&str, Stored, u64) + Send,
     ) -> Result<(), StoreError> {
-        let since = unix_now().saturating_sub(self.ttl_secs);
+        let since = unix_now_millis().saturating_sub(self.ttl_secs.saturating_mul(1000));
         let mut each = |listing: Listing| match serde_json::from_str::<Stored>(&listing.encoded) {
             Ok(stored) if viewer.sees(&stored) => visit(&listing.id, stored, listing.settled_at),
             Ok(_) => {}
@@ -183,7 +184,7 @@ impl Catalogue {
             let mut prune = tokio::time::interval(PRUNE_EVERY);
             loop {
                 prune.tick().await;
-                let cutoff = unix_now().saturating_sub(self.ttl_secs);
+                let cutoff = unix_now_millis().saturating_sub(self.ttl_secs.saturating_mul(1000));
                 if let Err(e) = self.store.unlist_before(cutoff).await {
                     tracing::warn!(error = %e, "could not delete expired discovery listings");
                 }
