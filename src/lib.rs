@@ -1,4 +1,4 @@
-//! routerd: an EVM transaction router and x402 payment facilitator.
+//! routerd: an EVM transaction router and x402 payment facilitator (EVM and Solana).
 //!
 //! The rooms, top to bottom. Each imports only rooms below it (`scripts/check-layers` holds
 //! every room to the list in its line, and `scripts/test` runs it):
@@ -23,6 +23,8 @@
 //! signer           keys and signatures      -> evm
 //! evm              hex, quantities, fees, revert data, ERC-3009 (and what its logs say),
 //!                  ERC-6492, Permit2 and nonce reads: no I/O
+//! svm              Solana: the payer's wire transaction, the exact instruction rules,
+//!                  associated token accounts: no I/O (never imports evm, nor evm it)
 //! config, guard, clock                      leaves
 //! ```
 //!
@@ -41,5 +43,6 @@ pub mod router;
 pub mod server;
 pub mod signer;
 pub mod store;
+pub mod svm;
 #[cfg(test)]
 mod testing;
