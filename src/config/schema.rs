@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::redacted::{Endpoint, Secret};
 use super::resolve::Provenance;
+use super::solana::SolanaChainSettings;
 
 /// The deepest `finality_depth`: the head watcher keeps this many canonical block hashes.
 pub const KEPT_BLOCKS: u64 = 256;
@@ -23,6 +24,10 @@ pub struct Settings {
     pub storage: StorageSettings,
     #[serde(default)]
     pub chains: BTreeMap<String, ChainSettings>,
+    /// The Solana clusters among `[chains.*]`, taken out by `resolve` (their keys are not an
+    /// EVM chain's) and shown under `chains` by `render`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub solana_chains: BTreeMap<String, SolanaChainSettings>,
     pub router: Option<RouterSettings>,
     pub facilitator: Option<FacilitatorSettings>,
     #[serde(default)]

@@ -36,10 +36,20 @@ impl Settings {
         for (name, chain) in &self.chains {
             chain.validate(name, self.provenance.preset(name))?;
         }
+        for (name, chain) in &self.solana_chains {
+            chain.validate(name)?;
+        }
         if let Some(router) = &self.router {
+            refuse_solana(
+                "router.chains",
+                &router.chains,
+                "the router routes EVM transactions",
+            )?;
             router.validate(&self.chains)?;
         }
         if let Some(facilitator) = &self.facilitator {
+            let why = "this build settles EVM networks only (Solana settlement: issue 27)";
+            refuse_solana("facilitator.networks", &facilitator.networks, why)?;
             facilitator.validate(&self.chains)?;
         }
         Ok(())
@@ -272,6 +282,20 @@ impl ChainSettings {
             }
         }
         Ok(())
+    }
+}
+
+/// A list that may not name a Solana cluster: its chains are not EVM chains.
+fn refuse_solana(key: &str, names: &[String], why: &str) -> Result<(), ConfigError> {
+    match names
+        .iter()
+        .find(|name| super::solana::find(name).is_some())
+    {
+        Some(name) => Err(ConfigError::new(
+            key,
+            format!("{name} is a Solana network: {why}"),
+        )),
+        None => Ok(()),
     }
 }
 
