@@ -15,12 +15,14 @@ use crate::chain::{self, head};
 use crate::evm;
 use crate::evm::erc3009;
 use crate::facilitator::lens;
+use crate::facilitator::protocol::svm as svm_wire;
 use crate::facilitator::protocol::values::{self, Payload};
 use crate::facilitator::protocol::{v1, v2};
 use crate::facilitator::request::Served;
 use crate::facilitator::request::Spelling;
 use crate::facilitator::request::TokenInfo;
 use crate::facilitator::settlement::follower;
+use crate::facilitator::svm::Failure;
 use crate::router::{probe, raw};
 use crate::server::rest::{self, Payment};
 use crate::server::rpc;
@@ -89,6 +91,13 @@ fn check_payment(payment: &Payment, element: Option<usize>, body: &[u8]) {
                 Payload::from(&request.payment_payload.payload),
                 v2::path,
             )
+        }
+        Payment::Svm(request) => {
+            // Lowering a Solana payment asks for its clusters; what a stranger's body reaches
+            // without them is the transaction's decoding, in the answer's payer.
+            let refused = Err(svm_wire::Refused::Svm(Failure::MissingFeePayer));
+            let _ = svm_wire::verify_answer(request.version(), request.transaction(), &refused);
+            return;
         }
     };
     if let Err(failure) = lowered {

@@ -8,6 +8,7 @@ pub mod batch;
 pub mod client;
 pub mod head;
 pub mod read_mode;
+pub mod svm;
 
 use std::sync::Arc;
 use std::time::Duration;

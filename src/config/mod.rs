@@ -39,6 +39,7 @@ pub use schema::{
     ServerSettings, Settings, StorageBackend, StorageSettings, TokenSettings, TransferMethod,
     KEPT_BLOCKS,
 };
+pub use solana::find as solana_preset;
 pub use solana::{Commitment, SolanaChainSettings, SolanaPreset, SolanaTokenSettings};
 
 impl Settings {

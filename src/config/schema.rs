@@ -353,6 +353,10 @@ pub struct FacilitatorSettings {
     pub networks: Vec<String>,
     #[serde(default)]
     pub signer_key_file: String,
+    /// Solana fee payer keys (solana-keygen's JSON): one file or a list, one key each; empty,
+    /// `$CREDENTIALS_DIRECTORY/svm-fee-payer` under systemd. Needed only with a Solana network.
+    #[serde(default, deserialize_with = "one_or_many")]
+    pub svm_fee_payer_key_file: Vec<String>,
     #[serde(default)]
     pub deny_list_file: String,
     #[serde(default = "default_settle_timeout")]
@@ -396,6 +400,38 @@ impl FacilitatorSettings {
     pub fn serves_version(&self, version: u32) -> bool {
         self.x402_versions.contains(&version)
     }
+
+    /// The served Solana networks, by their v1 names (the keys of `Settings::solana_chains`),
+    /// however `networks` spells them.
+    pub fn solana_networks(&self) -> Vec<&'static str> {
+        self.networks
+            .iter()
+            .filter_map(|name| super::solana::find(name))
+            .map(|preset| preset.name)
+            .collect()
+    }
+
+    /// The served EVM networks: every network that is not a Solana one.
+    pub fn evm_networks(&self) -> impl Iterator<Item = &String> {
+        self.networks
+            .iter()
+            .filter(|name| super::solana::find(name).is_none())
+    }
+}
+
+/// A key that takes one string or a list of them.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(one) if one.is_empty() => Vec::new(),
+        OneOrMany::One(one) => vec![one],
+        OneOrMany::Many(many) => many,
+    })
 }
 
 fn default_x402_versions() -> Vec<u32> {

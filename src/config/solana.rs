@@ -95,6 +95,16 @@ pub enum Commitment {
     Finalized,
 }
 
+impl Commitment {
+    /// As Solana's JSON-RPC spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Commitment::Confirmed => "confirmed",
+            Commitment::Finalized => "finalized",
+        }
+    }
+}
+
 /// Solana's own cap on the compute units of one transaction.
 const MAX_TRANSACTION_COMPUTE_UNITS: u32 = 1_400_000;
 
@@ -235,7 +245,7 @@ mod tests {
     }
 
     #[test]
-    fn the_router_and_this_builds_facilitator_refuse_a_cluster() {
+    fn the_router_refuses_a_cluster_the_facilitator_serves_one() {
         let router = format!(
             "{}\n[router]\nchains = [\"solana-devnet\"]\n",
             with_chain("solana-devnet", "")
@@ -248,8 +258,20 @@ mod tests {
             "networks = [\"chainX\"]",
             &format!("networks = [\"chainX\", \"{DEVNET_CAIP2}\"]"),
         );
+        let facilitator = load("solana-served.toml", &served)
+            .unwrap()
+            .facilitator
+            .unwrap();
+        assert_eq!(facilitator.solana_networks(), ["solana-devnet"]);
+        assert_eq!(facilitator.evm_networks().collect::<Vec<_>>(), ["chainX"]);
+        let unconfigured = BASE.replace(
+            "networks = [\"chainX\"]",
+            "networks = [\"chainX\", \"solana-devnet\"]",
+        );
         assert_eq!(
-            load("solana-served.toml", &served).unwrap_err().key,
+            load("solana-unconfigured.toml", &unconfigured)
+                .unwrap_err()
+                .key,
             "facilitator.networks"
         );
     }

@@ -48,9 +48,15 @@ impl Settings {
             router.validate(&self.chains)?;
         }
         if let Some(facilitator) = &self.facilitator {
-            let why = "this build settles EVM networks only (Solana settlement: issue 27)";
-            refuse_solana("facilitator.networks", &facilitator.networks, why)?;
             facilitator.validate(&self.chains)?;
+            for name in facilitator.solana_networks() {
+                if !self.solana_chains.contains_key(name) {
+                    return Err(ConfigError::new(
+                        "facilitator.networks",
+                        format!("no [chains.{name}] section (a known Solana network: its rpc_urls are enough)"),
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -344,7 +350,7 @@ impl FacilitatorSettings {
                 "at least one network is required",
             ));
         }
-        for name in &self.networks {
+        for name in self.evm_networks() {
             let chain = chains
                 .get(name)
                 .ok_or_else(|| ConfigError::new("facilitator.networks", no_section(name)))?;
@@ -411,7 +417,7 @@ impl FacilitatorSettings {
             // v2 names a network by chain id (eip155:<id>): two served networks with one id
             // would make that name ambiguous.
             let mut seen = BTreeMap::new();
-            for name in &self.networks {
+            for name in self.evm_networks() {
                 if let Some(other) = seen.insert(chains[name].chain_id, name) {
                     return Err(ConfigError::new(
                         key,

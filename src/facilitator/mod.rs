@@ -7,6 +7,7 @@ pub mod protocol;
 pub mod readiness;
 pub mod request;
 pub mod settlement;
+pub mod svm;
 pub mod types;
 pub mod verify;
 
@@ -24,6 +25,7 @@ use crate::ledger::{Asking, PaymentKey, Reason};
 use crate::signer::Signer;
 use crate::store::{Storage, StoreError};
 use cooldown::Cooldown;
+use protocol::svm::{Refused, SvmRequest};
 use protocol::v1::{self, SettleResponse, VerifyResponse};
 use protocol::{eip2612, v2};
 use request::TokenInfo;
@@ -53,6 +55,8 @@ pub struct Facilitator {
     v2_networks: Option<BTreeMap<u64, String>>,
     signers: Vec<Address>,
     cooldown: Arc<Cooldown>,
+    /// Solana's `exact`, when a Solana network is served.
+    svm: Option<svm::SvmExact>,
 }
 
 impl Facilitator {
@@ -61,6 +65,7 @@ impl Facilitator {
         chain_settings: &BTreeMap<String, ChainSettings>,
         chains: &BTreeMap<String, Arc<Chain>>,
         signers: Vec<Arc<Signer>>,
+        svm: Option<svm::SvmExact>,
         store: Storage,
         lease: settlement::LeaseSettings,
     ) -> Result<Self, SetupError> {
@@ -70,7 +75,7 @@ impl Facilitator {
         )));
         let mut networks = Vec::new();
         let mut lanes = Vec::new();
-        for name in &settings.networks {
+        for name in settings.evm_networks() {
             let chain = chains[name].clone();
             let tokens = chain_settings[name]
                 .tokens
@@ -128,6 +133,7 @@ impl Facilitator {
             v2_networks,
             signers: signer_addresses,
             cooldown,
+            svm,
         })
     }
 
@@ -135,6 +141,14 @@ impl Facilitator {
     /// before serving.
     pub async fn start(&self) -> Result<usize, SettleError> {
         self.settler.start().await
+    }
+
+    /// Refuses Solana nodes of another cluster (`getGenesisHash`); call before serving.
+    pub async fn check_solana_genesis(&self) -> Result<(), String> {
+        match &self.svm {
+            Some(svm) => svm.check_genesis().await,
+            None => Ok(()),
+        }
     }
 
     /// v1's kinds name the configured networks; v2's name them by CAIP-2 id and come with v2's
@@ -148,6 +162,7 @@ impl Facilitator {
                 network: n.name.clone(),
                 extra: None,
             }));
+            kinds.extend(self.svm_kinds(1, |n| n.name.to_string()));
         }
         kinds.sort_by(|a, b| a.network.cmp(&b.network));
         let Some(v2_networks) = &self.v2_networks else {
@@ -164,12 +179,97 @@ impl Facilitator {
             extra: None,
         }));
         kinds.extend(self.upto_kinds(v2_networks));
-        let signers = self.signers.iter().map(|a| to_checksum(a, None)).collect();
+        kinds.extend(self.svm_kinds(2, |n| n.caip2.clone()));
+        let mut signers = BTreeMap::new();
+        if !v2_networks.is_empty() {
+            let evm = self.signers.iter().map(|a| to_checksum(a, None)).collect();
+            signers.insert("eip155:*", evm);
+        }
+        if let Some(svm) = &self.svm {
+            let fee_payers = svm.fee_payers().iter().map(|p| p.to_string()).collect();
+            signers.insert("solana:*", fee_payers);
+        }
         SupportedResponse {
             kinds,
             extensions: Some(self.extensions()),
-            signers: Some(BTreeMap::from([("eip155:*", signers)])),
+            signers: Some(signers),
         }
+    }
+
+    /// `exact` on each served Solana network in `version`, named by `name`, with the fee payer
+    /// the client must leave the first signature slot for.
+    fn svm_kinds(&self, version: u32, name: fn(&svm::SvmNetwork) -> String) -> Vec<SupportedKind> {
+        let Some(svm) = &self.svm else {
+            return Vec::new();
+        };
+        let fee_payer = svm.fee_payers()[0].to_string();
+        svm.networks()
+            .iter()
+            .map(|n| SupportedKind {
+                x402_version: version,
+                scheme: "exact",
+                network: name(n),
+                extra: Some(serde_json::json!({ "feePayer": fee_payer })),
+            })
+            .collect()
+    }
+
+    /// `/verify` of a Solana payment (svm.md §3), in its version's names.
+    pub async fn verify_svm(&self, request: &SvmRequest) -> Result<VerifyResponse, SettleError> {
+        let verdict = self.svm_verdict(request).await?;
+        Ok(protocol::svm::verify_answer(
+            request.version(),
+            request.transaction(),
+            &verdict,
+        ))
+    }
+
+    async fn svm_verdict(
+        &self,
+        request: &SvmRequest,
+    ) -> Result<Result<svm::Verified, Refused>, SettleError> {
+        let served = match request.version() {
+            svm::Version::V1 => self.serves_v1,
+            svm::Version::V2 => self.serves_v2(),
+        };
+        let svm = match &self.svm {
+            Some(svm) if served => svm,
+            _ => {
+                let network = request.terms().0;
+                let refused = Invalid::new(
+                    Reason::Network,
+                    format!("network {network:?} is not served"),
+                );
+                return Ok(Err(refused.into()));
+            }
+        };
+        let payment = match request.lower(svm) {
+            Ok(payment) => payment,
+            Err(refused) => return Ok(Err(refused)),
+        };
+        Ok(svm.verify(&payment).await?.map_err(Refused::Svm))
+    }
+
+    /// `/settle` of a Solana payment: verified as `/verify` does; this build does not send
+    /// Solana transactions yet, and says so in the answer rather than in a 400.
+    pub async fn settle_svm(&self, request: &SvmRequest) -> Result<SettleResponse, SettleError> {
+        let verify = self.verify_svm(request).await?;
+        let (error_reason, error_message) = match verify.invalid_reason {
+            Some(reason) => (reason.to_string(), verify.invalid_message),
+            None => (
+                v1::verify_reason(Reason::Network).to_string(),
+                Some("Solana payments are verified, not yet settled, by this build".to_string()),
+            ),
+        };
+        Ok(SettleResponse {
+            success: false,
+            error_reason: Some(error_reason),
+            error_message,
+            payer: verify.payer,
+            transaction: String::new(),
+            network: request.terms().0.to_string(),
+            amount: None,
+        })
     }
 
     /// The v2 extensions routerd implements: `payment-identifier`, and `eip2612GasSponsoring`

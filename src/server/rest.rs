@@ -26,6 +26,7 @@ use super::wire_errors::{json_response, parse_body, parse_value_with, WireError}
 use super::{ops, App, Routes, Surface};
 use crate::evm;
 use crate::evm::parse_address;
+use crate::facilitator::protocol::svm::{self, SvmRequest};
 use crate::facilitator::protocol::v1::{PaymentRequest, SettleResponse};
 use crate::facilitator::protocol::values::Payload;
 use crate::facilitator::protocol::{self, v2};
@@ -371,6 +372,7 @@ async fn facilitator_route(
             let answer = match &payment {
                 Payment::V1(p) => facilitator.verify(p).await?,
                 Payment::V2(p) => facilitator.verify_v2(p).await?,
+                Payment::Svm(p) => facilitator.verify_svm(p).await?,
             };
             note.outcome = Some(answer.invalid_reason.unwrap_or("valid").to_string());
             Ok(json_response(StatusCode::OK, &answer))
@@ -532,6 +534,7 @@ async fn settle_one(
     let result = match &payment {
         Payment::V1(p) => facilitator.settle(p, asking).await,
         Payment::V2(p) => facilitator.settle_v2(p, asking).await,
+        Payment::Svm(p) => facilitator.settle_svm(p).await,
     };
     app.metrics.observe_settlement(match &result {
         Ok(answer) if answer.success => "success",
@@ -543,10 +546,11 @@ async fn settle_one(
     Ok(result?)
 }
 
-/// A facilitator request in the wire format of its x402 version.
+/// A facilitator request in the wire format of its x402 version; a Solana one in Solana's.
 pub(crate) enum Payment {
     V1(PaymentRequest),
     V2(v2::PaymentRequest),
+    Svm(SvmRequest),
 }
 
 /// One payment body, as its version's wire type.
@@ -568,11 +572,23 @@ pub(crate) fn parse_payment_direct(serves_v2: bool, bytes: &[u8]) -> Option<Paym
     struct Version {
         #[serde(rename = "x402Version")]
         version: Option<u64>,
+        #[serde(rename = "paymentRequirements")]
+        requirements: Option<Network>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Network {
+        network: Option<String>,
     }
     if bytes.contains(&b'[') {
         return None;
     }
-    let version = serde_json::from_slice::<Version>(bytes).ok()?.version?;
+    let peek = serde_json::from_slice::<Version>(bytes).ok()?;
+    // A Solana body goes the checked way, which reads the family from the network.
+    let network = peek.requirements.and_then(|r| r.network);
+    if network.as_deref().is_some_and(svm::is_solana) {
+        return None;
+    }
+    let version = peek.version?;
     if reads_as_v2(Some(version), serves_v2) {
         serde_json::from_slice(bytes).ok().map(Payment::V2)
     } else {
@@ -593,6 +609,15 @@ pub(crate) fn parse_payment(
     body: serde_json::Value,
     prefix: &str,
 ) -> Result<Payment, WireError> {
+    let network = body.pointer("/paymentRequirements/network");
+    if network.and_then(|n| n.as_str()).is_some_and(svm::is_solana) {
+        let request = if reads_as_v2(protocol::version_of(&body), serves_v2) {
+            SvmRequest::V2(parse_value_with(body, svm::V2_OBJECTS, prefix)?)
+        } else {
+            SvmRequest::V1(parse_value_with(body, svm::V1_OBJECTS, prefix)?)
+        };
+        return Ok(Payment::Svm(request));
+    }
     if reads_as_v2(protocol::version_of(&body), serves_v2) {
         parse_value_with(body, v2::PaymentRequest::OBJECTS, prefix).map(Payment::V2)
     } else {
@@ -617,7 +642,11 @@ impl Payment {
                 .payment_payload
                 .payment_identifier()
                 .map_err(|field| WireError::bad_request(prefixed(element, field)))?,
-            Payment::V1(_) => None,
+            Payment::Svm(SvmRequest::V2(p)) => p
+                .payment_payload
+                .payment_identifier()
+                .map_err(|field| WireError::bad_request(prefixed(element, field)))?,
+            Payment::V1(_) | Payment::Svm(SvmRequest::V1(_)) => None,
         };
         // Keys are the caller's (access.md §3b): an API key's, else the client's, so another
         // client cannot occupy a merchant's key.
@@ -645,10 +674,12 @@ impl Payment {
             return Ok(());
         };
         let pay_to = match self {
-            Payment::V1(p) => &p.payment_requirements.pay_to,
-            Payment::V2(p) => &p.payment_requirements.pay_to,
+            Payment::V1(p) => parse_address(&p.payment_requirements.pay_to),
+            Payment::V2(p) => parse_address(&p.payment_requirements.pay_to),
+            // payTo scopes name EVM addresses: a scoped key pays no Solana payee.
+            Payment::Svm(_) => None,
         };
-        match key.may_pay(parse_address(pay_to)) {
+        match key.may_pay(pay_to) {
             true => Ok(()),
             false => Err(key.forbidden()),
         }
@@ -667,6 +698,11 @@ impl Payment {
                 &p.payment_requirements.asset,
                 Payload::from(&p.payment_payload.payload),
             ),
+            // A Solana payment is its message: the log names its network, payTo and asset.
+            Payment::Svm(p) => {
+                let (network, pay_to, asset) = p.terms();
+                return format!("{network}|{asset}|{pay_to}");
+            }
         };
         let (from, nonce) = (payload.payer(), payload.nonce());
         format!(
@@ -758,7 +794,20 @@ mod tests {
         match payment {
             Payment::V1(p) => format!("v1 {p:?}"),
             Payment::V2(p) => format!("v2 {p:?}"),
+            Payment::Svm(p) => format!("svm {p:?}"),
         }
+    }
+
+    #[test]
+    fn a_solana_body_is_read_in_solanas_shape_by_its_network() {
+        let v2 = r#"{"x402Version":2,"paymentPayload":{"x402Version":2,"accepted":{"scheme":"exact","network":"solana:x","amount":"1","asset":"m","payTo":"p","maxTimeoutSeconds":60},"payload":{"transaction":"AA=="}},"paymentRequirements":{"scheme":"exact","network":"solana:x","amount":"1","asset":"m","payTo":"p","maxTimeoutSeconds":60}}"#;
+        assert!(parse_payment_direct(true, v2.as_bytes()).is_none());
+        assert!(checked(true, v2).unwrap().starts_with("svm V2("));
+        let v1 = V1.replace("\"network\":\"base\"", "\"network\":\"solana-devnet\"");
+        assert_eq!(
+            checked(true, &v1).unwrap_err(),
+            "paymentPayload.payload.transaction: missing"
+        );
     }
 
     #[test]
