@@ -45,10 +45,12 @@ const BOUNDS = {
   upstreamBatch: { total: n(1000), maxMs: 5_000 },
   idleWindowCapMs: 30_000,
   startupRecords: n(100_000),
+  // A stranger's no-key flood of failing verifies while a merchant settles one payment at a time.
+  flood: { concurrency: 64, honest: n(20), maxMs: 60_000 },
   startupRuns: 3,
 };
 
-const results = { machine: {}, verify: {}, settle: {}, memory: {}, router: {}, startup: {}, ratios: {} };
+const results = { machine: {}, verify: {}, settle: {}, flood: {}, memory: {}, router: {}, startup: {}, ratios: {} };
 const log = (msg) => console.error(`bench: ${msg}`);
 
 // ---------------------------------------------------------------------------------------------
@@ -406,6 +408,63 @@ async function benchSettle() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// f: an honest merchant's settles while a stranger floods /verify (access.md section 3b)
+
+/**
+ * A stranger without an API key sends failing verifies (payers without funds: each one reads the
+ * chain) at concurrency 64 from the start to the end of the phase, while a merchant settles its
+ * payments one at a time on a chain mining every second. The merchant's settle latencies, the
+ * flood's answered rate (and how many it was told 503, busy) and routerd's peak RSS.
+ */
+async function benchFlood() {
+  const { concurrency, honest, maxMs } = BOUNDS.flood;
+  log(`flood: ${honest} sequential settles while ${concurrency} workers flood /verify with failing payments`);
+  const stack = await startFacilitatorStack({ fundedPayers: 1, payerFunds: 1_000_000_000n });
+  try {
+    await postJson(stack.anvil.url, '{"jsonrpc":"2.0","id":1,"method":"evm_setIntervalMining","params":[1]}');
+    const pid = stack.routerd.child.pid;
+    const payTo = freshAccount().address;
+    const payments = [];
+    for (let i = 0; i < honest; i += 1) payments.push(await stack.pay({ account: stack.payers[0], payTo, amount: 1000n }));
+    const failing = await Promise.all(Array.from({ length: 256 }, () => stack.pay({ account: freshAccount(), payTo, amount: 1000n })));
+    let over = false;
+    const flood = { answered: 0, busy: 0, failed: 0 };
+    const floodStart = nowMs();
+    const workers = Array.from({ length: concurrency }, async (_, w) => {
+      for (let i = w; !over && nowMs() - floodStart < maxMs; i += concurrency) {
+        const res = await postJson(`${stack.url}/verify`, JSON.stringify(failing[i % failing.length].body)).catch(() => null);
+        if (!res) flood.failed += 1;
+        else if (res.status === 503) flood.busy += 1;
+        else flood.answered += 1;
+      }
+    });
+    const latencies = [];
+    let failed = 0;
+    let firstError;
+    for (const p of payments) {
+      const t0 = nowMs();
+      const res = await postJson(`${stack.url}/settle`, JSON.stringify(p.body));
+      latencies.push(nowMs() - t0);
+      if (res.status !== 200 || res.body?.success !== true) {
+        failed += 1;
+        firstError ??= `HTTP ${res.status} ${res.text.slice(0, 300)}`;
+      }
+    }
+    over = true;
+    await Promise.all(workers);
+    const floodMs = nowMs() - floodStart;
+    results.flood = {
+      settle: { ...summarize(latencies), failed },
+      flood: { ...flood, rps: (flood.answered / floodMs) * 1000, seconds: floodMs / 1000 },
+      memory: procMemory(pid),
+      firstError,
+    };
+  } finally {
+    await stack.stop();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // e: start-up time against the ledger's history
 
 /**
@@ -614,6 +673,8 @@ function table() {
   const sl = s.load;
   lat(`b settle, ${sl.n} distinct at concurrency ${sl.concurrency}`, sl);
   lat('b   block-to-answer (answer - block arrival)', sl.blockToAnswer, { rps: false });
+  const fl = results.flood;
+  lat(`f settle, ${fl.settle.n} sequential, under a /verify flood`, fl.settle, { rps: false });
   lat('d eth_routerTransaction, concurrency 1', r.serial);
   lat('d eth_routerTransaction, concurrency 64', r.concurrent);
   for (const [name, x] of Object.entries(r.upstream)) lat(`d upstream batch ${name} (3 calls), conc 1`, x, { rps: false });
@@ -641,6 +702,8 @@ function table() {
       + `(user ${f(v.floor.userMicrosPerRequest, 1)} + system ${f(v.floor.systemMicrosPerRequest, 1)}; `
       + 'the same HTTP server and upstream client with no payment work: bench/transport_floor.rs)');
   }
+  out.push(`flood: ${fl.flood.answered} failing verifies answered at ${f(fl.flood.rps, 0)}/s over ${f(fl.flood.seconds, 1)} s `
+    + `(${fl.flood.busy} told 503 busy, ${fl.flood.failed} unanswered) while the settles above ran; routerd peak RSS ${f(fl.memory.hwmMiB, 1)} MiB`);
   out.push(`settle: ${sl.confirmed} of ${sl.n} confirmed on chain in ${sl.blocksUsed} blocks; ${f(sl.rps, 1)} settles/s over ${f(sl.wallMs / 1000, 2)} s; `
     + `capacity ${sl.capacityPerSecond}/s (gas limit ${sl.gasLimit} / median ${sl.medianGas} gas per settlement, 1 s blocks)`);
   out.push('');
@@ -664,14 +727,15 @@ function table() {
   ratio('routing req/s at 64 / at 1', ratios.routingScaling);
   ratio('settle sequential p50 / block time (1 s)', ratios.settleOverBlock);
   ratio(`settle/s at concurrency ${sl.concurrency} / chain capacity`, ratios.settleOverCapacity);
+  ratio('settle p50 under a /verify flood / block time (1 s)', ratios.floodSettleOverBlock);
   ratio('net upstream requests per routed call / chains', ratios.upstreamPerChain);
   ratio('start-up p50 with finished records / empty store', ratios.startupGrowth);
   const unconfirmed = sl.n - sl.failed - sl.confirmed;
-  const failures = [v.c1, v.c64, v.anvil1, v.anvil64, ...(v.floor ? [v.floor.c64, v.floor.held] : []), s.serial, sl, r.serial, r.concurrent, ...Object.values(r.upstream)]
+  const failures = [v.c1, v.c64, v.anvil1, v.anvil64, ...(v.floor ? [v.floor.c64, v.floor.held] : []), s.serial, sl, fl.settle, r.serial, r.concurrent, ...Object.values(r.upstream)]
     .reduce((sum, x) => sum + (x.failed ?? 0), unconfirmed);
   out.push('');
   out.push(`failures: ${failures}`);
-  for (const e of [v.c1.firstError, v.c64.firstError, s.firstError, r.serial.firstError, r.concurrent.firstError]) {
+  for (const e of [v.c1.firstError, v.c64.firstError, s.firstError, fl.firstError, r.serial.firstError, r.concurrent.firstError]) {
     if (e) out.push(`  first error: ${e}`);
   }
   return { text: out.join('\n'), failures };
@@ -684,13 +748,14 @@ async function main() {
   const started = nowMs();
   if (opts.only) {
     // One phase, for working on it: prints its raw figures, not the table.
-    const phases = { verify: benchVerify, settle: benchSettle, router: benchRouter, startup: benchStartup };
+    const phases = { verify: benchVerify, settle: benchSettle, flood: benchFlood, router: benchRouter, startup: benchStartup };
     await phases[opts.only]();
     console.log(JSON.stringify({ [opts.only]: results[opts.only], memory: results.memory }, null, 2));
     return;
   }
   await benchVerify();
   await benchSettle();
+  await benchFlood();
   await benchRouter();
   await benchStartup();
   const { verify: v, settle: s, router: r, startup: st } = results;
@@ -705,6 +770,7 @@ async function main() {
     routingScaling: r.concurrent.rps / r.serial.rps,
     settleOverBlock: s.serial.p50 / 1000,
     settleOverCapacity: s.load.rps / s.load.capacityPerSecond,
+    floodSettleOverBlock: results.flood.settle.p50 / 1000,
     upstreamPerChain: r.upstreamRequests.netPerCall / ROUTER_CHAINS.length,
     startupGrowth: st.seeded.p50 / st.empty.p50,
   };

@@ -53,6 +53,7 @@ fn finished_record(i: u64, now: u64) -> Record {
         method: Default::default(),
         approves_permit2: false,
         via: None,
+        sender: None,
         calldata: Bytes::from(vec![0u8; 260]),
         gas_limit: 100_000,
         request: None,

@@ -115,6 +115,7 @@ pub async fn run(settings: Settings) -> Result<(), StartError> {
     });
     if let Some(router) = &router {
         tokio::spawn(router.relay().clone().forget_periodically());
+        tokio::spawn(router.nonces().clone().prune_periodically());
     }
     let app = Arc::new(App {
         services: Services {

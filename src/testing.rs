@@ -25,6 +25,7 @@ pub fn record(nonce: u8) -> Record {
         method: Default::default(),
         approves_permit2: false,
         via: None,
+        sender: None,
         calldata: Bytes::from(vec![1, 2, 3]),
         gas_limit: 90_000,
         request: None,

@@ -4,6 +4,7 @@
 //! slot always finds its answer.
 
 use super::client::{Call, CallResult, ChainClient, Unreachable};
+use super::traffic::Traffic;
 
 /// The calls of one JSON-RPC batch.
 #[derive(Debug, Default, Clone)]
@@ -41,9 +42,10 @@ impl Answered {
 }
 
 impl ChainClient {
-    /// Sends `batch` (see [`ChainClient::batch`]); its answers are read by slot.
-    pub async fn ask(&self, batch: &Batch) -> Result<Answered, Unreachable> {
-        self.batch(batch.calls()).await.map(Answered)
+    /// Sends `batch` over `traffic`'s connections (see [`ChainClient::batch`]); its answers
+    /// are read by slot.
+    pub async fn ask(&self, traffic: Traffic, batch: &Batch) -> Result<Answered, Unreachable> {
+        self.batch(traffic, batch.calls()).await.map(Answered)
     }
 }
 

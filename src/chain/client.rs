@@ -1,8 +1,12 @@
 //! One chain's upstream: a jsonrpsee HTTP client per URL, batched requests, failover to the next
 //! URL on transport errors or timeouts, and a cool-down for URLs that keep failing.
 //!
-//! Small batches that are ready at the same moment (the reads of concurrent verifies, say) go
-//! out together as one HTTP request: each call is still its own JSON-RPC call, but the HTTP
+//! Each URL has two connection pools: one for the settlement engine's own traffic, one for what
+//! callers cause (`traffic`), so a flood of client-driven reads never delays a lane. Callers'
+//! reads also count against a bound per kind (`Budgets`).
+//!
+//! Small batches of callers that are ready at the same moment (the reads of concurrent verifies,
+//! say) go out together as one HTTP request: each call is still its own JSON-RPC call, but the HTTP
 //! round trip, its parsing on both ends and its syscalls are paid once per moment instead of
 //! once per request.
 
@@ -23,6 +27,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use super::traffic::{Budget, Budgets, Overloaded, Traffic};
 use crate::config::Endpoint;
 
 /// jsonrpsee's HTTP client without its default logger middleware: that layer serializes every
@@ -233,7 +238,10 @@ struct Upstream {
     /// carry a provider key and stays inside the client.
     name: String,
     url: Endpoint,
+    /// Callers' reads.
     client: HttpClient,
+    /// The settlement engine's own requests, on connections of their own.
+    own: HttpClient,
     consecutive_failures: AtomicU32,
     /// Milliseconds since `ChainClient::epoch` until which this URL is skipped.
     cooling_until_ms: AtomicU64,
@@ -258,8 +266,10 @@ pub struct ChainClient {
     in_flight: AtomicUsize,
     /// Most calls in one coalesced request (`chains.<name>.max_batch_calls`).
     max_batch_calls: usize,
-    /// Small batches waiting for the next coalesced request.
+    /// Callers' small batches waiting for the next coalesced request.
     queue: Mutex<Vec<Queued>>,
+    /// Callers' reads in flight, per kind.
+    budgets: Budgets,
     /// This client, for the task that sends the queue.
     me: Weak<ChainClient>,
 }
@@ -273,29 +283,26 @@ struct Queued {
 }
 
 impl ChainClient {
-    /// `max_in_flight` bounds the requests to each URL at once: under load they queue, so a
-    /// saturated node slows answers down instead of timing them out.
-    pub fn new(
-        name: &str,
-        urls: &[Endpoint],
-        timeout: Duration,
-        max_in_flight: usize,
-        max_batch_calls: usize,
-    ) -> Result<Arc<Self>, String> {
+    /// `limits.max_in_flight` bounds the requests to each URL at once (the two pools share it):
+    /// under load they queue, so a saturated node slows answers down instead of timing them out.
+    pub fn new(name: &str, urls: &[Endpoint], limits: ClientLimits) -> Result<Arc<Self>, String> {
         let mut upstreams = Vec::with_capacity(urls.len());
         for (index, url) in urls.iter().enumerate() {
             let upstream = format!("{name}#{index}");
-            let client = HttpClientBuilder::default()
-                .set_rpc_middleware(RpcServiceBuilder::new())
-                .request_timeout(timeout)
-                .max_concurrent_requests(max_in_flight)
-                .max_response_size(32 * 1024 * 1024)
-                .build(url.expose())
-                .map_err(|e| format!("{upstream}: {}", scrubbed(&e.to_string(), url)))?;
+            let build = |in_flight: usize| {
+                HttpClientBuilder::default()
+                    .set_rpc_middleware(RpcServiceBuilder::new())
+                    .request_timeout(limits.timeout)
+                    .max_concurrent_requests(in_flight)
+                    .max_response_size(32 * 1024 * 1024)
+                    .build(url.expose())
+                    .map_err(|e| format!("{upstream}: {}", scrubbed(&e.to_string(), url)))
+            };
             upstreams.push(Upstream {
-                name: upstream,
                 url: url.clone(),
-                client,
+                client: build(limits.callers_in_flight())?,
+                own: build(limits.own_in_flight())?,
+                name: upstream,
                 consecutive_failures: AtomicU32::new(0),
                 cooling_until_ms: AtomicU64::new(0),
             });
@@ -311,24 +318,36 @@ impl ChainClient {
             stats,
             last_success: AtomicU64::new(u64::MAX),
             in_flight: AtomicUsize::new(0),
-            max_batch_calls,
+            max_batch_calls: limits.max_batch_calls,
             queue: Mutex::new(Vec::new()),
+            budgets: Budgets::new(limits.max_caller_reads),
             me: me.clone(),
         }))
+    }
+
+    /// A place for a caller's reads on this chain, held while they are under way; at once
+    /// `Overloaded` when `budget` is spent.
+    pub fn admit(&self, budget: Budget) -> Result<tokio::sync::SemaphorePermit<'_>, Overloaded> {
+        self.budgets.admit(budget).ok_or_else(|| Overloaded {
+            chain: self.name.clone(),
+            budget,
+        })
     }
 
     pub fn name(&self) -> &str {
         &self.name
     }
 
-    /// Sends `calls` as one JSON-RPC batch; answers per call in order. A small batch may share
-    /// its HTTP request with others ready at the same moment.
-    pub async fn batch(&self, calls: &[Call]) -> Answers {
+    /// Sends `calls` as one JSON-RPC batch over `traffic`'s connections; answers per call in
+    /// order. A caller's small batch may share its HTTP request with others ready at the same
+    /// moment; the engine's own go out at once.
+    pub async fn batch(&self, traffic: Traffic, calls: &[Call]) -> Answers {
         // An idle chain gets the request at once: waiting for company would only add latency.
-        if calls.len() > COALESCE_MAX_CALLS.min(self.max_batch_calls / 2)
+        if traffic == Traffic::Own
+            || calls.len() > COALESCE_MAX_CALLS.min(self.max_batch_calls / 2)
             || self.in_flight.load(Ordering::Relaxed) == 0
         {
-            return self.send(calls).await;
+            return self.send(traffic, calls).await;
         }
         let (reply, answer) = oneshot::channel();
         let first = {
@@ -383,7 +402,7 @@ impl ChainClient {
             .map(|entry| (entry.calls, entry.reply))
             .unzip();
         let calls: Vec<Call> = calls.into_iter().flatten().collect();
-        let answers = self.send(&calls).await;
+        let answers = self.send(Traffic::Callers, &calls).await;
         match answers {
             Ok(answers) => {
                 let mut answers = answers.into_iter();
@@ -400,7 +419,7 @@ impl ChainClient {
     }
 
     /// One HTTP request carrying `calls` as a JSON-RPC batch.
-    async fn send(&self, calls: &[Call]) -> Answers {
+    async fn send(&self, traffic: Traffic, calls: &[Call]) -> Answers {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         let _in_flight = InFlight(&self.in_flight);
         self.with_failover(|upstream| async move {
@@ -416,7 +435,8 @@ impl ChainClient {
                     )
                     .map_err(|e| ClientError::Custom(e.to_string()))?;
             }
-            let response: BatchResponse<Value> = upstream.client.batch_request(batch).await?;
+            let response: BatchResponse<Value> =
+                upstream.http(traffic).batch_request(batch).await?;
             let answers: Vec<CallResult> = response
                 .into_iter()
                 .map(|entry| entry.map_err(|e| rpc_error(&e, &upstream.url)))
@@ -438,13 +458,14 @@ impl ChainClient {
     /// One call; a JSON-RPC error from the node is returned as `Ok(Err(..))`.
     pub async fn call(
         &self,
+        traffic: Traffic,
         method: &'static str,
         params: Vec<Value>,
     ) -> Result<CallResult, Unreachable> {
         let params = &params;
         self.with_failover(|upstream| async move {
             match upstream
-                .client
+                .http(traffic)
                 .request::<Value, _>(
                     method,
                     Params {
@@ -530,6 +551,41 @@ impl ChainClient {
                 errors: errors.load(Ordering::Relaxed),
             })
             .collect()
+    }
+}
+
+/// How a chain's client is bounded.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientLimits {
+    pub timeout: Duration,
+    /// Requests to one URL at once, shared by the two pools.
+    pub max_in_flight: usize,
+    /// Most calls in one coalesced request.
+    pub max_batch_calls: usize,
+    /// Callers' reads in flight per kind (`chains.<name>.max_caller_reads`).
+    pub max_caller_reads: usize,
+}
+
+impl ClientLimits {
+    /// The engine's share of a URL's requests at once: a quarter, at least one. Together with
+    /// the callers' share it stays within `max_in_flight` (where that is at least two).
+    fn own_in_flight(&self) -> usize {
+        (self.max_in_flight / 4).max(1)
+    }
+
+    fn callers_in_flight(&self) -> usize {
+        self.max_in_flight
+            .saturating_sub(self.own_in_flight())
+            .max(1)
+    }
+}
+
+impl Upstream {
+    fn http(&self, traffic: Traffic) -> &HttpClient {
+        match traffic {
+            Traffic::Own => &self.own,
+            Traffic::Callers => &self.client,
+        }
     }
 }
 

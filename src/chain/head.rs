@@ -7,6 +7,7 @@
 //! one with hash H?" is answered without asking the node, and a reorganisation of any depth up to
 //! [`KEPT_BLOCKS`] is seen.
 
+use super::traffic::Traffic;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
@@ -327,7 +328,7 @@ const FEE_HISTORY_BLOCKS: u64 = 20;
 const TIP_PERCENTILE: u64 = 50;
 
 async fn block_number(client: &ChainClient) -> Result<u64, Unreachable> {
-    let answer = client.call("eth_blockNumber", vec![]).await?;
+    let answer = client.call(Traffic::Own, "eth_blockNumber", vec![]).await?;
     answer
         .ok()
         .as_ref()
@@ -376,6 +377,7 @@ async fn link(client: &ChainClient, recent: &Mutex<RecentBlocks>, head: &Head) {
 async fn fetch_block(client: &ChainClient, number: u64) -> Result<(H256, H256), Unreachable> {
     let answer = client
         .call(
+            Traffic::Own,
             "eth_getBlockByNumber",
             vec![json!(format!("{number:#x}")), json!(false)],
         )
@@ -416,7 +418,7 @@ async fn fetch_head(client: &ChainClient, fee_model: FeeModel) -> Result<Head, U
             json!([TIP_PERCENTILE]),
         ],
     ));
-    let answers = client.ask(&batch).await?;
+    let answers = client.ask(Traffic::Own, &batch).await?;
     let malformed = |what: &str| Unreachable {
         chain: client.name().to_string(),
         detail: format!("malformed {what} in head block answer"),

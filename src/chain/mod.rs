@@ -9,6 +9,7 @@ pub mod client;
 pub mod head;
 pub mod read_mode;
 pub mod svm;
+pub mod traffic;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,10 +22,11 @@ use crate::evm::hex_bytes;
 use crate::config::ChainSettings;
 use crate::guard::Guard;
 pub use batch::{Answered, Batch, Slot};
-pub use client::{Call, CallResult, ChainClient, Refusal, RpcError, Unreachable};
+pub use client::{Call, CallResult, ChainClient, ClientLimits, Refusal, RpcError, Unreachable};
 pub use head::{Canonical, DerivedCap, Head, HeadWatcher};
 pub use read_mode::ReadMode;
 use read_mode::ReadModeCell;
+pub use traffic::{Budget, Overloaded, Traffic};
 
 /// A configured chain: its settings, its upstream client and its head cache.
 pub struct Chain {
@@ -37,13 +39,13 @@ pub struct Chain {
 
 impl Chain {
     pub fn new(name: &str, settings: &ChainSettings) -> Result<Arc<Self>, String> {
-        let client = ChainClient::new(
-            name,
-            &settings.rpc_urls,
-            Duration::from_millis(settings.request_timeout_ms),
-            settings.max_concurrent_requests,
-            settings.max_batch_calls,
-        )?;
+        let limits = ClientLimits {
+            timeout: Duration::from_millis(settings.request_timeout_ms),
+            max_in_flight: settings.max_concurrent_requests,
+            max_batch_calls: settings.max_batch_calls,
+            max_caller_reads: settings.max_caller_reads,
+        };
+        let client = ChainClient::new(name, &settings.rpc_urls, limits)?;
         let head = HeadWatcher::spawn(
             client.clone(),
             settings.fee_model,

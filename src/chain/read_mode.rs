@@ -7,6 +7,7 @@
 //! say), that read is sent as a batch and the next one probes again: a wrong guess costs a round
 //! trip, never a wrong answer.
 
+use super::traffic::Traffic;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::LazyLock;
 
@@ -92,7 +93,7 @@ pub async fn probe(client: &ChainClient) -> Result<ReadMode, Unreachable> {
     static PROBE: LazyLock<Box<RawValue>> = LazyLock::new(|| code_override(PROBE_CODE));
     let mut batch = Batch::new();
     let probed = batch.add(call_with_code(&PROBE, &[]));
-    let answers = client.ask(&batch).await?;
+    let answers = client.ask(Traffic::Own, &batch).await?;
     match answers.get(probed) {
         Ok(v) if parse_word(v) == Some(42.into()) => Ok(ReadMode::Lens),
         Ok(v) if v.as_str() == Some("0x") => Ok(ReadMode::Batch),

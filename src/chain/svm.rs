@@ -13,13 +13,16 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use serde_json::{json, Value};
 
-use super::client::{Call, ChainClient, RpcError, Unreachable};
+use super::client::{Call, ChainClient, ClientLimits, RpcError, Unreachable};
+use super::traffic::Traffic;
 use crate::config::SolanaChainSettings;
 use crate::svm::Pubkey;
 
 /// Requests to one URL at once, and calls per coalesced request: a verify is two calls.
 const MAX_IN_FLIGHT: usize = 64;
 const MAX_BATCH_CALLS: usize = 64;
+/// Callers' reads in flight per kind, as an EVM chain's default `max_caller_reads`.
+const MAX_CALLER_READS: usize = 256;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum SolanaError {
@@ -68,13 +71,13 @@ pub struct PaymentState {
 
 impl SolanaChain {
     pub fn new(name: &str, settings: &SolanaChainSettings) -> Result<Arc<Self>, String> {
-        let client = ChainClient::new(
-            name,
-            &settings.rpc_urls,
-            Duration::from_millis(settings.request_timeout_ms),
-            MAX_IN_FLIGHT,
-            MAX_BATCH_CALLS,
-        )?;
+        let limits = ClientLimits {
+            timeout: Duration::from_millis(settings.request_timeout_ms),
+            max_in_flight: MAX_IN_FLIGHT,
+            max_batch_calls: MAX_BATCH_CALLS,
+            max_caller_reads: MAX_CALLER_READS,
+        };
+        let client = ChainClient::new(name, &settings.rpc_urls, limits)?;
         Ok(Arc::new(Self {
             name: name.to_string(),
             settings: settings.clone(),
@@ -92,7 +95,7 @@ impl SolanaChain {
 
     pub async fn genesis_hash(&self) -> Result<String, SolanaError> {
         const METHOD: &str = "getGenesisHash";
-        let answer = self.client.call(METHOD, Vec::new()).await?;
+        let answer = self.client.call(Traffic::Own, METHOD, Vec::new()).await?;
         let value = answer.map_err(|error| SolanaError::Rpc {
             method: METHOD,
             error,
@@ -125,7 +128,11 @@ impl SolanaChain {
             Call::new("getMultipleAccounts", vec![addresses, config]),
             Call::new("simulateTransaction", vec![json!(wire), simulate]),
         ];
-        let mut answers = self.client.batch(&calls).await?.into_iter();
+        let mut answers = self
+            .client
+            .batch(Traffic::Callers, &calls)
+            .await?
+            .into_iter();
         let (Some(accounts), Some(simulation)) = (answers.next(), answers.next()) else {
             unreachable!("the client answers every call of a batch")
         };

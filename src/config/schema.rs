@@ -222,6 +222,10 @@ pub struct ChainSettings {
     /// onto a saturated node (the wait does not count against `request_timeout_ms`).
     #[serde(default = "default_max_concurrent_requests")]
     pub max_concurrent_requests: usize,
+    /// Callers' reads in flight on this chain, per kind (verify, settle, router): over it a
+    /// caller is answered 503 at once (access.md §3b).
+    #[serde(default = "default_max_caller_reads")]
+    pub max_caller_reads: usize,
     /// Most calls routerd puts in one HTTP request when it sends small batches together (a
     /// provider that refuses larger batches needs its limit here; 1 sends each on its own).
     #[serde(default = "default_max_batch_calls")]
@@ -260,6 +264,9 @@ fn default_max_settlement_gas() -> u64 {
 
 fn default_max_concurrent_requests() -> usize {
     64
+}
+fn default_max_caller_reads() -> usize {
+    256
 }
 fn default_max_batch_calls() -> usize {
     64
@@ -387,6 +394,33 @@ pub struct FacilitatorSettings {
     /// as in the official packages: a wallet not yet deployed is refused.
     #[serde(default)]
     pub erc6492_factories: Vec<String>,
+    /// The discovery catalogue (x402 v2 `bazaar`): resources whose settled payments declared
+    /// themselves, served at `/discovery/resources` and `/discovery/search`. Only with v2 served.
+    #[serde(default = "default_discovery")]
+    pub discovery: bool,
+    /// A listing not settled again for this long is no longer listed.
+    #[serde(default = "default_discovery_ttl")]
+    pub discovery_ttl_secs: u64,
+    /// Most listings kept; beyond it the least recently settled is evicted.
+    #[serde(default = "default_discovery_max_entries")]
+    pub discovery_max_entries: usize,
+    /// Most bytes of one listing as stored (its JSON: requirements, metadata, the extension's
+    /// info and schema); a larger declaration is not catalogued.
+    #[serde(default = "default_discovery_max_entry_bytes")]
+    pub discovery_max_entry_bytes: usize,
+}
+
+fn default_discovery() -> bool {
+    true
+}
+fn default_discovery_ttl() -> u64 {
+    7 * 24 * 3600
+}
+fn default_discovery_max_entries() -> usize {
+    1000
+}
+fn default_discovery_max_entry_bytes() -> usize {
+    16 * 1024
 }
 
 fn default_max_signature_bytes() -> usize {

@@ -380,7 +380,29 @@ impl FacilitatorSettings {
             ));
         }
         self.erc6492_factories()?;
+        self.validate_discovery()?;
         self.validate_versions(chains)
+    }
+
+    fn validate_discovery(&self) -> Result<(), ConfigError> {
+        let at_least_one = [
+            (
+                "facilitator.discovery_ttl_secs",
+                self.discovery_ttl_secs as usize,
+            ),
+            (
+                "facilitator.discovery_max_entries",
+                self.discovery_max_entries,
+            ),
+            (
+                "facilitator.discovery_max_entry_bytes",
+                self.discovery_max_entry_bytes,
+            ),
+        ];
+        match at_least_one.into_iter().find(|(_, value)| *value == 0) {
+            Some((key, _)) => Err(ConfigError::new(key, "must be greater than 0")),
+            None => Ok(()),
+        }
     }
 
     /// `facilitator.erc6492_factories`, parsed.

@@ -1,51 +1,133 @@
 //! Payers whose settlement reverted on chain although its trial succeeded (access.md §2): the
 //! operator paid for it, so the payer is refused for `facilitator.revert_cooldown_secs`. A
 //! wallet that answers differently on chain than in the trial costs at most one reverted
-//! settlement per period. Kept per instance: each instance learns from the reverts it follows.
+//! settlement per period, across instances and restarts (access.md §3): the store keeps every
+//! cooldown.
+//!
+//! Verify never reads the store for it (its hot path stays at one upstream request and no
+//! database round trip): it asks a copy in memory, loaded at start and, on a shared store,
+//! reloaded every `SHARED_REFRESH`. Settle, where the operator's money is at stake, also asks
+//! the store for the payer at hand on a shared store, so a cooldown another instance imposed a
+//! moment ago is honoured before anything is signed. An embedded store has no other writer: the
+//! copy in memory is all of it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ethers_core::types::Address;
 
 use crate::clock::unix_now;
+use crate::store::{PayerCooldown, Storage, StoreError};
+
+/// How often the copy in memory is reloaded from a shared store.
+const SHARED_REFRESH: Duration = Duration::from_secs(1);
+/// How often ended cooldowns are deleted from the store.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
 
 pub struct Cooldown {
     period: Duration,
-    /// Payer -> unix time its refusal ends.
+    store: Storage,
+    /// Payer -> unix time its refusal ends, as last read from the store or imposed here.
     until: Mutex<HashMap<Address, u64>>,
     imposed: AtomicU64,
 }
 
 impl Cooldown {
-    pub fn new(period: Duration) -> Self {
+    pub fn new(period: Duration, store: Storage) -> Self {
         Self {
             period,
+            store,
             until: Mutex::default(),
             imposed: AtomicU64::new(0),
         }
     }
 
-    /// A settlement of `payer` reverted on chain.
-    pub fn impose(&self, payer: Address) {
-        let until = unix_now().saturating_add(self.period.as_secs());
+    /// Reads the stored cooldowns into memory: call before serving.
+    pub async fn load(&self) -> Result<(), StoreError> {
+        let now = unix_now();
+        let stored = self.store.cooldowns(now).await?;
         let mut map = self.until.lock().expect("cooldown lock");
-        map.retain(|_, end| *end > unix_now());
-        map.insert(payer, until);
-        self.imposed.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(payer = %crate::evm::hex_bytes(payer), seconds = self.period.as_secs(), "a settlement reverted on chain: payer refused for the revert cooldown");
+        map.retain(|_, end| *end > now);
+        for cooldown in stored {
+            let end = map.entry(cooldown.payer).or_default();
+            *end = (*end).max(cooldown.until);
+        }
+        Ok(())
     }
 
-    /// Seconds left of `payer`'s refusal, if it is refused now.
+    /// Keeps the copy in memory current (shared store) and the store free of ended cooldowns.
+    pub fn spawn_upkeep(self: Arc<Self>) {
+        tokio::spawn(async move {
+            let mut refresh = tokio::time::interval(SHARED_REFRESH);
+            let mut prune = tokio::time::interval(PRUNE_EVERY);
+            let shared = self.store.shared();
+            loop {
+                tokio::select! {
+                    _ = refresh.tick(), if shared => {
+                        if let Err(e) = self.load().await {
+                            tracing::warn!(error = %e, "could not read the revert cooldowns");
+                        }
+                    }
+                    _ = prune.tick() => {
+                        if let Err(e) = self.store.prune_cooldowns(unix_now()).await {
+                            tracing::warn!(error = %e, "could not prune ended revert cooldowns");
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    /// A settlement of `payer` reverted on chain. Refused here at once; stored for the other
+    /// instances and the next start (a failed write is logged: this instance still refuses).
+    pub async fn impose(&self, payer: Address) {
+        let until = unix_now().saturating_add(self.period.as_secs());
+        self.remember(payer, until);
+        self.imposed.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(payer = %crate::evm::hex_bytes(payer), seconds = self.period.as_secs(), "a settlement reverted on chain: payer refused for the revert cooldown");
+        if self.period.is_zero() {
+            return;
+        }
+        if let Err(e) = self.store.cool_down(PayerCooldown { payer, until }).await {
+            tracing::error!(error = %e, "could not store a revert cooldown; only this instance refuses the payer");
+        }
+    }
+
+    fn remember(&self, payer: Address, until: u64) {
+        let now = unix_now();
+        let mut map = self.until.lock().expect("cooldown lock");
+        map.retain(|_, end| *end > now);
+        let end = map.entry(payer).or_default();
+        *end = (*end).max(until);
+    }
+
+    /// Seconds left of `payer`'s refusal, if it is refused now, as known in memory.
     pub fn refuses(&self, payer: Address) -> Option<u64> {
         let map = self.until.lock().expect("cooldown lock");
         let left = map.get(&payer)?.saturating_sub(unix_now());
         (left > 0).then_some(left)
     }
 
-    /// How many refusals were imposed since start.
+    /// Seconds left of `payer`'s refusal, also asking a shared store (another instance may
+    /// have imposed it since the last reload).
+    pub async fn refuses_stored(&self, payer: Address) -> Result<Option<u64>, StoreError> {
+        if let Some(left) = self.refuses(payer) {
+            return Ok(Some(left));
+        }
+        if !self.store.shared() {
+            return Ok(None);
+        }
+        let now = unix_now();
+        let Some(until) = self.store.cooldown_of(payer, now).await? else {
+            return Ok(None);
+        };
+        self.remember(payer, until);
+        Ok(Some(until.saturating_sub(now)))
+    }
+
+    /// How many refusals were imposed by this instance since start.
     pub fn imposed(&self) -> u64 {
         self.imposed.load(Ordering::Relaxed)
     }
@@ -55,17 +137,37 @@ impl Cooldown {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_payer_is_refused_for_the_period_and_others_are_not() {
-        let cooldown = Cooldown::new(Duration::from_secs(60));
+    fn store(name: &str) -> Storage {
+        let dir = crate::testing::temp_dir(&format!("cooldown-{name}"));
+        Arc::new(crate::store::sled::Store::open(&dir).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_payer_is_refused_for_the_period_and_others_are_not() {
+        let cooldown = Cooldown::new(Duration::from_secs(60), store("period"));
         let payer = Address::repeat_byte(1);
         assert_eq!(cooldown.refuses(payer), None);
-        cooldown.impose(payer);
+        cooldown.impose(payer).await;
         assert!(cooldown.refuses(payer).is_some_and(|left| left <= 60));
         assert_eq!(cooldown.refuses(Address::repeat_byte(2)), None);
         assert_eq!(cooldown.imposed(), 1);
-        let none = Cooldown::new(Duration::ZERO);
-        none.impose(payer);
+        let none = Cooldown::new(Duration::ZERO, store("none"));
+        none.impose(payer).await;
         assert_eq!(none.refuses(payer), None);
+    }
+
+    /// What one instance imposed, the next one (same store) refuses once loaded.
+    #[tokio::test]
+    async fn a_cooldown_outlives_the_instance_that_imposed_it() {
+        let storage = store("restart");
+        let payer = Address::repeat_byte(3);
+        Cooldown::new(Duration::from_secs(60), storage.clone())
+            .impose(payer)
+            .await;
+        let next = Cooldown::new(Duration::from_secs(60), storage);
+        assert_eq!(next.refuses(payer), None, "nothing before loading");
+        next.load().await.unwrap();
+        assert!(next.refuses(payer).is_some_and(|left| left <= 60));
+        assert!(next.refuses_stored(payer).await.unwrap().is_some());
     }
 }

@@ -2,6 +2,7 @@
 //! version (`protocol` maps the versions onto one rule engine and one ledger). No HTTP in here.
 
 pub mod cooldown;
+pub mod discovery;
 pub mod lens;
 pub mod protocol;
 pub mod readiness;
@@ -18,13 +19,14 @@ use std::time::Duration;
 use ethers_core::types::Address;
 use ethers_core::utils::to_checksum;
 
-use crate::chain::Chain;
+use crate::chain::{Budget, Chain};
 use crate::config::{ChainSettings, FacilitatorSettings, TransferMethod};
 use crate::evm::{self, erc3009, permit2};
 use crate::ledger::{Asking, PaymentKey, Reason};
 use crate::signer::Signer;
 use crate::store::{Storage, StoreError};
 use cooldown::Cooldown;
+use discovery::Catalogue;
 use protocol::svm::{Refused, SvmRequest};
 use protocol::v1::{self, SettleResponse, VerifyResponse};
 use protocol::{eip2612, v2};
@@ -57,6 +59,8 @@ pub struct Facilitator {
     cooldown: Arc<Cooldown>,
     /// Solana's `exact`, when a Solana network is served.
     svm: Option<svm::SvmExact>,
+    /// The discovery catalogue, when on (`facilitator.discovery`, with v2 served).
+    catalogue: Option<Arc<Catalogue>>,
 }
 
 impl Facilitator {
@@ -70,9 +74,10 @@ impl Facilitator {
         lease: settlement::LeaseSettings,
     ) -> Result<Self, SetupError> {
         let deny_list = load_deny_list(&settings.deny_list_file)?;
-        let cooldown = Arc::new(Cooldown::new(Duration::from_secs(
-            settings.revert_cooldown_secs,
-        )));
+        let cooldown = Arc::new(Cooldown::new(
+            Duration::from_secs(settings.revert_cooldown_secs),
+            store.clone(),
+        ));
         let mut networks = Vec::new();
         let mut lanes = Vec::new();
         for name in settings.evm_networks() {
@@ -106,6 +111,7 @@ impl Facilitator {
                 .collect()
         });
         let signer_addresses = signers.iter().map(|s| s.address).collect();
+        let catalogue = Catalogue::new(settings, store.clone());
         let verifier = Arc::new(
             Verifier::new(
                 networks,
@@ -134,12 +140,19 @@ impl Facilitator {
             signers: signer_addresses,
             cooldown,
             svm,
+            catalogue,
         })
     }
 
     /// Picks up settlements a previous run left unfinished and starts the signer lanes; call
     /// before serving.
     pub async fn start(&self) -> Result<usize, SettleError> {
+        // Before serving: a payer refused before a restart is refused from the first request.
+        self.cooldown.load().await?;
+        self.cooldown.clone().spawn_upkeep();
+        if let Some(catalogue) = &self.catalogue {
+            catalogue.clone().spawn_upkeep();
+        }
         self.settler.start().await
     }
 
@@ -272,8 +285,8 @@ impl Facilitator {
         })
     }
 
-    /// The v2 extensions routerd implements: `payment-identifier`, and `eip2612GasSponsoring`
-    /// where a token is paid through Permit2.
+    /// The v2 extensions routerd implements: `payment-identifier`, `eip2612GasSponsoring`
+    /// where a token is paid through Permit2, and `bazaar` while the catalogue is on.
     fn extensions(&self) -> Vec<&'static str> {
         let permit2 = self
             .verifier
@@ -281,6 +294,11 @@ impl Facilitator {
             .any(|n| n.tokens.iter().any(|t| t.permit2));
         let mut extensions = vec![v2::PAYMENT_IDENTIFIER];
         extensions.extend(permit2.then_some(eip2612::KEY));
+        extensions.extend(
+            self.catalogue
+                .is_some()
+                .then_some(discovery::declaration::KEY),
+        );
         extensions
     }
 
@@ -319,7 +337,10 @@ impl Facilitator {
             return Ok(Err(failure));
         }
         let message = match self.settler.claim_on(&payment).await? {
-            None => return Ok(self.verifier.check_on_chain(&payment).await?),
+            None => {
+                let _read = payment.network.chain.client.admit(Budget::Verify)?;
+                return Ok(self.verifier.check_on_chain(&payment).await?);
+            }
             Some(ClaimOn::BeingSettled) => "authorization already being settled",
             Some(ClaimOn::Settled) => "authorization already settled",
         };
@@ -394,6 +415,25 @@ impl Facilitator {
         v2::settle_answer(request, outcome)
     }
 
+    /// Lists the resource a v2 settle paid for when routerd answered it with success and its
+    /// payload declares it (`bazaar`); `private`: the settling API key keeps its listings to
+    /// keys that may settle for their payTo. Never changes the answer.
+    pub async fn discovered(
+        &self,
+        request: &v2::PaymentRequest,
+        answer: &SettleResponse,
+        private: bool,
+    ) {
+        if let (Some(catalogue), true) = (&self.catalogue, answer.success) {
+            catalogue.record(request, private).await;
+        }
+    }
+
+    /// The discovery catalogue, when on.
+    pub fn catalogue(&self) -> Option<&Catalogue> {
+        self.catalogue.as_deref()
+    }
+
     /// The configured name of a network given by that name or, when v2 is served, by its CAIP-2
     /// name (`eip155:84532`); anything else is returned as given (and matches no payment).
     pub fn network_name<'a>(&'a self, given: &'a str) -> &'a str {
@@ -422,7 +462,8 @@ impl Facilitator {
         self.settler.lost_settlements()
     }
 
-    /// Payers refused since start because a settlement of theirs reverted on chain.
+    /// Payers refused by this instance since start because a settlement of theirs reverted on
+    /// chain.
     pub fn revert_cooldowns(&self) -> u64 {
         self.cooldown.imposed()
     }

@@ -15,6 +15,7 @@ use serde_json::json;
 
 use super::settlement::lane::SETTLEMENT_GAS;
 use super::{Facilitator, Lane};
+use crate::chain::Traffic;
 use crate::chain::{Batch, Call, Chain, Slot};
 use crate::evm;
 use crate::guard::Guard;
@@ -116,7 +117,7 @@ async fn network_funds(chain: &Arc<Chain>, lanes: &[&Arc<Lane>]) -> Vec<SignerFu
             (signer, balance, nonce)
         })
         .collect();
-    let answers = tokio::time::timeout(PROBE_TIMEOUT, chain.client.ask(&batch))
+    let answers = tokio::time::timeout(PROBE_TIMEOUT, chain.client.ask(Traffic::Own, &batch))
         .await
         .ok()
         .and_then(Result::ok);

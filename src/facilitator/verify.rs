@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use super::cooldown::Cooldown;
 use super::lens;
 use super::request::{Invalid, Message, Method, Request, Served, TokenInfo};
+use crate::chain::Traffic;
 use crate::chain::{self, Batch, Call, CallResult, Chain, ReadMode, Slot, Unreachable};
 use crate::clock::unix_now;
 use crate::evm;
@@ -20,6 +21,7 @@ use crate::evm::permit2::{self, Eip2612Permit, Permit2Authorization};
 use crate::evm::NonceRead;
 use crate::ledger::PaymentKey;
 use crate::ledger::Reason;
+use crate::store::StoreError;
 
 /// A served network: its chain and the ERC-3009 tokens the facilitator may call there.
 pub struct Network {
@@ -68,6 +70,14 @@ impl Network {
 
 fn invalid(reason: Reason, message: impl Into<Message>) -> Invalid {
     Invalid::new(reason, message)
+}
+
+/// Rule 6's refusal of a payer in its revert cooldown.
+fn cooled_down(left: u64) -> Invalid {
+    invalid(
+        Reason::FromKyt,
+        format!("payer is refused for {left} s more: a settlement of theirs reverted on chain (facilitator.revert_cooldown_secs)"),
+    )
 }
 
 /// A payment whose values all parse and whose requirements match the configuration.
@@ -245,6 +255,18 @@ impl Verifier {
         self.networks.get(name)
     }
 
+    /// The revert cooldown asked again of a shared store, for settle: another instance may have
+    /// imposed it since this one last read them (verify trusts the copy in memory).
+    pub async fn check_cooldown_stored(
+        &self,
+        payer: Address,
+    ) -> Result<Result<(), Invalid>, StoreError> {
+        Ok(match self.cooldown.refuses_stored(payer).await? {
+            Some(left) => Err(cooled_down(left)),
+            None => Ok(()),
+        })
+    }
+
     /// Rule 6's local half (the configured deny list and the revert cooldown for `from`): the
     /// payment as the chain rules and the settlement read it.
     pub fn check_local<'a>(&'a self, request: &Request) -> Result<Payment<'a>, Invalid> {
@@ -270,10 +292,7 @@ impl Verifier {
             return Err(invalid(Reason::FromKyt, "payer is on the deny list"));
         }
         if let Some(left) = self.cooldown.refuses(auth.from) {
-            return Err(invalid(
-                Reason::FromKyt,
-                format!("payer is refused for {left} s more: a settlement of theirs reverted on chain (facilitator.revert_cooldown_secs)"),
-            ));
+            return Err(cooled_down(left));
         }
         let (signature, counterfactual) = self.unwrap_erc6492(&request.signature)?;
         if let Method::Permit2Upto { facilitator } = request.method {
@@ -667,7 +686,7 @@ async fn read_with_lens(
     });
     let estimate = estimate.map(|call| batch.add(call));
     let chain = &network.chain;
-    let answers = chain.client.ask(&batch).await?;
+    let answers = chain.client.ask(Traffic::Callers, &batch).await?;
     let read = match answers.get(lens) {
         Err(e) if e.is_execution_failure() => return Ok(LensRead::Halted),
         answer => answer.as_ref().ok().and_then(lens::decode_answer),
@@ -781,7 +800,7 @@ async fn read_in_batch(
 ) -> Result<(ChainFacts, Option<Tried>), Unreachable> {
     let (batch, slots) = facts_batch(payment, trial);
     let chain = &payment.network.chain;
-    let answers = chain.client.ask(&batch).await?;
+    let answers = chain.client.ask(Traffic::Callers, &batch).await?;
     let word = |slot: Slot, what: &str| -> Result<U256, Unreachable> {
         match answers.get(slot) {
             Ok(v) => evm::parse_word(v)

@@ -90,6 +90,9 @@ pub enum Lost {
     Refused,
     /// It stayed unmined at its fee ceiling; a self-transfer took its nonce.
     PricedOut,
+    /// The only signer that may send it (`Record::sender`) cannot pay for gas: no other signer
+    /// sends it instead (its transaction would revert).
+    SenderUnfunded,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -245,6 +248,10 @@ pub struct Record {
     /// the payer's wallet is deployed in the same transaction (ERC-6492).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub via: Option<Address>,
+    /// The only signer that may send it: an `upto` witness's facilitator (x402's upto proxy
+    /// takes the transaction from nobody else). `None`: any signer of the network.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender: Option<Address>,
     /// The settlement transaction's calldata (`transferWithAuthorization`, or Multicall3's
     /// `aggregate3` around it), kept so the settlement can be re-signed.
     pub calldata: Bytes,
@@ -405,9 +412,10 @@ impl Record {
                     success: false,
                     reason: Some(match why {
                         Lost::ValidBeforePassed => Reason::ValidBefore,
-                        Lost::AuthorizationUsedElsewhere | Lost::Refused | Lost::PricedOut => {
-                            Reason::Payload
-                        }
+                        Lost::AuthorizationUsedElsewhere
+                        | Lost::Refused
+                        | Lost::PricedOut
+                        | Lost::SenderUnfunded => Reason::Payload,
                     }),
                     message: Some(
                         match why {
@@ -420,6 +428,9 @@ impl Record {
                             Lost::Refused => "the node refused the settlement transaction",
                             Lost::PricedOut => {
                                 "the settlement transaction could not be mined under the fee caps"
+                            }
+                            Lost::SenderUnfunded => {
+                                "the facilitator signer the payment names cannot pay for gas; nothing was sent"
                             }
                         }
                         .to_string(),

@@ -99,6 +99,11 @@ impl Router {
     }
 
     /// Sending and following signed transactions through the router's chains.
+    /// The reservations book, for its pruning task.
+    pub fn nonces(&self) -> &NonceBook {
+        &self.nonces
+    }
+
     pub fn relay(&self) -> &Relay {
         &self.relay
     }
@@ -202,7 +207,7 @@ impl Router {
             .map(|(candidate, probe)| {
                 if let (Ok(_), Some(to)) = (&probe.outcome, tx.to) {
                     if !tx.data.is_empty() {
-                        candidate.has_code.lock().expect("code cache").insert(to);
+                        remember_code(&mut candidate.has_code.lock().expect("code cache"), to);
                     }
                 }
                 let priced = probe
@@ -297,4 +302,32 @@ impl Router {
 
 fn wei_to_f64(v: U256) -> f64 {
     v.to_string().parse().unwrap_or(f64::MAX)
+}
+
+/// Contracts known to have code, per chain: at most this many are kept (access.md §3b: what
+/// strangers can create is bounded).
+const CODE_CACHE_MAX: usize = 4096;
+
+/// Adds `to` to the contracts known to have code; a full cache starts over rather than grow.
+fn remember_code(known: &mut HashSet<Address>, to: Address) {
+    if known.len() >= CODE_CACHE_MAX && !known.contains(&to) {
+        known.clear();
+    }
+    known.insert(to);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_code_cache_stays_bounded() {
+        let mut known = HashSet::new();
+        let last = CODE_CACHE_MAX as u64 + 10;
+        for i in 1..=last {
+            remember_code(&mut known, Address::from_low_u64_be(i));
+            assert!(known.len() <= CODE_CACHE_MAX);
+        }
+        assert!(known.contains(&Address::from_low_u64_be(last)));
+    }
 }

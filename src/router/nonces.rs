@@ -4,8 +4,14 @@
 //! sender never moves them: each caller's answers start from the chain's pending nonce
 //! (access.md §6). The rule is `store::next_router_nonce`.
 
+use std::time::Duration;
+
+use crate::clock::unix_now;
 use crate::ledger::RouterNonceKey;
 use crate::store::{Storage, StoreError};
+
+/// How often expired reservations are deleted.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
 
 #[derive(Clone)]
 pub struct NonceBook {
@@ -40,6 +46,22 @@ impl NonceBook {
         self.store
             .reserve_router_nonce(key, pending, now, self.ttl_secs, self.max_ahead)
             .await
+    }
+
+    /// Deletes expired reservations every [`PRUNE_EVERY`], for good: the store holds what the
+    /// last TTL handed out, however many senders strangers name.
+    pub async fn prune_periodically(self) {
+        loop {
+            let cutoff = unix_now().saturating_sub(self.ttl_secs);
+            match self.store.prune_router_nonces(cutoff).await {
+                Ok(0) => {}
+                Ok(pruned) => tracing::debug!(pruned, "deleted expired router reservations"),
+                Err(e) => {
+                    tracing::error!(error = %e, "could not delete expired router reservations")
+                }
+            }
+            tokio::time::sleep(PRUNE_EVERY).await;
+        }
     }
 
     /// The key's sender broadcast `nonce` through routerd: the caller's next reservation comes

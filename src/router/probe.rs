@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use super::types::Transaction;
 use crate::chain::{self, Answered, Batch, Call, CallResult, Chain, RpcError, Slot};
+use crate::chain::{Budget, Traffic};
 use crate::config::FeeModel;
 use crate::evm;
 use crate::evm::Fees;
@@ -162,6 +163,10 @@ async fn ask(
     tx: &Transaction,
     known_code: Option<bool>,
 ) -> Result<Estimate, Infeasible> {
+    let _read = chain
+        .client
+        .admit(Budget::Router)
+        .map_err(|busy| Infeasible::Unreachable(busy.to_string()))?;
     let head = chain
         .latest_head()
         .await
@@ -169,7 +174,7 @@ async fn ask(
     let (batch, asked) = batch_for(chain, tx, &head.fees, known_code);
     let answers = chain
         .client
-        .ask(&batch)
+        .ask(Traffic::Callers, &batch)
         .await
         .map_err(|e| Infeasible::Unreachable(e.detail))?;
     let has_code = match asked.code {

@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 use super::nonces::NonceBook;
 use super::raw::{self, RawError, SignedTx};
 use super::served::{served, Served};
+use crate::chain::Traffic;
 use crate::chain::{Chain, RpcError, Unreachable};
 use crate::clock::unix_now;
 use crate::evm;
@@ -143,7 +144,9 @@ impl Relay {
                 let hash = self.send_on(chain, one_string(&params)?, caller).await?;
                 Ok(json!(format!("{hash:#x}")))
             }
-            Served::Forward(method) => answered(chain.client.call(method, params).await?),
+            Served::Forward(method) => {
+                answered(chain.client.call(Traffic::Callers, method, params).await?)
+            }
         }
     }
 
@@ -229,7 +232,7 @@ async fn broadcast(chain: &Chain, tx: &SignedTx) -> Result<(), RelayError> {
     let raw = json!(evm::hex_bytes(&tx.raw));
     let refusal = match chain
         .client
-        .call("eth_sendRawTransaction", vec![raw])
+        .call(Traffic::Callers, "eth_sendRawTransaction", vec![raw])
         .await?
     {
         Ok(_) => return Ok(()),
@@ -246,7 +249,12 @@ async fn broadcast(chain: &Chain, tx: &SignedTx) -> Result<(), RelayError> {
 
 async fn ask_hash(chain: &Chain, what: Lookup, hash: H256) -> Result<Value, RelayError> {
     let params = vec![json!(format!("{hash:#x}"))];
-    answered(chain.client.call(what.method(), params).await?)
+    answered(
+        chain
+            .client
+            .call(Traffic::Callers, what.method(), params)
+            .await?,
+    )
 }
 
 fn answered(answer: Result<Value, RpcError>) -> Result<Value, RelayError> {

@@ -17,6 +17,7 @@ use sha2::{Digest, Sha256};
 use super::client::ClientId;
 use super::wire_errors::WireError;
 use crate::evm::parse_address;
+use crate::facilitator::discovery::query::Viewer;
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeysError {
@@ -46,6 +47,19 @@ struct KeyEntry {
     rate_per_sec: Option<u32>,
     #[serde(default)]
     burst: Option<u32>,
+    #[serde(default)]
+    discovery: Listings,
+}
+
+/// Who may read the discovery listings a key's settlements make.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Listings {
+    /// Every caller of the discovery routes.
+    #[default]
+    Public,
+    /// Only keys that may settle for the listing's payTo (this key's `pay_to`, which it needs).
+    Private,
 }
 
 /// One caller.
@@ -54,6 +68,8 @@ pub struct Key {
     /// `None`: any payTo.
     pay_to: Option<HashSet<Address>>,
     limiter: Option<DefaultDirectRateLimiter>,
+    /// Its settlements' discovery listings are kept to keys that may settle for their payTo.
+    private_listings: bool,
 }
 
 impl Key {
@@ -63,6 +79,20 @@ impl Key {
             (None, _) => true,
             (Some(allowed), Some(to)) => allowed.contains(&to),
             (Some(_), None) => false,
+        }
+    }
+
+    /// Whether the discovery listings this key's settlements make are private.
+    pub fn private_listings(&self) -> bool {
+        self.private_listings
+    }
+
+    /// What this key is shown of private discovery listings: those whose payTo it may settle
+    /// for.
+    pub fn viewer(&self) -> Viewer {
+        match &self.pay_to {
+            None => Viewer::Everything,
+            Some(pay_to) => Viewer::PayTo(pay_to.clone()),
         }
     }
 
@@ -230,10 +260,17 @@ fn key_of(name: &str, entry: KeyEntry) -> Result<([u8; 32], Key), KeysError> {
             ))
         }
     };
+    let private_listings = entry.discovery == Listings::Private;
+    if private_listings && pay_to.is_none() {
+        return Err(bad(
+            "discovery: \"private\" keeps listings to a payTo scope: set pay_to",
+        ));
+    }
     let key = Key {
         name: name.to_string(),
         pay_to,
         limiter,
+        private_listings,
     };
     Ok((digest, key))
 }

@@ -26,6 +26,7 @@ use super::wire_errors::{json_response, parse_body, parse_value_with, WireError}
 use super::{ops, App, Routes, Surface};
 use crate::evm;
 use crate::evm::parse_address;
+use crate::facilitator::discovery::query::{list_query, search_query, Viewer};
 use crate::facilitator::protocol::svm::{self, SvmRequest};
 use crate::facilitator::protocol::v1::{PaymentRequest, SettleResponse};
 use crate::facilitator::protocol::values::Payload;
@@ -270,8 +271,14 @@ async fn chain_route(
 }
 
 fn is_facilitator_path(path: &str) -> bool {
-    matches!(path, "/supported" | "/verify" | "/settle") || path.starts_with(STATUS_PREFIX)
+    matches!(
+        path,
+        "/supported" | "/verify" | "/settle" | DISCOVERY_RESOURCES | DISCOVERY_SEARCH
+    ) || path.starts_with(STATUS_PREFIX)
 }
+
+const DISCOVERY_RESOURCES: &str = "/discovery/resources";
+const DISCOVERY_SEARCH: &str = "/discovery/search";
 
 /// Who makes a request, when API keys are configured: `/health`, `/supported` and the ops
 /// listener's routes are open; every other route needs a known key.
@@ -382,9 +389,40 @@ async fn facilitator_route(
             let bytes = read_body(app, request.into_body()).await?;
             settle(app, facilitator, &asker, &bytes, key.as_deref(), note).await
         }
-        ("/supported", _) => Err(WireError::method_not_allowed(method, path, "GET")),
+        (DISCOVERY_RESOURCES | DISCOVERY_SEARCH, &Method::GET) => {
+            let query = request.uri().query();
+            discovery(facilitator, &asker, path, query).await
+        }
+        ("/supported" | DISCOVERY_RESOURCES | DISCOVERY_SEARCH, _) => {
+            Err(WireError::method_not_allowed(method, path, "GET"))
+        }
         _ => Err(WireError::method_not_allowed(method, path, "POST")),
     }
+}
+
+/// `GET /discovery/resources` and `GET /discovery/search` (404 while the catalogue is off):
+/// what the caller's API key may see of the catalogue.
+async fn discovery(
+    facilitator: &Facilitator,
+    asker: &Asker<'_>,
+    path: &str,
+    query: Option<&str>,
+) -> Result<HttpResponse, WireError> {
+    let Some(catalogue) = facilitator.catalogue() else {
+        return Err(WireError::not_found(path));
+    };
+    let viewer = asker.key.map_or(Viewer::Stranger, Key::viewer);
+    let page = if path == DISCOVERY_RESOURCES {
+        let listed = catalogue.resources(&list_query(query)?, &viewer).await;
+        listed.map(|page| serde_json::to_value(page).expect("pages serialize"))
+    } else {
+        let found = catalogue.search(&search_query(query)?, &viewer).await;
+        found.map(|page| serde_json::to_value(page).expect("pages serialize"))
+    };
+    Ok(json_response(
+        StatusCode::OK,
+        &page.map_err(SettleError::from)?,
+    ))
 }
 
 const STATUS_PREFIX: &str = "/settlements/";
@@ -486,7 +524,7 @@ async fn settle(
                         .expect("an element beyond the tokens has its 429"));
                 }
                 p.allowed(caller)?;
-                settle_one(app, facilitator, p, &asking).await
+                settle_one(app, facilitator, p, &asking, caller).await
             },
         ))
         .await;
@@ -513,7 +551,7 @@ async fn settle(
     note.payment = Some(payment.label());
     payment.allowed(caller)?;
     let asking = payment.asking(asker, key, None, bytes)?;
-    let answer = settle_one(app, facilitator, payment, &asking).await?;
+    let answer = settle_one(app, facilitator, payment, &asking, caller).await?;
     note.outcome = Some(settle_outcome(&answer));
     Ok(json_response(StatusCode::OK, &answer))
 }
@@ -525,15 +563,25 @@ fn settle_outcome(answer: &SettleResponse) -> String {
     }
 }
 
+/// One payment settled; a v2 success may list its resource in the discovery catalogue, kept
+/// private when the caller's API key says so.
 async fn settle_one(
     app: &App,
     facilitator: &Facilitator,
     payment: Payment,
     asking: &Asking,
+    caller: Option<&Key>,
 ) -> Result<SettleResponse, WireError> {
     let result = match &payment {
         Payment::V1(p) => facilitator.settle(p, asking).await,
-        Payment::V2(p) => facilitator.settle_v2(p, asking).await,
+        Payment::V2(p) => {
+            let settled = facilitator.settle_v2(p, asking).await;
+            if let Ok(answer) = &settled {
+                let private = caller.is_some_and(Key::private_listings);
+                facilitator.discovered(p, answer, private).await;
+            }
+            settled
+        }
         Payment::Svm(p) => facilitator.settle_svm(p).await,
     };
     app.metrics.observe_settlement(match &result {

@@ -6,7 +6,8 @@ use jsonrpsee::server::HttpResponse;
 use jsonrpsee::types::ErrorObjectOwned;
 use serde::Serialize;
 
-use crate::chain::Unreachable;
+use crate::chain::{self, Unreachable};
+use crate::facilitator::discovery::query::QueryError;
 use crate::facilitator::SettleError;
 use crate::router::{RelayError, RouteError};
 
@@ -92,10 +93,18 @@ impl From<Unreachable> for WireError {
     }
 }
 
+/// A discovery route's query parameter that does not read: 400 naming it.
+impl From<QueryError> for WireError {
+    fn from(e: QueryError) -> Self {
+        Self::bad_request(e.to_string())
+    }
+}
+
 impl From<SettleError> for WireError {
     fn from(e: SettleError) -> Self {
         let code = match &e {
             SettleError::Unreachable(_) => 502,
+            SettleError::Overloaded(_) => 503,
             SettleError::Pending(_) => 504,
             SettleError::Abandoned(_) => 503,
             SettleError::KeyReused(_) | SettleError::IdentifierReused(_) => 409,
@@ -111,6 +120,12 @@ impl From<SettleError> for WireError {
             }
             other => other.to_string(),
         };
+        if let SettleError::Overloaded(_) = e {
+            // The one 5xx by design: an overload, answered at once (access.md §3b).
+            let mut busy = Self::new(StatusCode::SERVICE_UNAVAILABLE, code, message);
+            busy.retry_after_secs = Some(chain::traffic::RETRY_AFTER_SECS);
+            return busy;
+        }
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
 }

@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use ethers_core::types::{Address, H256, U256};
 
-use super::{next_router_nonce, Claim, Limits, Permit2Clash, Sent, Storage, StoreError};
+use super::{
+    next_router_nonce, Claim, Limits, Listing, PayerCooldown, Permit2Clash, Sent, Storage,
+    StoreError,
+};
 use crate::ledger::{Inclusion, LaneId, Outcome, Pass, Record, RequestTag, RouterNonceKey, State};
 
 const LONG: Duration = Duration::from_secs(600);
@@ -475,6 +478,32 @@ async fn router_nonces_are_consecutive_across_handles(a: &Storage, b: &Storage) 
     assert_eq!(reserve(a, 3, 101, 1003).await, Some(132));
 }
 
+/// Reservations handed out before the cutoff are deleted, from either handle, and the others
+/// stand (access.md §3b: strangers naming new senders do not grow the store for good).
+async fn expired_router_reservations_are_deleted(a: &Storage, b: &Storage) {
+    let ttl = 120;
+    let (old, fresh) = (router_key(0x21), router_key(0x22));
+    assert_eq!(
+        a.reserve_router_nonce(&old, 3, 100, ttl, 16).await.unwrap(),
+        Some(3)
+    );
+    assert_eq!(
+        b.reserve_router_nonce(&fresh, 3, 500, ttl, 16)
+            .await
+            .unwrap(),
+        Some(3)
+    );
+    assert_eq!(b.prune_router_nonces(300).await.unwrap(), 1);
+    assert_eq!(a.prune_router_nonces(300).await.unwrap(), 0, "deleted once");
+    // The fresh one still counts: the next is consecutive.
+    assert_eq!(
+        a.reserve_router_nonce(&fresh, 3, 501, ttl, 16)
+            .await
+            .unwrap(),
+        Some(4)
+    );
+}
+
 /// PostgreSQL computes a reservation in SQL (one statement, so that concurrent ones queue on
 /// the row), sled by `next_router_nonce` itself: both must hand out what that rule says, step
 /// by step, at the edges of `ttl` and `max_ahead` included.
@@ -565,6 +594,87 @@ async fn sent_transactions_are_found_until_forgotten(a: &Storage, b: &Storage) {
     assert_eq!(b.sent(new).await.unwrap(), Some(sent("op", 200)));
 }
 
+/// A cooldown stored through one handle refuses the payer on the other; a shorter one never
+/// shortens it; ended ones are not answered and pruning deletes exactly those.
+async fn cooldowns_are_shared_and_pruned(a: &Storage, b: &Storage) {
+    let now = 1_000_000;
+    let payer = Address::repeat_byte(0x51);
+    let ended = Address::repeat_byte(0x52);
+    assert_eq!(b.cooldown_of(payer, now).await.unwrap(), None);
+    a.cool_down(PayerCooldown {
+        payer,
+        until: now + 60,
+    })
+    .await
+    .unwrap();
+    b.cool_down(PayerCooldown {
+        payer,
+        until: now + 30,
+    })
+    .await
+    .unwrap();
+    a.cool_down(PayerCooldown {
+        payer: ended,
+        until: now - 1,
+    })
+    .await
+    .unwrap();
+    assert_eq!(b.cooldown_of(payer, now).await.unwrap(), Some(now + 60));
+    assert_eq!(a.cooldown_of(ended, now).await.unwrap(), None);
+    assert_eq!(
+        b.cooldowns(now).await.unwrap(),
+        vec![PayerCooldown {
+            payer,
+            until: now + 60
+        }]
+    );
+    assert_eq!(a.prune_cooldowns(now).await.unwrap(), 1);
+    assert_eq!(b.prune_cooldowns(now).await.unwrap(), 0);
+    assert_eq!(
+        b.cooldown_of(payer, now + 59).await.unwrap(),
+        Some(now + 60)
+    );
+    assert_eq!(b.cooldown_of(payer, now + 60).await.unwrap(), None);
+    assert_eq!(a.prune_cooldowns(now + 60).await.unwrap(), 1);
+    assert!(b.cooldowns(0).await.unwrap().is_empty());
+}
+
+fn listing(id: &str, settled_at: u64) -> Listing {
+    Listing {
+        id: id.to_string(),
+        settled_at,
+        encoded: format!("{{\"id\":\"{id}\",\"at\":{settled_at}}}"),
+    }
+}
+
+async fn listed(store: &Storage, since: u64) -> Vec<Listing> {
+    let mut seen = Vec::new();
+    store.listings(since, &mut |l| seen.push(l)).await.unwrap();
+    seen
+}
+
+/// The catalogue through two handles: one listing per id (a later settle replaces it), read
+/// newest first (ties by id), never more than the cap (the least recently settled goes), and
+/// expired by settle time.
+async fn the_catalogue_is_bounded_ordered_and_expires(a: &Storage, b: &Storage) {
+    a.list(&listing("b", 100), 3).await.unwrap();
+    b.list(&listing("a", 100), 3).await.unwrap();
+    a.list(&listing("c", 90), 3).await.unwrap();
+    let ids = |l: Vec<Listing>| l.into_iter().map(|l| l.id).collect::<Vec<_>>();
+    assert_eq!(ids(listed(b, 0).await), ["a", "b", "c"]);
+    // Settled again: replaced, and now the newest.
+    b.list(&listing("c", 120), 3).await.unwrap();
+    assert_eq!(listed(a, 0).await[0], listing("c", 120));
+    assert_eq!(ids(listed(a, 0).await), ["c", "a", "b"]);
+    // Over the cap: the least recently settled (ties: the last by id) is evicted.
+    a.list(&listing("d", 110), 3).await.unwrap();
+    assert_eq!(ids(listed(b, 0).await), ["c", "d", "a"]);
+    assert_eq!(ids(listed(b, 110).await), ["c", "d"]);
+    assert_eq!(b.unlist_before(111).await.unwrap(), 2);
+    assert_eq!(a.unlist_before(111).await.unwrap(), 0);
+    assert_eq!(ids(listed(a, 0).await), ["c"]);
+}
+
 fn other_lane() -> LaneId {
     LaneId {
         network: "net".to_string(),
@@ -632,11 +742,57 @@ async fn the_work_queue_hands_each_claim_to_one_lane_and_a_takeover_inherits(
     assert!(b.take_queued(&three, 10).await.unwrap().is_empty());
 }
 
+/// Shared stores only: a claim that names its signer (an `upto` witness's facilitator) is
+/// taken by that signer's lane alone: queued free, given back after a lost lease, or left
+/// by a lane that changed hands.
+async fn a_claim_naming_its_signer_goes_to_that_signers_lane_only(a: &Storage, b: &Storage) {
+    let named = b
+        .acquire(&other_lane(), "two", LONG)
+        .await
+        .unwrap()
+        .unwrap();
+    let other = a.acquire(&lane(), "one", LONG).await.unwrap().unwrap();
+    let mut upto = record(20);
+    upto.sender = Some(other_lane().signer);
+    a.claim(&upto.key(), &upto, None, &Limits::balance(U256::MAX))
+        .await
+        .unwrap();
+    assert!(a.take_queued(&other, 10).await.unwrap().is_empty());
+    let taken = b.take_queued(&named, 10).await.unwrap();
+    assert_eq!(taken.len(), 1, "{taken:?}");
+    assert_eq!(
+        taken[0].sender,
+        Some(other_lane().signer),
+        "the record keeps its signer"
+    );
+    // Given back (its lane lost the lease): still only that signer's.
+    b.requeue(&[upto.key()]).await.unwrap();
+    assert!(a.take_queued(&other, 10).await.unwrap().is_empty());
+    // Taken again by the named lane, which then changes hands: its next holder inherits it.
+    assert_eq!(b.take_queued(&named, 10).await.unwrap().len(), 1);
+    b.acquire(&other_lane(), "two", Duration::ZERO)
+        .await
+        .unwrap();
+    let next = a
+        .acquire(&other_lane(), "three", LONG)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(a.take_queued(&next, 10).await.unwrap().len(), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a server: scripts/test-postgres runs it"]
 async fn postgres_work_queue() {
     let (a, b) = open_postgres("queue").await;
     the_work_queue_hands_each_claim_to_one_lane_and_a_takeover_inherits(&a, &b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a server: scripts/test-postgres runs it"]
+async fn postgres_work_queue_named_signer() {
+    let (a, b) = open_postgres("queue_named").await;
+    a_claim_naming_its_signer_goes_to_that_signers_lane_only(&a, &b).await;
 }
 
 /// Every case, each on a fresh store from `open` (called twice per store: two handles).
@@ -700,6 +856,24 @@ macro_rules! conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn exposure_adds_up_per_account() {
                 run("exposure", |a, b| async move { super::exposure_adds_up_per_account(&a, &b).await }).await;
+            }
+
+            $(#[$attr])?
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn cooldowns_are_shared_and_pruned() {
+                run("cooldowns", |a, b| async move { super::cooldowns_are_shared_and_pruned(&a, &b).await }).await;
+            }
+
+            $(#[$attr])?
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn expired_router_reservations_are_deleted() {
+                run("router_prune", |a, b| async move { super::expired_router_reservations_are_deleted(&a, &b).await }).await;
+            }
+
+            $(#[$attr])?
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn the_catalogue_is_bounded_ordered_and_expires() {
+                run("catalogue", |a, b| async move { super::the_catalogue_is_bounded_ordered_and_expires(&a, &b).await }).await;
             }
 
             $(#[$attr])?

@@ -12,6 +12,11 @@
 //! - a claimed settlement is in the work queue until its first signed attempt is stored: taken
 //!   by the lane that claimed it (under that lane's fence), or free for any lane of its network.
 //!   A lane's next holder (a larger fence) takes over what the previous holder had taken.
+//!   A claim that names its signer (`Record::sender`) is taken only by that signer's lane;
+//! - a payer's revert cooldown, once stored, is seen by every handle and outlives the process;
+//!   a later end is never shortened by an earlier one;
+//! - the discovery catalogue holds at most its cap of listings, one per id, the least recently
+//!   settled evicted first, and is read most recently settled first.
 
 mod conformance;
 pub mod postgres;
@@ -24,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ethers_core::types::{H256, U256};
+use ethers_core::types::{Address, H256, U256};
 
 use crate::config::{StorageBackend, StorageSettings};
 use crate::ledger::{LaneId, Pass, PaymentKey, Record, RouterNonceKey};
@@ -226,7 +231,8 @@ pub trait LaneStore: Send + Sync {
         records: &[&Record],
     ) -> Result<(), StoreError>;
     /// Takes up to `limit` claims from the work queue for `lease`'s lane: free ones of its
-    /// network, and those its lane took under an older fence (a previous holder's). `SKIP
+    /// network that its signer may send (`Record::sender` names it, or nobody), and those its lane took
+    /// under an older fence (a previous holder's). `SKIP
     /// LOCKED`: instances polling together never take the same claim.
     async fn take_queued(&self, lease: &Lease, limit: usize) -> Result<Vec<Record>, StoreError>;
     /// Frees queued claims a lane took but will not sign (it lost its lease).
@@ -255,6 +261,10 @@ pub trait RouterNonceStore: Send + Sync {
         now: u64,
         ttl_secs: u64,
     ) -> Result<(), StoreError>;
+    /// Deletes the reservations last handed out before `cutoff` (unix seconds): past their TTL
+    /// they no longer count (`next_router_nonce`), and strangers naming ever new senders must
+    /// not grow the store for good (access.md §3b). Answers how many.
+    async fn prune_router_nonces(&self, cutoff: u64) -> Result<usize, StoreError>;
 }
 
 /// A transaction the router forwarded: the chain it went to, and when (unix seconds).
@@ -275,9 +285,61 @@ pub trait SentStore: Send + Sync {
     async fn forget_sent(&self, cutoff: u64) -> Result<usize, StoreError>;
 }
 
+/// A payer refused until `until` (unix seconds) because a settlement of theirs reverted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PayerCooldown {
+    pub payer: Address,
+    pub until: u64,
+}
+
+/// Revert cooldowns (access.md §2, §3): shared by every instance of the store, kept over
+/// restarts.
+#[async_trait]
+pub trait CooldownStore: Send + Sync {
+    /// Refuses the payer until `cooldown.until`; a later end already stored stays.
+    async fn cool_down(&self, cooldown: PayerCooldown) -> Result<(), StoreError>;
+    /// When `payer`'s refusal ends, if it ends after `now`.
+    async fn cooldown_of(&self, payer: Address, now: u64) -> Result<Option<u64>, StoreError>;
+    /// Every refusal that ends after `now`.
+    async fn cooldowns(&self, now: u64) -> Result<Vec<PayerCooldown>, StoreError>;
+    /// Deletes refusals that ended at or before `now`; answers how many.
+    async fn prune_cooldowns(&self, now: u64) -> Result<usize, StoreError>;
+}
+
+/// One entry of the discovery catalogue (x402 `bazaar`): the store keeps it opaque, as the
+/// facilitator encoded it, keyed by `id` and ordered by when it was last settled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listing {
+    pub id: String,
+    /// Unix seconds of the settlement that last listed it.
+    pub settled_at: u64,
+    /// The facilitator's JSON.
+    pub encoded: String,
+}
+
+/// The discovery catalogue: bounded, shared by every instance of the store. Not flushed: a
+/// listing lost in a crash comes back with the resource's next settlement.
+#[async_trait]
+pub trait DiscoveryStore: Send + Sync {
+    /// Stores `listing` under its id (replacing what was there), then deletes the least
+    /// recently settled listings beyond `max_listings`.
+    async fn list(&self, listing: &Listing, max_listings: usize) -> Result<(), StoreError>;
+    /// Hands `visit` every listing settled at or after `since`, most recently settled first
+    /// (ties by id), one at a time: a reader holds one listing in memory, not the catalogue.
+    async fn listings(
+        &self,
+        since: u64,
+        visit: &mut (dyn FnMut(Listing) + Send),
+    ) -> Result<(), StoreError>;
+    /// Deletes listings settled before `cutoff` (unix seconds); answers how many.
+    async fn unlist_before(&self, cutoff: u64) -> Result<usize, StoreError>;
+}
+
 /// One backend: everything routerd stores.
 #[async_trait]
-pub trait Backend: SettlementStore + LaneStore + RouterNonceStore + SentStore {
+pub trait Backend:
+    SettlementStore + LaneStore + RouterNonceStore + SentStore + CooldownStore + DiscoveryStore
+{
     /// Whether other instances may share this store (their settlements appear in it).
     fn shared(&self) -> bool;
     /// Makes every write so far durable (before exit).

@@ -14,16 +14,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use ethers_core::types::{H256, U256};
+use ethers_core::types::{Address, H256, U256};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
 
 use super::rows::{self, Row};
 use super::{
-    Backend, Claim, InFlight, LaneStore, Lease, Limits, RouterNonceStore, Sent, SentStore,
-    SettlementStore, StoreError,
+    Backend, Claim, CooldownStore, DiscoveryStore, InFlight, LaneStore, Lease, Limits, Listing,
+    PayerCooldown, RouterNonceStore, Sent, SentStore, SettlementStore, StoreError,
 };
+use crate::evm::hex_bytes;
 use crate::ledger::{LaneId, Pass, PaymentKey, Record, RouterNonceKey};
 
 /// Connections per instance: the operator provisions instances x this on the server.
@@ -112,6 +113,33 @@ const MIGRATIONS: &[(i32, &str)] = &[
              sent_at bigint NOT NULL
          );
          CREATE INDEX router_sent_at ON router_sent (sent_at);",
+    ),
+    (
+        7,
+        // Revert cooldowns (access.md §3): a payer refused until `until_at` (unix seconds),
+        // honoured by every instance and after restarts.
+        "CREATE TABLE payer_cooldowns (
+             payer text PRIMARY KEY,
+             until_at bigint NOT NULL
+         );
+         CREATE INDEX payer_cooldowns_until ON payer_cooldowns (until_at);",
+    ),
+    (
+        8,
+        // The only signer that may send a queued claim (`Record::sender`, an `upto` witness's
+        // facilitator); NULL: any lane of its network.
+        "ALTER TABLE settlement_queue ADD COLUMN signer text;",
+    ),
+    (
+        9,
+        // The discovery catalogue (x402 `bazaar`): one row per listing id, the facilitator's
+        // JSON as text, read and evicted by when it was last settled.
+        "CREATE TABLE discovery_listings (
+             id text PRIMARY KEY,
+             settled_at bigint NOT NULL,
+             listing text NOT NULL
+         );
+         CREATE INDEX discovery_listings_settled ON discovery_listings (settled_at, id);",
     ),
 ];
 
@@ -458,8 +486,8 @@ impl SettlementStore for PgStore {
                  VALUES ($1, $2, true, $6, $7::text::numeric, $8, $9, $10)
                  RETURNING payment_key
              )
-             INSERT INTO settlement_queue (payment_key, network, lane, fence)
-             SELECT payment_key, $3, $4, $5 FROM claimed",
+             INSERT INTO settlement_queue (payment_key, network, lane, fence, signer)
+             SELECT payment_key, $3, $4, $5, $11 FROM claimed",
                 &[
                     &id,
                     &c.text,
@@ -471,6 +499,7 @@ impl SettlementStore for PgStore {
                     &request_key,
                     &c.permit2_nonce,
                     &c.permit2_approves,
+                    &record.sender.map(hex_bytes),
                 ],
             )
             .await;
@@ -724,6 +753,7 @@ impl LaneStore for PgStore {
                 "UPDATE settlement_queue q SET lane = $2, fence = $3
                  FROM (SELECT payment_key FROM settlement_queue
                        WHERE network = $1 AND (lane IS NULL OR (lane = $2 AND fence < $3))
+                         AND (signer IS NULL OR signer = $6)
                        ORDER BY queued_at
                        FOR UPDATE SKIP LOCKED
                        LIMIT $4) picked,
@@ -738,6 +768,7 @@ impl LaneStore for PgStore {
                     &int(lease.fence)?,
                     &int(limit as u64)?,
                     &lease.holder,
+                    &hex_bytes(lease.lane.signer),
                 ],
             )
             .await
@@ -820,6 +851,19 @@ impl RouterNonceStore for PgStore {
         )
         .await
     }
+
+    async fn prune_router_nonces(&self, cutoff: u64) -> Result<usize, StoreError> {
+        let pruned = self
+            .client()
+            .await?
+            .execute(
+                "DELETE FROM router_nonces WHERE handed_at < $1",
+                &[&int(cutoff)?],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(pruned as usize)
+    }
 }
 
 #[async_trait]
@@ -860,6 +904,139 @@ impl SentStore for PgStore {
             .await
             .map_err(pg)?;
         Ok(forgotten as usize)
+    }
+}
+
+/// A payer as `payer_cooldowns` keys it (lowercase hex).
+fn payer_key(payer: Address) -> String {
+    hex_bytes(payer)
+}
+
+#[async_trait]
+impl CooldownStore for PgStore {
+    async fn cool_down(&self, cooldown: PayerCooldown) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO payer_cooldowns (payer, until_at) VALUES ($1, $2)
+             ON CONFLICT (payer) DO UPDATE
+                 SET until_at = greatest(payer_cooldowns.until_at, EXCLUDED.until_at)",
+            &[&payer_key(cooldown.payer), &int(cooldown.until)?],
+        )
+        .await
+    }
+
+    async fn cooldown_of(&self, payer: Address, now: u64) -> Result<Option<u64>, StoreError> {
+        let row = self
+            .client()
+            .await?
+            .query_opt(
+                "SELECT until_at FROM payer_cooldowns WHERE payer = $1 AND until_at > $2",
+                &[&payer_key(payer), &int(now)?],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(row.map(|r| uint(r.get(0))))
+    }
+
+    async fn cooldowns(&self, now: u64) -> Result<Vec<PayerCooldown>, StoreError> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                "SELECT payer, until_at FROM payer_cooldowns WHERE until_at > $1",
+                &[&int(now)?],
+            )
+            .await
+            .map_err(pg)?;
+        rows.iter()
+            .map(|r| {
+                let payer: &str = r.get(0);
+                Ok(PayerCooldown {
+                    payer: payer.parse().map_err(|_| StoreError::Corrupt {
+                        key: payer.to_string(),
+                        detail: "not a payer address".to_string(),
+                    })?,
+                    until: uint(r.get(1)),
+                })
+            })
+            .collect()
+    }
+
+    async fn prune_cooldowns(&self, now: u64) -> Result<usize, StoreError> {
+        let pruned = self
+            .client()
+            .await?
+            .execute(
+                "DELETE FROM payer_cooldowns WHERE until_at <= $1",
+                &[&int(now)?],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(pruned as usize)
+    }
+}
+
+#[async_trait]
+impl DiscoveryStore for PgStore {
+    /// One transaction: instances listing together never leave more than the cap.
+    async fn list(&self, listing: &Listing, max_listings: usize) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let transaction = client.transaction().await.map_err(pg)?;
+        transaction
+            .execute(
+                "INSERT INTO discovery_listings (id, settled_at, listing) VALUES ($1, $2, $3)
+                 ON CONFLICT (id) DO UPDATE SET settled_at = $2, listing = $3",
+                &[&listing.id, &int(listing.settled_at)?, &listing.encoded],
+            )
+            .await
+            .map_err(pg)?;
+        transaction
+            .execute(
+                "DELETE FROM discovery_listings WHERE id IN (
+                     SELECT id FROM discovery_listings ORDER BY settled_at DESC, id OFFSET $1)",
+                &[&int(max_listings as u64)?],
+            )
+            .await
+            .map_err(pg)?;
+        transaction.commit().await.map_err(pg)
+    }
+
+    async fn listings(
+        &self,
+        since: u64,
+        visit: &mut (dyn FnMut(Listing) + Send),
+    ) -> Result<(), StoreError> {
+        use futures::TryStreamExt;
+        let client = self.client().await?;
+        let rows = client
+            .query_raw(
+                "SELECT id, settled_at, listing FROM discovery_listings WHERE settled_at >= $1
+                 ORDER BY settled_at DESC, id",
+                [int(since)?],
+            )
+            .await
+            .map_err(pg)?;
+        futures::pin_mut!(rows);
+        while let Some(row) = rows.try_next().await.map_err(pg)? {
+            visit(Listing {
+                id: row.get(0),
+                settled_at: uint(row.get(1)),
+                encoded: row.get(2),
+            });
+        }
+        Ok(())
+    }
+
+    async fn unlist_before(&self, cutoff: u64) -> Result<usize, StoreError> {
+        let unlisted = self
+            .client()
+            .await?
+            .execute(
+                "DELETE FROM discovery_listings WHERE settled_at < $1",
+                &[&int(cutoff)?],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(unlisted as usize)
     }
 }
 

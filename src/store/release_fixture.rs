@@ -31,6 +31,7 @@ fn fixture_claim(n: u8) -> Record {
         method: Default::default(),
         approves_permit2: false,
         via: None,
+        sender: None,
         calldata: Bytes::from(vec![0xe3, 0xee, 0x16, 0x0e, n]),
         gas_limit: 150_000,
         request: Some(RequestTag {

@@ -21,11 +21,11 @@ use sled::{Db, Transactional, Tree};
 use super::{
     confirmed_router_nonce, next_router_nonce,
     rows::{self, Row},
-    Backend, Claim, InFlight, LaneStore, Lease, Limits, RouterNonceStore, Sent, SentStore,
-    SettlementStore, StoreError,
+    Backend, Claim, CooldownStore, DiscoveryStore, InFlight, LaneStore, Lease, Limits, Listing,
+    PayerCooldown, RouterNonceStore, Sent, SentStore, SettlementStore, StoreError,
 };
 use crate::ledger::{Account, LaneId, Pass, PaymentKey, Record, RouterNonceKey};
-use ethers_core::types::{H256, U256};
+use ethers_core::types::{Address, H256, U256};
 
 /// Version 2: settlement records with explicit states, and the unfinished/finished indexes.
 const SCHEMA_VERSION: &[u8] = b"2";
@@ -78,6 +78,16 @@ pub struct Store {
     permit2_exposure: Tree,
     /// `Permit2Nonce` -> payment key of the Permit2 settlement in flight that spends it.
     permit2_nonces: Tree,
+    /// Payer address (20 bytes) -> end of its revert cooldown (8 bytes, big-endian unix seconds).
+    cooldowns: Tree,
+    /// Listing id -> `ListingRow` (discovery catalogue).
+    listings: Tree,
+    /// Settle time (8 bytes, big-endian unix seconds) ++ listing id: the catalogue in the order
+    /// it is read, evicted and expired.
+    listings_by_time: Tree,
+    /// Serialises catalogue writes: a listing and its time index change together, and the cap
+    /// is counted after each.
+    listing: Arc<std::sync::Mutex<()>>,
     /// Serialises claims: an account's exposure is summed and the claim added as one step.
     claims: Arc<std::sync::Mutex<()>>,
 }
@@ -117,6 +127,10 @@ impl Store {
             passes: db.open_tree("passes")?,
             permit2_exposure: db.open_tree("permit2_exposure")?,
             permit2_nonces: db.open_tree("permit2_nonces")?,
+            cooldowns: db.open_tree("cooldowns")?,
+            listings: db.open_tree("listings")?,
+            listings_by_time: db.open_tree("listings_by_time")?,
+            listing: Arc::default(),
             claims: Arc::default(),
             lane_leases,
             db,
@@ -664,6 +678,25 @@ impl RouterNonceStore for Store {
             })?;
         self.flush().await
     }
+
+    async fn prune_router_nonces(&self, cutoff: u64) -> Result<usize, StoreError> {
+        let mut pruned = 0;
+        for entry in self.router_nonces.iter() {
+            let (key, bytes) = entry?;
+            let expired =
+                serde_json::from_slice::<RouterReservation>(&bytes).map_or(true, |r| r.at < cutoff);
+            // Only the value read: a reservation renewed meanwhile stays.
+            if expired
+                && self
+                    .router_nonces
+                    .compare_and_swap(&key, Some(bytes), None::<&[u8]>)?
+                    .is_ok()
+            {
+                pruned += 1;
+            }
+        }
+        Ok(pruned)
+    }
 }
 
 /// A forwarded transaction as stored.
@@ -711,6 +744,163 @@ impl SentStore for Store {
             }
         }
         Ok(forgotten)
+    }
+}
+
+/// A stored cooldown end (8 bytes, big-endian); anything else reads as ended.
+fn cooldown_end(bytes: &[u8]) -> u64 {
+    bytes.try_into().map(u64::from_be_bytes).unwrap_or(0)
+}
+
+#[async_trait]
+impl CooldownStore for Store {
+    /// Flushed: a cooldown must outlive a crash right after the revert that caused it.
+    async fn cool_down(&self, cooldown: PayerCooldown) -> Result<(), StoreError> {
+        self.cooldowns
+            .fetch_and_update(cooldown.payer.as_bytes(), |old| {
+                let until = old.map_or(0, cooldown_end).max(cooldown.until);
+                Some(until.to_be_bytes().to_vec())
+            })?;
+        self.flush().await
+    }
+
+    async fn cooldown_of(&self, payer: Address, now: u64) -> Result<Option<u64>, StoreError> {
+        let until = self.cooldowns.get(payer.as_bytes())?;
+        Ok(until.map(|b| cooldown_end(&b)).filter(|until| *until > now))
+    }
+
+    async fn cooldowns(&self, now: u64) -> Result<Vec<PayerCooldown>, StoreError> {
+        let mut out = Vec::new();
+        for entry in self.cooldowns.iter() {
+            let (payer, until) = entry?;
+            let until = cooldown_end(&until);
+            if until > now && payer.len() == Address::len_bytes() {
+                out.push(PayerCooldown {
+                    payer: Address::from_slice(&payer),
+                    until,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    async fn prune_cooldowns(&self, now: u64) -> Result<usize, StoreError> {
+        let mut pruned = 0;
+        for entry in self.cooldowns.iter() {
+            let (payer, until) = entry?;
+            // Removed only if unchanged: a cooldown imposed meanwhile stays.
+            if cooldown_end(&until) <= now
+                && self
+                    .cooldowns
+                    .compare_and_swap(&payer, Some(until), None as Option<&[u8]>)?
+                    .is_ok()
+            {
+                pruned += 1;
+            }
+        }
+        Ok(pruned)
+    }
+}
+
+/// A listing as the `listings` tree holds it.
+#[derive(Serialize, Deserialize)]
+struct ListingRow {
+    settled_at: u64,
+    encoded: String,
+}
+
+fn listing_time_key(settled_at: u64, id: &str) -> Vec<u8> {
+    let mut key = settled_at.to_be_bytes().to_vec();
+    key.extend_from_slice(id.as_bytes());
+    key
+}
+
+fn decode_listing(id: &[u8], bytes: &[u8]) -> Result<Listing, StoreError> {
+    let id = String::from_utf8_lossy(id).to_string();
+    let row: ListingRow = serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
+        key: format!("listings/{id}"),
+        detail: e.to_string(),
+    })?;
+    Ok(Listing {
+        id,
+        settled_at: row.settled_at,
+        encoded: row.encoded,
+    })
+}
+
+impl Store {
+    /// Deletes one listing and its time index entry; the caller holds the `listing` lock.
+    fn unlist(&self, id: &[u8]) -> Result<(), StoreError> {
+        if let Some(old) = self.listings.remove(id)? {
+            let old = decode_listing(id, &old)?;
+            let time_key = listing_time_key(old.settled_at, &old.id);
+            self.listings_by_time.remove(time_key)?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl DiscoveryStore for Store {
+    async fn list(&self, listing: &Listing, max_listings: usize) -> Result<(), StoreError> {
+        let _one_writer = self.listing.lock().unwrap_or_else(|e| e.into_inner());
+        self.unlist(listing.id.as_bytes())?;
+        let row = ListingRow {
+            settled_at: listing.settled_at,
+            encoded: listing.encoded.clone(),
+        };
+        self.listings
+            .insert(listing.id.as_bytes(), rows::encode(&row))?;
+        self.listings_by_time
+            .insert(listing_time_key(listing.settled_at, &listing.id), &[])?;
+        // The last in read order goes first: the oldest second, and in it the last id.
+        while self.listings_by_time.len() > max_listings {
+            let Some((oldest, _)) = self.listings_by_time.first()? else {
+                break;
+            };
+            let last = self.listings_by_time.scan_prefix(&oldest[..8]).next_back();
+            let Some((last, _)) = last.transpose()? else {
+                break;
+            };
+            self.unlist(&last[8..])?;
+        }
+        Ok(())
+    }
+
+    async fn listings(
+        &self,
+        since: u64,
+        visit: &mut (dyn FnMut(Listing) + Send),
+    ) -> Result<(), StoreError> {
+        // Newest first: the time index backwards. Ties (one second) are ordered by id.
+        let mut second: Vec<Listing> = Vec::new();
+        for entry in self.listings_by_time.range(since.to_be_bytes()..).rev() {
+            let (key, _) = entry?;
+            let Some(bytes) = self.listings.get(&key[8..])? else {
+                continue;
+            };
+            let listing = decode_listing(&key[8..], &bytes)?;
+            if second
+                .first()
+                .is_some_and(|l| l.settled_at != listing.settled_at)
+            {
+                second.drain(..).rev().for_each(&mut *visit);
+            }
+            second.push(listing);
+        }
+        second.drain(..).rev().for_each(visit);
+        Ok(())
+    }
+
+    async fn unlist_before(&self, cutoff: u64) -> Result<usize, StoreError> {
+        let _one_writer = self.listing.lock().unwrap_or_else(|e| e.into_inner());
+        let mut unlisted = 0;
+        for entry in self.listings_by_time.range(..cutoff.to_be_bytes()) {
+            let (key, _) = entry?;
+            self.unlist(&key[8..])?;
+            unlisted += 1;
+        }
+        Ok(unlisted)
     }
 }
 

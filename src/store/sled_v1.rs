@@ -166,6 +166,7 @@ mod v1 {
                 method: Default::default(),
                 approves_permit2: false,
                 via: None,
+                sender: None,
                 calldata: self.calldata,
                 gas_limit: self.gas_limit,
                 request: None,

@@ -153,7 +153,7 @@ describe('auto-mining chain', () => {
   it('v2: /supported lists the payment-identifier extension', async () => {
     const res = await stack.request('/supported');
     assert.equal(res.status, 200, show(res));
-    assert.deepEqual(res.body.extensions, ['payment-identifier']);
+    assert.deepEqual(res.body.extensions, ['payment-identifier', 'bazaar']);
     assert.ok(res.body.kinds.some((k) => k.x402Version === 2 && k.network === CAIP2), show(res));
   });
 

@@ -351,7 +351,7 @@ async function gaslessPayer() {
 
 it('eip2612GasSponsoring: /supported lists it, and a payer who never approved Permit2 pays through one settleWithPermit', async () => {
   const supported = (await stack.request('/supported')).body;
-  assert.deepEqual(supported.extensions, ['payment-identifier', 'eip2612GasSponsoring']);
+  assert.deepEqual(supported.extensions, ['payment-identifier', 'eip2612GasSponsoring', 'bazaar']);
   const payer = await gaslessPayer();
   const payeeBefore = await balanceOf(payTo);
   const nonce = await stack.signerNonce('pending');

@@ -52,7 +52,7 @@ it('GET /supported lists v1 kinds by name and v2 kinds by CAIP-2 id, with extens
   assert.deepEqual(kinds.sort(), [
     `1 exact ${NETWORK}`, `1 exact ${OTHER.name}`, `2 exact ${CAIP2}`, `2 exact eip155:${OTHER.chainId}`,
   ].sort());
-  assert.deepEqual(res.body.extensions, ['payment-identifier']);
+  assert.deepEqual(res.body.extensions, ['payment-identifier', 'bazaar']);
   assert.deepEqual(res.body.signers, { 'eip155:*': [getAddress(stack.signer)] });
 });
 

@@ -99,3 +99,20 @@ it("another client cannot occupy a merchant's Idempotency-Key", async () => {
   const retry = await requestFrom('127.0.0.6', '/settle', { method: 'POST', body: mine.body, headers: { 'idempotency-key': key } });
   assert.equal(expectSettled(retry, who(mine)), hash);
 });
+
+it('oversized bodies are refused clearly and routerd stays up: JSON nested 10,000 deep, a settle array over max_batch, a JSON-RPC batch over 100 calls', async () => {
+  const post = (path, body) => requestFrom('127.0.0.7', path, { method: 'POST', body });
+  const deep = `${'['.repeat(10_000)}${']'.repeat(10_000)}`;
+  for (const path of ['/verify', '/settle']) {
+    const res = await post(path, deep);
+    assert.equal(res.status, 400, show(res));
+    assert.match(res.body?.message ?? '', /recursion limit/, show(res));
+  }
+  const array = await post('/settle', JSON.stringify(Array.from({ length: 101 }, () => ({}))));
+  assert.equal(array.status, 400, show(array));
+  assert.match(array.body?.message ?? '', /facilitator\.max_batch/, show(array));
+  // Another client address: the first one spent its tokens above.
+  const batch = await requestFrom('127.0.0.8', '/', { method: 'POST', body: Array.from({ length: 101 }, (_, i) => ({ jsonrpc: '2.0', id: i, method: 'router_chains' })) });
+  assert.ok(batch.status === 429 || batch.body?.error?.message === 'The batch request was too large', show(batch));
+  assert.equal((await requestFrom('127.0.0.9', '/health')).status, 200, 'routerd is up');
+});

@@ -109,7 +109,7 @@ it("@x402/core's facilitator client reads routerd's /supported", async () => {
   const supported = await new HTTPFacilitatorClient({ url: stack.url }).getSupported();
   const v2 = supported.kinds.filter((k) => k.x402Version === 2).map(({ scheme, network }) => ({ scheme, network }));
   assert.deepEqual(v2, [{ scheme: 'exact', network: NETWORK }]);
-  assert.deepEqual(supported.extensions, ['payment-identifier']);
+  assert.deepEqual(supported.extensions, ['payment-identifier', 'bazaar']);
   assert.deepEqual(supported.signers, { 'eip155:*': [getAddress(stack.signer)] });
 });
 

@@ -66,8 +66,8 @@ pub struct PaymentPayload<P = ExactEvmPayloadV2> {
     pub resource: Option<ResourceInfo>,
     pub accepted: PaymentRequirements,
     pub payload: P,
-    /// Extensions the client echoes; routerd reads `payment-identifier` (README: x402 v2
-    /// extensions).
+    /// Extensions the client echoes; routerd reads `payment-identifier`, `eip2612GasSponsoring`
+    /// and `bazaar` (README: x402 v2 extensions).
     #[serde(default)]
     pub extensions: Option<Map<String, Value>>,
 }
@@ -109,6 +109,15 @@ pub struct ResourceInfo {
     pub description: Option<String>,
     #[serde(default)]
     pub mime_type: Option<String>,
+    /// The bazaar's service metadata, read as any JSON: a field that breaks its rule is dropped
+    /// from the catalogue (`discovery::sanitize`), never a reason to refuse the payment. Boxed:
+    /// rarely sent, and a request stays small.
+    #[serde(default)]
+    pub service_name: Option<Box<Value>>,
+    #[serde(default)]
+    pub tags: Option<Box<Value>>,
+    #[serde(default)]
+    pub icon_url: Option<Box<Value>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -14,6 +14,7 @@ use super::front_run::{front_runner, Lookup};
 use super::lane::{Lane, SETTLEMENT_GAS};
 use super::waiters::Progress;
 use super::worker::{Slot, Worker, FILLER_GAS};
+use crate::chain::Traffic;
 use crate::chain::{self, Batch, Call, CallResult, Canonical, Chain, Head};
 use crate::clock::unix_now;
 use crate::evm;
@@ -85,7 +86,13 @@ impl Worker {
             vec![address.clone(), block.clone()],
         ));
         let balance = batch.add(Call::new("eth_getBalance", vec![address, block]));
-        let answers = self.lane.chain.client.ask(&batch).await.ok()?;
+        let answers = self
+            .lane
+            .chain
+            .client
+            .ask(Traffic::Own, &batch)
+            .await
+            .ok()?;
         let nonce = answers.get(nonce).as_ref().ok().and_then(evm::parse_u64)?;
         let balance = answers
             .get(balance)
@@ -150,7 +157,7 @@ impl Worker {
                 )
             })
             .collect();
-        let Ok(answers) = self.lane.chain.client.batch(&calls).await else {
+        let Ok(answers) = self.lane.chain.client.batch(Traffic::Own, &calls).await else {
             return Vec::new();
         };
         let mut found: BTreeMap<u64, Inclusion> = BTreeMap::new();
@@ -215,7 +222,7 @@ impl Worker {
         let mut batch = Batch::new();
         let (nonce_read, call) = nonce_call(&record);
         let state = batch.add(call);
-        let used = match self.lane.chain.client.ask(&batch).await {
+        let used = match self.lane.chain.client.ask(Traffic::Own, &batch).await {
             Ok(answers) => answers.get(state).as_ref().ok().and_then(evm::parse_word),
             Err(_) => None,
         };
@@ -643,7 +650,7 @@ async fn judge_revert(lane: &Lane, record: &Record, inclusion: Inclusion, head: 
         }
         Lookup::NotYet | Lookup::None => {}
     }
-    lane.cooldown.impose(record.payer);
+    lane.cooldown.impose(record.payer).await;
     Reverted::Failed(diagnose_revert(&lane.chain, record, inclusion.transaction).await)
 }
 
@@ -657,7 +664,7 @@ async fn diagnose_revert(chain: &Chain, record: &Record, hash: H256) -> Outcome 
         &erc3009::balance_of(record.payer),
         "latest",
     ));
-    let answers = chain.client.ask(&batch).await.ok();
+    let answers = chain.client.ask(Traffic::Own, &batch).await.ok();
     let word = |slot: chain::Slot| {
         answers
             .as_ref()

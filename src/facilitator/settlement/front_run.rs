@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use super::follower::inclusion_of;
 use super::worker::{Slot, Worker};
+use crate::chain::Traffic;
 use crate::chain::{self, Batch, Chain, Head};
 use crate::clock::unix_now;
 use crate::evm;
@@ -58,7 +59,11 @@ pub(super) async fn front_runner(
         "fromBlock": format!("{:#x}", first.sent_at_block + 1),
         "toBlock": format!("{:#x}", head.number),
     });
-    let Ok(Ok(logs)) = chain.client.call("eth_getLogs", vec![filter]).await else {
+    let Ok(Ok(logs)) = chain
+        .client
+        .call(Traffic::Own, "eth_getLogs", vec![filter])
+        .await
+    else {
         return Lookup::NotYet;
     };
     let Some(logs) = logs.as_array() else {
@@ -84,7 +89,11 @@ async fn judge(
     confirmations: u64,
 ) -> Lookup {
     let params = vec![json!(evm::hex_bytes(hash))];
-    let Ok(answer) = chain.client.call("eth_getTransactionReceipt", params).await else {
+    let Ok(answer) = chain
+        .client
+        .call(Traffic::Own, "eth_getTransactionReceipt", params)
+        .await
+    else {
         return Lookup::NotYet;
     };
     let Some(inclusion) = inclusion_of(hash, &answer, head.number) else {
@@ -160,7 +169,7 @@ impl Worker {
         if asked.is_empty() {
             return Vec::new();
         }
-        let Ok(answers) = self.lane.chain.client.ask(&batch).await else {
+        let Ok(answers) = self.lane.chain.client.ask(Traffic::Own, &batch).await else {
             return Vec::new();
         };
         asked

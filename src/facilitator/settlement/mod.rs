@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use super::request::{Invalid, Message, Method, Request};
 use super::verify::{check_terms, Payer, Payment, Trial, Tried, Verifier};
-use crate::chain::{Head, Unreachable};
+use crate::chain::{Budget, Head, Overloaded, Unreachable};
 use crate::clock::unix_now;
 use crate::evm;
 use crate::evm::{erc3009, erc6492, permit2};
@@ -56,6 +56,9 @@ const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 pub enum SettleError {
     #[error(transparent)]
     Unreachable(#[from] Unreachable),
+    /// The chain's budget for callers' reads of this kind is spent: busy, try again shortly.
+    #[error(transparent)]
+    Overloaded(#[from] Overloaded),
     /// Still unknown at the deadline: the hash once broadcast, `None` while still being signed.
     #[error("{}", pending_message(.0))]
     Pending(Option<H256>),
@@ -205,6 +208,13 @@ impl Settler {
         if let Some(known) = self.known(&key, &payment, asking).await? {
             return self.answer_known(known, &key, asking, deadline).await;
         }
+        if let Err(failure) = self
+            .verifier
+            .check_cooldown_stored(payment.auth.from)
+            .await?
+        {
+            return Ok(Settled::failed(failure));
+        }
         if let Method::Permit2Upto { .. } = payment.method {
             if payment.charge().is_zero() {
                 return self.charge_nothing(&payment).await;
@@ -262,6 +272,7 @@ impl Settler {
     /// An `upto` payment charged nothing: once the payment reads valid on chain, a success with
     /// no transaction, and nothing stored (the permit stays unused).
     async fn charge_nothing(&self, payment: &Payment<'_>) -> Result<Settled, SettleError> {
+        let _read = payment.network.chain.client.admit(Budget::Settle)?;
         Ok(match self.verifier.check_on_chain(payment).await? {
             Ok(()) => Settled {
                 success: true,
@@ -282,6 +293,7 @@ impl Settler {
         asking: &Asking,
         deadline: Instant,
     ) -> Result<Prepared, SettleError> {
+        let _read = payment.network.chain.client.admit(Budget::Settle)?;
         let prepared = tokio::time::timeout_at(deadline, self.prepare(payment, reservation.lane()))
             .await
             .map_err(|_| Unreachable {
@@ -802,6 +814,10 @@ fn new_record(
         method: payment.method.transfer_method(),
         approves_permit2: payment.eip2612.is_some(),
         via: (call.to != payment.token.address).then_some(call.to),
+        sender: match payment.method {
+            Method::Permit2Upto { facilitator } => Some(facilitator),
+            _ => None,
+        },
         calldata: call.data,
         gas_limit,
         request: asking.tag.clone(),

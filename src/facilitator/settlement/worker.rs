@@ -32,6 +32,7 @@ use super::lane::{Lane, Lanes};
 use super::lease::LeaseHold;
 use super::waiters::{Progress, Waiters};
 use super::{LeaseSettings, Ledger};
+use crate::chain::Traffic;
 use crate::chain::{Call, Refusal};
 use crate::clock::unix_now;
 use crate::evm;
@@ -448,6 +449,10 @@ impl Worker {
         let nonce = record.state.nonce().expect("just signed");
         let stays = match route(answer) {
             Route::Sent => self.sent(record).await,
+            Route::AnotherSigner if record.sender.is_some() => {
+                self.sender_unfunded(record, nonce).await;
+                return None; // its nonce here is a gap now
+            }
             Route::AnotherSigner => match self.move_unfunded(record, nonce) {
                 Some(stays) => stays,
                 None => return None, // its nonce here is a gap now
@@ -490,6 +495,17 @@ impl Worker {
         }
         tracing::warn!(lane = %self.lane.id, nonce, "signer cannot pay for gas and no other signer can; the settlement waits");
         Some(record)
+    }
+
+    /// A settlement only this signer may send (`Record::sender`, an `upto` witness's
+    /// facilitator), which cannot pay for gas: another signer's transaction would revert at the
+    /// operator's expense, so it fails now, with nothing sent (access.md §2), and its nonce here
+    /// is a gap the next settlement or a self-transfer fills once the signer is funded.
+    async fn sender_unfunded(&mut self, mut record: Record, nonce: u64) {
+        self.lane.funded.store(false, Ordering::Relaxed);
+        tracing::warn!(lane = %self.lane.id, payment = %record.key(), nonce, "the signer an upto payment names cannot pay for gas; it fails unsent, no other signer may send it");
+        let answered_now = record.expire(Lost::SenderUnfunded, unix_now());
+        self.finished(record, answered_now).await;
     }
 
     /// A settlement the node refused for a reason that sending it again will not change (not
@@ -558,7 +574,7 @@ impl Worker {
             .iter()
             .map(|raw| Call::new("eth_sendRawTransaction", vec![json!(evm::hex_bytes(raw))]))
             .collect();
-        match self.lane.chain.client.batch(&calls).await {
+        match self.lane.chain.client.batch(Traffic::Own, &calls).await {
             Ok(answers) => answers
                 .iter()
                 .map(|a| match a {
@@ -600,6 +616,7 @@ pub(super) async fn transaction_count(lane: &Lane, block: &str) -> Option<u64> {
         .chain
         .client
         .call(
+            Traffic::Own,
             "eth_getTransactionCount",
             vec![
                 json!(crate::evm::hex_bytes(lane.signer.address)),

@@ -99,8 +99,8 @@ export function placeCode(anvil, address, code) {
 
 /**
  * A JSON-RPC proxy in front of a real node. `state.refuse(call)` is asked for every call (alone
- * or in a batch): an error object ({code, message}) answers that call with it, unforwarded;
- * anything falsy forwards it. Batches are answered element by element, in order, with the
+ * or in a batch): an error object ({code, message}), or a promise of one, answers that call with
+ * it, unforwarded; anything falsy forwards it. Batches are answered element by element, in order, with the
  * refused ones in their slots. `state.refused` keeps every refused call, and
  * `state.refusedIn` the size of the request each came in (1: alone or in a batch of one).
  * `state.rewrite(call, answer)` gives the answer a forwarded call gets (a node that lies about
@@ -116,16 +116,16 @@ export async function startRefusingProxy({ target = null, refuse = () => null, r
     const byId = new Map(payload.map((call) => [JSON.stringify(call.id), call]));
     return [answers].flat().map((a) => state.rewrite(byId.get(JSON.stringify(a?.id)) ?? {}, a));
   };
-  const refusal = (call, size = 1) => {
-    const error = call && typeof call === 'object' ? state.refuse(call) : null;
+  const refusal = async (call, size = 1) => {
+    const error = call && typeof call === 'object' ? await state.refuse(call) : null;
     if (!error) return null;
     state.refused.push(call);
     state.refusedIn.push(size);
     return { jsonrpc: '2.0', id: call.id ?? null, error };
   };
   async function answer(body) {
-    if (!Array.isArray(body)) return refusal(body) ?? forward(body);
-    const refusals = body.map((call) => refusal(call, body.length));
+    if (!Array.isArray(body)) return (await refusal(body)) ?? forward(body);
+    const refusals = await Promise.all(body.map((call) => refusal(call, body.length)));
     const allowed = body.filter((_, i) => !refusals[i]);
     const forwarded = allowed.length ? await forward(allowed) : [];
     const byId = new Map([forwarded].flat().map((r) => [JSON.stringify(r.id), r]));
