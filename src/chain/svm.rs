@@ -3,7 +3,8 @@
 //! answers read into typed values here once. What a payment transaction means is `svm`'s.
 //!
 //! Verify asks one batch (`getMultipleAccounts` and `simulateTransaction`): one upstream request
-//! per verify, as on EVM.
+//! per verify, as on EVM. Settle sends with `sendTransaction` and follows the signature with one
+//! batch per poll (`getBlockHeight` then `getSignatureStatuses`).
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -67,6 +68,33 @@ pub struct PaymentState {
     pub destination: Option<TokenAccount>,
     /// `simulateTransaction`'s error, as the node wrote it; `None` when the simulation succeeded.
     pub simulation_error: Option<String>,
+}
+
+/// Where a sent transaction stands, read in one batch: the block height first, then the status, so
+/// that a signature unknown after a height past its blockhash's last valid one can never land.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tracked {
+    pub block_height: u64,
+    /// `None` while the cluster does not know the signature.
+    pub status: Option<SignatureStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignatureStatus {
+    pub slot: u64,
+    /// The transaction's error, as the node wrote it; `None` when it ran.
+    pub error: Option<String>,
+    /// Whether it reached the configured commitment.
+    pub committed: bool,
+}
+
+/// Commitment levels in order.
+fn rank(level: &str) -> u8 {
+    match level {
+        "finalized" => 2,
+        "confirmed" => 1,
+        _ => 0,
+    }
 }
 
 impl SolanaChain {
@@ -151,6 +179,95 @@ impl SolanaChain {
                 .get("err")
                 .filter(|err| !err.is_null())
                 .map(Value::to_string),
+        })
+    }
+
+    /// `lastValidBlockHeight` of the cluster's latest blockhash at the commitment: no older
+    /// blockhash (a payer's) stays valid longer.
+    pub async fn last_valid_block_height(&self) -> Result<u64, SolanaError> {
+        const METHOD: &str = "getLatestBlockhash";
+        let config = json!({"commitment": self.commitment()});
+        let answer = self
+            .client
+            .call(Traffic::Callers, METHOD, vec![config])
+            .await?;
+        context_value(METHOD, answer)?
+            .get("lastValidBlockHeight")
+            .and_then(Value::as_u64)
+            .ok_or(SolanaError::Malformed {
+                method: METHOD,
+                what: "no lastValidBlockHeight",
+            })
+    }
+
+    /// Sends a signed transaction (`wire`: base64) without preflight: verify simulated it.
+    /// Sending it again is harmless: the cluster runs a signature once.
+    pub async fn send_transaction(&self, wire: &str) -> Result<(), SolanaError> {
+        const METHOD: &str = "sendTransaction";
+        let config = json!({"encoding": "base64", "skipPreflight": true});
+        let answer = self
+            .client
+            .call(Traffic::Own, METHOD, vec![json!(wire), config])
+            .await?;
+        answer.map(drop).map_err(|error| SolanaError::Rpc {
+            method: METHOD,
+            error,
+        })
+    }
+
+    /// The block height and the status of `signature` (base58), in one batch.
+    pub async fn track(&self, signature: &str) -> Result<Tracked, SolanaError> {
+        let calls = [
+            Call::new(
+                "getBlockHeight",
+                vec![json!({"commitment": self.commitment()})],
+            ),
+            Call::new(
+                "getSignatureStatuses",
+                vec![
+                    json!([signature]),
+                    json!({"searchTransactionHistory": true}),
+                ],
+            ),
+        ];
+        let mut answers = self.client.batch(Traffic::Own, &calls).await?.into_iter();
+        let (Some(height), Some(statuses)) = (answers.next(), answers.next()) else {
+            unreachable!("the client answers every call of a batch")
+        };
+        let block_height = height
+            .map_err(|error| SolanaError::Rpc {
+                method: "getBlockHeight",
+                error,
+            })?
+            .as_u64()
+            .ok_or(SolanaError::Malformed {
+                method: "getBlockHeight",
+                what: "not a height",
+            })?;
+        let statuses = context_value("getSignatureStatuses", statuses)?;
+        let status = statuses.get(0).ok_or(SolanaError::Malformed {
+            method: "getSignatureStatuses",
+            what: "no status",
+        })?;
+        Ok(Tracked {
+            block_height,
+            status: self.signature_status(status),
+        })
+    }
+
+    fn signature_status(&self, status: &Value) -> Option<SignatureStatus> {
+        let slot = status.get("slot")?.as_u64()?;
+        let level = status
+            .get("confirmationStatus")
+            .and_then(Value::as_str)
+            .unwrap_or("processed");
+        Some(SignatureStatus {
+            slot,
+            error: status
+                .get("err")
+                .filter(|err| !err.is_null())
+                .map(Value::to_string),
+            committed: rank(level) >= rank(self.commitment()),
         })
     }
 }

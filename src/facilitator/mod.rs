@@ -59,6 +59,10 @@ pub struct Facilitator {
     cooldown: Arc<Cooldown>,
     /// Solana's `exact`, when a Solana network is served.
     svm: Option<svm::SvmExact>,
+    /// The settlement store, for Solana's settlements (the EVM ones go through `settler`).
+    ledger: Storage,
+    /// The longest a settle waits for its outcome (`facilitator.settle_timeout_secs`).
+    settle_timeout: Duration,
     /// The discovery catalogue, when on (`facilitator.discovery`, with v2 served).
     catalogue: Option<Arc<Catalogue>>,
 }
@@ -125,7 +129,7 @@ impl Facilitator {
         );
         let settler = settlement::Settler::new(
             verifier.clone(),
-            store,
+            store.clone(),
             lanes,
             Duration::from_secs(settings.settle_timeout_secs),
             Duration::from_secs(settings.retention_days * 86_400),
@@ -140,6 +144,8 @@ impl Facilitator {
             signers: signer_addresses,
             cooldown,
             svm,
+            ledger: store,
+            settle_timeout: Duration::from_secs(settings.settle_timeout_secs),
             catalogue,
         })
     }
@@ -153,7 +159,13 @@ impl Facilitator {
         if let Some(catalogue) = &self.catalogue {
             catalogue.clone().spawn_upkeep();
         }
-        self.settler.start().await
+        let resumed = self.settler.start().await?;
+        let Some(svm) = &self.svm else {
+            return Ok(resumed);
+        };
+        let unfinished = self.ledger.unfinished().await?;
+        let records = unfinished.into_iter().filter(|r| r.svm.is_some()).collect();
+        Ok(resumed + svm.resume(&self.ledger, records))
     }
 
     /// Refuses Solana nodes of another cluster (`getGenesisHash`); call before serving.
@@ -241,6 +253,15 @@ impl Facilitator {
         &self,
         request: &SvmRequest,
     ) -> Result<Result<svm::Verified, Refused>, SettleError> {
+        let (svm, payment) = match self.svm_payment(request) {
+            Ok(lowered) => lowered,
+            Err(refused) => return Ok(Err(refused)),
+        };
+        Ok(svm.verify(&payment).await?.map_err(Refused::Svm))
+    }
+
+    /// The Solana family and the request lowered onto it, when its version and network are served.
+    fn svm_payment(&self, request: &SvmRequest) -> Result<(&svm::SvmExact, svm::Payment), Refused> {
         let served = match request.version() {
             svm::Version::V1 => self.serves_v1,
             svm::Version::V2 => self.serves_v2(),
@@ -253,36 +274,26 @@ impl Facilitator {
                     Reason::Network,
                     format!("network {network:?} is not served"),
                 );
-                return Ok(Err(refused.into()));
+                return Err(refused.into());
             }
         };
-        let payment = match request.lower(svm) {
-            Ok(payment) => payment,
-            Err(refused) => return Ok(Err(refused)),
-        };
-        Ok(svm.verify(&payment).await?.map_err(Refused::Svm))
+        Ok((svm, request.lower(svm)?))
     }
 
-    /// `/settle` of a Solana payment: verified as `/verify` does; this build does not send
-    /// Solana transactions yet, and says so in the answer rather than in a 400.
-    pub async fn settle_svm(&self, request: &SvmRequest) -> Result<SettleResponse, SettleError> {
-        let verify = self.verify_svm(request).await?;
-        let (error_reason, error_message) = match verify.invalid_reason {
-            Some(reason) => (reason.to_string(), verify.invalid_message),
-            None => (
-                v1::verify_reason(Reason::Network).to_string(),
-                Some("Solana payments are verified, not yet settled, by this build".to_string()),
-            ),
+    /// `/settle` of a Solana payment (svm.md §4), in its version's names.
+    pub async fn settle_svm(
+        &self,
+        request: &SvmRequest,
+        asking: &Asking,
+    ) -> Result<SettleResponse, SettleError> {
+        let settled = match self.svm_payment(request) {
+            Ok((svm, payment)) => {
+                svm.settle(&self.ledger, &payment, asking, self.settle_timeout)
+                    .await
+            }
+            Err(refused) => Ok(svm::SvmSettled::Refused(refused)),
         };
-        Ok(SettleResponse {
-            success: false,
-            error_reason: Some(error_reason),
-            error_message,
-            payer: verify.payer,
-            transaction: String::new(),
-            network: request.terms().0.to_string(),
-            amount: None,
-        })
+        protocol::svm::settle_answer(request, settled)
     }
 
     /// The v2 extensions routerd implements: `payment-identifier`, `eip2612GasSponsoring`
@@ -452,6 +463,25 @@ impl Facilitator {
     pub async fn status(&self, key: &PaymentKey) -> Result<Option<SettlementStatus>, StoreError> {
         let found = self.settler.status(key).await?;
         Ok(found.map(|(record, head)| protocol::status::answer(&record, head)))
+    }
+
+    /// What happened to one Solana payment, by its network (v1 name or CAIP-2) and its
+    /// transaction's signature; `None` if routerd never settled it (or the network is not served).
+    pub async fn svm_status(
+        &self,
+        network: &str,
+        signature: &crate::svm::Signature,
+    ) -> Result<Option<types::SvmSettlementStatus>, StoreError> {
+        let Some(network) = self.svm.as_ref().and_then(|svm| {
+            svm.networks()
+                .iter()
+                .find(|n| n.name == network || n.caip2 == network)
+        }) else {
+            return Ok(None);
+        };
+        let key = svm::payment_key(network.name, signature);
+        let record = self.ledger.get(&key).await?;
+        Ok(record.as_ref().and_then(protocol::svm::status_answer))
     }
 
     pub async fn surrender_lanes(&self) {

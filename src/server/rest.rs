@@ -8,6 +8,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::str::FromStr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
@@ -434,7 +435,11 @@ async fn settlement_status(
     path: &str,
     note: &mut Note,
 ) -> Result<HttpResponse, WireError> {
-    let mut key = parse_status_path(&path[STATUS_PREFIX.len()..])?;
+    let rest = &path[STATUS_PREFIX.len()..];
+    if let Some((network, signature)) = rest.split_once('/').filter(|(_, s)| !s.contains('/')) {
+        return svm_settlement_status(facilitator, network, signature, note).await;
+    }
+    let mut key = parse_status_path(rest)?;
     key.network = facilitator.network_name(&key.network).to_string();
     note.payment = Some(key.to_string());
     match facilitator.status(&key).await.map_err(SettleError::from)? {
@@ -450,11 +455,38 @@ async fn settlement_status(
     }
 }
 
+/// `GET /settlements/{network}/{signature}`: a Solana payment, by its transaction's signature.
+async fn svm_settlement_status(
+    facilitator: &Facilitator,
+    network: &str,
+    signature: &str,
+    note: &mut Note,
+) -> Result<HttpResponse, WireError> {
+    let signature = crate::svm::Signature::from_str(signature)
+        .map_err(|_| WireError::bad_request("signature: not a base58 transaction signature"))?;
+    note.payment = Some(format!("{network}/{signature}"));
+    match facilitator
+        .svm_status(network, &signature)
+        .await
+        .map_err(SettleError::from)?
+    {
+        Some(status) => {
+            note.outcome = Some(status.state.to_string());
+            Ok(json_response(StatusCode::OK, &status))
+        }
+        None => Err(WireError::new(
+            StatusCode::NOT_FOUND,
+            404,
+            format!("no settlement of transaction {signature} on {network}"),
+        )),
+    }
+}
+
 pub(crate) fn parse_status_path(rest: &str) -> Result<PaymentKey, WireError> {
     let parts: Vec<&str> = rest.split('/').collect();
     let [network, asset, from, nonce] = parts[..] else {
         return Err(WireError::bad_request(
-            "path: expected /settlements/{network}/{asset}/{from}/{nonce}",
+            "path: expected /settlements/{network}/{asset}/{from}/{nonce} or /settlements/{network}/{signature}",
         ));
     };
     let address = |field: &str, value: &str| {
@@ -582,13 +614,13 @@ async fn settle_one(
             }
             settled
         }
-        Payment::Svm(p) => facilitator.settle_svm(p).await,
+        Payment::Svm(p) => facilitator.settle_svm(p, asking).await,
     };
     app.metrics.observe_settlement(match &result {
         Ok(answer) if answer.success => "success",
         Ok(answer) if answer.error_reason.as_deref() == Some(v2::SETTLEMENT_PENDING) => "pending",
         Ok(_) => "failure",
-        Err(SettleError::Pending(_)) => "pending",
+        Err(SettleError::Pending(_) | SettleError::PendingSignature(_)) => "pending",
         Err(_) => "error",
     });
     Ok(result?)

@@ -150,15 +150,6 @@ it('each refusal answers its v2 and v1 reason, and costs the fee payer nothing',
   assert.equal(await node.balance(feePayer.address), before, 'no refusal costs the fee payer a lamport');
 });
 
-it('settle sends nothing on Solana yet, and says so', async () => {
-  const { payer, payee } = await parties(1_000_000n);
-  const before = await node.balance(feePayer.address);
-  const res = await post('/settle', await v2Body(payer, requirements(payee, 1_000)));
-  assert.equal(res.body.success, false, JSON.stringify(res.body));
-  assert.equal(res.body.network, SOLANA_DEVNET_CAIP2);
-  assert.equal(await node.balance(feePayer.address), before);
-});
-
 it('a node of another cluster is refused at start (getGenesisHash)', async () => {
   const other = await startSvmNode({ genesisHash: '4uhcVJyU9pJkvQyS88uRDiswHXSCkY3zQawwpjk2NsNY' });
   try {

@@ -9,11 +9,15 @@ use std::str::FromStr;
 use serde::Deserialize;
 use serde_json::{Map, Number, Value};
 
-use super::v1::{self, VerifyResponse};
+use super::v1::{self, SettleResponse, VerifyResponse};
 use super::v2;
 use crate::facilitator::request::{Field, Invalid, Spelling};
-use crate::facilitator::svm::{Failure, Payment, SvmExact, SvmNetwork, Verified, Version};
-use crate::ledger::Reason;
+use crate::facilitator::settlement::SettleError;
+use crate::facilitator::svm::{
+    Failure, Payment, SvmExact, SvmNetwork, SvmSettled, Verified, Version,
+};
+use crate::facilitator::types::{StatusOutcome, SvmSettlementStatus};
+use crate::ledger::{Reason, Record, State};
 use crate::svm::{PaymentTransaction, Pubkey, Refusal};
 
 /// `paymentPayload.payload`: the payer's transaction, base64 of its wire bytes.
@@ -255,10 +259,6 @@ pub fn verify_answer(
     transaction: &str,
     verdict: &Result<Verified, Refused>,
 ) -> VerifyResponse {
-    let spelling: Spelling = match version {
-        Version::V1 => v1::path,
-        Version::V2 => v2::path,
-    };
     let (payer, failure) = match verdict {
         Ok(verified) => (verified.transfer.authority.to_string(), None),
         Err(refused) => (payer_of(transaction), Some(refused)),
@@ -266,12 +266,124 @@ pub fn verify_answer(
     VerifyResponse {
         is_valid: failure.is_none(),
         invalid_reason: failure.map(|f| reason(version, f)),
-        invalid_message: failure.map(|f| match f {
-            Refused::Shared(invalid) => invalid.message.render(spelling),
-            Refused::Svm(failure) => failure.to_string(),
-        }),
+        invalid_message: failure.map(|f| message(version, f)),
         payer,
     }
+}
+
+fn message(version: Version, refused: &Refused) -> String {
+    let spelling: Spelling = match version {
+        Version::V1 => v1::path,
+        Version::V2 => v2::path,
+    };
+    match refused {
+        Refused::Shared(invalid) => invalid.message.render(spelling),
+        Refused::Svm(failure) => failure.to_string(),
+    }
+}
+
+/// v1's name of a Solana settlement that ended in failure: on chain, or its blockhash expired.
+fn v1_settle_failure(state: &State) -> &'static str {
+    match state {
+        State::Landed { .. } => "settle_exact_svm_transaction_failed",
+        _ => "settle_exact_svm_block_height_exceeded",
+    }
+}
+
+/// The status route's answer for a stored Solana settlement (v1's reason names, as the EVM
+/// status route's).
+pub fn status_answer(record: &Record) -> Option<SvmSettlementStatus> {
+    let svm = record.svm.as_ref()?;
+    let (state, slot) = match record.state {
+        State::Landed { slot, succeeded } => {
+            (if succeeded { "final" } else { "failed" }, Some(slot))
+        }
+        State::Expired { .. } => ("expired", None),
+        _ => ("pending", None),
+    };
+    Some(SvmSettlementStatus {
+        network: record.network.clone(),
+        signature: svm.signature.clone(),
+        state,
+        slot,
+        payer: svm.payer.clone(),
+        pay_to: svm.pay_to.clone(),
+        amount: svm.amount.to_string(),
+        mint: svm.mint.clone(),
+        payment_identifier: record.payment_id.clone(),
+        outcome: record.outcome.as_ref().map(|o| StatusOutcome {
+            success: o.success,
+            transaction: (state != "expired").then(|| svm.signature.clone()),
+            error_reason: (!o.success).then(|| v1_settle_failure(&record.state)),
+            error_message: o.message.clone(),
+        }),
+    })
+}
+
+/// The `/settle` answer to `request`, in its version's names (svm.md §4). A success names the
+/// transaction's signature; a failure on chain v1 `settle_exact_svm_transaction_failed`, v2
+/// `transaction_failed` (as `@x402/svm`); an expired blockhash v1
+/// `settle_exact_svm_block_height_exceeded`; another request's settlement of the same
+/// transaction v1 `invalid_payload`, v2 `duplicate_settlement`, with the signature; still unknown
+/// at the deadline v2 `settlement_pending` with the signature, v1 the pending error (HTTP 400
+/// `{error: 504}`).
+pub fn settle_answer(
+    request: &SvmRequest,
+    settled: Result<SvmSettled, SettleError>,
+) -> Result<SettleResponse, SettleError> {
+    let version = request.version();
+    let answer =
+        |reason: Option<&str>, message: Option<String>, transaction: String| SettleResponse {
+            success: reason.is_none(),
+            error_reason: reason.map(str::to_string),
+            error_message: message,
+            payer: payer_of(request.transaction()),
+            transaction,
+            network: request.terms().0.to_string(),
+            amount: None,
+        };
+    let by_version = |v1: &'static str, v2: &'static str| match version {
+        Version::V1 => v1,
+        Version::V2 => v2,
+    };
+    Ok(match settled? {
+        SvmSettled::Refused(refused) => answer(
+            Some(reason(version, &refused)),
+            Some(message(version, &refused)),
+            String::new(),
+        ),
+        SvmSettled::Ended(record) => {
+            let signature = record.svm.as_ref().map(|s| s.signature.clone());
+            let signature = signature.unwrap_or_default();
+            let message = record.outcome.as_ref().and_then(|o| o.message.clone());
+            match record.state {
+                State::Landed {
+                    succeeded: true, ..
+                } => answer(None, None, signature),
+                ref ended => answer(
+                    Some(by_version(v1_settle_failure(ended), "transaction_failed")),
+                    message,
+                    signature,
+                ),
+            }
+        }
+        SvmSettled::Duplicate { signature, ended } => {
+            let settled = if ended { "settled" } else { "being settled" };
+            answer(
+                Some(by_version("invalid_payload", "duplicate_settlement")),
+                Some(format!("already {settled} by {signature}")),
+                signature,
+            )
+        }
+        SvmSettled::Pending { signature } => match version {
+            Version::V1 => return Err(SettleError::PendingSignature(signature)),
+            Version::V2 => answer(
+                Some(v2::SETTLEMENT_PENDING),
+                Some(SettleError::PendingSignature(signature.clone()).to_string()),
+                signature,
+            ),
+        },
+    })
 }
 
 /// The name of a refusal in `version`: the shared rules keep their version's names; Solana's

@@ -4,6 +4,7 @@
 //! asks the cluster once (the accounts and the simulation in one batch).
 
 pub mod fee_payer;
+mod settle;
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
@@ -15,6 +16,7 @@ use crate::config::{solana_preset, FacilitatorSettings, SolanaChainSettings};
 use crate::svm::exact::MAX_MICRO_LAMPORTS_PER_COMPUTE_UNIT;
 use crate::svm::{self, DecodeError, Limits, PaymentTransaction, Pubkey, Refusal, Transfer};
 pub use fee_payer::{FeePayerError, FeePayers};
+pub use settle::{payment_key, SvmSettled};
 
 /// The x402 version that carried a payment: v1 allows one optional instruction fewer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
