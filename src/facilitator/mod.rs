@@ -257,6 +257,17 @@ impl Facilitator {
             Ok(lowered) => lowered,
             Err(refused) => return Ok(Err(refused)),
         };
+        if let Some(record) = svm.settlement_of(&self.ledger, &payment).await? {
+            let signature = record.svm.map(|s| s.signature).unwrap_or_default();
+            let message = match record.outcome {
+                None => format!("transaction already being settled by {signature}"),
+                Some(outcome) if outcome.success => {
+                    format!("transaction already settled by {signature}")
+                }
+                Some(_) => format!("transaction {signature} already failed to settle"),
+            };
+            return Ok(Err(Invalid::new(Reason::Payload, message).into()));
+        }
         Ok(svm.verify(&payment).await?.map_err(Refused::Svm))
     }
 

@@ -205,6 +205,12 @@ it('a settle answered pending passes the outcome on to its identical retry; anot
   const again = await settle(body);
   assert.deepEqual({ success: again.body.success, errorReason: again.body.errorReason, transaction: again.body.transaction },
     { success: false, errorReason: 'duplicate_settlement', transaction: pending.body.transaction });
+  const verified = await (await fetch(`${routerd.url}/verify`, {
+    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
+  })).json();
+  assert.deepEqual(verified, {
+    isValid: false, invalidReason: 'invalid_payload', invalidMessage: `transaction already settled by ${pending.body.transaction}`, payer: payer.address,
+  });
   const v1 = await settle(v1Body(body));
   assert.deepEqual({ success: v1.body.success, errorReason: v1.body.errorReason, errorMessage: v1.body.errorMessage },
     { success: false, errorReason: 'invalid_payload', errorMessage: `already settled by ${pending.body.transaction}` });
@@ -267,6 +273,9 @@ it('a blockhash that expires before the transaction lands: failure answered with
     state: 'expired', slot: null,
     outcome: { success: false, transaction: null, errorReason: 'settle_exact_svm_block_height_exceeded', errorMessage: told.body.errorMessage },
   });
+  const other = await settle(body, { 'Idempotency-Key': 'another-caller' });
+  assert.deepEqual({ success: other.body.success, errorReason: other.body.errorReason }, { success: false, errorReason: 'transaction_failed' },
+    'a failure is told to every caller');
   const unknown = await fetch(`${routerd.url}/settlements/solana-devnet/${'1'.repeat(64)}`);
   assert.equal(unknown.status, 404);
   const after = await balances(payer);

@@ -21,7 +21,7 @@ use crate::facilitator::protocol::svm::Refused;
 use crate::facilitator::settlement::{caller_of, key_taken, Caller, SettleError};
 use crate::ledger::{Asking, Lost, PaymentKey, Record, State, SvmSettlement};
 use crate::store::{Claim, Limits, Storage, StoreError};
-use crate::svm::Signature;
+use crate::svm::{Signature, SignedTransaction};
 
 /// How often a followed signature is read.
 const POLL: Duration = Duration::from_millis(400);
@@ -66,11 +66,7 @@ impl SvmExact {
             Ok(transfer) => transfer,
             Err(failure) => return Ok(SvmSettled::Refused(failure.into())),
         };
-        let fee_payer = self
-            .fee_payers
-            .key(&payment.fee_payer)
-            .expect("check_local: a fee payer of this facilitator");
-        let signed = payment.transaction.sign_as_fee_payer(fee_payer);
+        let signed = self.sign(payment);
         let key = payment_key(payment.network, &signed.signature);
         if let Some(record) = ledger.get(&key).await? {
             return known(ledger, &chain, record, &key, asking, deadline).await;
@@ -122,6 +118,27 @@ impl SvmExact {
             Ok(Ok(Ok(None))) | Ok(Err(_)) | Err(_) => Ok(SvmSettled::Pending { signature }),
         };
         pass_on(ledger, outcome, &key, asking).await
+    }
+
+    /// The stored settlement of this payment's transaction, if any: verify refuses a transaction
+    /// already claimed, as it refuses an EVM authorization already claimed (access.md §1).
+    pub async fn settlement_of(
+        &self,
+        ledger: &Storage,
+        payment: &Payment,
+    ) -> Result<Option<Record>, StoreError> {
+        let signature = self.sign(payment).signature;
+        ledger.get(&payment_key(payment.network, &signature)).await
+    }
+
+    /// The transaction with the fee payer's signature; lowering made sure `extra.feePayer` is one
+    /// of this facilitator's.
+    fn sign(&self, payment: &Payment) -> SignedTransaction {
+        let fee_payer = self
+            .fee_payers
+            .key(&payment.fee_payer)
+            .expect("lowered: a fee payer of this facilitator");
+        payment.transaction.sign_as_fee_payer(fee_payer)
     }
 
     /// Follows every unfinished Solana settlement of a served network again (at start): status,
@@ -196,14 +213,19 @@ async fn known(
         caller => caller,
     };
     let signature = record_signature(&record);
-    if caller == Caller::Another {
-        return Ok(SvmSettled::Duplicate {
-            signature,
-            ended: record.outcome.is_some(),
-        });
-    }
-    if record.outcome.is_some() {
-        return Ok(SvmSettled::Ended(Box::new(record)));
+    match (&record.outcome, caller) {
+        // A failure is nobody's success: everybody is told it.
+        (Some(outcome), Caller::Another) if !outcome.success => {
+            return Ok(SvmSettled::Ended(Box::new(record)))
+        }
+        (outcome, Caller::Another) => {
+            return Ok(SvmSettled::Duplicate {
+                signature,
+                ended: outcome.is_some(),
+            })
+        }
+        (Some(_), Caller::Claimant) => return Ok(SvmSettled::Ended(Box::new(record))),
+        (None, Caller::Claimant) => {}
     }
     let outcome = match follow(chain.clone(), ledger.clone(), record, Some(deadline)).await? {
         Some(ended) => Ok(SvmSettled::Ended(Box::new(ended))),
