@@ -530,3 +530,142 @@ impl SvmRequest {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::{Lost, SvmSettlement};
+    use serde_json::json;
+
+    const SIG: &str = "5sig";
+
+    fn request(version: Version) -> SvmRequest {
+        let network = match version {
+            Version::V1 => "solana-devnet",
+            Version::V2 => "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1",
+        };
+        let required = json!({
+            "scheme": "exact", "network": network, "maxAmountRequired": "1", "amount": "1",
+            "resource": "https://r.example", "description": "", "mimeType": "", "payTo": "p",
+            "maxTimeoutSeconds": 60, "asset": "m",
+        });
+        match version {
+            Version::V1 => SvmRequest::V1(
+                serde_json::from_value(json!({
+                    "x402Version": 1,
+                    "paymentPayload": {"x402Version": 1, "scheme": "exact", "network": network,
+                        "payload": {"transaction": "AQ=="}},
+                    "paymentRequirements": required,
+                }))
+                .unwrap(),
+            ),
+            Version::V2 => SvmRequest::V2(
+                serde_json::from_value(json!({
+                    "x402Version": 2,
+                    "paymentPayload": {"x402Version": 2, "accepted": required,
+                        "resource": {"url": "https://r.example"}, "payload": {"transaction": "AQ=="}},
+                    "paymentRequirements": required,
+                }))
+                .unwrap(),
+            ),
+        }
+    }
+
+    fn record(end: impl FnOnce(&mut Record)) -> Box<Record> {
+        let mut record = crate::testing::record(1);
+        record.svm = Some(SvmSettlement {
+            signature: SIG.into(),
+            transaction: "AQ==".into(),
+            last_valid_block_height: 10,
+            payer: "payer".into(),
+            pay_to: "p".into(),
+            mint: "m".into(),
+            amount: 1,
+            error: None,
+        });
+        end(&mut record);
+        Box::new(record)
+    }
+
+    fn named(version: Version, settled: SvmSettled) -> (bool, Option<String>, String) {
+        let answer = settle_answer(&request(version), Ok(settled)).unwrap();
+        (answer.success, answer.error_reason, answer.transaction)
+    }
+
+    #[test]
+    fn each_settle_outcome_in_each_version_names_the_signature() {
+        for version in [Version::V1, Version::V2] {
+            let landed = record(|r| {
+                r.landed(5, None, 1);
+            });
+            assert_eq!(
+                named(version, SvmSettled::Ended(landed)),
+                (true, None, SIG.into())
+            );
+        }
+        let failed = || {
+            record(|r| {
+                r.landed(5, Some("{}".into()), 1);
+            })
+        };
+        let expired = || {
+            record(|r| {
+                r.expire(Lost::BlockHeightExceeded, 1);
+            })
+        };
+        let reason = |version, settled| named(version, settled).1.unwrap();
+        assert_eq!(
+            reason(Version::V1, SvmSettled::Ended(failed())),
+            "settle_exact_svm_transaction_failed"
+        );
+        assert_eq!(
+            reason(Version::V2, SvmSettled::Ended(failed())),
+            "transaction_failed"
+        );
+        assert_eq!(
+            reason(Version::V1, SvmSettled::Ended(expired())),
+            "settle_exact_svm_block_height_exceeded"
+        );
+        assert_eq!(
+            reason(Version::V2, SvmSettled::Ended(expired())),
+            "transaction_failed"
+        );
+        let duplicate = || SvmSettled::Duplicate {
+            signature: SIG.into(),
+            ended: true,
+        };
+        assert_eq!(
+            named(Version::V1, duplicate()),
+            (false, Some("invalid_payload".into()), SIG.into())
+        );
+        assert_eq!(
+            named(Version::V2, duplicate()),
+            (false, Some("duplicate_settlement".into()), SIG.into())
+        );
+        let pending = || SvmSettled::Pending {
+            signature: SIG.into(),
+        };
+        assert_eq!(
+            named(Version::V2, pending()),
+            (false, Some("settlement_pending".into()), SIG.into())
+        );
+        assert!(matches!(
+            settle_answer(&request(Version::V1), Ok(pending())),
+            Err(SettleError::PendingSignature(s)) if s == SIG
+        ));
+        let status = status_answer(&expired()).unwrap();
+        assert_eq!((status.state, status.slot), ("expired", None));
+        let outcome = status.outcome.unwrap();
+        assert_eq!(
+            outcome.error_reason,
+            Some("settle_exact_svm_block_height_exceeded")
+        );
+        assert_eq!(outcome.transaction, None);
+        let status = status_answer(&failed()).unwrap();
+        assert_eq!((status.state, status.slot), ("failed", Some(5)));
+        assert_eq!(
+            status_answer(&crate::testing::record(1)).map(|s| s.state),
+            None
+        );
+    }
+}
