@@ -283,7 +283,9 @@ pub struct Record {
     /// Unix time of the terminal state, for pruning.
     pub finished_at: Option<u64>,
     /// A Solana payment's transaction (svm.md §4); `None` for an EVM one, as every record of
-    /// earlier releases reads. Its key is `PaymentKey::svm`: the EVM fields are zero.
+    /// earlier releases reads. Its key is `PaymentKey::svm` (network and `nonce`); `token` and
+    /// `payer` hold the first 20 bytes of its mint and source token account: the account its
+    /// exposure counts against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub svm: Option<SvmSettlement>,
 }
@@ -311,6 +313,9 @@ pub struct SvmSettlement {
 
 impl Record {
     pub fn key(&self) -> PaymentKey {
+        if self.svm.is_some() {
+            return PaymentKey::svm(&self.network, self.nonce.0);
+        }
         PaymentKey {
             network: self.network.clone(),
             asset: self.token,

@@ -91,8 +91,9 @@ async fn claims_once_and_releases(a: &Storage, b: &Storage) {
 async fn a_solana_settlement_is_claimed_once_and_read_back_whole(a: &Storage, b: &Storage) {
     let mut claim = record(1);
     claim.network = "solana-devnet".to_string();
-    claim.token = Address::zero();
-    claim.payer = Address::zero();
+    // The mint's and the source token account's first bytes: the account of its exposure.
+    claim.token = Address::repeat_byte(0x11);
+    claim.payer = Address::repeat_byte(0x22);
     claim.nonce = H256::repeat_byte(0x5a);
     claim.svm = Some(SvmSettlement {
         signature: "5sig".into(),
@@ -119,6 +120,15 @@ async fn a_solana_settlement_is_claimed_once_and_read_back_whole(a: &Storage, b:
     let unfinished = b.unfinished().await.unwrap();
     let stored = unfinished.iter().find(|r| r.key() == key).unwrap();
     assert_eq!(stored.svm, claim.svm, "the signed transaction is stored");
+    // The same source's next payment counts this one in flight (access.md §2).
+    let mut next = claim.clone();
+    next.nonce = H256::repeat_byte(0x5b);
+    let next_key = PaymentKey::svm("solana-devnet", [0x5b; 32]);
+    let within = Limits::balance(U256::from(1500));
+    match b.claim(&next_key, &next, None, &within).await.unwrap() {
+        Claim::OverLimit { exposed } => assert_eq!(exposed, U256::from(1000)),
+        other => panic!("the source's exposure was not counted: {other:?}"),
+    }
     let mut ended = claim.clone();
     ended.landed(42, Some("{\"InstructionError\":[2,\"Custom\"]}".into()), 9);
     b.save(&[&ended], true).await.unwrap();
@@ -126,6 +136,10 @@ async fn a_solana_settlement_is_claimed_once_and_read_back_whole(a: &Storage, b:
     assert_eq!(read.state, ended.state);
     assert_eq!(read.svm, ended.svm);
     assert!(!a.unfinished().await.unwrap().iter().any(|r| r.key() == key));
+    assert!(matches!(
+        b.claim(&next_key, &next, None, &within).await.unwrap(),
+        Claim::Claimed
+    ));
 }
 
 async fn concurrent_claims_have_one_winner(a: &Storage, b: &Storage) {

@@ -2,7 +2,8 @@
 // an @x402/express server with @x402/svm's client and routerd settles (v2); one payment header
 // sent 5 times at once buys one delivery and one transaction; a settlement still unconfirmed when
 // routerd is killed is followed again at restart and its claimant told the outcome; a pending
-// answer passes the outcome on to the identical retry; a blockhash that expires before landing is
+// answer passes the outcome on to the identical retry; a payer's settlements under way count
+// against its source account; a blockhash that expires before landing is
 // a failure answered with certainty; GET /settlements/{network}/{signature} tells each.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -231,6 +232,27 @@ it('v1: a settle still unconfirmed at the deadline answers the pending error (40
   const told = await settle(body);
   assert.equal(told.body.success, true, JSON.stringify(told.body));
   assert.equal(told.body.network, 'solana-devnet');
+});
+
+it('settlements under way count against the source: a second payment beyond what the payer holds besides them is refused (insufficient_funds)', async () => {
+  const payer = await newPayer(15_000n);
+  const first = await settleBody(payer);
+  const second = await settleBody(payer);
+  assert.notEqual(first.paymentPayload.payload.transaction, second.paymentPayload.payload.transaction);
+  const before = await balances(payer);
+  await node.pause();
+  const pending = await settle(first);
+  assert.equal(pending.body.errorReason, 'settlement_pending', JSON.stringify(pending.body));
+  const refused = await settle(second);
+  assert.deepEqual({ success: refused.body.success, errorReason: refused.body.errorReason, transaction: refused.body.transaction },
+    { success: false, errorReason: 'insufficient_funds', transaction: '' }, JSON.stringify(refused.body));
+  assert.match(refused.body.errorMessage, /holds 15000, 10000 of it in settlements under way/);
+  await node.resume();
+  assert.equal((await settle(first)).body.success, true);
+  const after = await balances(payer);
+  assert.equal(after.payer, before.payer - PRICE);
+  assert.equal(after.transactions, before.transactions + 1);
+  assertFeeOnly(before.feePayer - after.feePayer);
 });
 
 it('routerd killed after sending: at restart it follows the transaction again, and the same settle (Idempotency-Key) gets the outcome; one transaction', async () => {

@@ -406,7 +406,7 @@ fn v1_name(failure: &Failure) -> &'static str {
         Failure::Decode(_) => TX,
         Failure::SourceMissing => "invalid_exact_svm_payload_transaction_sender_ata_not_found",
         Failure::RecipientMissing => "invalid_exact_svm_payload_transaction_receiver_ata_not_found",
-        Failure::InsufficientFunds { .. } => "insufficient_funds",
+        Failure::InsufficientFunds { .. } | Failure::Exposed { .. } => "insufficient_funds",
         Failure::Simulation(_) => "invalid_exact_svm_payload_transaction_simulation_failed",
         Failure::Rule(refusal) => match refusal {
             Refusal::SignatureInvalid | Refusal::LookupTables | Refusal::FeePayerMismatch => TX,
@@ -446,7 +446,7 @@ fn v2_name(failure: &Failure) -> &'static str {
         Failure::FeePayerNotManaged => "invalid_exact_svm_fee_payer_not_managed_by_facilitator",
         Failure::Decode(_) => "invalid_exact_svm_payload_transaction_could_not_be_decoded",
         Failure::RecipientMissing => "invalid_exact_svm_payload_recipient_mismatch",
-        Failure::InsufficientFunds { .. } => "insufficient_funds",
+        Failure::InsufficientFunds { .. } | Failure::Exposed { .. } => "insufficient_funds",
         // @x402/svm learns both from its simulation.
         Failure::SourceMissing | Failure::Simulation(_) => {
             "invalid_exact_svm_transaction_simulation_failed"

@@ -114,14 +114,21 @@ pub enum Failure {
     RecipientMissing,
     #[error("the source token account holds {balance}, below the amount")]
     InsufficientFunds { balance: u64 },
+    /// Its settlements under way and this one add up to more than the source holds (access.md §2).
+    #[error(
+        "the source token account holds {balance}, {exposed} of it in settlements under way: below the amount"
+    )]
+    Exposed { balance: u64, exposed: u64 },
     #[error("the simulation failed: {0}")]
     Simulation(String),
 }
 
-/// A payment that passed verify: who pays (the transfer's authority) and what moves.
+/// A payment that passed verify: who pays (the transfer's authority) and what moves, and what the
+/// source token account held.
 #[derive(Debug, Clone, Copy)]
 pub struct Verified {
     pub transfer: Transfer,
+    pub balance: u64,
 }
 
 pub struct SvmExact {
@@ -184,7 +191,7 @@ impl SvmExact {
             .payment_state(&transfer.source, &transfer.destination, &payment.wire)
             .await
             .map_err(|e| unreachable(chain, e))?;
-        Ok(judge(&transfer, &state).map(|()| Verified { transfer }))
+        Ok(judge(&transfer, &state).map(|balance| Verified { transfer, balance }))
     }
 
     fn check_local(&self, payment: &Payment) -> Result<Transfer, Failure> {
@@ -209,8 +216,8 @@ impl SvmExact {
 }
 
 /// Rule 7 on what the cluster answered: the accounts exist, the source holds the amount, and
-/// the transaction runs.
-fn judge(transfer: &Transfer, state: &PaymentState) -> Result<(), Failure> {
+/// the transaction runs. Answers what the source holds.
+fn judge(transfer: &Transfer, state: &PaymentState) -> Result<u64, Failure> {
     let Some(source) = state.source.filter(|s| s.mint == transfer.mint) else {
         return Err(Failure::SourceMissing);
     };
@@ -224,7 +231,7 @@ fn judge(transfer: &Transfer, state: &PaymentState) -> Result<(), Failure> {
     }
     match &state.simulation_error {
         Some(error) => Err(Failure::Simulation(error.clone())),
-        None => Ok(()),
+        None => Ok(source.amount),
     }
 }
 
@@ -274,7 +281,7 @@ mod tests {
     #[test]
     fn rule_seven_in_order() {
         let t = transfer(100);
-        assert_eq!(judge(&t, &state(&t, 100)), Ok(()));
+        assert_eq!(judge(&t, &state(&t, 100)), Ok(100));
         let mut s = state(&t, 99);
         assert_eq!(
             judge(&t, &s),

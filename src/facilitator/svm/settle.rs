@@ -10,18 +10,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ethers_core::types::{H256, U256};
+use ethers_core::types::{Address, H256, U256};
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
-use super::{unreachable, Payment, SvmExact};
+use super::{unreachable, Failure, Payment, SvmExact};
 use crate::chain::svm::SolanaChain;
 use crate::clock::unix_now;
 use crate::facilitator::protocol::svm::Refused;
 use crate::facilitator::settlement::{caller_of, key_taken, Caller, SettleError};
 use crate::ledger::{Asking, Lost, PaymentKey, Record, State, SvmSettlement};
 use crate::store::{Claim, Limits, Storage, StoreError};
-use crate::svm::{Signature, SignedTransaction};
+use crate::svm::{Pubkey, Signature, SignedTransaction, Transfer};
 
 /// How often a followed signature is read.
 const POLL: Duration = Duration::from_millis(400);
@@ -81,6 +81,7 @@ impl SvmExact {
             .map_err(|e| unreachable(&chain, e))?;
         let record = new_record(
             &key,
+            &transfer,
             asking,
             SvmSettlement {
                 signature: signed.signature.to_string(),
@@ -94,18 +95,23 @@ impl SvmExact {
             },
             message_digest(payment),
         );
-        // No balance rule: verify read the source account, and the cluster runs the transfer once.
-        match ledger
-            .claim(&key, &record, None, &Limits::balance(U256::MAX))
-            .await?
-        {
+        // The source's settlements under way and this one stay within what verify read it holds.
+        let limits = Limits::balance(U256::from(verified.balance));
+        match ledger.claim(&key, &record, None, &limits).await? {
             Claim::Claimed => {}
             Claim::Exists(existing) => {
                 return known(ledger, &chain, *existing, &key, asking, deadline).await
             }
             Claim::KeyTaken => return Err(key_taken(&record)),
-            Claim::OverLimit { .. } | Claim::OverAllowance { .. } | Claim::Permit2Clash(_) => {
-                unreachable!("a Solana claim is held to no balance and spends no Permit2 nonce")
+            Claim::OverLimit { exposed } => {
+                let failure = Failure::Exposed {
+                    balance: verified.balance,
+                    exposed: exposed.min(U256::from(u64::MAX)).as_u64(),
+                };
+                return Ok(SvmSettled::Refused(failure.into()));
+            }
+            Claim::OverAllowance { .. } | Claim::Permit2Clash(_) => {
+                unreachable!("a Solana claim spends no Permit2 allowance or nonce")
             }
         }
         // The write-ahead: on disk before the transaction is ever sent.
@@ -170,11 +176,18 @@ fn record_signature(record: &Record) -> String {
         .unwrap_or_default()
 }
 
-fn new_record(key: &PaymentKey, asking: &Asking, svm: SvmSettlement, digest: H256) -> Record {
+fn new_record(
+    key: &PaymentKey,
+    transfer: &Transfer,
+    asking: &Asking,
+    svm: SvmSettlement,
+    digest: H256,
+) -> Record {
+    let account = |key: &Pubkey| Address::from_slice(&key.to_bytes()[..20]);
     Record {
         network: key.network.clone(),
-        token: key.asset,
-        payer: key.from,
+        token: account(&transfer.mint),
+        payer: account(&transfer.source),
         pay_to: Default::default(),
         value: U256::from(svm.amount),
         nonce: key.nonce,
