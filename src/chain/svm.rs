@@ -86,6 +86,8 @@ pub struct SignatureStatus {
     pub error: Option<String>,
     /// Whether it reached the configured commitment.
     pub committed: bool,
+    /// Slots confirmed above it; `None` once the cluster has rooted (finalized) it.
+    pub confirmations: Option<u64>,
 }
 
 /// Commitment levels in order.
@@ -268,6 +270,7 @@ impl SolanaChain {
                 .filter(|err| !err.is_null())
                 .map(Value::to_string),
             committed: rank(level) >= rank(self.commitment()),
+            confirmations: status.get("confirmations").and_then(Value::as_u64),
         })
     }
 }

@@ -492,7 +492,16 @@ impl Facilitator {
         };
         let key = svm::payment_key(network.name, signature);
         let record = self.ledger.get(&key).await?;
-        Ok(record.as_ref().and_then(protocol::svm::status_answer))
+        let Some(mut status) = record.as_ref().and_then(protocol::svm::status_answer) else {
+            return Ok(None);
+        };
+        if status.slot.is_some() {
+            // Best effort: the stored answer stands when the cluster cannot be asked.
+            if let Ok(tracked) = network.chain.track(&status.signature).await {
+                status.confirmations = tracked.status.and_then(|s| s.confirmations);
+            }
+        }
+        Ok(Some(status))
     }
 
     pub async fn surrender_lanes(&self) {

@@ -47,6 +47,9 @@ pub struct SvmSettlementStatus {
     pub state: &'static str,
     /// The slot it landed in, once it reached the commitment.
     pub slot: Option<u64>,
+    /// Slots confirmed above it, as the cluster answers now; `None` once the cluster has rooted
+    /// (finalized) it, while it is unknown there, or when the cluster cannot be reached.
+    pub confirmations: Option<u64>,
     pub payer: String,
     pub pay_to: String,
     /// The amount in the mint's smallest unit, as a decimal string.

@@ -199,8 +199,9 @@ it('a settle answered pending passes the outcome on to its identical retry; anot
     { success: true, transaction: pending.body.transaction, payer: payer.address }, JSON.stringify(told.body));
   const status = await (await fetch(`${routerd.url}/settlements/${SOLANA_DEVNET_CAIP2}/${told.body.transaction}`)).json();
   assert.equal(typeof status.slot, 'number');
-  assert.deepEqual({ ...status, slot: 0 }, {
-    network: 'solana-devnet', signature: told.body.transaction, state: 'final', slot: 0, payer: payer.address,
+  assert.ok(Number.isInteger(status.confirmations) && status.confirmations >= 1, JSON.stringify(status));
+  assert.deepEqual({ ...status, slot: 0, confirmations: 0 }, {
+    network: 'solana-devnet', signature: told.body.transaction, state: 'final', slot: 0, confirmations: 0, payer: payer.address,
     payTo: payee.address, amount: String(PRICE), mint: DEVNET_USDC_MINT, outcome: { success: true, transaction: told.body.transaction },
   });
   const again = await settle(body);
@@ -291,8 +292,8 @@ it('a blockhash that expires before the transaction lands: failure answered with
     { success: false, errorReason: 'transaction_failed', transaction: pending.body.transaction }, JSON.stringify(told.body));
   assert.match(told.body.errorMessage, /expired/);
   const status = await (await fetch(`${routerd.url}/settlements/solana-devnet/${told.body.transaction}`)).json();
-  assert.deepEqual({ state: status.state, slot: status.slot, outcome: status.outcome }, {
-    state: 'expired', slot: null,
+  assert.deepEqual({ state: status.state, slot: status.slot, confirmations: status.confirmations, outcome: status.outcome }, {
+    state: 'expired', slot: null, confirmations: null,
     outcome: { success: false, transaction: null, errorReason: 'settle_exact_svm_block_height_exceeded', errorMessage: told.body.errorMessage },
   });
   const other = await settle(body, { 'Idempotency-Key': 'another-caller' });

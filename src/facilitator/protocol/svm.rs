@@ -291,7 +291,7 @@ fn v1_settle_failure(state: &State) -> &'static str {
 }
 
 /// The status route's answer for a stored Solana settlement (v1's reason names, as the EVM
-/// status route's).
+/// status route's); its confirmations are the cluster's, read by the caller.
 pub fn status_answer(record: &Record) -> Option<SvmSettlementStatus> {
     let svm = record.svm.as_ref()?;
     let (state, slot) = match record.state {
@@ -306,6 +306,7 @@ pub fn status_answer(record: &Record) -> Option<SvmSettlementStatus> {
         signature: svm.signature.clone(),
         state,
         slot,
+        confirmations: None,
         payer: svm.payer.clone(),
         pay_to: svm.pay_to.clone(),
         amount: svm.amount.to_string(),
