@@ -165,7 +165,7 @@ impl Facilitator {
         };
         let unfinished = self.ledger.unfinished().await?;
         let records = unfinished.into_iter().filter(|r| r.svm.is_some()).collect();
-        Ok(resumed + svm.resume(&self.ledger, records))
+        Ok(resumed + svm.resume(&self.ledger, &self.cooldown, records))
     }
 
     /// Refuses Solana nodes of another cluster (`getGenesisHash`); call before serving.
@@ -268,7 +268,14 @@ impl Facilitator {
             };
             return Ok(Err(Invalid::new(Reason::Payload, message).into()));
         }
-        Ok(svm.verify(&payment).await?.map_err(Refused::Svm))
+        let verified = match svm.verify(&payment).await? {
+            Ok(verified) => verified,
+            Err(failure) => return Ok(Err(Refused::Svm(failure))),
+        };
+        Ok(svm::cooled_down(&self.cooldown, &verified.transfer)
+            .await?
+            .map(|()| verified)
+            .map_err(Refused::Svm))
     }
 
     /// The Solana family and the request lowered onto it, when its version and network are served.
@@ -299,8 +306,14 @@ impl Facilitator {
     ) -> Result<SettleResponse, SettleError> {
         let settled = match self.svm_payment(request) {
             Ok((svm, payment)) => {
-                svm.settle(&self.ledger, &payment, asking, self.settle_timeout)
-                    .await
+                svm.settle(
+                    &self.ledger,
+                    &self.cooldown,
+                    &payment,
+                    asking,
+                    self.settle_timeout,
+                )
+                .await
             }
             Err(refused) => Ok(svm::SvmSettled::Refused(refused)),
         };

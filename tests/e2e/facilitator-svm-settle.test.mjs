@@ -3,7 +3,8 @@
 // sent 5 times at once buys one delivery and one transaction; a settlement still unconfirmed when
 // routerd is killed is followed again at restart and its claimant told the outcome; a pending
 // answer passes the outcome on to the identical retry; a payer's settlements under way count
-// against its source account; a blockhash that expires before landing is
+// against its source account; a transaction that fails on chain is a failure and cools its source
+// down; a blockhash that expires before landing is
 // a failure answered with certainty; GET /settlements/{network}/{signature} tells each.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -306,4 +307,38 @@ it('a blockhash that expires before the transaction lands: failure answered with
   assert.equal(after.payer, before.payer);
   assert.equal(after.feePayer, before.feePayer);
   assert.equal(after.transactions, before.transactions);
+});
+
+it('a transaction that fails on chain: failure naming the signature (transaction_failed, status failed), and its source token account refused for the revert cooldown', async () => {
+  const payer = await newPayer();
+  const body = await settleBody(payer);
+  const source = await associatedTokenAddress(payer.address, DEVNET_USDC_MINT);
+  await node.pause();
+  const pending = await settle(body);
+  assert.equal(pending.body.errorReason, 'settlement_pending', JSON.stringify(pending.body));
+  // The source emptied while the transaction waits: it lands, and fails.
+  const { value: account } = await node.rpc('getAccountInfo', [source, { encoding: 'base64' }]);
+  const data = Buffer.from(account.data[0], 'base64');
+  data.fill(0, 64, 72);
+  await node.rpc('litesvm_setAccount', [{ address: source, lamports: account.lamports, owner: account.owner, data: data.toString('base64') }]);
+  await node.resume();
+  const told = await settle(body);
+  assert.deepEqual({ success: told.body.success, errorReason: told.body.errorReason, transaction: told.body.transaction },
+    { success: false, errorReason: 'transaction_failed', transaction: pending.body.transaction }, JSON.stringify(told.body));
+  assert.match(told.body.errorMessage, /failed on chain/);
+  const status = await (await fetch(`${routerd.url}/settlements/solana-devnet/${told.body.transaction}`)).json();
+  assert.equal(status.state, 'failed');
+  assert.equal(typeof status.slot, 'number');
+  assert.equal(status.outcome.errorReason, 'settle_exact_svm_transaction_failed');
+  // Funded again, the same source is refused for the cooldown.
+  await node.mintTo(DEVNET_USDC_MINT, payer.address, 1_000_000n);
+  const next = await settleBody(payer);
+  const verified = await (await fetch(`${routerd.url}/verify`, {
+    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(next),
+  })).json();
+  assert.equal(verified.isValid, false);
+  assert.equal(verified.invalidReason, 'invalid_payload');
+  assert.match(verified.invalidMessage, /refused for \d+ s more: a settlement from it failed on chain/);
+  const refused = await settle(next);
+  assert.deepEqual({ success: refused.body.success, errorReason: refused.body.errorReason }, { success: false, errorReason: 'invalid_payload' });
 });

@@ -408,6 +408,7 @@ fn v1_name(failure: &Failure) -> &'static str {
         Failure::SourceMissing => "invalid_exact_svm_payload_transaction_sender_ata_not_found",
         Failure::RecipientMissing => "invalid_exact_svm_payload_transaction_receiver_ata_not_found",
         Failure::InsufficientFunds { .. } | Failure::Exposed { .. } => "insufficient_funds",
+        Failure::CooledDown { .. } => "invalid_payload",
         Failure::Simulation(_) => "invalid_exact_svm_payload_transaction_simulation_failed",
         Failure::Rule(refusal) => match refusal {
             Refusal::SignatureInvalid | Refusal::LookupTables | Refusal::FeePayerMismatch => TX,
@@ -448,6 +449,7 @@ fn v2_name(failure: &Failure) -> &'static str {
         Failure::Decode(_) => "invalid_exact_svm_payload_transaction_could_not_be_decoded",
         Failure::RecipientMissing => "invalid_exact_svm_payload_recipient_mismatch",
         Failure::InsufficientFunds { .. } | Failure::Exposed { .. } => "insufficient_funds",
+        Failure::CooledDown { .. } => "invalid_payload",
         // @x402/svm learns both from its simulation.
         Failure::SourceMissing | Failure::Simulation(_) => {
             "invalid_exact_svm_transaction_simulation_failed"

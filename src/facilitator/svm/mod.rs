@@ -16,7 +16,7 @@ use crate::config::{solana_preset, FacilitatorSettings, SolanaChainSettings};
 use crate::svm::exact::MAX_MICRO_LAMPORTS_PER_COMPUTE_UNIT;
 use crate::svm::{self, DecodeError, Limits, PaymentTransaction, Pubkey, Refusal, Transfer};
 pub use fee_payer::{FeePayerError, FeePayers};
-pub use settle::{payment_key, SvmSettled};
+pub use settle::{cooled_down, payment_key, SvmSettled};
 
 /// The x402 version that carried a payment: v1 allows one optional instruction fewer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,6 +121,9 @@ pub enum Failure {
     Exposed { balance: u64, exposed: u64 },
     #[error("the simulation failed: {0}")]
     Simulation(String),
+    /// A settlement from the same source token account failed on chain (access.md §2).
+    #[error("the source token account is refused for {left} s more: a settlement from it failed on chain (facilitator.revert_cooldown_secs)")]
+    CooledDown { left: u64 },
 }
 
 /// A payment that passed verify: who pays (the transfer's authority) and what moves, and what the

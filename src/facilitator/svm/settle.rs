@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use super::{unreachable, Failure, Payment, SvmExact};
 use crate::chain::svm::SolanaChain;
 use crate::clock::unix_now;
+use crate::facilitator::cooldown::Cooldown;
 use crate::facilitator::protocol::svm::Refused;
 use crate::facilitator::settlement::{caller_of, key_taken, Caller, SettleError};
 use crate::ledger::{Asking, Lost, PaymentKey, Record, State, SvmSettlement};
@@ -52,6 +53,7 @@ impl SvmExact {
     pub async fn settle(
         &self,
         ledger: &Storage,
+        cooldown: &Arc<Cooldown>,
         payment: &Payment,
         asking: &Asking,
         wait: Duration,
@@ -69,12 +71,15 @@ impl SvmExact {
         let signed = self.sign(payment);
         let key = payment_key(payment.network, &signed.signature);
         if let Some(record) = ledger.get(&key).await? {
-            return known(ledger, &chain, record, &key, asking, deadline).await;
+            return known(ledger, cooldown, &chain, record, &key, asking, deadline).await;
         }
         let verified = match self.verify(payment).await? {
             Ok(verified) => verified,
             Err(failure) => return Ok(SvmSettled::Refused(failure.into())),
         };
+        if let Err(failure) = cooled_down(cooldown, &transfer).await? {
+            return Ok(SvmSettled::Refused(failure.into()));
+        }
         let last_valid_block_height = chain
             .last_valid_block_height()
             .await
@@ -100,7 +105,7 @@ impl SvmExact {
         match ledger.claim(&key, &record, None, &limits).await? {
             Claim::Claimed => {}
             Claim::Exists(existing) => {
-                return known(ledger, &chain, *existing, &key, asking, deadline).await
+                return known(ledger, cooldown, &chain, *existing, &key, asking, deadline).await
             }
             Claim::KeyTaken => return Err(key_taken(&record)),
             Claim::OverLimit { exposed } => {
@@ -117,7 +122,8 @@ impl SvmExact {
         // The write-ahead: on disk before the transaction is ever sent.
         ledger.save(&[&record], true).await?;
         let signature = record_signature(&record);
-        let follower = tokio::spawn(follow(chain, ledger.clone(), record, None));
+        let books = (ledger.clone(), cooldown.clone());
+        let follower = tokio::spawn(follow(chain, books, record, None));
         let outcome = match tokio::time::timeout_at(deadline, follower).await {
             Ok(Ok(Ok(Some(ended)))) => Ok(SvmSettled::Ended(Box::new(ended))),
             Ok(Ok(Err(e))) => Err(e.into()),
@@ -149,18 +155,42 @@ impl SvmExact {
 
     /// Follows every unfinished Solana settlement of a served network again (at start): status,
     /// sending again while it may land, expiry. Answers how many.
-    pub fn resume(&self, ledger: &Storage, records: Vec<Record>) -> usize {
+    pub fn resume(
+        &self,
+        ledger: &Storage,
+        cooldown: &Arc<Cooldown>,
+        records: Vec<Record>,
+    ) -> usize {
         let mut resumed = 0;
         for record in records {
             let Some(network) = self.network(&record.network) else {
                 tracing::warn!(payment = %record.key(), "Solana settlement of a network no longer served; left in the store");
                 continue;
             };
-            tokio::spawn(follow(network.chain.clone(), ledger.clone(), record, None));
+            let books = (ledger.clone(), cooldown.clone());
+            tokio::spawn(follow(network.chain.clone(), books, record, None));
             resumed += 1;
         }
         resumed
     }
+}
+
+/// The address a token account is known by in the ledger's accounts and the revert cooldown: its
+/// first 20 bytes.
+fn account_address(account: &Pubkey) -> Address {
+    Address::from_slice(&account.to_bytes()[..20])
+}
+
+/// The revert cooldown of the payment's source token account (access.md §2).
+pub async fn cooled_down(
+    cooldown: &Cooldown,
+    transfer: &Transfer,
+) -> Result<Result<(), Failure>, StoreError> {
+    let source = account_address(&transfer.source);
+    Ok(match cooldown.refuses_stored(source).await? {
+        Some(left) => Err(Failure::CooledDown { left }),
+        None => Ok(()),
+    })
 }
 
 /// The message's digest, kept as the record's `digest`: a Solana key already binds the message.
@@ -183,11 +213,10 @@ fn new_record(
     svm: SvmSettlement,
     digest: H256,
 ) -> Record {
-    let account = |key: &Pubkey| Address::from_slice(&key.to_bytes()[..20]);
     Record {
         network: key.network.clone(),
-        token: account(&transfer.mint),
-        payer: account(&transfer.source),
+        token: account_address(&transfer.mint),
+        payer: account_address(&transfer.source),
         pay_to: Default::default(),
         value: U256::from(svm.amount),
         nonce: key.nonce,
@@ -215,6 +244,7 @@ fn new_record(
 /// until the deadline; any other request is told the signature, as a failure.
 async fn known(
     ledger: &Storage,
+    cooldown: &Arc<Cooldown>,
     chain: &Arc<SolanaChain>,
     record: Record,
     key: &PaymentKey,
@@ -240,7 +270,8 @@ async fn known(
         (Some(_), Caller::Claimant) => return Ok(SvmSettled::Ended(Box::new(record))),
         (None, Caller::Claimant) => {}
     }
-    let outcome = match follow(chain.clone(), ledger.clone(), record, Some(deadline)).await? {
+    let books = (ledger.clone(), cooldown.clone());
+    let outcome = match follow(chain.clone(), books, record, Some(deadline)).await? {
         Some(ended) => Ok(SvmSettled::Ended(Box::new(ended))),
         None => Ok(SvmSettled::Pending { signature }),
     };
@@ -267,7 +298,7 @@ async fn pass_on(
 /// its error on chain), or unknown once the block height is past the blockhash's last valid one.
 async fn follow(
     chain: Arc<SolanaChain>,
-    ledger: Storage,
+    (ledger, cooldown): (Storage, Arc<Cooldown>),
     mut record: Record,
     deadline: Option<Instant>,
 ) -> Result<Option<Record>, StoreError> {
@@ -277,8 +308,12 @@ async fn follow(
         match chain.track(&svm.signature).await {
             Ok(tracked) => match tracked.status {
                 Some(status) if status.committed => {
+                    let failed = status.error.is_some();
                     record.landed(status.slot, status.error, unix_now());
                     ledger.save(&[&record], true).await?;
+                    if failed {
+                        cooldown.impose(record.payer).await;
+                    }
                     return Ok(Some(record));
                 }
                 // Landed, not yet at the commitment.
