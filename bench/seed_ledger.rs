@@ -77,5 +77,6 @@ fn finished_record(i: u64, now: u64) -> Record {
         }),
         lost: false,
         finished_at: Some(now),
+        svm: None,
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::chain::Chain;
 use crate::config::{ServerSettings, Settings};
 use crate::facilitator::settlement::LeaseSettings;
+use crate::facilitator::svm::{FeePayerError, FeePayers, SvmExact, SvmNetwork};
 use crate::facilitator::{Facilitator, SettleError, SetupError};
 use crate::router::nonces::NonceBook;
 use crate::router::Router;
@@ -23,7 +24,12 @@ pub enum StartError {
     #[error("{0}")]
     Signer(#[from] SignerError),
     #[error("{0}")]
+    FeePayer(#[from] FeePayerError),
+    #[error("{0}")]
     Setup(#[from] SetupError),
+    /// A Solana node of another cluster, or none that answers `getGenesisHash`.
+    #[error("{0}")]
+    Solana(String),
     #[error("chains.{0}.rpc_urls: {1}")]
     Chain(String, String),
     #[error("storage: {0}")]
@@ -41,6 +47,8 @@ impl StartError {
     pub fn exit_code(&self) -> u8 {
         match self {
             StartError::Signer(_)
+            | StartError::FeePayer(_)
+            | StartError::Solana(_)
             | StartError::Setup(_)
             | StartError::Chain(..)
             | StartError::Keys(_) => 2,
@@ -57,16 +65,33 @@ pub async fn run(settings: Settings) -> Result<(), StartError> {
     learn_read_modes(&chains);
     let facilitator = match &settings.facilitator {
         Some(f) => {
-            let signers = load_signers(&f.signer_key_file)?
-                .into_iter()
-                .map(Arc::new)
-                .collect();
+            // A facilitator serving only Solana needs no EVM key, and one serving only EVM no
+            // fee payer key.
+            let signers = match f.evm_networks().next() {
+                Some(_) => load_signers(&f.signer_key_file)?
+                    .into_iter()
+                    .map(Arc::new)
+                    .collect(),
+                None => Vec::new(),
+            };
+            let svm = solana(&settings, f)?;
             let lease = LeaseSettings {
                 holder: settings.storage.instance_id.clone(),
                 ttl: Duration::from_secs(settings.storage.lease_ttl_secs),
             };
-            let facilitator =
-                Facilitator::new(f, &settings.chains, &chains, signers, store.clone(), lease)?;
+            let facilitator = Facilitator::new(
+                f,
+                &settings.chains,
+                &chains,
+                signers,
+                svm,
+                store.clone(),
+                lease,
+            )?;
+            facilitator
+                .check_solana_genesis()
+                .await
+                .map_err(StartError::Solana)?;
             let resumed = facilitator.start().await?;
             if resumed > 0 {
                 tracing::info!(resumed, "resumed unfinished settlements");
@@ -137,6 +162,21 @@ pub async fn run(settings: Settings) -> Result<(), StartError> {
     Ok(())
 }
 
+/// Solana's `exact`, when `facilitator.networks` names a Solana network: its clusters and the
+/// fee payer keys.
+fn solana(
+    settings: &Settings,
+    f: &crate::config::FacilitatorSettings,
+) -> Result<Option<SvmExact>, StartError> {
+    if f.solana_networks().is_empty() {
+        return Ok(None);
+    }
+    let fee_payers = FeePayers::load(&f.svm_fee_payer_key_file)?;
+    let networks = SvmNetwork::configured(f, &settings.solana_chains)
+        .map_err(|(name, e)| StartError::Chain(name, e))?;
+    Ok(Some(SvmExact::new(networks, fee_payers)))
+}
+
 /// The chains the router or the facilitator use; others in the file are ignored.
 fn connect_chains(settings: &Settings) -> Result<BTreeMap<String, Arc<Chain>>, StartError> {
     let mut used: Vec<&String> = Vec::new();
@@ -144,7 +184,7 @@ fn connect_chains(settings: &Settings) -> Result<BTreeMap<String, Arc<Chain>>, S
         used.extend(&r.chains);
     }
     if let Some(f) = &settings.facilitator {
-        used.extend(&f.networks);
+        used.extend(f.evm_networks());
     }
     let mut chains = BTreeMap::new();
     for name in used {

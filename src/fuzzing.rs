@@ -15,16 +15,19 @@ use crate::chain::{self, head};
 use crate::evm;
 use crate::evm::erc3009;
 use crate::facilitator::lens;
+use crate::facilitator::protocol::svm as svm_wire;
 use crate::facilitator::protocol::values::{self, Payload};
 use crate::facilitator::protocol::{v1, v2};
 use crate::facilitator::request::Served;
 use crate::facilitator::request::Spelling;
 use crate::facilitator::request::TokenInfo;
 use crate::facilitator::settlement::follower;
+use crate::facilitator::svm::Failure;
 use crate::router::{probe, raw};
 use crate::server::rest::{self, Payment};
 use crate::server::rpc;
 use crate::server::wire_errors::parse_body;
+use crate::svm;
 
 /// `max_signature_bytes` as configured by default.
 const MAX_SIGNATURE_BYTES: usize = 2048;
@@ -89,6 +92,13 @@ fn check_payment(payment: &Payment, element: Option<usize>, body: &[u8]) {
                 v2::path,
             )
         }
+        Payment::Svm(request) => {
+            // Lowering a Solana payment asks for its clusters; what a stranger's body reaches
+            // without them is the transaction's decoding, in the answer's payer.
+            let refused = Err(svm_wire::Refused::Svm(Failure::MissingFeePayer));
+            let _ = svm_wire::verify_answer(request.version(), request.transaction(), &refused);
+            return;
+        }
     };
     if let Err(failure) = lowered {
         let _ = failure.message.render(path);
@@ -141,6 +151,37 @@ pub fn raw_transaction(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
         let _ = raw::decode(text);
     }
+}
+
+/// A Solana `exact` payload's `transaction`: base64 text as the wire carries it, or the wire
+/// bytes themselves. What decodes is held to the instruction rules (its fee payer taken as
+/// routerd's), hashed, and signed as the fee payer signs it.
+pub fn svm_transaction(data: &[u8]) {
+    let decoded = match std::str::from_utf8(data) {
+        Ok(text) => svm::PaymentTransaction::decode(text.trim()),
+        Err(_) => svm::PaymentTransaction::from_wire(data),
+    };
+    let Ok(tx) = decoded else { return };
+    let fee_payers = [*tx.fee_payer()];
+    let mint = svm::Pubkey::new_from_array([1; 32]);
+    let pay_to = svm::Pubkey::new_from_array([2; 32]);
+    let requirements = svm::Requirements {
+        fee_payer: &fee_payers[0],
+        fee_payers: &fee_payers,
+        mint: &mint,
+        pay_to: &pay_to,
+        amount: 10_000,
+        memo: Some("order-1"),
+        limits: svm::Limits {
+            max_instructions: 7,
+            max_compute_units: 400_000,
+            max_micro_lamports_per_compute_unit: svm::exact::MAX_MICRO_LAMPORTS_PER_COMPUTE_UNIT,
+        },
+    };
+    let _ = svm::check(&tx, &requirements);
+    let _ = tx.message_hash();
+    let signed = tx.sign_as_fee_payer(&svm::Keypair::new_from_array([3; 32]));
+    let _ = svm::PaymentTransaction::decode(&signed.wire);
 }
 
 pub fn router_body(data: &[u8]) {
@@ -316,6 +357,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("lens_answer", lens_answer),
     ("revert_data", revert_data),
     ("raw_transaction", raw_transaction),
+    ("svm_transaction", svm_transaction),
 ];
 
 fn split_at_nul(data: &[u8]) -> (&[u8], &[u8]) {

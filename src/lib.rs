@@ -1,4 +1,4 @@
-//! routerd: an EVM transaction router and x402 payment facilitator.
+//! routerd: an EVM transaction router and x402 payment facilitator (EVM and Solana).
 //!
 //! The rooms, top to bottom. Each imports only rooms below it (`scripts/check-layers` holds
 //! every room to the list in its line, and `scripts/test` runs it):
@@ -13,16 +13,19 @@
 //!                                           -> chain store ledger evm config clock
 //! facilitator      x402 verify and settle (exact, upto; ERC-3009, Permit2): protocol versions,
 //!                  the lens, lanes, the follower
-//!                                           -> chain store ledger signer evm config guard clock
+//!                  and Solana's exact (its own rooms under `facilitator::svm`)
+//!                                           -> chain store ledger signer evm svm config guard clock
 //! store            sled and PostgreSQL behind one set of traits, one codec, one conformance
 //!                  suite                    -> ledger evm config clock
 //! ledger           the settlement record, its keys and reasons: plain data, pure transitions
 //!                                           -> evm
-//! chain            upstream nodes: batches, failover, refusals, heads and fees
-//!                                           -> evm config guard clock
+//! chain            upstream nodes: batches, failover, refusals, heads and fees; Solana
+//!                  clusters (`chain::svm`)  -> evm svm config guard clock
 //! signer           keys and signatures      -> evm
 //! evm              hex, quantities, fees, revert data, ERC-3009 (and what its logs say),
 //!                  ERC-6492, Permit2 and nonce reads: no I/O
+//! svm              Solana: the payer's wire transaction, the exact instruction rules,
+//!                  associated token accounts: no I/O (never imports evm, nor evm it)
 //! config, guard, clock                      leaves
 //! ```
 //!
@@ -41,5 +44,6 @@ pub mod router;
 pub mod server;
 pub mod signer;
 pub mod store;
+pub mod svm;
 #[cfg(test)]
 mod testing;

@@ -4,7 +4,8 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use routerd::config::{default_config_path, Settings, StorageBackend};
+use routerd::config::{default_config_path, FacilitatorSettings, Settings, StorageBackend};
+use routerd::facilitator::svm::FeePayers;
 use routerd::signer::load_signers;
 use routerd::store::postgres::PgStore;
 
@@ -78,24 +79,38 @@ fn init_tracing(json: bool) {
 fn check_config(settings: &Settings) -> ExitCode {
     print!("{}", settings.render());
     if let Some(facilitator) = &settings.facilitator {
-        match load_signers(&facilitator.signer_key_file) {
-            Ok(signers) => {
-                let addresses: Vec<String> = signers
-                    .iter()
-                    .map(|s| routerd::evm::hex_bytes(s.address))
-                    .collect();
-                println!(
-                    "\n# signer keys: redacted; signer addresses: {}",
-                    addresses.join(", ")
-                );
-            }
-            Err(error) => {
-                eprintln!("routerd: bad configuration: {error}");
-                return ExitCode::from(2);
-            }
+        if let Err(error) = show_keys(facilitator) {
+            eprintln!("routerd: bad configuration: {error}");
+            return ExitCode::from(2);
         }
     }
     check_storage(settings)
+}
+
+/// The public halves of the keys the facilitator needs: EVM signer addresses with an EVM
+/// network, Solana fee payers with a Solana one.
+fn show_keys(facilitator: &FacilitatorSettings) -> Result<(), String> {
+    if facilitator.evm_networks().next().is_some() {
+        let signers = load_signers(&facilitator.signer_key_file).map_err(|e| e.to_string())?;
+        let addresses: Vec<String> = signers
+            .iter()
+            .map(|s| routerd::evm::hex_bytes(s.address))
+            .collect();
+        println!(
+            "\n# signer keys: redacted; signer addresses: {}",
+            addresses.join(", ")
+        );
+    }
+    if !facilitator.solana_networks().is_empty() {
+        let fee_payers =
+            FeePayers::load(&facilitator.svm_fee_payer_key_file).map_err(|e| e.to_string())?;
+        let pubkeys: Vec<String> = fee_payers.pubkeys().iter().map(|p| p.to_string()).collect();
+        println!(
+            "# Solana fee payer keys: redacted; fee payers: {}",
+            pubkeys.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// With a shared database: connects (changing nothing) and says whether it could.

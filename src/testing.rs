@@ -35,6 +35,7 @@ pub fn record(nonce: u8) -> Record {
         outcome: None,
         lost: false,
         finished_at: None,
+        svm: None,
     }
 }
 

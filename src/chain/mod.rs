@@ -8,6 +8,7 @@ pub mod batch;
 pub mod client;
 pub mod head;
 pub mod read_mode;
+pub mod svm;
 pub mod traffic;
 
 use std::sync::Arc;

@@ -10,6 +10,7 @@
 //! - `redacted`: [`Secret`] and [`Endpoint`], the values shown redacted;
 //! - `env`: the layered sources (files, then the environment, then systemd credentials);
 //! - `presets`: the known networks (x402's network names, their chain ids and default tokens);
+//! - `solana`: the known Solana clusters, a Solana chain's settings and their checks;
 //! - `resolve`: the known networks applied to the layered sources, and where each value came from;
 //! - `validate`: the checks of each section;
 //! - `error`: [`ConfigError`], and the key read out of the `config` crate's errors;
@@ -25,6 +26,7 @@ mod redacted;
 mod render;
 mod resolve;
 mod schema;
+mod solana;
 #[cfg(test)]
 mod testing;
 mod validate;
@@ -37,6 +39,8 @@ pub use schema::{
     ServerSettings, Settings, StorageBackend, StorageSettings, TokenSettings, TransferMethod,
     KEPT_BLOCKS,
 };
+pub use solana::find as solana_preset;
+pub use solana::{Commitment, SolanaChainSettings, SolanaPreset, SolanaTokenSettings};
 
 impl Settings {
     /// Loads `paths` in order (later files win), then the environment, then validates.

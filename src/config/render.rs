@@ -13,7 +13,8 @@ impl Settings {
     /// The effective configuration as TOML. Secrets (the database URL) show as `<redacted>`;
     /// signer keys live in files, so only their paths are shown.
     pub fn render(&self) -> String {
-        let value = serde_json::to_value(self).unwrap_or_default();
+        let mut value = serde_json::to_value(self).unwrap_or_default();
+        show_solana_chains_under_chains(&mut value);
         let mut out = String::new();
         render_table(&mut out, &[], &value, &self.provenance);
         out
@@ -42,8 +43,10 @@ fn render_table(out: &mut String, path: &[&str], value: &Value, provenance: &Pro
         }
         out.push('\n');
     }
-    if let ["chains", _] = path {
-        derived_cap_note(out, map);
+    if let ["chains", key] = path {
+        if provenance.solana_preset(key).is_none() {
+            derived_cap_note(out, map);
+        }
     }
     for (key, v) in map {
         if v.is_object() {
@@ -52,8 +55,28 @@ fn render_table(out: &mut String, path: &[&str], value: &Value, provenance: &Pro
     }
 }
 
+/// The file writes Solana clusters under `[chains.*]`; so does `check-config`.
+fn show_solana_chains_under_chains(value: &mut Value) {
+    let Some(settings) = value.as_object_mut() else {
+        return;
+    };
+    let Some(Value::Object(solana)) = settings.remove("solana_chains") else {
+        return;
+    };
+    if let Some(Value::Object(chains)) = settings.get_mut("chains") {
+        chains.extend(solana);
+    }
+}
+
 /// A comment above a known network's chain: which network, and what `# preset` means.
 fn known_network_note(out: &mut String, key: &str, provenance: &Provenance) {
+    if let Some(cluster) = provenance.solana_preset(key) {
+        out.push_str(&format!(
+            "# {key}: a known Solana network ({}); values marked preset are routerd's (@x402/svm 2.27.0)\n",
+            cluster.caip2()
+        ));
+        return;
+    }
     let Some(preset) = provenance.preset(key) else {
         return;
     };

@@ -14,6 +14,7 @@ use config::{Map, Value, ValueKind};
 use serde::Serialize;
 
 use super::presets::{self, Preset, PresetToken};
+use super::solana::{self, SolanaPreset, USDC_DECIMALS};
 use super::ConfigError;
 
 /// Where a value of the effective configuration came from.
@@ -40,6 +41,8 @@ impl Origin {
 pub struct Provenance {
     /// The chains that are known networks, by key.
     known: BTreeMap<String, &'static Preset>,
+    /// The chains that are known Solana clusters, by key.
+    solana: BTreeMap<String, &'static SolanaPreset>,
     /// The CAIP-2 id a chain was keyed by in the configuration, by the v1 name it now has.
     written_as: BTreeMap<String, String>,
     /// Where each value a preset has came from, by its path (`chains`, the key, the field...).
@@ -50,6 +53,11 @@ impl Provenance {
     /// The preset of the chain keyed `key`, when it is a known network.
     pub fn preset(&self, key: &str) -> Option<&'static Preset> {
         self.known.get(key).copied()
+    }
+
+    /// The known Solana cluster of the chain keyed `key`, when it is one.
+    pub fn solana_preset(&self, key: &str) -> Option<&'static SolanaPreset> {
+        self.solana.get(key).copied()
     }
 
     /// The CAIP-2 id the chain keyed `key` had in the configuration, when it had one.
@@ -66,6 +74,9 @@ impl Provenance {
     /// `error` named by the key the configuration used: `chains.eip155:84532.rpc_urls` for a
     /// chain written so, not the `chains.base-sepolia.rpc_urls` it became.
     pub(super) fn in_written_terms(&self, mut error: ConfigError) -> ConfigError {
+        if let Some(rest) = error.key.strip_prefix(SOLANA_CHAINS) {
+            error.key = format!("chains{rest}");
+        }
         for (name, written) in &self.written_as {
             let prefix = format!("chains.{name}");
             let rest = error.key.strip_prefix(&prefix);
@@ -85,11 +96,16 @@ pub(super) fn apply(
 ) -> Result<Provenance, ConfigError> {
     let mut provenance = Provenance::default();
     rename_references(tree);
+    let from_env: BTreeSet<Vec<String>> = from_env.iter().map(|p| in_v1_terms(p)).collect();
+    let solana_chains = take_solana_chains(tree, &from_env, &mut provenance)?;
+    if !solana_chains.is_empty() {
+        let table = Value::new(None, ValueKind::Table(solana_chains));
+        tree.insert(SOLANA_CHAINS.to_string(), table);
+    }
     let Some(ValueKind::Table(chains)) = tree.get_mut("chains").map(|v| &mut v.kind) else {
         return Ok(provenance);
     };
-    provenance.written_as = rename_caip2_keys(chains)?;
-    let from_env: BTreeSet<Vec<String>> = from_env.iter().map(|p| in_v1_terms(p)).collect();
+    provenance.written_as.extend(rename_caip2_keys(chains)?);
     let mut filler = Filler {
         from_env: &from_env,
         origins: &mut provenance.origins,
@@ -105,6 +121,51 @@ pub(super) fn apply(
         }
     }
     Ok(provenance)
+}
+
+/// Where the Solana chains go in the tree: their keys are not an EVM chain's, so they are read
+/// into a table of their own (`Settings::solana_chains`).
+const SOLANA_CHAINS: &str = "solana_chains";
+
+/// Takes the known Solana clusters out of `chains`, keyed by their v1 names and filled from their
+/// presets; a cluster configured under both of its names is refused.
+fn take_solana_chains(
+    tree: &mut Map<String, Value>,
+    from_env: &BTreeSet<Vec<String>>,
+    provenance: &mut Provenance,
+) -> Result<Map<String, Value>, ConfigError> {
+    let mut taken = Map::new();
+    let Some(ValueKind::Table(chains)) = tree.get_mut("chains").map(|v| &mut v.kind) else {
+        return Ok(taken);
+    };
+    let keys: Vec<(String, &'static SolanaPreset)> = chains
+        .keys()
+        .filter_map(|key| solana::find(key).map(|p| (key.clone(), p)))
+        .collect();
+    let mut filler = Filler {
+        from_env,
+        origins: &mut provenance.origins,
+    };
+    for (key, preset) in keys {
+        let name = preset.name.to_string();
+        if taken.contains_key(&name) {
+            return Err(ConfigError::new(
+                format!("chains.{key}"),
+                format!("{key} is the known network {name}, configured under another name too"),
+            ));
+        }
+        let mut chain = chains.remove(&key).expect("a key listed above");
+        if key != name {
+            provenance.written_as.insert(name.clone(), key);
+        }
+        provenance.solana.insert(name.clone(), preset);
+        // Anything but a table is left to serde, which names the key.
+        if let ValueKind::Table(fields) = &mut chain.kind {
+            filler.solana_chain(&["chains".to_string(), name.clone()], fields, preset);
+        }
+        taken.insert(name, chain);
+    }
+    Ok(taken)
 }
 
 /// Keys a chain keyed by a known network's CAIP-2 id by the network's v1 name; two keys for one
@@ -148,6 +209,8 @@ fn rename_references(tree: &mut Map<String, Value>) {
         for item in items {
             if let ValueKind::String(name) = &mut item.kind {
                 if let Some(preset) = presets::find(name) {
+                    *name = preset.name.to_string();
+                } else if let Some(preset) = solana::find(name) {
                     *name = preset.name.to_string();
                 }
             }
@@ -196,14 +259,7 @@ impl Filler<'_> {
     /// field when the chain names that symbol. A chain that names other tokens only gets none:
     /// a `tokens` table is the list of tokens the operator settles.
     fn token(&mut self, path: &[String], chain: &mut Map<String, Value>, token: &PresetToken) {
-        let tokens = chain
-            .entry("tokens".to_string())
-            .or_insert_with(|| Value::new(None, one_entry(token.symbol, Map::new())));
-        let ValueKind::Table(tokens) = &mut tokens.kind else {
-            return;
-        };
-        let Some(ValueKind::Table(fields)) = tokens.get_mut(token.symbol).map(|v| &mut v.kind)
-        else {
+        let Some(fields) = preset_token(chain, token.symbol) else {
             return;
         };
         let path = [path, &["tokens".to_string(), token.symbol.to_string()]].concat();
@@ -216,6 +272,21 @@ impl Filler<'_> {
             .map(|&m| Value::from(m))
             .collect();
         self.field(&path, fields, "transfer_methods", ValueKind::Array(methods));
+    }
+
+    /// A Solana cluster's USDC mint, as [`Filler::token`] fills an EVM chain's token.
+    fn solana_chain(
+        &mut self,
+        path: &[String],
+        chain: &mut Map<String, Value>,
+        preset: &SolanaPreset,
+    ) {
+        let Some(fields) = preset_token(chain, "USDC") else {
+            return;
+        };
+        let path = [path, &["tokens".to_string(), "USDC".to_string()]].concat();
+        self.field(&path, fields, "mint", preset.usdc_mint.into());
+        self.field(&path, fields, "decimals", u64::from(USDC_DECIMALS).into());
     }
 
     /// `table[key]`, the preset's value where nothing set it.
@@ -236,6 +307,24 @@ impl Filler<'_> {
             Origin::File
         };
         self.origins.insert(path, origin);
+    }
+}
+
+/// The fields of the preset token `symbol` of `chain`: the token is added when the chain names
+/// no tokens, and left out (`None`) when it names others only.
+fn preset_token<'c>(
+    chain: &'c mut Map<String, Value>,
+    symbol: &str,
+) -> Option<&'c mut Map<String, Value>> {
+    let tokens = chain
+        .entry("tokens".to_string())
+        .or_insert_with(|| Value::new(None, one_entry(symbol, Map::new())));
+    let ValueKind::Table(tokens) = &mut tokens.kind else {
+        return None;
+    };
+    match tokens.get_mut(symbol).map(|v| &mut v.kind) {
+        Some(ValueKind::Table(fields)) => Some(fields),
+        _ => None,
     }
 }
 

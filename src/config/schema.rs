@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::redacted::{Endpoint, Secret};
 use super::resolve::Provenance;
+use super::solana::SolanaChainSettings;
 
 /// The deepest `finality_depth`: the head watcher keeps this many canonical block hashes.
 pub const KEPT_BLOCKS: u64 = 256;
@@ -23,6 +24,10 @@ pub struct Settings {
     pub storage: StorageSettings,
     #[serde(default)]
     pub chains: BTreeMap<String, ChainSettings>,
+    /// The Solana clusters among `[chains.*]`, taken out by `resolve` (their keys are not an
+    /// EVM chain's) and shown under `chains` by `render`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub solana_chains: BTreeMap<String, SolanaChainSettings>,
     pub router: Option<RouterSettings>,
     pub facilitator: Option<FacilitatorSettings>,
     #[serde(default)]
@@ -358,6 +363,10 @@ pub struct FacilitatorSettings {
     pub networks: Vec<String>,
     #[serde(default)]
     pub signer_key_file: String,
+    /// Solana fee payer keys (solana-keygen's JSON): one file or a list, one key each; empty,
+    /// `$CREDENTIALS_DIRECTORY/svm-fee-payer` under systemd. Needed only with a Solana network.
+    #[serde(default, deserialize_with = "one_or_many")]
+    pub svm_fee_payer_key_file: Vec<String>,
     #[serde(default)]
     pub deny_list_file: String,
     #[serde(default = "default_settle_timeout")]
@@ -428,6 +437,38 @@ impl FacilitatorSettings {
     pub fn serves_version(&self, version: u32) -> bool {
         self.x402_versions.contains(&version)
     }
+
+    /// The served Solana networks, by their v1 names (the keys of `Settings::solana_chains`),
+    /// however `networks` spells them.
+    pub fn solana_networks(&self) -> Vec<&'static str> {
+        self.networks
+            .iter()
+            .filter_map(|name| super::solana::find(name))
+            .map(|preset| preset.name)
+            .collect()
+    }
+
+    /// The served EVM networks: every network that is not a Solana one.
+    pub fn evm_networks(&self) -> impl Iterator<Item = &String> {
+        self.networks
+            .iter()
+            .filter(|name| super::solana::find(name).is_none())
+    }
+}
+
+/// A key that takes one string or a list of them.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(one) if one.is_empty() => Vec::new(),
+        OneOrMany::One(one) => vec![one],
+        OneOrMany::Many(many) => many,
+    })
 }
 
 fn default_x402_versions() -> Vec<u32> {

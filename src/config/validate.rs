@@ -36,11 +36,27 @@ impl Settings {
         for (name, chain) in &self.chains {
             chain.validate(name, self.provenance.preset(name))?;
         }
+        for (name, chain) in &self.solana_chains {
+            chain.validate(name)?;
+        }
         if let Some(router) = &self.router {
+            refuse_solana(
+                "router.chains",
+                &router.chains,
+                "the router routes EVM transactions",
+            )?;
             router.validate(&self.chains)?;
         }
         if let Some(facilitator) = &self.facilitator {
             facilitator.validate(&self.chains)?;
+            for name in facilitator.solana_networks() {
+                if !self.solana_chains.contains_key(name) {
+                    return Err(ConfigError::new(
+                        "facilitator.networks",
+                        format!("no [chains.{name}] section (a known Solana network: its rpc_urls are enough)"),
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -275,6 +291,20 @@ impl ChainSettings {
     }
 }
 
+/// A list that may not name a Solana cluster: its chains are not EVM chains.
+fn refuse_solana(key: &str, names: &[String], why: &str) -> Result<(), ConfigError> {
+    match names
+        .iter()
+        .find(|name| super::solana::find(name).is_some())
+    {
+        Some(name) => Err(ConfigError::new(
+            key,
+            format!("{name} is a Solana network: {why}"),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Why a chain named in `router.chains` or `facilitator.networks` is missing.
 fn no_section(name: &str) -> String {
     match presets::find(name) {
@@ -320,7 +350,7 @@ impl FacilitatorSettings {
                 "at least one network is required",
             ));
         }
-        for name in &self.networks {
+        for name in self.evm_networks() {
             let chain = chains
                 .get(name)
                 .ok_or_else(|| ConfigError::new("facilitator.networks", no_section(name)))?;
@@ -409,7 +439,7 @@ impl FacilitatorSettings {
             // v2 names a network by chain id (eip155:<id>): two served networks with one id
             // would make that name ambiguous.
             let mut seen = BTreeMap::new();
-            for name in &self.networks {
+            for name in self.evm_networks() {
                 if let Some(other) = seen.insert(chains[name].chain_id, name) {
                     return Err(ConfigError::new(
                         key,

@@ -8,6 +8,7 @@ pub mod protocol;
 pub mod readiness;
 pub mod request;
 pub mod settlement;
+pub mod svm;
 pub mod types;
 pub mod verify;
 
@@ -26,6 +27,7 @@ use crate::signer::Signer;
 use crate::store::{Storage, StoreError};
 use cooldown::Cooldown;
 use discovery::Catalogue;
+use protocol::svm::{Refused, SvmRequest};
 use protocol::v1::{self, SettleResponse, VerifyResponse};
 use protocol::{eip2612, v2};
 use request::TokenInfo;
@@ -55,6 +57,12 @@ pub struct Facilitator {
     v2_networks: Option<BTreeMap<u64, String>>,
     signers: Vec<Address>,
     cooldown: Arc<Cooldown>,
+    /// Solana's `exact`, when a Solana network is served.
+    svm: Option<svm::SvmExact>,
+    /// The settlement store, for Solana's settlements (the EVM ones go through `settler`).
+    ledger: Storage,
+    /// The longest a settle waits for its outcome (`facilitator.settle_timeout_secs`).
+    settle_timeout: Duration,
     /// The discovery catalogue, when on (`facilitator.discovery`, with v2 served).
     catalogue: Option<Arc<Catalogue>>,
 }
@@ -65,6 +73,7 @@ impl Facilitator {
         chain_settings: &BTreeMap<String, ChainSettings>,
         chains: &BTreeMap<String, Arc<Chain>>,
         signers: Vec<Arc<Signer>>,
+        svm: Option<svm::SvmExact>,
         store: Storage,
         lease: settlement::LeaseSettings,
     ) -> Result<Self, SetupError> {
@@ -75,7 +84,7 @@ impl Facilitator {
         ));
         let mut networks = Vec::new();
         let mut lanes = Vec::new();
-        for name in &settings.networks {
+        for name in settings.evm_networks() {
             let chain = chains[name].clone();
             let tokens = chain_settings[name]
                 .tokens
@@ -120,7 +129,7 @@ impl Facilitator {
         );
         let settler = settlement::Settler::new(
             verifier.clone(),
-            store,
+            store.clone(),
             lanes,
             Duration::from_secs(settings.settle_timeout_secs),
             Duration::from_secs(settings.retention_days * 86_400),
@@ -134,6 +143,9 @@ impl Facilitator {
             v2_networks,
             signers: signer_addresses,
             cooldown,
+            svm,
+            ledger: store,
+            settle_timeout: Duration::from_secs(settings.settle_timeout_secs),
             catalogue,
         })
     }
@@ -147,7 +159,21 @@ impl Facilitator {
         if let Some(catalogue) = &self.catalogue {
             catalogue.clone().spawn_upkeep();
         }
-        self.settler.start().await
+        let resumed = self.settler.start().await?;
+        let Some(svm) = &self.svm else {
+            return Ok(resumed);
+        };
+        let unfinished = self.ledger.unfinished().await?;
+        let records = unfinished.into_iter().filter(|r| r.svm.is_some()).collect();
+        Ok(resumed + svm.resume(&self.ledger, &self.cooldown, records))
+    }
+
+    /// Refuses Solana nodes of another cluster (`getGenesisHash`); call before serving.
+    pub async fn check_solana_genesis(&self) -> Result<(), String> {
+        match &self.svm {
+            Some(svm) => svm.check_genesis().await,
+            None => Ok(()),
+        }
     }
 
     /// v1's kinds name the configured networks; v2's name them by CAIP-2 id and come with v2's
@@ -161,6 +187,7 @@ impl Facilitator {
                 network: n.name.clone(),
                 extra: None,
             }));
+            kinds.extend(self.svm_kinds(1, |n| n.name.to_string()));
         }
         kinds.sort_by(|a, b| a.network.cmp(&b.network));
         let Some(v2_networks) = &self.v2_networks else {
@@ -177,12 +204,120 @@ impl Facilitator {
             extra: None,
         }));
         kinds.extend(self.upto_kinds(v2_networks));
-        let signers = self.signers.iter().map(|a| to_checksum(a, None)).collect();
+        kinds.extend(self.svm_kinds(2, |n| n.caip2.clone()));
+        let mut signers = BTreeMap::new();
+        if !v2_networks.is_empty() {
+            let evm = self.signers.iter().map(|a| to_checksum(a, None)).collect();
+            signers.insert("eip155:*", evm);
+        }
+        if let Some(svm) = &self.svm {
+            let fee_payers = svm.fee_payers().iter().map(|p| p.to_string()).collect();
+            signers.insert("solana:*", fee_payers);
+        }
         SupportedResponse {
             kinds,
             extensions: Some(self.extensions()),
-            signers: Some(BTreeMap::from([("eip155:*", signers)])),
+            signers: Some(signers),
         }
+    }
+
+    /// `exact` on each served Solana network in `version`, named by `name`, with the fee payer
+    /// the client must leave the first signature slot for.
+    fn svm_kinds(&self, version: u32, name: fn(&svm::SvmNetwork) -> String) -> Vec<SupportedKind> {
+        let Some(svm) = &self.svm else {
+            return Vec::new();
+        };
+        let fee_payer = svm.fee_payers()[0].to_string();
+        svm.networks()
+            .iter()
+            .map(|n| SupportedKind {
+                x402_version: version,
+                scheme: "exact",
+                network: name(n),
+                extra: Some(serde_json::json!({ "feePayer": fee_payer })),
+            })
+            .collect()
+    }
+
+    /// `/verify` of a Solana payment (svm.md §3), in its version's names.
+    pub async fn verify_svm(&self, request: &SvmRequest) -> Result<VerifyResponse, SettleError> {
+        let verdict = self.svm_verdict(request).await?;
+        Ok(protocol::svm::verify_answer(
+            request.version(),
+            request.transaction(),
+            &verdict,
+        ))
+    }
+
+    async fn svm_verdict(
+        &self,
+        request: &SvmRequest,
+    ) -> Result<Result<svm::Verified, Refused>, SettleError> {
+        let (svm, payment) = match self.svm_payment(request) {
+            Ok(lowered) => lowered,
+            Err(refused) => return Ok(Err(refused)),
+        };
+        if let Some(record) = svm.settlement_of(&self.ledger, &payment).await? {
+            let signature = record.svm.map(|s| s.signature).unwrap_or_default();
+            let message = match record.outcome {
+                None => format!("transaction already being settled by {signature}"),
+                Some(outcome) if outcome.success => {
+                    format!("transaction already settled by {signature}")
+                }
+                Some(_) => format!("transaction {signature} already failed to settle"),
+            };
+            return Ok(Err(Invalid::new(Reason::Payload, message).into()));
+        }
+        let verified = match svm.verify(&payment).await? {
+            Ok(verified) => verified,
+            Err(failure) => return Ok(Err(Refused::Svm(failure))),
+        };
+        Ok(svm::cooled_down(&self.cooldown, &verified.transfer)
+            .await?
+            .map(|()| verified)
+            .map_err(Refused::Svm))
+    }
+
+    /// The Solana family and the request lowered onto it, when its version and network are served.
+    fn svm_payment(&self, request: &SvmRequest) -> Result<(&svm::SvmExact, svm::Payment), Refused> {
+        let served = match request.version() {
+            svm::Version::V1 => self.serves_v1,
+            svm::Version::V2 => self.serves_v2(),
+        };
+        let svm = match &self.svm {
+            Some(svm) if served => svm,
+            _ => {
+                let network = request.terms().0;
+                let refused = Invalid::new(
+                    Reason::Network,
+                    format!("network {network:?} is not served"),
+                );
+                return Err(refused.into());
+            }
+        };
+        Ok((svm, request.lower(svm)?))
+    }
+
+    /// `/settle` of a Solana payment (svm.md §4), in its version's names.
+    pub async fn settle_svm(
+        &self,
+        request: &SvmRequest,
+        asking: &Asking,
+    ) -> Result<SettleResponse, SettleError> {
+        let settled = match self.svm_payment(request) {
+            Ok((svm, payment)) => {
+                svm.settle(
+                    &self.ledger,
+                    &self.cooldown,
+                    &payment,
+                    asking,
+                    self.settle_timeout,
+                )
+                .await
+            }
+            Err(refused) => Ok(svm::SvmSettled::Refused(refused)),
+        };
+        protocol::svm::settle_answer(request, settled)
     }
 
     /// The v2 extensions routerd implements: `payment-identifier`, `eip2612GasSponsoring`
@@ -352,6 +487,34 @@ impl Facilitator {
     pub async fn status(&self, key: &PaymentKey) -> Result<Option<SettlementStatus>, StoreError> {
         let found = self.settler.status(key).await?;
         Ok(found.map(|(record, head)| protocol::status::answer(&record, head)))
+    }
+
+    /// What happened to one Solana payment, by its network (v1 name or CAIP-2) and its
+    /// transaction's signature; `None` if routerd never settled it (or the network is not served).
+    pub async fn svm_status(
+        &self,
+        network: &str,
+        signature: &crate::svm::Signature,
+    ) -> Result<Option<types::SvmSettlementStatus>, StoreError> {
+        let Some(network) = self.svm.as_ref().and_then(|svm| {
+            svm.networks()
+                .iter()
+                .find(|n| n.name == network || n.caip2 == network)
+        }) else {
+            return Ok(None);
+        };
+        let key = svm::payment_key(network.name, signature);
+        let record = self.ledger.get(&key).await?;
+        let Some(mut status) = record.as_ref().and_then(protocol::svm::status_answer) else {
+            return Ok(None);
+        };
+        if status.slot.is_some() {
+            // Best effort: the stored answer stands when the cluster cannot be asked.
+            if let Ok(tracked) = network.chain.track(&status.signature).await {
+                status.confirmations = tracked.status.and_then(|s| s.confirmations);
+            }
+        }
+        Ok(Some(status))
     }
 
     pub async fn surrender_lanes(&self) {

@@ -35,6 +35,32 @@ pub struct SettlementStatus {
     pub lost: bool,
 }
 
+/// `GET /settlements/{network}/{signature}`: what happened to one Solana payment.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SvmSettlementStatus {
+    /// The v1 name of the network.
+    pub network: String,
+    /// The transaction's signature (base58): the fee payer's.
+    pub signature: String,
+    /// pending (stored, signed, sent or about to be), final, failed or expired.
+    pub state: &'static str,
+    /// The slot it landed in, once it reached the commitment.
+    pub slot: Option<u64>,
+    /// Slots confirmed above it, as the cluster answers now; `None` once the cluster has rooted
+    /// (finalized) it, while it is unknown there, or when the cluster cannot be reached.
+    pub confirmations: Option<u64>,
+    pub payer: String,
+    pub pay_to: String,
+    /// The amount in the mint's smallest unit, as a decimal string.
+    pub amount: String,
+    pub mint: String,
+    /// The payer's x402 v2 `payment-identifier` id, when its payload carried one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payment_identifier: Option<String>,
+    pub outcome: Option<StatusOutcome>,
+}
+
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusOutcome {

@@ -18,6 +18,17 @@ pub struct PaymentKey {
 }
 
 impl PaymentKey {
+    /// A Solana payment: its network (which names the family) and its message hash; the EVM
+    /// fields are zero. Stored as `network|0x0…0|0x0…0|0x<message hash>`, beside EVM keys.
+    pub fn svm(network: &str, message_hash: [u8; 32]) -> Self {
+        PaymentKey {
+            network: network.to_string(),
+            asset: Address::zero(),
+            from: Address::zero(),
+            nonce: H256(message_hash),
+        }
+    }
+
     /// The record's primary key in every backend.
     pub fn storage_key(&self) -> String {
         format!(
@@ -138,6 +149,15 @@ mod tests {
                 "ab".repeat(20),
                 "01".repeat(20),
                 "02".repeat(32)
+            )
+        );
+        assert_eq!(
+            PaymentKey::svm("solana-devnet", [3; 32]).storage_key(),
+            format!(
+                "solana-devnet|0x{}|0x{}|0x{}",
+                "00".repeat(20),
+                "00".repeat(20),
+                "03".repeat(32)
             )
         );
         let lane = LaneId {

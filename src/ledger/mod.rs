@@ -9,6 +9,6 @@ pub mod record;
 pub use keys::{Account, LaneId, PaymentKey, Permit2Nonce, RouterNonceKey};
 pub use reason::Reason;
 pub use record::{
-    depth, Asking, Attempt, Inclusion, Lost, Outcome, Pass, Record, RequestTag, State, TagKind,
-    TransferMethod,
+    depth, Asking, Attempt, Inclusion, Lost, Outcome, Pass, Record, RequestTag, State,
+    SvmSettlement, TagKind, TransferMethod,
 };

@@ -93,6 +93,9 @@ pub enum Lost {
     /// The only signer that may send it (`Record::sender`) cannot pay for gas: no other signer
     /// sends it instead (its transaction would revert).
     SenderUnfunded,
+    /// Solana: the block height passed the transaction's `lastValidBlockHeight` and the
+    /// signature is unknown: it can never land.
+    BlockHeightExceeded,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -130,6 +133,11 @@ pub enum State {
     FrontRun {
         by: Inclusion,
     },
+    /// Solana: the one transaction reached the commitment at `slot`, and ran (or failed).
+    Landed {
+        slot: u64,
+        succeeded: bool,
+    },
 }
 
 impl State {
@@ -143,6 +151,10 @@ impl State {
             State::Reverted { .. } => "reverted",
             State::Expired { .. } => "expired",
             State::FrontRun { .. } => "front_run",
+            State::Landed {
+                succeeded: true, ..
+            } => "final",
+            State::Landed { .. } => "failed",
         }
     }
 
@@ -153,6 +165,7 @@ impl State {
                 | State::Reverted { .. }
                 | State::Expired { .. }
                 | State::FrontRun { .. }
+                | State::Landed { .. }
         )
     }
 
@@ -269,10 +282,40 @@ pub struct Record {
     pub lost: bool,
     /// Unix time of the terminal state, for pruning.
     pub finished_at: Option<u64>,
+    /// A Solana payment's transaction (svm.md §4); `None` for an EVM one, as every record of
+    /// earlier releases reads. Its key is `PaymentKey::svm` (network and `nonce`); `token` and
+    /// `payer` hold the first 20 bytes of its mint and source token account: the account its
+    /// exposure counts against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub svm: Option<SvmSettlement>,
+}
+
+/// A Solana settlement: one transaction, signed by routerd's fee payer and stored with the claim
+/// (the write-ahead), before it is ever sent. Keys and signatures are base58, as Solana writes them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SvmSettlement {
+    /// The transaction id: the fee payer's signature.
+    pub signature: String,
+    /// The signed wire transaction, base64: sent again, byte for byte, while it may land.
+    pub transaction: String,
+    /// An upper bound of its blockhash's `lastValidBlockHeight` (the cluster's latest blockhash's
+    /// when it was claimed): past it with the signature unknown, it can never land.
+    pub last_valid_block_height: u64,
+    /// The transfer's authority.
+    pub payer: String,
+    pub pay_to: String,
+    pub mint: String,
+    pub amount: u64,
+    /// The error the transaction failed with on chain, as the node wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl Record {
     pub fn key(&self) -> PaymentKey {
+        if self.svm.is_some() {
+            return PaymentKey::svm(&self.network, self.nonce.0);
+        }
         PaymentKey {
             network: self.network.clone(),
             asset: self.token,
@@ -415,7 +458,8 @@ impl Record {
                         Lost::AuthorizationUsedElsewhere
                         | Lost::Refused
                         | Lost::PricedOut
-                        | Lost::SenderUnfunded => Reason::Payload,
+                        | Lost::SenderUnfunded
+                        | Lost::BlockHeightExceeded => Reason::Payload,
                     }),
                     message: Some(
                         match why {
@@ -432,6 +476,9 @@ impl Record {
                             Lost::SenderUnfunded => {
                                 "the facilitator signer the payment names cannot pay for gas; nothing was sent"
                             }
+                            Lost::BlockHeightExceeded => {
+                                "the transaction's blockhash expired before it landed"
+                            }
                         }
                         .to_string(),
                     ),
@@ -440,6 +487,27 @@ impl Record {
                 true
             }
         }
+    }
+
+    /// Solana: the transaction reached the commitment at `slot`; `error`, when it failed on
+    /// chain. Answers whether the answer was set now.
+    pub fn landed(&mut self, slot: u64, error: Option<String>, now: u64) -> bool {
+        let succeeded = error.is_none();
+        self.state = State::Landed { slot, succeeded };
+        self.finished_at = Some(now);
+        if let Some(svm) = &mut self.svm {
+            svm.error = error.clone();
+        }
+        if self.outcome.is_some() {
+            return false;
+        }
+        self.outcome = Some(Outcome {
+            success: succeeded,
+            reason: (!succeeded).then_some(Reason::Payload),
+            message: error.map(|e| format!("the transaction failed on chain: {e}")),
+            transaction: None,
+        });
+        true
     }
 
     /// Somebody else's transaction `by` executed the authorization with exactly its signed
@@ -611,6 +679,86 @@ mod tests {
         let state = State::FrontRun { by: foreign(11) };
         let stored = serde_json::to_string(&state).unwrap();
         assert_eq!(serde_json::from_str::<State>(&stored).unwrap(), state);
+    }
+
+    fn solana(record: &mut Record) {
+        record.svm = Some(SvmSettlement {
+            signature: "5sig".into(),
+            transaction: "AQID".into(),
+            last_valid_block_height: 150,
+            payer: "payer".into(),
+            pay_to: "payee".into(),
+            mint: "mint".into(),
+            amount: 1000,
+            error: None,
+        });
+    }
+
+    #[test]
+    fn a_solana_landing_is_answered_once_and_ends_the_record() {
+        let mut r = record();
+        solana(&mut r);
+        assert!(r.exposes());
+        assert!(r.landed(42, None, 7));
+        assert_eq!(
+            r.state,
+            State::Landed {
+                slot: 42,
+                succeeded: true
+            }
+        );
+        assert_eq!(r.state.name(), "final");
+        assert!(r.state.is_terminal() && !r.exposes());
+        assert_eq!(r.finished_at, Some(7));
+        assert!(r.outcome.as_ref().unwrap().success);
+        assert!(
+            !r.landed(43, Some("err".into()), 8),
+            "an answer is never changed"
+        );
+        assert!(r.outcome.as_ref().unwrap().success);
+
+        let mut failed = record();
+        solana(&mut failed);
+        assert!(failed.landed(42, Some("{\"InstructionError\":[2,\"Custom\"]}".into()), 7));
+        assert_eq!(failed.state.name(), "failed");
+        let outcome = failed.outcome.clone().unwrap();
+        assert!(!outcome.success);
+        assert_eq!(outcome.reason, Some(Reason::Payload));
+        assert!(outcome.message.unwrap().contains("InstructionError"));
+        assert_eq!(
+            failed.svm.as_ref().unwrap().error.as_deref(),
+            Some("{\"InstructionError\":[2,\"Custom\"]}")
+        );
+
+        let mut expired = record();
+        solana(&mut expired);
+        assert!(expired.expire(Lost::BlockHeightExceeded, 9));
+        assert!(expired
+            .outcome
+            .unwrap()
+            .message
+            .unwrap()
+            .contains("expired"));
+    }
+
+    #[test]
+    fn a_solana_record_reads_back_and_an_evm_one_stores_no_svm_field() {
+        let mut r = record();
+        let stored = serde_json::to_string(&r).unwrap();
+        assert!(
+            !stored.contains("\"svm\""),
+            "EVM records are stored as before"
+        );
+        assert!(serde_json::from_str::<Record>(&stored)
+            .unwrap()
+            .svm
+            .is_none());
+        solana(&mut r);
+        r.landed(42, None, 7);
+        let stored = serde_json::to_string(&r).unwrap();
+        let read: Record = serde_json::from_str(&stored).unwrap();
+        assert_eq!(read.svm, r.svm);
+        assert_eq!(read.state, r.state);
     }
 
     #[test]

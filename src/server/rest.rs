@@ -8,6 +8,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::str::FromStr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
@@ -27,6 +28,7 @@ use super::{ops, App, Routes, Surface};
 use crate::evm;
 use crate::evm::parse_address;
 use crate::facilitator::discovery::query::{list_query, search_query, Viewer};
+use crate::facilitator::protocol::svm::{self, SvmRequest};
 use crate::facilitator::protocol::v1::{PaymentRequest, SettleResponse};
 use crate::facilitator::protocol::values::Payload;
 use crate::facilitator::protocol::{self, v2};
@@ -378,6 +380,7 @@ async fn facilitator_route(
             let answer = match &payment {
                 Payment::V1(p) => facilitator.verify(p).await?,
                 Payment::V2(p) => facilitator.verify_v2(p).await?,
+                Payment::Svm(p) => facilitator.verify_svm(p).await?,
             };
             note.outcome = Some(answer.invalid_reason.unwrap_or("valid").to_string());
             Ok(json_response(StatusCode::OK, &answer))
@@ -432,7 +435,11 @@ async fn settlement_status(
     path: &str,
     note: &mut Note,
 ) -> Result<HttpResponse, WireError> {
-    let mut key = parse_status_path(&path[STATUS_PREFIX.len()..])?;
+    let rest = &path[STATUS_PREFIX.len()..];
+    if let Some((network, signature)) = rest.split_once('/').filter(|(_, s)| !s.contains('/')) {
+        return svm_settlement_status(facilitator, network, signature, note).await;
+    }
+    let mut key = parse_status_path(rest)?;
     key.network = facilitator.network_name(&key.network).to_string();
     note.payment = Some(key.to_string());
     match facilitator.status(&key).await.map_err(SettleError::from)? {
@@ -448,11 +455,38 @@ async fn settlement_status(
     }
 }
 
+/// `GET /settlements/{network}/{signature}`: a Solana payment, by its transaction's signature.
+async fn svm_settlement_status(
+    facilitator: &Facilitator,
+    network: &str,
+    signature: &str,
+    note: &mut Note,
+) -> Result<HttpResponse, WireError> {
+    let signature = crate::svm::Signature::from_str(signature)
+        .map_err(|_| WireError::bad_request("signature: not a base58 transaction signature"))?;
+    note.payment = Some(format!("{network}/{signature}"));
+    match facilitator
+        .svm_status(network, &signature)
+        .await
+        .map_err(SettleError::from)?
+    {
+        Some(status) => {
+            note.outcome = Some(status.state.to_string());
+            Ok(json_response(StatusCode::OK, &status))
+        }
+        None => Err(WireError::new(
+            StatusCode::NOT_FOUND,
+            404,
+            format!("no settlement of transaction {signature} on {network}"),
+        )),
+    }
+}
+
 pub(crate) fn parse_status_path(rest: &str) -> Result<PaymentKey, WireError> {
     let parts: Vec<&str> = rest.split('/').collect();
     let [network, asset, from, nonce] = parts[..] else {
         return Err(WireError::bad_request(
-            "path: expected /settlements/{network}/{asset}/{from}/{nonce}",
+            "path: expected /settlements/{network}/{asset}/{from}/{nonce} or /settlements/{network}/{signature}",
         ));
     };
     let address = |field: &str, value: &str| {
@@ -580,21 +614,23 @@ async fn settle_one(
             }
             settled
         }
+        Payment::Svm(p) => facilitator.settle_svm(p, asking).await,
     };
     app.metrics.observe_settlement(match &result {
         Ok(answer) if answer.success => "success",
         Ok(answer) if answer.error_reason.as_deref() == Some(v2::SETTLEMENT_PENDING) => "pending",
         Ok(_) => "failure",
-        Err(SettleError::Pending(_)) => "pending",
+        Err(SettleError::Pending(_) | SettleError::PendingSignature(_)) => "pending",
         Err(_) => "error",
     });
     Ok(result?)
 }
 
-/// A facilitator request in the wire format of its x402 version.
+/// A facilitator request in the wire format of its x402 version; a Solana one in Solana's.
 pub(crate) enum Payment {
     V1(PaymentRequest),
     V2(v2::PaymentRequest),
+    Svm(SvmRequest),
 }
 
 /// One payment body, as its version's wire type.
@@ -616,11 +652,23 @@ pub(crate) fn parse_payment_direct(serves_v2: bool, bytes: &[u8]) -> Option<Paym
     struct Version {
         #[serde(rename = "x402Version")]
         version: Option<u64>,
+        #[serde(rename = "paymentRequirements")]
+        requirements: Option<Network>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Network {
+        network: Option<String>,
     }
     if bytes.contains(&b'[') {
         return None;
     }
-    let version = serde_json::from_slice::<Version>(bytes).ok()?.version?;
+    let peek = serde_json::from_slice::<Version>(bytes).ok()?;
+    // A Solana body goes the checked way, which reads the family from the network.
+    let network = peek.requirements.and_then(|r| r.network);
+    if network.as_deref().is_some_and(svm::is_solana) {
+        return None;
+    }
+    let version = peek.version?;
     if reads_as_v2(Some(version), serves_v2) {
         serde_json::from_slice(bytes).ok().map(Payment::V2)
     } else {
@@ -641,6 +689,15 @@ pub(crate) fn parse_payment(
     body: serde_json::Value,
     prefix: &str,
 ) -> Result<Payment, WireError> {
+    let network = body.pointer("/paymentRequirements/network");
+    if network.and_then(|n| n.as_str()).is_some_and(svm::is_solana) {
+        let request = if reads_as_v2(protocol::version_of(&body), serves_v2) {
+            SvmRequest::V2(parse_value_with(body, svm::V2_OBJECTS, prefix)?)
+        } else {
+            SvmRequest::V1(parse_value_with(body, svm::V1_OBJECTS, prefix)?)
+        };
+        return Ok(Payment::Svm(request));
+    }
     if reads_as_v2(protocol::version_of(&body), serves_v2) {
         parse_value_with(body, v2::PaymentRequest::OBJECTS, prefix).map(Payment::V2)
     } else {
@@ -665,7 +722,11 @@ impl Payment {
                 .payment_payload
                 .payment_identifier()
                 .map_err(|field| WireError::bad_request(prefixed(element, field)))?,
-            Payment::V1(_) => None,
+            Payment::Svm(SvmRequest::V2(p)) => p
+                .payment_payload
+                .payment_identifier()
+                .map_err(|field| WireError::bad_request(prefixed(element, field)))?,
+            Payment::V1(_) | Payment::Svm(SvmRequest::V1(_)) => None,
         };
         // Keys are the caller's (access.md §3b): an API key's, else the client's, so another
         // client cannot occupy a merchant's key.
@@ -693,10 +754,12 @@ impl Payment {
             return Ok(());
         };
         let pay_to = match self {
-            Payment::V1(p) => &p.payment_requirements.pay_to,
-            Payment::V2(p) => &p.payment_requirements.pay_to,
+            Payment::V1(p) => parse_address(&p.payment_requirements.pay_to),
+            Payment::V2(p) => parse_address(&p.payment_requirements.pay_to),
+            // payTo scopes name EVM addresses: a scoped key pays no Solana payee.
+            Payment::Svm(_) => None,
         };
-        match key.may_pay(parse_address(pay_to)) {
+        match key.may_pay(pay_to) {
             true => Ok(()),
             false => Err(key.forbidden()),
         }
@@ -715,6 +778,11 @@ impl Payment {
                 &p.payment_requirements.asset,
                 Payload::from(&p.payment_payload.payload),
             ),
+            // A Solana payment is its message: the log names its network, payTo and asset.
+            Payment::Svm(p) => {
+                let (network, pay_to, asset) = p.terms();
+                return format!("{network}|{asset}|{pay_to}");
+            }
         };
         let (from, nonce) = (payload.payer(), payload.nonce());
         format!(
@@ -806,7 +874,20 @@ mod tests {
         match payment {
             Payment::V1(p) => format!("v1 {p:?}"),
             Payment::V2(p) => format!("v2 {p:?}"),
+            Payment::Svm(p) => format!("svm {p:?}"),
         }
+    }
+
+    #[test]
+    fn a_solana_body_is_read_in_solanas_shape_by_its_network() {
+        let v2 = r#"{"x402Version":2,"paymentPayload":{"x402Version":2,"accepted":{"scheme":"exact","network":"solana:x","amount":"1","asset":"m","payTo":"p","maxTimeoutSeconds":60},"payload":{"transaction":"AA=="}},"paymentRequirements":{"scheme":"exact","network":"solana:x","amount":"1","asset":"m","payTo":"p","maxTimeoutSeconds":60}}"#;
+        assert!(parse_payment_direct(true, v2.as_bytes()).is_none());
+        assert!(checked(true, v2).unwrap().starts_with("svm V2("));
+        let v1 = V1.replace("\"network\":\"base\"", "\"network\":\"solana-devnet\"");
+        assert_eq!(
+            checked(true, &v1).unwrap_err(),
+            "paymentPayload.payload.transaction: missing"
+        );
     }
 
     #[test]

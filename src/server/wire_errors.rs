@@ -105,7 +105,7 @@ impl From<SettleError> for WireError {
         let code = match &e {
             SettleError::Unreachable(_) => 502,
             SettleError::Overloaded(_) => 503,
-            SettleError::Pending(_) => 504,
+            SettleError::Pending(_) | SettleError::PendingSignature(_) => 504,
             SettleError::Abandoned(_) => 503,
             SettleError::KeyReused(_) | SettleError::IdentifierReused(_) => 409,
             // A shared database out of reach: the service is unavailable, nothing is lost.

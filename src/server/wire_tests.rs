@@ -240,6 +240,7 @@ async fn answers_with_a_facilitator() {
         &BTreeMap::from([("silent".to_string(), chain_settings)]),
         &chains,
         vec![signer],
+        None,
         store,
         crate::facilitator::settlement::LeaseSettings {
             holder: "test".to_string(),

@@ -13,7 +13,10 @@ use super::{
     next_router_nonce, Claim, Limits, Listing, PayerCooldown, Permit2Clash, Sent, Storage,
     StoreError,
 };
-use crate::ledger::{Inclusion, LaneId, Outcome, Pass, Record, RequestTag, RouterNonceKey, State};
+use crate::ledger::{
+    Inclusion, LaneId, Outcome, Pass, PaymentKey, Record, RequestTag, RouterNonceKey, State,
+    SvmSettlement,
+};
 
 const LONG: Duration = Duration::from_secs(600);
 
@@ -79,6 +82,62 @@ async fn claims_once_and_releases(a: &Storage, b: &Storage) {
         b.claim(&key, &other, None, &Limits::balance(U256::MAX))
             .await
             .unwrap(),
+        Claim::Claimed
+    ));
+}
+
+/// A Solana settlement (svm.md §4): claimed once under its family's key, its signed transaction
+/// read back whole by every handle (the write-ahead), and ended like any record.
+async fn a_solana_settlement_is_claimed_once_and_read_back_whole(a: &Storage, b: &Storage) {
+    let mut claim = record(1);
+    claim.network = "solana-devnet".to_string();
+    // The mint's and the source token account's first bytes: the account of its exposure.
+    claim.token = Address::repeat_byte(0x11);
+    claim.payer = Address::repeat_byte(0x22);
+    claim.nonce = H256::repeat_byte(0x5a);
+    claim.svm = Some(SvmSettlement {
+        signature: "5sig".into(),
+        transaction: "AQID".into(),
+        last_valid_block_height: 150,
+        payer: "payer".into(),
+        pay_to: "payee".into(),
+        mint: "mint".into(),
+        amount: 1000,
+        error: None,
+    });
+    let key = PaymentKey::svm("solana-devnet", [0x5a; 32]);
+    assert_eq!(claim.key(), key);
+    let limits = Limits::balance(U256::MAX);
+    assert!(matches!(
+        a.claim(&key, &claim, None, &limits).await.unwrap(),
+        Claim::Claimed
+    ));
+    a.save(&[&claim], true).await.unwrap();
+    match b.claim(&key, &claim, None, &limits).await.unwrap() {
+        Claim::Exists(stored) => assert_eq!(stored.svm, claim.svm),
+        other => panic!("a Solana payment was claimed twice: {other:?}"),
+    }
+    let unfinished = b.unfinished().await.unwrap();
+    let stored = unfinished.iter().find(|r| r.key() == key).unwrap();
+    assert_eq!(stored.svm, claim.svm, "the signed transaction is stored");
+    // The same source's next payment counts this one in flight (access.md §2).
+    let mut next = claim.clone();
+    next.nonce = H256::repeat_byte(0x5b);
+    let next_key = PaymentKey::svm("solana-devnet", [0x5b; 32]);
+    let within = Limits::balance(U256::from(1500));
+    match b.claim(&next_key, &next, None, &within).await.unwrap() {
+        Claim::OverLimit { exposed } => assert_eq!(exposed, U256::from(1000)),
+        other => panic!("the source's exposure was not counted: {other:?}"),
+    }
+    let mut ended = claim.clone();
+    ended.landed(42, Some("{\"InstructionError\":[2,\"Custom\"]}".into()), 9);
+    b.save(&[&ended], true).await.unwrap();
+    let read = a.get(&key).await.unwrap().unwrap();
+    assert_eq!(read.state, ended.state);
+    assert_eq!(read.svm, ended.svm);
+    assert!(!a.unfinished().await.unwrap().iter().any(|r| r.key() == key));
+    assert!(matches!(
+        b.claim(&next_key, &next, None, &within).await.unwrap(),
         Claim::Claimed
     ));
 }
@@ -814,6 +873,12 @@ macro_rules! conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn claims_once_and_releases() {
                 run("claims", |a, b| async move { super::claims_once_and_releases(&a, &b).await }).await;
+            }
+
+            $(#[$attr])?
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_solana_settlement_is_claimed_once_and_read_back_whole() {
+                run("solana", |a, b| async move { super::a_solana_settlement_is_claimed_once_and_read_back_whole(&a, &b).await }).await;
             }
 
             $(#[$attr])?

@@ -45,6 +45,7 @@ fn fixture_claim(n: u8) -> Record {
         outcome: None,
         lost: false,
         finished_at: None,
+        svm: None,
     }
 }
 

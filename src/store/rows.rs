@@ -50,6 +50,16 @@ impl Row {
         }
     }
 
+    /// Where an embedded store's exposure index keeps it, so that an account's exposures are
+    /// the entries under `account|`: its id, which begins so for every EVM record (and so as
+    /// earlier releases wrote it), else `account|id` (a Solana record: its key names no account).
+    pub fn exposure_key(&self) -> String {
+        match self.id.strip_prefix(self.account.as_str()) {
+            Some(rest) if rest.starts_with('|') => self.id.clone(),
+            _ => format!("{}|{}", self.account, self.id),
+        }
+    }
+
     /// The one finished/unfinished rule: unfinished until terminal with a finish time.
     pub fn unfinished(&self) -> bool {
         self.finished_at.is_none()

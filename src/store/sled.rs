@@ -403,7 +403,7 @@ impl SettlementStore for Store {
                     settlements.insert(id.as_bytes(), row.encoded.as_bytes())?;
                     unfinished.insert(id.as_bytes(), &[])?;
                     if let Some(value) = &exposes {
-                        exposure.insert(id.as_bytes(), value)?;
+                        exposure.insert(row.exposure_key().as_bytes(), value)?;
                     }
                     if let Some(key) = request_key {
                         request_keys.insert(key, id.as_bytes())?;
@@ -429,9 +429,10 @@ impl SettlementStore for Store {
                 for row in &rows {
                     hold_permit2(row, false, holds, nonces)?;
                     settlements.insert(row.id.as_bytes(), row.encoded.as_bytes())?;
+                    let exposure_key = row.exposure_key();
                     match row.exposure {
-                        Some(value) => exposure.insert(row.id.as_bytes(), &word(value))?,
-                        None => exposure.remove(row.id.as_bytes())?,
+                        Some(value) => exposure.insert(exposure_key.as_bytes(), &word(value))?,
+                        None => exposure.remove(exposure_key.as_bytes())?,
                     };
                     match row.finished_at {
                         Some(at) => {
@@ -464,7 +465,7 @@ impl SettlementStore for Store {
                 |(settlements, unfinished, exposure, request_keys, holds, nonces)| {
                     settlements.remove(id.as_bytes())?;
                     unfinished.remove(id.as_bytes())?;
-                    exposure.remove(id.as_bytes())?;
+                    exposure.remove(row.exposure_key().as_bytes())?;
                     if let Some(request_key) = &request_key {
                         request_keys.remove(request_key.as_bytes())?;
                     }

@@ -176,6 +176,7 @@ mod v1 {
                 outcome,
                 lost: false,
                 finished_at,
+                svm: None,
             })
         }
     }

@@ -16,11 +16,12 @@ use crate::facilitator::request::{Field, Invalid, Request};
 use crate::facilitator::settlement::Settled;
 use crate::ledger::Reason;
 
+/// A v1 request; `P` is its family's payload (`protocol::svm` carries Solana's).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PaymentRequest {
+pub struct PaymentRequest<P = ExactEvmPayload> {
     pub x402_version: Number,
-    pub payment_payload: PaymentPayload,
+    pub payment_payload: PaymentPayload<P>,
     pub payment_requirements: PaymentRequirements,
 }
 
@@ -37,11 +38,11 @@ impl PaymentRequest {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PaymentPayload {
+pub struct PaymentPayload<P = ExactEvmPayload> {
     pub x402_version: Number,
     pub scheme: String,
     pub network: String,
-    pub payload: ExactEvmPayload,
+    pub payload: P,
 }
 
 #[derive(Debug, Clone, Deserialize)]

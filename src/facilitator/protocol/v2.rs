@@ -30,13 +30,14 @@ const EIP155: &str = "eip155:";
 /// treated as one carrying that id in an `Idempotency-Key` header (access.md §1).
 pub const PAYMENT_IDENTIFIER: &str = "payment-identifier";
 
+/// A v2 request; `P` is its family's payload (`protocol::svm` carries Solana's).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PaymentRequest {
+pub struct PaymentRequest<P = ExactEvmPayloadV2> {
     /// The spec's own examples leave it out; the official client sends it.
     #[serde(default)]
     pub x402_version: Option<Number>,
-    pub payment_payload: PaymentPayload,
+    pub payment_payload: PaymentPayload<P>,
     pub payment_requirements: PaymentRequirements,
 }
 
@@ -59,19 +60,19 @@ impl PaymentRequest {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PaymentPayload {
+pub struct PaymentPayload<P = ExactEvmPayloadV2> {
     pub x402_version: Number,
     #[serde(default)]
     pub resource: Option<ResourceInfo>,
     pub accepted: PaymentRequirements,
-    pub payload: ExactEvmPayloadV2,
+    pub payload: P,
     /// Extensions the client echoes; routerd reads `payment-identifier`, `eip2612GasSponsoring`
     /// and `bazaar` (README: x402 v2 extensions).
     #[serde(default)]
     pub extensions: Option<Map<String, Value>>,
 }
 
-impl PaymentPayload {
+impl<P> PaymentPayload<P> {
     /// The `payment-identifier` extension's id, when the client sent one: 16 to 128 characters
     /// of `[A-Za-z0-9_-]`, as the extension's schema says. Anything else names the field.
     pub fn payment_identifier(&self) -> Result<Option<&str>, String> {

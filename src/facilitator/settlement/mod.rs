@@ -62,6 +62,9 @@ pub enum SettleError {
     /// Still unknown at the deadline: the hash once broadcast, `None` while still being signed.
     #[error("{}", pending_message(.0))]
     Pending(Option<H256>),
+    /// A Solana transaction sent, its outcome still unknown at the deadline: its signature.
+    #[error("settlement pending: {0}; settle the same payment again for the outcome")]
+    PendingSignature(String),
     /// Nothing was sent and the claim is released: the same payment may be settled again.
     #[error("the settlement was not sent: {0}; settle the same payment again")]
     Abandoned(String),
@@ -140,6 +143,10 @@ impl Settler {
         }
         let mut by_lane: std::collections::HashMap<LaneId, Vec<Record>> = Default::default();
         for record in self.ledger.unfinished().await? {
+            if record.svm.is_some() {
+                // A Solana settlement: the Solana family follows it (`facilitator::svm`).
+                continue;
+            }
             let Some(latest) = record.latest() else {
                 // Claimed but never signed: nothing reached the network; the caller may retry.
                 // In a shared store it may be another instance's claim in flight: left alone.
@@ -609,7 +616,7 @@ impl Settler {
 
 /// The answer to a claim refused for its request key: a header's key, or the payer's
 /// `payment-identifier` id, already names another payment.
-fn key_taken(record: &Record) -> SettleError {
+pub(crate) fn key_taken(record: &Record) -> SettleError {
     match (&record.request, &record.payment_id) {
         (Some(tag), Some(id)) if tag.kind == TagKind::PaymentIdentifier => {
             SettleError::IdentifierReused(id.clone())
@@ -728,7 +735,7 @@ fn bind(digest: H256, payment: &Payment<'_>) -> Result<(), Invalid> {
 /// `Idempotency-Key`: a retry), or another one. A header key claimed with another body is an
 /// error. The payer's `payment-identifier` never makes a claimant: the same payment under it
 /// is a duplicate like any other (access.md §1).
-fn caller_of(
+pub(crate) fn caller_of(
     claimed_by: Option<&RequestTag>,
     tag: Option<&RequestTag>,
 ) -> Result<Caller, SettleError> {
@@ -827,6 +834,7 @@ fn new_record(
         outcome: None,
         lost: false,
         finished_at: None,
+        svm: None,
     }
 }
 
@@ -863,7 +871,7 @@ enum Found {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Caller {
+pub(crate) enum Caller {
     /// The request that claimed the payment, or a retry of it.
     Claimant,
     /// Any other request carrying the same authorization.

@@ -1,0 +1,355 @@
+//! One Solana cluster's upstream: the same jsonrpsee transport as an EVM chain (batches, failover
+//! across `rpc_urls`, cool-downs; [`ChainClient`]), and the Solana methods routerd calls, their
+//! answers read into typed values here once. What a payment transaction means is `svm`'s.
+//!
+//! Verify asks one batch (`getMultipleAccounts` and `simulateTransaction`): one upstream request
+//! per verify, as on EVM. Settle sends with `sendTransaction` and follows the signature with one
+//! batch per poll (`getBlockHeight` then `getSignatureStatuses`).
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use serde_json::{json, Value};
+
+use super::client::{Call, ChainClient, ClientLimits, RpcError, Unreachable};
+use super::traffic::Traffic;
+use crate::config::SolanaChainSettings;
+use crate::svm::Pubkey;
+
+/// Requests to one URL at once, and calls per coalesced request: a verify is two calls.
+const MAX_IN_FLIGHT: usize = 64;
+const MAX_BATCH_CALLS: usize = 64;
+/// Callers' reads in flight per kind, as an EVM chain's default `max_caller_reads`.
+const MAX_CALLER_READS: usize = 256;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SolanaError {
+    #[error(transparent)]
+    Unreachable(#[from] Unreachable),
+    #[error("{method}: {error}")]
+    Rpc {
+        method: &'static str,
+        error: RpcError,
+    },
+    #[error("{method}: unexpected answer: {what}")]
+    Malformed {
+        method: &'static str,
+        what: &'static str,
+    },
+}
+
+/// A configured Solana cluster.
+pub struct SolanaChain {
+    /// The v1 network name (the key of its `[chains.*]`).
+    pub name: String,
+    pub settings: SolanaChainSettings,
+    client: Arc<ChainClient>,
+}
+
+/// An SPL Token (or Token-2022) account, as its first 72 bytes say: both programs share that
+/// layout (mint, owner, amount).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenAccount {
+    /// The program that owns the account.
+    pub program: Pubkey,
+    pub mint: Pubkey,
+    pub owner: Pubkey,
+    pub amount: u64,
+}
+
+/// What verify reads of a payment, in one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaymentState {
+    /// `None` when the account does not exist or is no token account.
+    pub source: Option<TokenAccount>,
+    pub destination: Option<TokenAccount>,
+    /// `simulateTransaction`'s error, as the node wrote it; `None` when the simulation succeeded.
+    pub simulation_error: Option<String>,
+}
+
+/// Where a sent transaction stands, read in one batch: the block height first, then the status, so
+/// that a signature unknown after a height past its blockhash's last valid one can never land.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tracked {
+    pub block_height: u64,
+    /// `None` while the cluster does not know the signature.
+    pub status: Option<SignatureStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignatureStatus {
+    pub slot: u64,
+    /// The transaction's error, as the node wrote it; `None` when it ran.
+    pub error: Option<String>,
+    /// Whether it reached the configured commitment.
+    pub committed: bool,
+    /// Slots confirmed above it; `None` once the cluster has rooted (finalized) it.
+    pub confirmations: Option<u64>,
+}
+
+/// Commitment levels in order.
+fn rank(level: &str) -> u8 {
+    match level {
+        "finalized" => 2,
+        "confirmed" => 1,
+        _ => 0,
+    }
+}
+
+impl SolanaChain {
+    pub fn new(name: &str, settings: &SolanaChainSettings) -> Result<Arc<Self>, String> {
+        let limits = ClientLimits {
+            timeout: Duration::from_millis(settings.request_timeout_ms),
+            max_in_flight: MAX_IN_FLIGHT,
+            max_batch_calls: MAX_BATCH_CALLS,
+            max_caller_reads: MAX_CALLER_READS,
+        };
+        let client = ChainClient::new(name, &settings.rpc_urls, limits)?;
+        Ok(Arc::new(Self {
+            name: name.to_string(),
+            settings: settings.clone(),
+            client,
+        }))
+    }
+
+    pub fn client(&self) -> &ChainClient {
+        &self.client
+    }
+
+    fn commitment(&self) -> &'static str {
+        self.settings.commitment.name()
+    }
+
+    pub async fn genesis_hash(&self) -> Result<String, SolanaError> {
+        const METHOD: &str = "getGenesisHash";
+        let answer = self.client.call(Traffic::Own, METHOD, Vec::new()).await?;
+        let value = answer.map_err(|error| SolanaError::Rpc {
+            method: METHOD,
+            error,
+        })?;
+        value
+            .as_str()
+            .map(str::to_string)
+            .ok_or(SolanaError::Malformed {
+                method: METHOD,
+                what: "not a string",
+            })
+    }
+
+    /// The accounts a payment moves funds between, and the simulation of the transaction as the
+    /// payer signed it (`wire`: base64), in one batch.
+    pub async fn payment_state(
+        &self,
+        source: &Pubkey,
+        destination: &Pubkey,
+        wire: &str,
+    ) -> Result<PaymentState, SolanaError> {
+        let config = json!({"encoding": "base64", "commitment": self.commitment()});
+        let addresses = json!([source.to_string(), destination.to_string()]);
+        // The fee payer's signature slot is still empty: only the payer's were checked, locally.
+        let simulate = json!({
+            "encoding": "base64", "sigVerify": false, "replaceRecentBlockhash": false,
+            "commitment": self.commitment(),
+        });
+        let calls = [
+            Call::new("getMultipleAccounts", vec![addresses, config]),
+            Call::new("simulateTransaction", vec![json!(wire), simulate]),
+        ];
+        let mut answers = self
+            .client
+            .batch(Traffic::Callers, &calls)
+            .await?
+            .into_iter();
+        let (Some(accounts), Some(simulation)) = (answers.next(), answers.next()) else {
+            unreachable!("the client answers every call of a batch")
+        };
+        let accounts = context_value("getMultipleAccounts", accounts)?;
+        let accounts = accounts.as_array().filter(|a| a.len() == 2).ok_or({
+            SolanaError::Malformed {
+                method: "getMultipleAccounts",
+                what: "not two accounts",
+            }
+        })?;
+        let simulation = context_value("simulateTransaction", simulation)?;
+        Ok(PaymentState {
+            source: token_account(&accounts[0]),
+            destination: token_account(&accounts[1]),
+            simulation_error: simulation
+                .get("err")
+                .filter(|err| !err.is_null())
+                .map(Value::to_string),
+        })
+    }
+
+    /// `lastValidBlockHeight` of the cluster's latest blockhash at the commitment: no older
+    /// blockhash (a payer's) stays valid longer.
+    pub async fn last_valid_block_height(&self) -> Result<u64, SolanaError> {
+        const METHOD: &str = "getLatestBlockhash";
+        let config = json!({"commitment": self.commitment()});
+        let answer = self
+            .client
+            .call(Traffic::Callers, METHOD, vec![config])
+            .await?;
+        context_value(METHOD, answer)?
+            .get("lastValidBlockHeight")
+            .and_then(Value::as_u64)
+            .ok_or(SolanaError::Malformed {
+                method: METHOD,
+                what: "no lastValidBlockHeight",
+            })
+    }
+
+    /// Sends a signed transaction (`wire`: base64) without preflight: verify simulated it.
+    /// Sending it again is harmless: the cluster runs a signature once.
+    pub async fn send_transaction(&self, wire: &str) -> Result<(), SolanaError> {
+        const METHOD: &str = "sendTransaction";
+        let config = json!({"encoding": "base64", "skipPreflight": true});
+        let answer = self
+            .client
+            .call(Traffic::Own, METHOD, vec![json!(wire), config])
+            .await?;
+        answer.map(drop).map_err(|error| SolanaError::Rpc {
+            method: METHOD,
+            error,
+        })
+    }
+
+    /// The block height and the status of `signature` (base58), in one batch.
+    pub async fn track(&self, signature: &str) -> Result<Tracked, SolanaError> {
+        let calls = [
+            Call::new(
+                "getBlockHeight",
+                vec![json!({"commitment": self.commitment()})],
+            ),
+            Call::new(
+                "getSignatureStatuses",
+                vec![
+                    json!([signature]),
+                    json!({"searchTransactionHistory": true}),
+                ],
+            ),
+        ];
+        let mut answers = self.client.batch(Traffic::Own, &calls).await?.into_iter();
+        let (Some(height), Some(statuses)) = (answers.next(), answers.next()) else {
+            unreachable!("the client answers every call of a batch")
+        };
+        let block_height = height
+            .map_err(|error| SolanaError::Rpc {
+                method: "getBlockHeight",
+                error,
+            })?
+            .as_u64()
+            .ok_or(SolanaError::Malformed {
+                method: "getBlockHeight",
+                what: "not a height",
+            })?;
+        let statuses = context_value("getSignatureStatuses", statuses)?;
+        let status = statuses.get(0).ok_or(SolanaError::Malformed {
+            method: "getSignatureStatuses",
+            what: "no status",
+        })?;
+        Ok(Tracked {
+            block_height,
+            status: self.signature_status(status),
+        })
+    }
+
+    fn signature_status(&self, status: &Value) -> Option<SignatureStatus> {
+        let slot = status.get("slot")?.as_u64()?;
+        let level = status
+            .get("confirmationStatus")
+            .and_then(Value::as_str)
+            .unwrap_or("processed");
+        Some(SignatureStatus {
+            slot,
+            error: status
+                .get("err")
+                .filter(|err| !err.is_null())
+                .map(Value::to_string),
+            committed: rank(level) >= rank(self.commitment()),
+            confirmations: status.get("confirmations").and_then(Value::as_u64),
+        })
+    }
+}
+
+/// `{context, value}`: the value, or why there is none.
+fn context_value(
+    method: &'static str,
+    answer: Result<Value, RpcError>,
+) -> Result<Value, SolanaError> {
+    let mut answer = answer.map_err(|error| SolanaError::Rpc { method, error })?;
+    match answer.get_mut("value") {
+        Some(value) => Ok(value.take()),
+        None => Err(SolanaError::Malformed {
+            method,
+            what: "no value",
+        }),
+    }
+}
+
+fn owner(account: &Value) -> Option<Pubkey> {
+    Pubkey::from_str(account.get("owner")?.as_str()?).ok()
+}
+
+/// An account (`encoding: base64`) read as a token account, when its data has that layout.
+fn token_account(account: &Value) -> Option<TokenAccount> {
+    let program = owner(account)?;
+    let data = account.get("data")?.get(0)?.as_str()?;
+    let data = BASE64.decode(data).ok()?;
+    let key = |at: usize| Pubkey::try_from(data.get(at..at + 32)?).ok();
+    let amount = <[u8; 8]>::try_from(data.get(64..72)?).ok()?;
+    Some(TokenAccount {
+        program,
+        mint: key(0)?,
+        owner: key(32)?,
+        amount: u64::from_le_bytes(amount),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn account(owner: &Pubkey, data: &[u8]) -> Value {
+        json!({"owner": owner.to_string(), "lamports": 1, "data": [BASE64.encode(data), "base64"]})
+    }
+
+    #[test]
+    fn a_token_account_is_read_from_its_layout() {
+        let (program, mint, holder) = (
+            Pubkey::new_unique(),
+            Pubkey::new_unique(),
+            Pubkey::new_unique(),
+        );
+        let mut data = [mint.to_bytes(), holder.to_bytes()].concat();
+        data.extend(1234u64.to_le_bytes());
+        data.extend([0; 93]);
+        assert_eq!(
+            token_account(&account(&program, &data)),
+            Some(TokenAccount {
+                program,
+                mint,
+                owner: holder,
+                amount: 1234
+            })
+        );
+        assert_eq!(token_account(&account(&program, &data[..70])), None);
+        assert_eq!(token_account(&Value::Null), None);
+        assert_eq!(owner(&account(&program, &[])), Some(program));
+    }
+
+    #[test]
+    fn an_answer_without_a_value_is_malformed() {
+        assert!(matches!(
+            context_value("m", Ok(json!({"context": {}}))),
+            Err(SolanaError::Malformed { .. })
+        ));
+        assert_eq!(
+            context_value("m", Ok(json!({"context": {}, "value": 3}))).unwrap(),
+            json!(3)
+        );
+    }
+}

@@ -1,0 +1,301 @@
+//! Solana's `exact` (`svm.md`): the family's mechanism beside the EVM one, sharing the protocol
+//! lowering and the answers. A payment arrives lowered ([`Payment`]: its requirements typed and
+//! its transaction decoded); verify holds it to the leaf's instruction rules (`svm::check`), then
+//! asks the cluster once (the accounts and the simulation in one batch).
+
+pub mod fee_payer;
+mod settle;
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use crate::chain::svm::{PaymentState, SolanaChain, SolanaError};
+use crate::chain::Unreachable;
+use crate::config::{solana_preset, FacilitatorSettings, SolanaChainSettings};
+use crate::svm::exact::MAX_MICRO_LAMPORTS_PER_COMPUTE_UNIT;
+use crate::svm::{self, DecodeError, Limits, PaymentTransaction, Pubkey, Refusal, Transfer};
+pub use fee_payer::{FeePayerError, FeePayers};
+pub use settle::{cooled_down, payment_key, SvmSettled};
+
+/// The x402 version that carried a payment: v1 allows one optional instruction fewer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    V1,
+    V2,
+}
+
+impl Version {
+    fn max_instructions(self) -> usize {
+        match self {
+            Version::V1 => 6,
+            Version::V2 => 7,
+        }
+    }
+}
+
+/// A served Solana network.
+pub struct SvmNetwork {
+    /// The v1 name.
+    pub name: &'static str,
+    /// The CAIP-2 id, v2's name.
+    pub caip2: String,
+    pub genesis_hash: &'static str,
+    pub chain: Arc<SolanaChain>,
+    /// The configured mints.
+    pub mints: Vec<Pubkey>,
+}
+
+impl SvmNetwork {
+    /// The served Solana networks of `facilitator.networks`, each with its upstream client.
+    /// An error names the chain and why its client could not be built.
+    pub fn configured(
+        settings: &FacilitatorSettings,
+        chains: &BTreeMap<String, SolanaChainSettings>,
+    ) -> Result<Vec<Self>, (String, String)> {
+        let network = |name: &'static str| {
+            let preset = solana_preset(name).expect("a Solana network's name");
+            let settings = &chains[name];
+            let chain = SolanaChain::new(name, settings).map_err(|e| (name.to_string(), e))?;
+            let mints = settings
+                .tokens
+                .values()
+                .map(|t| Pubkey::from_str(&t.mint).expect("validated by config"))
+                .collect();
+            Ok(SvmNetwork {
+                name,
+                caip2: preset.caip2(),
+                genesis_hash: preset.genesis_hash,
+                chain,
+                mints,
+            })
+        };
+        settings
+            .solana_networks()
+            .into_iter()
+            .map(network)
+            .collect()
+    }
+}
+
+/// One payment, lowered: what the requirements ask, in Solana's types, and the transaction.
+#[derive(Debug, Clone)]
+pub struct Payment {
+    pub version: Version,
+    /// The v1 name of a served network.
+    pub network: &'static str,
+    /// A configured mint of that network.
+    pub mint: Pubkey,
+    pub pay_to: Pubkey,
+    pub amount: u64,
+    /// `extra.feePayer`: one of routerd's fee payers.
+    pub fee_payer: Pubkey,
+    pub memo: Option<String>,
+    pub transaction: PaymentTransaction,
+    /// The transaction as the payer sent it (base64), for the simulation.
+    pub wire: String,
+}
+
+/// Why a Solana payment is refused, past the rules every family shares (version, scheme,
+/// network, requirement values); `protocol::svm` names each in both versions.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Failure {
+    #[error("paymentRequirements.extra.feePayer: missing")]
+    MissingFeePayer,
+    #[error("paymentRequirements.extra.feePayer: not a fee payer of this facilitator")]
+    FeePayerNotManaged,
+    #[error("paymentPayload.payload.transaction: {0}")]
+    Decode(DecodeError),
+    #[error("{0}")]
+    Rule(Refusal),
+    #[error("the source token account does not exist")]
+    SourceMissing,
+    #[error("the payee has no token account for the mint (it is not created for it)")]
+    RecipientMissing,
+    #[error("the source token account holds {balance}, below the amount")]
+    InsufficientFunds { balance: u64 },
+    /// Its settlements under way and this one add up to more than the source holds (access.md §2).
+    #[error(
+        "the source token account holds {balance}, {exposed} of it in settlements under way: below the amount"
+    )]
+    Exposed { balance: u64, exposed: u64 },
+    #[error("the simulation failed: {0}")]
+    Simulation(String),
+    /// A settlement from the same source token account failed on chain (access.md §2).
+    #[error("the source token account is refused for {left} s more: a settlement from it failed on chain (facilitator.revert_cooldown_secs)")]
+    CooledDown { left: u64 },
+}
+
+/// A payment that passed verify: who pays (the transfer's authority) and what moves, and what the
+/// source token account held.
+#[derive(Debug, Clone, Copy)]
+pub struct Verified {
+    pub transfer: Transfer,
+    pub balance: u64,
+}
+
+pub struct SvmExact {
+    networks: Vec<SvmNetwork>,
+    fee_payers: FeePayers,
+}
+
+impl SvmExact {
+    pub fn new(networks: Vec<SvmNetwork>, fee_payers: FeePayers) -> Self {
+        Self {
+            networks,
+            fee_payers,
+        }
+    }
+
+    pub fn networks(&self) -> &[SvmNetwork] {
+        &self.networks
+    }
+
+    pub fn network(&self, name: &str) -> Option<&SvmNetwork> {
+        self.networks.iter().find(|n| n.name == name)
+    }
+
+    pub fn fee_payers(&self) -> &[Pubkey] {
+        self.fee_payers.pubkeys()
+    }
+
+    /// Refuses a node of another cluster, as an EVM node with another chain id is refused.
+    pub async fn check_genesis(&self) -> Result<(), String> {
+        for network in &self.networks {
+            let found = network
+                .chain
+                .genesis_hash()
+                .await
+                .map_err(|e| format!("chains.{}: getGenesisHash: {e}", network.name))?;
+            if found != network.genesis_hash {
+                return Err(format!(
+                    "chains.{}.rpc_urls: the node's genesis hash is {found}, not {}'s {}",
+                    network.name, network.name, network.genesis_hash
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// svm.md §3 rules 1 to 7: the local rules, then one upstream request.
+    pub async fn verify(
+        &self,
+        payment: &Payment,
+    ) -> Result<Result<Verified, Failure>, Unreachable> {
+        let transfer = match self.check_local(payment) {
+            Ok(transfer) => transfer,
+            Err(failure) => return Ok(Err(failure)),
+        };
+        let chain = &self
+            .network(payment.network)
+            .expect("lowered onto a served network")
+            .chain;
+        let state = chain
+            .payment_state(&transfer.source, &transfer.destination, &payment.wire)
+            .await
+            .map_err(|e| unreachable(chain, e))?;
+        Ok(judge(&transfer, &state).map(|balance| Verified { transfer, balance }))
+    }
+
+    fn check_local(&self, payment: &Payment) -> Result<Transfer, Failure> {
+        let network = self
+            .network(payment.network)
+            .expect("lowered onto a served network");
+        let requirements = svm::Requirements {
+            fee_payer: &payment.fee_payer,
+            fee_payers: self.fee_payers.pubkeys(),
+            mint: &payment.mint,
+            pay_to: &payment.pay_to,
+            amount: payment.amount,
+            memo: payment.memo.as_deref(),
+            limits: Limits {
+                max_instructions: payment.version.max_instructions(),
+                max_compute_units: network.chain.settings.max_compute_units,
+                max_micro_lamports_per_compute_unit: MAX_MICRO_LAMPORTS_PER_COMPUTE_UNIT,
+            },
+        };
+        svm::check(&payment.transaction, &requirements).map_err(Failure::Rule)
+    }
+}
+
+/// Rule 7 on what the cluster answered: the accounts exist, the source holds the amount, and
+/// the transaction runs. Answers what the source holds.
+fn judge(transfer: &Transfer, state: &PaymentState) -> Result<u64, Failure> {
+    let Some(source) = state.source.filter(|s| s.mint == transfer.mint) else {
+        return Err(Failure::SourceMissing);
+    };
+    if state.destination.is_none() {
+        return Err(Failure::RecipientMissing);
+    }
+    if source.amount < transfer.amount {
+        return Err(Failure::InsufficientFunds {
+            balance: source.amount,
+        });
+    }
+    match &state.simulation_error {
+        Some(error) => Err(Failure::Simulation(error.clone())),
+        None => Ok(source.amount),
+    }
+}
+
+/// A node that answered, but not what Solana's JSON-RPC says it answers, has answered nothing.
+fn unreachable(chain: &SolanaChain, error: SolanaError) -> Unreachable {
+    match error {
+        SolanaError::Unreachable(unreachable) => unreachable,
+        other => Unreachable {
+            chain: chain.name.clone(),
+            detail: other.to_string(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chain::svm::TokenAccount;
+    use crate::svm::TokenProgram;
+
+    fn transfer(amount: u64) -> Transfer {
+        Transfer {
+            program: TokenProgram::Token,
+            source: Pubkey::new_unique(),
+            mint: Pubkey::new_unique(),
+            destination: Pubkey::new_unique(),
+            authority: Pubkey::new_unique(),
+            amount,
+            decimals: 6,
+        }
+    }
+
+    fn state(t: &Transfer, balance: u64) -> PaymentState {
+        let account = |owner| TokenAccount {
+            program: TokenProgram::Token.id(),
+            mint: t.mint,
+            owner,
+            amount: balance,
+        };
+        PaymentState {
+            source: Some(account(t.authority)),
+            destination: Some(account(Pubkey::new_unique())),
+            simulation_error: None,
+        }
+    }
+
+    #[test]
+    fn rule_seven_in_order() {
+        let t = transfer(100);
+        assert_eq!(judge(&t, &state(&t, 100)), Ok(100));
+        let mut s = state(&t, 99);
+        assert_eq!(
+            judge(&t, &s),
+            Err(Failure::InsufficientFunds { balance: 99 })
+        );
+        s.destination = None;
+        assert_eq!(judge(&t, &s), Err(Failure::RecipientMissing));
+        s.source.as_mut().unwrap().mint = Pubkey::new_unique();
+        assert_eq!(judge(&t, &s), Err(Failure::SourceMissing));
+        let mut s = state(&t, 100);
+        s.simulation_error = Some("{\"InstructionError\":[2,\"Custom\"]}".into());
+        assert!(matches!(judge(&t, &s), Err(Failure::Simulation(_))));
+    }
+}
