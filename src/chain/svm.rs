@@ -23,7 +23,7 @@ use crate::svm::Pubkey;
 const MAX_IN_FLIGHT: usize = 64;
 const MAX_BATCH_CALLS: usize = 64;
 /// Callers' reads in flight per kind, as an EVM chain's default `max_caller_reads`.
-const MAX_CALLER_READS: usize = 256;
+const MAX_CALLER_READS: usize = 1024;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum SolanaError {
