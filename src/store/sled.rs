@@ -635,6 +635,15 @@ struct RouterReservation {
     at: u64,
 }
 
+impl RouterReservation {
+    /// The stored reservation's (last, at); `None` for bytes that do not read as one.
+    fn read(bytes: &[u8]) -> Option<(u64, u64)> {
+        serde_json::from_slice::<RouterReservation>(bytes)
+            .ok()
+            .map(|r| (r.last, r.at))
+    }
+}
+
 #[async_trait]
 impl RouterNonceStore for Store {
     async fn reserve_router_nonce(
@@ -649,9 +658,7 @@ impl RouterNonceStore for Store {
         // Atomic read-modify-write: concurrent calls for one sender each get their own nonce.
         self.router_nonces
             .fetch_and_update(key.storage_key(), |old| {
-                let previous = old
-                    .and_then(|bytes| serde_json::from_slice::<RouterReservation>(bytes).ok())
-                    .map(|r| (r.last, r.at));
+                let previous = old.and_then(RouterReservation::read);
                 handed_out = next_router_nonce(previous, pending, now, ttl_secs, max_ahead);
                 match handed_out {
                     Some(last) => Some(rows::encode(&RouterReservation { last, at: now })),
@@ -671,9 +678,7 @@ impl RouterNonceStore for Store {
     ) -> Result<(), StoreError> {
         self.router_nonces
             .fetch_and_update(key.storage_key(), |old| {
-                let previous = old
-                    .and_then(|bytes| serde_json::from_slice::<RouterReservation>(bytes).ok())
-                    .map(|r| (r.last, r.at));
+                let previous = old.and_then(RouterReservation::read);
                 let (last, at) = confirmed_router_nonce(previous, nonce, now, ttl_secs);
                 Some(rows::encode(&RouterReservation { last, at }))
             })?;
@@ -684,8 +689,7 @@ impl RouterNonceStore for Store {
         let mut pruned = 0;
         for entry in self.router_nonces.iter() {
             let (key, bytes) = entry?;
-            let expired =
-                serde_json::from_slice::<RouterReservation>(&bytes).map_or(true, |r| r.at < cutoff);
+            let expired = RouterReservation::read(&bytes).is_none_or(|(_, at)| at < cutoff);
             // Only the value read: a reservation renewed meanwhile stays.
             if expired
                 && self
