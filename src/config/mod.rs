@@ -15,6 +15,7 @@
 //! - `validate`: the checks of each section;
 //! - `error`: [`ConfigError`], and the key read out of the `config` crate's errors;
 //! - `render`: the effective configuration as TOML, for `check-config`.
+//! - `reference` (tests): `docs/configuration.md` lists every key of the schema and no other.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -23,6 +24,8 @@ mod env;
 mod error;
 mod presets;
 mod redacted;
+#[cfg(test)]
+mod reference;
 mod render;
 mod resolve;
 mod schema;
