@@ -3,7 +3,7 @@
 // requests, against local anvil chains and the release binary. Run it through scripts/bench, which
 // builds the binary and installs the npm packages. See bench/README.md for how to read the table.
 //
-//   ROUTERD_BIN=.../release/routerd node bench/run.mjs [--json PATH] [--quick]
+//   ROUTERD_BIN=.../release/routerd node bench/run.mjs [--json PATH] [--quick] [--heads ws|poll]
 //
 // All traffic goes to 127.0.0.1. Every phase is bounded by a request count and a duration.
 import { execFileSync, spawn } from 'node:child_process';
@@ -23,8 +23,14 @@ import { freePort, makeTempDir, sleep, trackChild, waitFor } from '../tests/e2e/
 import { nowMs, percentile, summarize, load, postJson, procMemory, metricSum } from './lib.mjs';
 
 const { values: opts } = parseArgs({
-  options: { json: { type: 'string' }, quick: { type: 'boolean', default: false }, only: { type: 'string' } },
+  options: {
+    json: { type: 'string' }, quick: { type: 'boolean', default: false }, only: { type: 'string' },
+    // How the settle phase's routerd learns of new blocks: a newHeads subscription (ws), or
+    // polling over HTTP at the default 100 ms (poll), as an operator without a WebSocket URL.
+    heads: { type: 'string', default: 'ws' },
+  },
 });
+if (!['ws', 'poll'].includes(opts.heads)) throw new Error(`--heads: ws or poll, not ${opts.heads}`);
 // --quick: a smoke run of the script itself (small counts); its numbers are not for comparison.
 const Q = opts.quick ? 0.1 : 1;
 const n = (x) => Math.max(5, Math.round(x * Q));
@@ -315,6 +321,38 @@ function watchBlocks(url) {
   return { arrivals, async stop() { child.kill(); await new Promise((r) => child.once('exit', r)); } };
 }
 
+/**
+ * Settlements per block: the counts of the blocks between the first and the last (the first is
+ * filled only as far as the burst had reached when it sealed, the last with what was left), and
+ * the first block's phase: how far into the 1 s block interval the burst started, and how many it
+ * took. A burst that starts just before a block seals loses most of that block, which is why the
+ * settles/s figure is read together with this phase.
+ */
+function byBlockCounts(receipts, arrivals, loadStartEpoch) {
+  const counts = new Map();
+  for (const r of receipts) {
+    const b = Number(r.blockNumber);
+    counts.set(b, (counts.get(b) ?? 0) + 1);
+  }
+  const numbers = [...counts.keys()].sort((a, b) => a - b);
+  const middle = numbers.slice(1, -1).map((b) => counts.get(b));
+  const first = numbers[0];
+  const previous = arrivals.get(first - 1);
+  const firstArrival = arrivals.get(first);
+  return {
+    perBlockMiddle: middle,
+    firstBlock: {
+      settlements: counts.get(first) ?? 0,
+      // Milliseconds from the burst's start to the first block that held one of its settlements.
+      startToSeal: Number.isFinite(firstArrival) ? firstArrival - loadStartEpoch : NaN,
+      // The burst's start within the interval that first block closed (0 = just after a block).
+      phase: Number.isFinite(previous) && Number.isFinite(firstArrival)
+        ? (loadStartEpoch - previous) / (firstArrival - previous) : NaN,
+    },
+    lastBlockSettlements: numbers.length > 1 ? counts.get(numbers.at(-1)) : 0,
+  };
+}
+
 /** Epoch milliseconds, comparable with watchBlocks' child process. */
 const epochMs = () => performance.timeOrigin + performance.now();
 
@@ -324,8 +362,9 @@ async function benchSettle() {
   const stack = await startFacilitatorStack({ fundedPayers: settleLoad.payers, payerFunds: 1_000_000_000n });
   try {
     await postJson(stack.anvil.url, '{"jsonrpc":"2.0","id":1,"method":"evm_setIntervalMining","params":[1]}');
-    // New heads by subscription, as an operator with a WebSocket URL runs it.
-    stack.reconfigure({ chainExtra: `ws_urls = ["${stack.anvil.url.replace(/^http/, 'ws')}"]\n` });
+    // New heads by subscription, as an operator with a WebSocket URL runs it (--heads ws), or
+    // by polling alone (--heads poll).
+    if (opts.heads === 'ws') stack.reconfigure({ chainExtra: `ws_urls = ["${stack.anvil.url.replace(/^http/, 'ws')}"]\n` });
     await stack.routerd.stop();
     await stack.routerd.start();
     const pid = stack.routerd.child.pid;
@@ -393,6 +432,7 @@ async function benchSettle() {
     }
     const block = await stack.client.getBlock();
     const perBlock = Math.floor(Number(block.gasLimit) / gas[Math.floor(gas.length / 2)]);
+    const blocksOf = byBlockCounts(receipts, blocks.arrivals, loadStartEpoch);
 
     results.settle = {
       serial: { ...summarize(serial), failed: serialFailed },
@@ -402,6 +442,7 @@ async function benchSettle() {
         blockToAnswer: summarize(blockToAnswer),
         medianGas: gas[Math.floor(gas.length / 2)], gasLimit: Number(block.gasLimit), capacityPerSecond: perBlock,
         blocksUsed: new Set(receipts.map((r) => r.blockNumber)).size,
+        ...blocksOf,
       },
       firstError: firstError ?? run.firstError,
     };
@@ -708,7 +749,7 @@ function table() {
   lat(`b settle, ${s.serial.n} sequential (block time 1 s)`, s.serial, { rps: false });
   const sl = s.load;
   lat(`b settle, ${sl.n} distinct at concurrency ${sl.concurrency}`, sl);
-  lat('b   block-to-answer (answer - block arrival)', sl.blockToAnswer, { rps: false });
+  lat(`b   block-to-answer (heads by ${opts.heads === 'ws' ? 'newHeads' : 'polling'})`, sl.blockToAnswer, { rps: false });
   const fl = results.flood;
   lat(`f settle, ${fl.settle.n} sequential, under a /verify flood`, fl.settle, { rps: false });
   lat('d eth_routerTransaction, concurrency 1', r.serial);
@@ -744,6 +785,10 @@ function table() {
     + `(${fl.flood.busy} told 503 busy, ${fl.flood.failed} unanswered) while the settles above ran; routerd peak RSS ${f(fl.memory.hwmMiB, 1)} MiB`);
   out.push(`settle: ${sl.confirmed} of ${sl.n} confirmed on chain in ${sl.blocksUsed} blocks; ${f(sl.rps, 1)} settles/s over ${f(sl.wallMs / 1000, 2)} s; `
     + `capacity ${sl.capacityPerSecond}/s (gas limit ${sl.gasLimit} / median ${sl.medianGas} gas per settlement, 1 s blocks)`);
+  const mid = sl.perBlockMiddle ?? [];
+  out.push(`settle: settlements per block: first ${sl.firstBlock?.settlements} (burst began at ${f(sl.firstBlock?.phase, 2)} of its interval, `
+    + `${f(sl.firstBlock?.startToSeal, 0)} ms before it sealed), then ${mid.join(' ') || '-'}, last ${sl.lastBlockSettlements}; `
+    + `middle blocks min ${mid.length ? Math.min(...mid) : '-'} of ${sl.capacityPerSecond} that fit`);
   out.push('');
   const u = r.upstreamRequests;
   out.push('upstream requests (routerd_upstream_requests_total, all chains)');

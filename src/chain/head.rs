@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 use tokio::sync::{watch, Notify};
 
 use super::batch::Batch;
+use super::cadence::Cadence;
 use super::client::{Call, ChainClient, Unreachable};
 use crate::evm::{parse_h256, parse_quantity, parse_u64};
 use crate::evm::{Fees, RecentFees};
@@ -117,24 +118,28 @@ struct Poller {
     recent: Arc<Mutex<RecentBlocks>>,
     derived_cap: DerivedCap,
     fee_model: FeeModel,
-    light_polls: u32,
+    /// When the whole head was last read.
+    last_full_read: Instant,
+    /// The configured interval; the whole head is read at least every FULL_READ_EVERY of them.
+    interval: Duration,
+    /// When to look next; `None` with a `newHeads` subscription, which announces each block.
+    cadence: Option<Cadence>,
 }
 
 impl Poller {
     /// One tick; `false` once the watcher is gone. Most ticks see no new block: one
     /// `eth_blockNumber` says so. The whole head is read when the number moves (or `announced`
-    /// by a subscription), and every FULL_READ_EVERY ticks regardless, so a block replaced at
-    /// the same height is seen too.
+    /// by a subscription), and every FULL_READ_EVERY intervals regardless, so a block replaced
+    /// at the same height is seen too.
     async fn tick(&mut self, announced: bool) -> bool {
         let Some(sender) = self.sender.upgrade() else {
             return false;
         };
         let last = sender.borrow().as_ref().map(|h: &Head| (h.number, h.hash));
         if let Some((number, _)) = last.filter(|_| !announced) {
-            if self.light_polls < FULL_READ_EVERY {
+            if self.last_full_read.elapsed() < self.interval * FULL_READ_EVERY {
                 match block_number(&self.client).await {
                     Ok(n) if n == number => {
-                        self.light_polls += 1;
                         return true;
                     }
                     Ok(_) => {}
@@ -145,10 +150,13 @@ impl Poller {
                 }
             }
         }
-        self.light_polls = 0;
+        self.last_full_read = Instant::now();
         let last = last.map(|(_, hash)| hash);
         match fetch_head(&self.client, self.fee_model).await {
             Ok(head) if Some(head.hash) != last => {
+                if let Some(cadence) = &mut self.cadence {
+                    cadence.arrived(head.fetched_at);
+                }
                 derive_cap(&self.derived_cap, self.client.name(), &head);
                 link(&self.client, &self.recent, &head).await;
                 sender.send_replace(Some(head));
@@ -159,6 +167,13 @@ impl Poller {
             }
         }
         true
+    }
+
+    /// How long to wait before the next tick.
+    fn next_look(&self) -> Duration {
+        self.cadence
+            .as_ref()
+            .map_or(self.interval, |c| c.next_look(Instant::now()))
     }
 }
 
@@ -177,6 +192,7 @@ impl HeadWatcher {
         let recent = Arc::new(Mutex::new(RecentBlocks::default()));
         let derived_cap = DerivedCap::new(configured_cap.map(OnceLock::from).unwrap_or_default());
         let new_head = Arc::new(Notify::new());
+        let cadence = ws_urls.is_empty().then(|| Cadence::new(interval));
         if !ws_urls.is_empty() {
             tokio::spawn(subscribe_new_heads(
                 client.name().to_string(),
@@ -192,15 +208,15 @@ impl HeadWatcher {
             recent: recent.clone(),
             derived_cap: derived_cap.clone(),
             fee_model,
-            light_polls: 0,
+            last_full_read: Instant::now(),
+            interval,
+            cadence,
         };
         tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(interval);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 // A subscribed new head skips the light poll: the block is known to have moved.
                 let announced = tokio::select! {
-                    _ = ticker.tick() => false,
+                    _ = tokio::time::sleep(poller.next_look()) => false,
                     _ = new_head.notified() => true,
                 };
                 if poller_guard.step(poller.tick(announced)).await == Some(false) {
@@ -316,7 +332,7 @@ fn short(error: &jsonrpsee::core::ClientError) -> String {
     }
 }
 
-/// Light polls between two full reads of the head block.
+/// Intervals between two full reads of the head block.
 const FULL_READ_EVERY: u32 = 10;
 /// The largest block number or timestamp taken from a node (2^48: far beyond any chain).
 const MAX_PLAUSIBLE_NUMBER: u64 = 1 << 48;

@@ -5,6 +5,7 @@
 //! whether its head watcher's last step panicked. It asks no node to say so.
 
 pub mod batch;
+mod cadence;
 pub mod client;
 pub mod head;
 pub mod read_mode;

@@ -275,7 +275,19 @@ impl Worker {
         // foresaw) is logged, and the worker keeps its nonces and goes on with the next.
         let lane = self.lane.clone();
         loop {
+            // A new head first: the callers whose settlements it confirmed are waiting for
+            // their answers, and signing what queued meanwhile can follow it.
             tokio::select! {
+                biased;
+                changed = heads.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let head = heads.borrow_and_update().clone();
+                    if let Some(head) = head {
+                        lane.guard.step(self.on_head(&head)).await;
+                    }
+                }
                 _ = renewal.tick() => {
                     lane.guard.step(self.renew()).await;
                 }
@@ -296,15 +308,6 @@ impl Worker {
                         }
                     }
                     lane.guard.step(self.sign_waiting()).await;
-                }
-                changed = heads.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                    let head = heads.borrow_and_update().clone();
-                    if let Some(head) = head {
-                        lane.guard.step(self.on_head(&head)).await;
-                    }
                 }
             }
         }
@@ -429,11 +432,15 @@ impl Worker {
         let answers = self.broadcast(&raws).await;
         let (market, block) = (batch.market, batch.block);
         let mut fillers = Vec::new();
+        let mut sent = Vec::with_capacity(batch.signed.len());
         for (record, answer) in batch.signed.into_iter().zip(answers) {
-            if let Some(raw) = self.route_answer(record, answer, market, block).await {
+            if route(answer) == Route::Sent {
+                sent.push(record);
+            } else if let Some(raw) = self.route_answer(record, answer, market, block).await {
                 fillers.push(raw);
             }
         }
+        self.sent(sent).await;
         self.broadcast(&fillers).await;
     }
 
@@ -448,7 +455,10 @@ impl Worker {
     ) -> Option<Bytes> {
         let nonce = record.state.nonce().expect("just signed");
         let stays = match route(answer) {
-            Route::Sent => self.sent(record).await,
+            Route::Sent => {
+                self.sent(vec![record]).await;
+                return None;
+            }
             Route::AnotherSigner if record.sender.is_some() => {
                 self.sender_unfunded(record, nonce).await;
                 return None; // its nonce here is a gap now
@@ -463,18 +473,26 @@ impl Worker {
         None
     }
 
-    /// A settlement the node took (or may take when sent again): `Sent`, and its callers are
-    /// told the hash.
-    async fn sent(&mut self, mut record: Record) -> Record {
-        record.sent();
-        // Informative (recovery treats signed and sent alike): no flush to wait for.
-        if let Err(e) = self.store.ledger.save(&[&record], false).await {
-            tracing::error!(payment = %record.key(), error = %e, "could not store a sent state");
+    /// Settlements the node took (or may take when sent again): `Sent`, stored in one write,
+    /// their callers told the hash, and followed at their nonces. One write for the whole
+    /// broadcast rather than one a settlement: the lane answers the next head only after this.
+    async fn sent(&mut self, mut records: Vec<Record>) {
+        if records.is_empty() {
+            return;
         }
-        self.out
-            .waiters
-            .sent(&record.key(), record.latest().expect("signed").hash);
-        record
+        records.iter_mut().for_each(Record::sent);
+        // Informative (recovery treats signed and sent alike): no flush to wait for.
+        let refs: Vec<&Record> = records.iter().collect();
+        if let Err(e) = self.store.ledger.save(&refs, false).await {
+            tracing::error!(lane = %self.lane.id, settlements = records.len(), error = %e, "could not store sent states");
+        }
+        for record in records {
+            self.out
+                .waiters
+                .sent(&record.key(), record.latest().expect("signed").hash);
+            let nonce = record.state.nonce().expect("just signed");
+            self.nonces.slots.insert(nonce, Slot::settlement(record));
+        }
     }
 
     /// The signer cannot pay for gas: the settlement moves to another signer's lane when one
