@@ -268,7 +268,7 @@ impl Facilitator {
             };
             return Ok(Err(Invalid::new(Reason::Payload, message).into()));
         }
-        let verified = match svm.verify(&payment).await? {
+        let verified = match svm.verify(&self.ledger, &payment).await? {
             Ok(verified) => verified,
             Err(failure) => return Ok(Err(Refused::Svm(failure))),
         };
