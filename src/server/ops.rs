@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 
 use super::wire_errors::{json_response, text_response};
 use super::{App, Services};
-use crate::chain::{self, Answering, Chain};
+use crate::chain::{self, Answering, Chain, ChainClient};
 use crate::facilitator::readiness::{FeePayerFunds, Funding, SignerFunds};
 use crate::facilitator::Facilitator;
 use crate::guard::Guard;
@@ -409,9 +409,21 @@ pub async fn metrics(app: &App) -> HttpResponse {
 impl Metrics {
     /// A chain's upstream counts and head, as the chain saw them.
     fn record_chain(&self, chain: &Chain) {
-        for stats in chain.client.stats() {
+        self.record_upstreams(&chain.name, &chain.client);
+        if let Some(head) = chain.head.current() {
+            self.chain_head
+                .get_or_create(&ChainLabel {
+                    chain: chain.name.clone(),
+                })
+                .set(head.number as i64);
+        }
+    }
+
+    /// The requests and errors of a chain's upstreams (an EVM chain's or a Solana cluster's).
+    fn record_upstreams(&self, chain: &str, client: &ChainClient) {
+        for stats in client.stats() {
             let labels = UpstreamLabels {
-                chain: chain.name.clone(),
+                chain: chain.to_string(),
                 upstream: stats.upstream,
             };
             self.upstream_requests
@@ -423,17 +435,14 @@ impl Metrics {
                 .inner()
                 .store(stats.errors, Ordering::Relaxed);
         }
-        if let Some(head) = chain.head.current() {
-            self.chain_head
-                .get_or_create(&ChainLabel {
-                    chain: chain.name.clone(),
-                })
-                .set(head.number as i64);
-        }
     }
 
-    /// The facilitator's counts, and its signers' funds as their chains answer now.
+    /// The facilitator's counts, its Solana clusters' upstreams, and its signers' and fee
+    /// payers' funds as their chains answer now.
     async fn record_facilitator(&self, facilitator: &Facilitator) {
+        for cluster in facilitator.solana_chains() {
+            self.record_upstreams(&cluster.name, cluster.client());
+        }
         self.pending_settlements
             .set(facilitator.pending_settlements() as i64);
         self.lost_settlements

@@ -1,7 +1,7 @@
 // Operating a Solana facilitator (svm.md §4, access.md §5): /ready answers not ready while a fee
 // payer's lamports cannot pay for one settlement, naming its public key (never its key file), and
-// ready once funded; /metrics shows each fee payer's lamports and counts settlements by network
-// family; an API key scoped to a Solana payee (base58) verifies and settles to it and to no other.
+// ready once funded; /metrics shows each fee payer's lamports, counts settlements by network
+// family and the cluster's upstream requests; an API key scoped to a Solana payee (base58) verifies and settles to it and to no other.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
@@ -151,8 +151,12 @@ it('a key scoped to a Solana payee verifies and settles to it, and to no other p
   assert.equal(array.body[1].success, true, array.text);
 });
 
-it('/metrics counts Solana settlements under family="svm"', async () => {
+it('/metrics counts Solana settlements under family="svm", and the cluster\'s upstream requests by <chain>#<index>', async () => {
   const { text } = await request('/metrics');
   assert.equal(sample(text, 'routerd_settlements_total', { family: 'svm', outcome: 'success' }), 2, text);
   assert.equal(sample(text, 'routerd_settlements_total', { family: 'evm', outcome: 'success' }), undefined, text);
+  const upstream = { chain: 'solana-devnet', upstream: 'solana-devnet#0' };
+  assert.ok(sample(text, 'routerd_upstream_requests_total', upstream) > 0, text);
+  assert.equal(sample(text, 'routerd_upstream_errors_total', upstream), 0, text);
+  assert.ok(!text.includes(node.url), 'no RPC URL in /metrics');
 });
