@@ -1,7 +1,7 @@
 //! API keys (access.md §5): bearer tokens known only by their SHA-256, each with the payTo
 //! addresses it may verify and settle for (EVM addresses and Solana public keys) and a token
-//! bucket. Read at start (a bad file stops
-//! the start) and again on SIGHUP (a bad file then keeps the keys in use).
+//! bucket. Read at start (a bad file stops the start) and again on SIGHUP (a bad file then keeps
+//! the keys in use).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::num::NonZeroU32;
@@ -359,8 +359,8 @@ mod tests {
         assert!(key.may_pay(Some(Payee::Svm(ours))));
         assert!(!key.may_pay(Some(Payee::Svm(other))));
         assert!(key.may_pay(Payee::parse(evm)));
-        // The same 32 bytes are no EVM payee, nor 20 of them a Solana one.
         assert_eq!(Payee::parse(&ours.to_string()), Some(Payee::Svm(ours)));
+        // Discovery listings are of EVM payments: the key is shown those of its EVM payee.
         assert!(matches!(key.viewer(), Viewer::PayTo(evm) if evm.len() == 1));
         for bad in ["0x12", "not-a-key", "1111", "0OIl"] {
             let body = format!(
