@@ -12,9 +12,7 @@ import { parseArgs } from 'node:util';
 import { createKeyPairSignerFromBytes } from '@solana/kit';
 import { createPaymentHeader } from 'x402/client';
 import { ExactSvmScheme as ExactSvmClient } from '@x402/svm/exact/client';
-import { DEVNET_USDC_MINT } from '../../svm-node/chain.mjs';
-
-export const SOLANA_DEVNET_CAIP2 = 'solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1';
+import { DEVNET_USDC_MINT, SOLANA_DEVNET_CAIP2 } from './svm.mjs';
 const RESOURCE = 'http://shop.test/report';
 
 /** v1's requirements (x402@1.2.0's shape) for `amount` of `mint` to `payTo`. */
