@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // routerd benchmark: facilitator verify/settle and router latency, throughput, memory and upstream
-// requests, against local anvil chains and the release binary. Run it through scripts/bench, which
+// requests, against local anvil chains, the Solana test node and the release binary. Run it through scripts/bench, which
 // builds the binary and installs the npm packages. See bench/README.md for how to read the table.
 //
 //   ROUTERD_BIN=.../release/routerd node bench/run.mjs [--json PATH] [--quick] [--heads ws|poll]
@@ -21,6 +21,7 @@ import { anvilAccount, anvilKey, freshAccount } from '../tests/e2e/lib/accounts.
 import { usdcAbi } from '../tests/e2e/lib/deploy-usdc.mjs';
 import { freePort, makeTempDir, sleep, trackChild, waitFor } from '../tests/e2e/lib/util.mjs';
 import { nowMs, percentile, summarize, load, postJson, procMemory, metricSum } from './lib.mjs';
+import { benchSvm as svmPhase } from './svm.mjs';
 
 const { values: opts } = parseArgs({
   options: {
@@ -57,9 +58,18 @@ const BOUNDS = {
   // A stranger's no-key flood of failing verifies while a merchant settles one payment at a time.
   flood: { concurrency: 64, honest: n(20), maxMs: 60_000 },
   startupRuns: 3,
+  // Solana: verifies against the test node (one process running the SVM), settles at 400 ms slots.
+  svm: {
+    upstreamVerifies: n(100),
+    warmup: n(50),
+    serial: { total: n(300), maxMs: 10_000 },
+    concurrent: { concurrency: 64, total: n(2000), maxMs: 20_000 },
+    settleSerial: n(20),
+    settleConcurrent: { concurrency: 64, total: n(200) },
+  },
 };
 
-const results = { machine: {}, verify: {}, settle: {}, flood: {}, memory: {}, router: {}, startup: {}, ratios: {} };
+const results = { machine: {}, verify: {}, settle: {}, flood: {}, memory: {}, router: {}, startup: {}, svm: {}, ratios: {} };
 const log = (msg) => console.error(`bench: ${msg}`);
 
 // ---------------------------------------------------------------------------------------------
@@ -758,6 +768,11 @@ function table() {
   lat('d the three batches at once, straight, conc 1', r.upstreamTogether, { rps: false });
   lat('d a send through routerd, conc 1', r.sends.through, { rps: false });
   lat('d   the same send straight to the node, conc 1', r.sends.straight, { rps: false });
+  const sv = results.svm;
+  lat('g Solana verify, concurrency 1', sv.c1);
+  lat('g Solana verify, concurrency 64', sv.c64);
+  lat(`g Solana settle, ${sv.settleSerial.n} sequential (slot ${sv.slotMs} ms)`, sv.settleSerial, { rps: false });
+  lat(`g Solana settle, ${sv.settleConcurrent.n} distinct at concurrency 64`, sv.settleConcurrent);
   out.push('');
   out.push(pad('memory (MiB)', 44) + lpad('idle RSS', 10) + lpad('peak (VmHWM)', 14) + lpad('RSS after', 11));
   const memRow = (name, x, after) => out.push(pad(name, 44) + lpad(f(x.idle.rssMiB, 1), 10) + lpad(f(x[after].hwmMiB, 1), 14) + lpad(f(x[after].rssMiB, 1), 11));
@@ -783,6 +798,9 @@ function table() {
   }
   out.push(`flood: ${fl.flood.answered} failing verifies answered at ${f(fl.flood.rps, 0)}/s over ${f(fl.flood.seconds, 1)} s `
     + `(${fl.flood.busy} told 503 busy, ${fl.flood.failed} unanswered) while the settles above ran; routerd peak RSS ${f(fl.memory.hwmMiB, 1)} MiB`);
+  out.push(`svm: upstream requests per verify ${f(sv.upstream.requestsPerVerify, 3)}, JSON-RPC calls per verify ${f(sv.upstream.callsPerVerify, 3)} `
+    + `(one at a time through a counting proxy: ${sv.upstream.during.requests} requests, ${sv.upstream.during.calls} calls for ${sv.upstream.verifies} verifies; `
+    + `methods ${sv.upstream.methods.join(', ')})`);
   out.push(`settle: ${sl.confirmed} of ${sl.n} confirmed on chain in ${sl.blocksUsed} blocks; ${f(sl.rps, 1)} settles/s over ${f(sl.wallMs / 1000, 2)} s; `
     + `capacity ${sl.capacityPerSecond}/s (gas limit ${sl.gasLimit} / median ${sl.medianGas} gas per settlement, 1 s blocks)`);
   const mid = sl.perBlockMiddle ?? [];
@@ -814,15 +832,26 @@ function table() {
   ratio('settle p50 under a /verify flood / block time (1 s)', ratios.floodSettleOverBlock);
   ratio('net upstream requests per routed call / chains', ratios.upstreamPerChain);
   ratio('start-up p50 with finished records / empty store', ratios.startupGrowth);
+  ratio(`Solana settle sequential p50 / slot time (${sv.slotMs} ms)`, ratios.svmSettleOverSlot);
+  ratio('Solana verify req/s at 64 / at 1', ratios.svmVerifyScaling);
   const unconfirmed = sl.n - sl.failed - sl.confirmed;
-  const failures = [v.c1, v.c64, v.anvil1, v.anvil64, ...(v.floor ? [v.floor.c64, v.floor.held] : []), s.serial, sl, fl.settle, r.sends.through, r.serial, r.concurrent, ...Object.values(r.upstream)]
+  const failures = [v.c1, v.c64, v.anvil1, v.anvil64, ...(v.floor ? [v.floor.c64, v.floor.held] : []), s.serial, sl, fl.settle, r.sends.through, r.serial, r.concurrent, ...Object.values(r.upstream),
+    sv.upstream, sv.c1, sv.c64, sv.settleSerial, sv.settleConcurrent]
     .reduce((sum, x) => sum + (x.failed ?? 0), unconfirmed);
   out.push('');
   out.push(`failures: ${failures}`);
-  for (const e of [v.c1.firstError, v.c64.firstError, s.firstError, fl.firstError, r.serial.firstError, r.concurrent.firstError]) {
+  for (const e of [v.c1.firstError, v.c64.firstError, s.firstError, fl.firstError, r.serial.firstError, r.concurrent.firstError,
+    sv.upstream.firstError, sv.c64.firstError, sv.settleSerial.firstError, sv.settleConcurrent.firstError]) {
     if (e) out.push(`  first error: ${e}`);
   }
   return { text: out.join('\n'), failures };
+}
+
+// ---------------------------------------------------------------------------------------------
+// g: Solana (bench/svm.mjs)
+
+async function benchSvm() {
+  results.svm = await svmPhase(BOUNDS.svm, log);
 }
 
 async function main() {
@@ -832,7 +861,7 @@ async function main() {
   const started = nowMs();
   if (opts.only) {
     // One phase, for working on it: prints its raw figures, not the table.
-    const phases = { verify: benchVerify, settle: benchSettle, flood: benchFlood, router: benchRouter, startup: benchStartup };
+    const phases = { verify: benchVerify, settle: benchSettle, flood: benchFlood, router: benchRouter, startup: benchStartup, svm: benchSvm };
     await phases[opts.only]();
     console.log(JSON.stringify({ [opts.only]: results[opts.only], memory: results.memory }, null, 2));
     return;
@@ -842,6 +871,7 @@ async function main() {
   await benchFlood();
   await benchRouter();
   await benchStartup();
+  await benchSvm();
   const { verify: v, settle: s, router: r, startup: st } = results;
   results.ratios = {
     verifyOverAnvil: v.c1.p50 / v.anvil1.p50,
@@ -858,6 +888,8 @@ async function main() {
     floodSettleOverBlock: results.flood.settle.p50 / 1000,
     upstreamPerChain: r.upstreamRequests.netPerCall / ROUTER_CHAINS.length,
     startupGrowth: st.seeded.p50 / st.empty.p50,
+    svmSettleOverSlot: results.svm.settleSerialOverSlot,
+    svmVerifyScaling: results.svm.c64.rps / results.svm.c1.rps,
   };
   results.totalSeconds = (nowMs() - started) / 1000;
   const { text, failures } = table();

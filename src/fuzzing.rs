@@ -255,7 +255,7 @@ pub fn api_keys(data: &[u8]) {
     }
     if let Ok(key) = keys.caller(&headers) {
         let pay_to = String::from_utf8_lossy(header);
-        let _ = key.may_pay(crate::evm::parse_address(pay_to.trim()));
+        let _ = key.may_pay(crate::server::Payee::parse(pay_to.trim()));
         let _ = key.admit(header.len() as u32);
     }
 }

@@ -184,6 +184,28 @@ impl SolanaChain {
         })
     }
 
+    /// The lamports each of `accounts` holds at the commitment, in one batch (`getBalance` each).
+    pub async fn balances(&self, accounts: &[Pubkey]) -> Result<Vec<u64>, SolanaError> {
+        const METHOD: &str = "getBalance";
+        let config = json!({"commitment": self.commitment()});
+        let calls: Vec<Call> = accounts
+            .iter()
+            .map(|a| Call::new(METHOD, vec![json!(a.to_string()), config.clone()]))
+            .collect();
+        let answers = self.client.batch(Traffic::Own, &calls).await?;
+        answers
+            .into_iter()
+            .map(|answer| {
+                context_value(METHOD, answer)?
+                    .as_u64()
+                    .ok_or(SolanaError::Malformed {
+                        method: METHOD,
+                        what: "not a number of lamports",
+                    })
+            })
+            .collect()
+    }
+
     /// `lastValidBlockHeight` of the cluster's latest blockhash at the commitment: no older
     /// blockhash (a payer's) stays valid longer.
     pub async fn last_valid_block_height(&self) -> Result<u64, SolanaError> {

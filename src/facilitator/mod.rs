@@ -168,6 +168,12 @@ impl Facilitator {
         Ok(resumed + svm.resume(&self.ledger, &self.cooldown, records))
     }
 
+    /// The Solana clusters served (their upstream counts go to `/metrics`).
+    pub fn solana_chains(&self) -> impl Iterator<Item = &crate::chain::svm::SolanaChain> {
+        let networks = self.svm.iter().flat_map(|svm| svm.networks());
+        networks.map(|n| &*n.chain)
+    }
+
     /// Refuses Solana nodes of another cluster (`getGenesisHash`); call before serving.
     pub async fn check_solana_genesis(&self) -> Result<(), String> {
         match &self.svm {
@@ -268,7 +274,7 @@ impl Facilitator {
             };
             return Ok(Err(Invalid::new(Reason::Payload, message).into()));
         }
-        let verified = match svm.verify(&payment).await? {
+        let verified = match svm.verify(&self.ledger, &payment).await? {
             Ok(verified) => verified,
             Err(failure) => return Ok(Err(Refused::Svm(failure))),
         };

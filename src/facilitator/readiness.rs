@@ -1,10 +1,11 @@
 //! What the facilitator reports of itself to `/ready` and `/metrics`: each signer's funds and
-//! pending nonce, and the signer lanes whose last step panicked.
+//! pending nonce, each Solana fee payer's lamports, and the signer lanes whose last step panicked.
 //!
 //! Invariants: whether a signer can pay is judged here, against [`SETTLEMENT_GAS`] at the
-//! chain's current price, the same gas a lane is chosen by; each network is asked once, in one
-//! batch, bounded by [`PROBE_TIMEOUT`]; signers come network by network in name order, each
-//! network's in configuration order.
+//! chain's current price, the same gas a lane is chosen by; whether a fee payer can, against the
+//! most one Solana settlement costs it ([`svm::max_settlement_fee`]) and the rent-exempt minimum
+//! it must keep. Each network is asked once, in one batch, bounded by [`PROBE_TIMEOUT`]; signers
+//! and fee payers come network by network in name order, each network's in configuration order.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,11 +15,13 @@ use ethers_core::types::{Address, U256};
 use serde_json::json;
 
 use super::settlement::lane::SETTLEMENT_GAS;
+use super::svm::SvmNetwork;
 use super::{Facilitator, Lane};
 use crate::chain::Traffic;
 use crate::chain::{Batch, Call, Chain, Slot};
 use crate::evm;
 use crate::guard::Guard;
+use crate::svm::{self, Pubkey};
 
 /// How long the probe of one network's signers may take.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -28,6 +31,7 @@ pub struct Readiness<'a> {
     /// Lanes whose worker's last step panicked.
     pub lanes_down: Vec<&'a Guard>,
     pub signers: Vec<SignerFunds>,
+    pub fee_payers: Vec<FeePayerFunds>,
 }
 
 /// One signer on one network, as its chain answered (`None`: no answer in time).
@@ -42,28 +46,49 @@ pub struct SignerFunds {
     pub needed: U256,
 }
 
-/// Whether a signer can pay for one settlement.
+/// One Solana fee payer on one network, as its cluster answered (`None`: no answer in time).
+#[derive(Debug, Clone)]
+pub struct FeePayerFunds {
+    /// The v1 name of the network.
+    pub network: &'static str,
+    pub fee_payer: Pubkey,
+    /// Lamports.
+    pub balance: Option<u64>,
+    /// The most one settlement costs, and the rent-exempt minimum the fee payer keeps.
+    pub needed: u64,
+}
+
+/// Whether a signer (wei) or a fee payer (lamports) can pay for one settlement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Funding {
+pub enum Funding<A = U256> {
     Enough,
     Short {
-        balance: U256,
-        needed: U256,
+        balance: A,
+        needed: A,
     },
     /// The chain did not answer.
     Unknown,
 }
 
-impl SignerFunds {
-    pub fn funding(&self) -> Funding {
-        match self.balance {
-            Some(balance) if balance >= self.needed => Funding::Enough,
-            Some(balance) => Funding::Short {
-                balance,
-                needed: self.needed,
-            },
+impl<A: Ord + Copy> Funding<A> {
+    fn of(balance: Option<A>, needed: A) -> Self {
+        match balance {
+            Some(balance) if balance >= needed => Funding::Enough,
+            Some(balance) => Funding::Short { balance, needed },
             None => Funding::Unknown,
         }
+    }
+}
+
+impl SignerFunds {
+    pub fn funding(&self) -> Funding {
+        Funding::of(self.balance, self.needed)
+    }
+}
+
+impl FeePayerFunds {
+    pub fn funding(&self) -> Funding<u64> {
+        Funding::of(self.balance, self.needed)
     }
 }
 
@@ -73,6 +98,7 @@ impl Facilitator {
         Readiness {
             lanes_down: self.lanes_down().collect(),
             signers: self.signer_funds().await,
+            fee_payers: self.fee_payer_funds().await,
         }
     }
 
@@ -95,6 +121,40 @@ impl Facilitator {
         }
         funds
     }
+
+    /// The lamports of every Solana fee payer, one batch per network.
+    pub async fn fee_payer_funds(&self) -> Vec<FeePayerFunds> {
+        let Some(svm) = &self.svm else {
+            return Vec::new();
+        };
+        let mut networks: Vec<&SvmNetwork> = svm.networks().iter().collect();
+        networks.sort_by_key(|n| n.name);
+        let mut funds = Vec::new();
+        for network in networks {
+            funds.extend(network_fee_payers(network, svm.fee_payers()).await);
+        }
+        funds
+    }
+}
+
+/// The lamports of `fee_payers` on `network`, in one batch bounded by [`PROBE_TIMEOUT`].
+async fn network_fee_payers(network: &SvmNetwork, fee_payers: &[Pubkey]) -> Vec<FeePayerFunds> {
+    let balances = tokio::time::timeout(PROBE_TIMEOUT, network.chain.balances(fee_payers))
+        .await
+        .ok()
+        .and_then(Result::ok);
+    let needed = svm::max_settlement_fee(network.chain.settings.max_compute_units)
+        + svm::exact::RENT_EXEMPT_MINIMUM;
+    fee_payers
+        .iter()
+        .enumerate()
+        .map(|(i, fee_payer)| FeePayerFunds {
+            network: network.name,
+            fee_payer: *fee_payer,
+            balance: balances.as_ref().and_then(|b| b.get(i).copied()),
+            needed,
+        })
+        .collect()
 }
 
 /// The signers of `lanes`, all on `chain`: balance and pending nonce of each, in one batch
@@ -137,4 +197,28 @@ async fn network_funds(chain: &Arc<Chain>, lanes: &[&Arc<Lane>]) -> Vec<SignerFu
             needed: price.saturating_mul(SETTLEMENT_GAS.into()),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fee_payer_is_judged_against_what_one_settlement_needs() {
+        let funds = |balance| FeePayerFunds {
+            network: "solana-devnet",
+            fee_payer: Pubkey::new_unique(),
+            balance,
+            needed: 100,
+        };
+        assert_eq!(funds(Some(100)).funding(), Funding::Enough);
+        assert_eq!(
+            funds(Some(99)).funding(),
+            Funding::Short {
+                balance: 99,
+                needed: 100
+            }
+        );
+        assert_eq!(funds(None).funding(), Funding::Unknown);
+    }
 }

@@ -1,10 +1,12 @@
 //! API keys (access.md §5): bearer tokens known only by their SHA-256, each with the payTo
-//! addresses it may verify and settle for and a token bucket. Read at start (a bad file stops
-//! the start) and again on SIGHUP (a bad file then keeps the keys in use).
+//! addresses it may verify and settle for (EVM addresses and Solana public keys) and a token
+//! bucket. Read at start (a bad file stops the start) and again on SIGHUP (a bad file then keeps
+//! the keys in use).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 use std::sync::{Arc, RwLock};
 
 use ethers_core::types::Address;
@@ -18,6 +20,7 @@ use super::client::ClientId;
 use super::wire_errors::WireError;
 use crate::evm::parse_address;
 use crate::facilitator::discovery::query::Viewer;
+use crate::svm::Pubkey;
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeysError {
@@ -62,11 +65,29 @@ enum Listings {
     Private,
 }
 
+/// A payTo a key may be scoped to, in its family's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Payee {
+    Evm(Address),
+    Svm(Pubkey),
+}
+
+impl Payee {
+    /// `0x` and 40 hex digits, or a Solana public key in base58 (whose alphabet has no `0`,
+    /// so the two never overlap).
+    pub fn parse(text: &str) -> Option<Self> {
+        if text.starts_with("0x") || text.starts_with("0X") {
+            return parse_address(text).map(Payee::Evm);
+        }
+        Pubkey::from_str(text).ok().map(Payee::Svm)
+    }
+}
+
 /// One caller.
 pub struct Key {
     pub name: String,
     /// `None`: any payTo.
-    pay_to: Option<HashSet<Address>>,
+    pay_to: Option<HashSet<Payee>>,
     limiter: Option<DefaultDirectRateLimiter>,
     /// Its settlements' discovery listings are kept to keys that may settle for their payTo.
     private_listings: bool,
@@ -74,7 +95,7 @@ pub struct Key {
 
 impl Key {
     /// Whether this key may verify and settle payments to `pay_to`.
-    pub fn may_pay(&self, pay_to: Option<Address>) -> bool {
+    pub fn may_pay(&self, pay_to: Option<Payee>) -> bool {
         match (&self.pay_to, pay_to) {
             (None, _) => true,
             (Some(allowed), Some(to)) => allowed.contains(&to),
@@ -88,11 +109,15 @@ impl Key {
     }
 
     /// What this key is shown of private discovery listings: those whose payTo it may settle
-    /// for.
+    /// for (listings are of EVM payments only).
     pub fn viewer(&self) -> Viewer {
+        let evm = |payee: &Payee| match payee {
+            Payee::Evm(address) => Some(*address),
+            Payee::Svm(_) => None,
+        };
         match &self.pay_to {
             None => Viewer::Everything,
-            Some(pay_to) => Viewer::PayTo(pay_to.clone()),
+            Some(pay_to) => Viewer::PayTo(pay_to.iter().filter_map(evm).collect()),
         }
     }
 
@@ -243,7 +268,9 @@ fn key_of(name: &str, entry: KeyEntry) -> Result<([u8; 32], Key), KeysError> {
         .map(|list| {
             list.iter()
                 .map(|a| {
-                    parse_address(a).ok_or_else(|| bad("pay_to: an entry is not a 0x address"))
+                    Payee::parse(a).ok_or_else(|| {
+                        bad("pay_to: an entry is neither a 0x address nor a base58 Solana public key")
+                    })
                 })
                 .collect::<Result<HashSet<_>, _>>()
         })
@@ -312,12 +339,37 @@ mod tests {
         assert_eq!(refused(bearer("other")), Some(401));
         let key = keys.caller(&bearer("token-a")).unwrap();
         assert_eq!(key.name, "shop-a");
-        let payee = parse_address("0x90f79bf6eb2c4f870365e785982e1f101e93b906");
-        assert!(key.may_pay(payee));
-        assert!(!key.may_pay(parse_address("0x0000000000000000000000000000000000000001")));
+        assert!(key.may_pay(Payee::parse("0x90f79bf6eb2c4f870365e785982e1f101e93b906")));
+        assert!(!key.may_pay(Payee::parse("0x0000000000000000000000000000000000000001")));
         assert!(key.admit(0).is_ok() && key.admit(1).is_ok() && key.admit(1).is_ok());
         let over = key.admit(1).unwrap_err();
         assert_eq!((over.code, over.retry_after_secs), (429, Some(1)));
+    }
+
+    #[test]
+    fn a_scope_holds_solana_payees_by_their_public_key() {
+        let (ours, other) = (Pubkey::new_unique(), Pubkey::new_unique());
+        let evm = "0x90F79bf6EB2c4f870365E785982E1f101E93b906";
+        let body = format!(
+            "[keys.shop]\nsha256 = \"{}\"\npay_to = [\"{ours}\", \"{evm}\"]\n",
+            sha("token-s")
+        );
+        let keys = Keys::load(&file("svm.toml", &body)).unwrap();
+        let key = keys.caller(&bearer("token-s")).unwrap();
+        assert!(key.may_pay(Some(Payee::Svm(ours))));
+        assert!(!key.may_pay(Some(Payee::Svm(other))));
+        assert!(key.may_pay(Payee::parse(evm)));
+        assert_eq!(Payee::parse(&ours.to_string()), Some(Payee::Svm(ours)));
+        // Discovery listings are of EVM payments: the key is shown those of its EVM payee.
+        assert!(matches!(key.viewer(), Viewer::PayTo(evm) if evm.len() == 1));
+        for bad in ["0x12", "not-a-key", "1111", "0OIl"] {
+            let body = format!(
+                "[keys.x]\nsha256 = \"{}\"\npay_to = [\"{bad}\"]\n",
+                sha("t")
+            );
+            let error = Keys::load(&file("bad-payee.toml", &body)).err().unwrap();
+            assert!(error.to_string().contains("keys.x.pay_to"), "{error}");
+        }
     }
 
     #[test]

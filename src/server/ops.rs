@@ -10,7 +10,7 @@ use std::time::Duration;
 use ethers_core::types::U256;
 use http::StatusCode;
 use jsonrpsee::server::HttpResponse;
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -20,8 +20,8 @@ use serde_json::{json, Value};
 
 use super::wire_errors::{json_response, text_response};
 use super::{App, Services};
-use crate::chain::{self, Answering, Chain};
-use crate::facilitator::readiness::{Funding, SignerFunds};
+use crate::chain::{self, Answering, Chain, ChainClient};
+use crate::facilitator::readiness::{FeePayerFunds, Funding, SignerFunds};
 use crate::facilitator::Facilitator;
 use crate::guard::Guard;
 use crate::router::served::served;
@@ -40,8 +40,31 @@ struct RouteLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OutcomeLabel {
+struct SettlementLabels {
+    family: NetworkFamily,
     outcome: &'static str,
+}
+
+/// The chain family of a payment's network: settlements are counted per family.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum NetworkFamily {
+    Evm,
+    Svm,
+}
+
+impl NetworkFamily {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NetworkFamily::Evm => "evm",
+            NetworkFamily::Svm => "svm",
+        }
+    }
+}
+
+impl EncodeLabelValue for NetworkFamily {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        std::fmt::Write::write_str(encoder, self.as_str())
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -74,7 +97,7 @@ pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     latency: Family<RouteLabel, Histogram>,
-    settlements: Family<OutcomeLabel, Counter>,
+    settlements: Family<SettlementLabels, Counter>,
     decisions: Family<ChainLabel, Counter>,
     wallet_calls: Family<WalletCallLabels, Counter>,
     upstream_requests: Family<UpstreamLabels, Counter>,
@@ -84,6 +107,7 @@ pub struct Metrics {
     revert_cooldowns: Counter,
     signer_balance: Family<SignerLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     signer_nonce: Family<SignerLabels, Gauge>,
+    fee_payer_balance: Family<SignerLabels, Gauge>,
     chain_head: Family<ChainLabel, Gauge>,
 }
 
@@ -105,6 +129,7 @@ impl Metrics {
             revert_cooldowns: Counter::default(),
             signer_balance: Family::default(),
             signer_nonce: Family::default(),
+            fee_payer_balance: Family::default(),
             chain_head: Family::default(),
         };
         metrics.register_answers();
@@ -128,7 +153,7 @@ impl Metrics {
         );
         r.register(
             "settlements",
-            "Settle answers by outcome",
+            "Settle answers by network family (evm, svm) and outcome",
             self.settlements.clone(),
         );
         r.register(
@@ -189,6 +214,11 @@ impl Metrics {
             self.signer_nonce.clone(),
         );
         r.register(
+            "fee_payer_balance_lamports",
+            "Lamports of each Solana fee payer",
+            self.fee_payer_balance.clone(),
+        );
+        r.register(
             "chain_head_block",
             "Latest block seen per chain",
             self.chain_head.clone(),
@@ -205,9 +235,9 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
-    pub fn observe_settlement(&self, outcome: &'static str) {
+    pub fn observe_settlement(&self, family: NetworkFamily, outcome: &'static str) {
         self.settlements
-            .get_or_create(&OutcomeLabel { outcome })
+            .get_or_create(&SettlementLabels { family, outcome })
             .inc();
     }
 
@@ -289,6 +319,8 @@ pub async fn ready(services: &Services) -> HttpResponse {
     problems.extend(watchers.chain(lanes).map(guard_problem));
     let signers = facilitator.iter().flat_map(|f| &f.signers);
     problems.extend(signers.filter_map(funding_problem));
+    let fee_payers = facilitator.iter().flat_map(|f| &f.fee_payers);
+    problems.extend(fee_payers.filter_map(fee_payer_problem));
     // Not a readiness condition: batch mode is slower, not wrong. Shown so operators see it.
     let read_modes: serde_json::Map<String, Value> = chains
         .iter()
@@ -334,6 +366,21 @@ fn funding_problem(signer: &SignerFunds) -> Option<Value> {
     }
 }
 
+/// A Solana fee payer is named by its public key, as `/supported` names it.
+fn fee_payer_problem(funds: &FeePayerFunds) -> Option<Value> {
+    let (signer, network) = (funds.fee_payer.to_string(), funds.network);
+    match funds.funding() {
+        Funding::Enough => None,
+        Funding::Short { balance, needed } => Some(json!({
+            "signer": signer, "network": network,
+            "problem": format!("balance {balance} lamports is below {needed} lamports needed for one settlement and the rent-exempt minimum"),
+        })),
+        Funding::Unknown => Some(
+            json!({"signer": signer, "network": network, "problem": "balance unknown: cluster unreachable"}),
+        ),
+    }
+}
+
 /// The background loops whose last step panicked (see `guard`): head watchers, then lanes.
 pub fn guards_down(services: &Services) -> Vec<&Guard> {
     let watchers = services.chains.values().map(|c| &*c.head.guard);
@@ -362,9 +409,21 @@ pub async fn metrics(app: &App) -> HttpResponse {
 impl Metrics {
     /// A chain's upstream counts and head, as the chain saw them.
     fn record_chain(&self, chain: &Chain) {
-        for stats in chain.client.stats() {
+        self.record_upstreams(&chain.name, &chain.client);
+        if let Some(head) = chain.head.current() {
+            self.chain_head
+                .get_or_create(&ChainLabel {
+                    chain: chain.name.clone(),
+                })
+                .set(head.number as i64);
+        }
+    }
+
+    /// The requests and errors of a chain's upstreams (an EVM chain's or a Solana cluster's).
+    fn record_upstreams(&self, chain: &str, client: &ChainClient) {
+        for stats in client.stats() {
             let labels = UpstreamLabels {
-                chain: chain.name.clone(),
+                chain: chain.to_string(),
                 upstream: stats.upstream,
             };
             self.upstream_requests
@@ -376,17 +435,14 @@ impl Metrics {
                 .inner()
                 .store(stats.errors, Ordering::Relaxed);
         }
-        if let Some(head) = chain.head.current() {
-            self.chain_head
-                .get_or_create(&ChainLabel {
-                    chain: chain.name.clone(),
-                })
-                .set(head.number as i64);
-        }
     }
 
-    /// The facilitator's counts, and its signers' funds as their chains answer now.
+    /// The facilitator's counts, its Solana clusters' upstreams, and its signers' and fee
+    /// payers' funds as their chains answer now.
     async fn record_facilitator(&self, facilitator: &Facilitator) {
+        for cluster in facilitator.solana_chains() {
+            self.record_upstreams(&cluster.name, cluster.client());
+        }
         self.pending_settlements
             .set(facilitator.pending_settlements() as i64);
         self.lost_settlements
@@ -407,6 +463,16 @@ impl Metrics {
             }
             if let Some(nonce) = signer.nonce {
                 self.signer_nonce.get_or_create(&labels).set(nonce as i64);
+            }
+        }
+        for funds in facilitator.fee_payer_funds().await {
+            let labels = SignerLabels {
+                network: funds.network.to_string(),
+                signer: funds.fee_payer.to_string(),
+            };
+            if let Some(balance) = funds.balance {
+                let balance = i64::try_from(balance).unwrap_or(i64::MAX);
+                self.fee_payer_balance.get_or_create(&labels).set(balance);
             }
         }
     }

@@ -19,12 +19,13 @@ use jsonrpsee::core::BoxError;
 use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse};
 use tower::{Layer, Service};
 
-use super::auth::Key;
+use super::auth::{Key, Payee};
 use super::client::ClientId;
 use super::idempotency;
 use super::listen::{Caller, ClientAddr};
+use super::ops::{self, NetworkFamily};
 use super::wire_errors::{json_response, parse_body, parse_value_with, WireError};
-use super::{ops, App, Routes, Surface};
+use super::{App, Routes, Surface};
 use crate::evm;
 use crate::evm::parse_address;
 use crate::facilitator::discovery::query::{list_query, search_query, Viewer};
@@ -604,6 +605,7 @@ async fn settle_one(
     asking: &Asking,
     caller: Option<&Key>,
 ) -> Result<SettleResponse, WireError> {
+    let family = payment.family();
     let result = match &payment {
         Payment::V1(p) => facilitator.settle(p, asking).await,
         Payment::V2(p) => {
@@ -616,13 +618,18 @@ async fn settle_one(
         }
         Payment::Svm(p) => facilitator.settle_svm(p, asking).await,
     };
-    app.metrics.observe_settlement(match &result {
-        Ok(answer) if answer.success => "success",
-        Ok(answer) if answer.error_reason.as_deref() == Some(v2::SETTLEMENT_PENDING) => "pending",
-        Ok(_) => "failure",
-        Err(SettleError::Pending(_) | SettleError::PendingSignature(_)) => "pending",
-        Err(_) => "error",
-    });
+    app.metrics.observe_settlement(
+        family,
+        match &result {
+            Ok(answer) if answer.success => "success",
+            Ok(answer) if answer.error_reason.as_deref() == Some(v2::SETTLEMENT_PENDING) => {
+                "pending"
+            }
+            Ok(_) => "failure",
+            Err(SettleError::Pending(_) | SettleError::PendingSignature(_)) => "pending",
+            Err(_) => "error",
+        },
+    );
     Ok(result?)
 }
 
@@ -748,16 +755,25 @@ impl Payment {
         })
     }
 
+    fn family(&self) -> NetworkFamily {
+        match self {
+            Payment::V1(_) | Payment::V2(_) => NetworkFamily::Evm,
+            Payment::Svm(_) => NetworkFamily::Svm,
+        }
+    }
+
     /// 403 when the caller's key may not verify or settle for this payment's payTo.
     fn allowed(&self, caller: Option<&Key>) -> Result<(), WireError> {
         let Some(key) = caller else {
             return Ok(());
         };
         let pay_to = match self {
-            Payment::V1(p) => parse_address(&p.payment_requirements.pay_to),
-            Payment::V2(p) => parse_address(&p.payment_requirements.pay_to),
-            // payTo scopes name EVM addresses: a scoped key pays no Solana payee.
-            Payment::Svm(_) => None,
+            Payment::V1(p) => parse_address(&p.payment_requirements.pay_to).map(Payee::Evm),
+            Payment::V2(p) => parse_address(&p.payment_requirements.pay_to).map(Payee::Evm),
+            Payment::Svm(p) => {
+                let (_, pay_to, _) = p.terms();
+                crate::svm::Pubkey::from_str(pay_to).ok().map(Payee::Svm)
+            }
         };
         match key.may_pay(pay_to) {
             true => Ok(()),

@@ -120,6 +120,8 @@ async fn a_solana_settlement_is_claimed_once_and_read_back_whole(a: &Storage, b:
     let unfinished = b.unfinished().await.unwrap();
     let stored = unfinished.iter().find(|r| r.key() == key).unwrap();
     assert_eq!(stored.svm, claim.svm, "the signed transaction is stored");
+    // Verify reads the same exposure without claiming.
+    assert_eq!(b.exposed(&claim.account()).await.unwrap(), U256::from(1000));
     // The same source's next payment counts this one in flight (access.md §2).
     let mut next = claim.clone();
     next.nonce = H256::repeat_byte(0x5b);
@@ -136,6 +138,7 @@ async fn a_solana_settlement_is_claimed_once_and_read_back_whole(a: &Storage, b:
     assert_eq!(read.state, ended.state);
     assert_eq!(read.svm, ended.svm);
     assert!(!a.unfinished().await.unwrap().iter().any(|r| r.key() == key));
+    assert_eq!(a.exposed(&claim.account()).await.unwrap(), U256::zero());
     assert!(matches!(
         b.claim(&next_key, &next, None, &within).await.unwrap(),
         Claim::Claimed

@@ -32,7 +32,7 @@ use async_trait::async_trait;
 use ethers_core::types::{Address, H256, U256};
 
 use crate::config::{StorageBackend, StorageSettings};
-use crate::ledger::{LaneId, Pass, PaymentKey, Record, RouterNonceKey};
+use crate::ledger::{Account, LaneId, Pass, PaymentKey, Record, RouterNonceKey};
 
 /// What went wrong, in words every backend can say: callers decide on the kind, and the
 /// backend's own error rides along, boxed, for the log (never a URL or a password).
@@ -184,6 +184,9 @@ pub trait SettlementStore: Send + Sync {
         taken_by: Option<&Lease>,
         limits: &Limits,
     ) -> Result<Claim, StoreError>;
+    /// What the account's settlements in flight still expose, added up: what a claim of the
+    /// account weighs, read without claiming (verify counts it, access.md §2).
+    async fn exposed(&self, account: &Account) -> Result<U256, StoreError>;
     /// Stores state changes, all of them or none; a terminal one leaves the unfinished index for
     /// the finished one. `durable` waits until the write is on disk (answers depend on it).
     async fn save(&self, records: &[&Record], durable: bool) -> Result<(), StoreError>;

@@ -25,7 +25,7 @@ use super::{
     PayerCooldown, RouterNonceStore, Sent, SentStore, SettlementStore, StoreError,
 };
 use crate::evm::hex_bytes;
-use crate::ledger::{LaneId, Pass, PaymentKey, Record, RouterNonceKey};
+use crate::ledger::{Account, LaneId, Pass, PaymentKey, Record, RouterNonceKey};
 
 /// Connections per instance: the operator provisions instances x this on the server.
 pub const POOL_SIZE: usize = 16;
@@ -431,6 +431,25 @@ impl SettlementStore for PgStore {
             .await
             .map_err(pg)?;
         row.map(|r| decode(&id, r.get(0))).transpose()
+    }
+
+    async fn exposed(&self, account: &Account) -> Result<U256, StoreError> {
+        let account = account.storage_key();
+        let row = self
+            .client()
+            .await?
+            .query_one(
+                "SELECT coalesce(sum(exposure), 0)::text
+                 FROM settlements WHERE account = $1 AND exposure IS NOT NULL",
+                &[&account],
+            )
+            .await
+            .map_err(pg)?;
+        U256::from_dec_str(row.get(0)).map_err(|_| {
+            StoreError::unavailable(format!(
+                "PostgreSQL: exposure of {account} is not a uint256"
+            ))
+        })
     }
 
     /// One transaction under the account's advisory lock (and, for Permit2, then its owner's:

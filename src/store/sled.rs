@@ -367,6 +367,10 @@ impl SettlementStore for Store {
         Store::get_json(&self.settlements, &key.storage_key())
     }
 
+    async fn exposed(&self, account: &Account) -> Result<U256, StoreError> {
+        exposed(&self.exposure, account)
+    }
+
     /// One instance: the claimer always signs, so nothing is queued.
     async fn claim(
         &self,

@@ -13,6 +13,19 @@ use super::transaction::PaymentTransaction;
 
 /// `@x402/svm`'s cap on the compute unit price: 5 lamports per compute unit.
 pub const MAX_MICRO_LAMPORTS_PER_COMPUTE_UNIT: u64 = 5_000_000;
+/// The cluster's base fee for each signature a transaction carries.
+pub const LAMPORTS_PER_SIGNATURE: u64 = 5_000;
+/// What a system account with no data keeps to be rent-exempt. The runtime refuses a
+/// transaction whose fee would leave its fee payer below it (and above zero), so a fee payer
+/// needs it beside the fee.
+pub const RENT_EXEMPT_MINIMUM: u64 = 890_880;
+
+/// The most one settlement costs its fee payer: two signatures (the payer's and its own) and
+/// the compute limit at the price cap. Rule 5 keeps it from paying anything else.
+pub fn max_settlement_fee(max_compute_units: u32) -> u64 {
+    let priority = u64::from(max_compute_units) * MAX_MICRO_LAMPORTS_PER_COMPUTE_UNIT;
+    2 * LAMPORTS_PER_SIGNATURE + priority.div_ceil(1_000_000)
+}
 /// The compute limit, the price and the transfer come first.
 const REQUIRED_INSTRUCTIONS: usize = 3;
 
@@ -595,5 +608,13 @@ pub(crate) mod tests {
             check(&forged, &f.requirements(&[f.fee_payer.pubkey()], None)),
             Err(Refusal::SignatureInvalid)
         );
+    }
+
+    #[test]
+    fn a_settlement_costs_at_most_two_signatures_and_the_capped_priority_fee() {
+        // 400,000 compute units at 5 lamports each, and 2 x 5,000 for the signatures.
+        assert_eq!(max_settlement_fee(400_000), 2_010_000);
+        // A micro-lamport remainder still costs a whole lamport.
+        assert_eq!(max_settlement_fee(1), 10_005);
     }
 }

@@ -9,7 +9,7 @@ mod programs;
 mod transaction;
 
 pub use ata::associated_token_address;
-pub use exact::{check, Limits, Refusal, Requirements, Transfer};
+pub use exact::{check, max_settlement_fee, Limits, Refusal, Requirements, Transfer};
 pub use programs::TokenProgram;
 pub use solana_keypair::Keypair;
 pub use solana_pubkey::Pubkey;

@@ -3,7 +3,7 @@
 // sent 5 times at once buys one delivery and one transaction; a settlement still unconfirmed when
 // routerd is killed is followed again at restart and its claimant told the outcome; a pending
 // answer passes the outcome on to the identical retry; a payer's settlements under way count
-// against its source account; a transaction that fails on chain is a failure and cools its source
+// against its source account at verify and settle; a transaction that fails on chain is a failure and cools its source
 // down; a blockhash that expires before landing is
 // a failure answered with certainty; GET /settlements/{network}/{signature} tells each.
 import { test, before, after } from 'node:test';
@@ -134,12 +134,14 @@ function v1Body(v2) {
   };
 }
 
-async function settle(body, headers = {}) {
-  const res = await fetch(`${routerd.url}/settle`, {
+async function settle(body, headers = {}, path = '/settle') {
+  const res = await fetch(`${routerd.url}${path}`, {
     method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body),
   });
   return { status: res.status, body: await res.json() };
 }
+
+const verify = (body) => settle(body, {}, '/verify');
 
 /** The fee of a transaction with the payer's and the fee payer's signatures: fees only, no rent. */
 function assertFeeOnly(spent) {
@@ -236,15 +238,23 @@ it('v1: a settle still unconfirmed at the deadline answers the pending error (40
   assert.equal(told.body.network, 'solana-devnet');
 });
 
-it('settlements under way count against the source: a second payment beyond what the payer holds besides them is refused (insufficient_funds)', async () => {
+it('settlements under way count against the source: a second payment beyond what the payer holds besides them is refused (insufficient_funds) at verify and settle', async () => {
   const payer = await newPayer(15_000n);
   const first = await settleBody(payer);
   const second = await settleBody(payer);
   assert.notEqual(first.paymentPayload.payload.transaction, second.paymentPayload.payload.transaction);
   const before = await balances(payer);
+  assert.equal((await verify(second)).body.isValid, true, 'valid while nothing is under way');
   await node.pause();
   const pending = await settle(first);
   assert.equal(pending.body.errorReason, 'settlement_pending', JSON.stringify(pending.body));
+  // Verify counts it too, with the same one upstream request (the store is read beside it).
+  for (const body of [second, v1Body(second)]) {
+    const verified = await verify(body);
+    assert.deepEqual({ isValid: verified.body.isValid, invalidReason: verified.body.invalidReason },
+      { isValid: false, invalidReason: 'insufficient_funds' }, JSON.stringify(verified.body));
+    assert.match(verified.body.invalidMessage ?? '', /holds 15000, 10000 of it in settlements under way/, JSON.stringify(verified.body));
+  }
   const refused = await settle(second);
   assert.deepEqual({ success: refused.body.success, errorReason: refused.body.errorReason, transaction: refused.body.transaction },
     { success: false, errorReason: 'insufficient_funds', transaction: '' }, JSON.stringify(refused.body));

@@ -161,7 +161,7 @@ it('GET /metrics is Prometheus text with requests, latency, settlements, upstrea
   assert.ok(one(samples, 'routerd_http_request_duration_seconds_sum', { route: '/settle' }).value > 0);
 
   // Settlements by outcome.
-  assert.equal(one(samples, 'routerd_settlements_total', { outcome: 'success' }).value, 1);
+  assert.equal(one(samples, 'routerd_settlements_total', { family: 'evm', outcome: 'success' }).value, 1);
 
   // Upstream calls by chain and upstream, named by its place in rpc_urls (never its URL).
   const upstream = { chain: NETWORK, upstream: `${NETWORK}#0` };

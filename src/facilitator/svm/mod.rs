@@ -10,12 +10,17 @@ use std::collections::BTreeMap;
 use std::str::FromStr;
 use std::sync::Arc;
 
+use ethers_core::types::U256;
+
 use crate::chain::svm::{PaymentState, SolanaChain, SolanaError};
 use crate::chain::Unreachable;
 use crate::config::{solana_preset, FacilitatorSettings, SolanaChainSettings};
+use crate::facilitator::settlement::SettleError;
+use crate::store::Storage;
 use crate::svm::exact::MAX_MICRO_LAMPORTS_PER_COMPUTE_UNIT;
 use crate::svm::{self, DecodeError, Limits, PaymentTransaction, Pubkey, Refusal, Transfer};
 pub use fee_payer::{FeePayerError, FeePayers};
+use settle::exposure_account;
 pub use settle::{cooled_down, payment_key, SvmSettled};
 
 /// The x402 version that carried a payment: v1 allows one optional instruction fewer.
@@ -177,11 +182,14 @@ impl SvmExact {
         Ok(())
     }
 
-    /// svm.md §3 rules 1 to 7: the local rules, then one upstream request.
+    /// svm.md §3 rules 1 to 7: the local rules, then one upstream request, and beside it the
+    /// store's sum of the source's settlements under way (the exposure rule of access.md §2,
+    /// which settle's claim then holds atomically).
     pub async fn verify(
         &self,
+        ledger: &Storage,
         payment: &Payment,
-    ) -> Result<Result<Verified, Failure>, Unreachable> {
+    ) -> Result<Result<Verified, Failure>, SettleError> {
         let transfer = match self.check_local(payment) {
             Ok(transfer) => transfer,
             Err(failure) => return Ok(Err(failure)),
@@ -190,11 +198,14 @@ impl SvmExact {
             .network(payment.network)
             .expect("lowered onto a served network")
             .chain;
-        let state = chain
-            .payment_state(&transfer.source, &transfer.destination, &payment.wire)
-            .await
-            .map_err(|e| unreachable(chain, e))?;
-        Ok(judge(&transfer, &state).map(|balance| Verified { transfer, balance }))
+        let account = exposure_account(payment.network, &transfer);
+        let (state, exposed) = tokio::join!(
+            chain.payment_state(&transfer.source, &transfer.destination, &payment.wire),
+            ledger.exposed(&account),
+        );
+        let state = state.map_err(|e| unreachable(chain, e))?;
+        let exposed = exposed?.min(U256::from(u64::MAX)).as_u64();
+        Ok(judge(&transfer, &state, exposed).map(|balance| Verified { transfer, balance }))
     }
 
     fn check_local(&self, payment: &Payment) -> Result<Transfer, Failure> {
@@ -218,9 +229,10 @@ impl SvmExact {
     }
 }
 
-/// Rule 7 on what the cluster answered: the accounts exist, the source holds the amount, and
+/// Rule 7 on what the cluster answered and the store counts (`exposed`: the source's
+/// settlements under way): the accounts exist, the source holds the amount beside them, and
 /// the transaction runs. Answers what the source holds.
-fn judge(transfer: &Transfer, state: &PaymentState) -> Result<u64, Failure> {
+fn judge(transfer: &Transfer, state: &PaymentState, exposed: u64) -> Result<u64, Failure> {
     let Some(source) = state.source.filter(|s| s.mint == transfer.mint) else {
         return Err(Failure::SourceMissing);
     };
@@ -230,6 +242,12 @@ fn judge(transfer: &Transfer, state: &PaymentState) -> Result<u64, Failure> {
     if source.amount < transfer.amount {
         return Err(Failure::InsufficientFunds {
             balance: source.amount,
+        });
+    }
+    if exposed.saturating_add(transfer.amount) > source.amount {
+        return Err(Failure::Exposed {
+            balance: source.amount,
+            exposed,
         });
     }
     match &state.simulation_error {
@@ -284,18 +302,31 @@ mod tests {
     #[test]
     fn rule_seven_in_order() {
         let t = transfer(100);
-        assert_eq!(judge(&t, &state(&t, 100)), Ok(100));
+        assert_eq!(judge(&t, &state(&t, 100), 0), Ok(100));
         let mut s = state(&t, 99);
         assert_eq!(
-            judge(&t, &s),
+            judge(&t, &s, 0),
             Err(Failure::InsufficientFunds { balance: 99 })
         );
         s.destination = None;
-        assert_eq!(judge(&t, &s), Err(Failure::RecipientMissing));
+        assert_eq!(judge(&t, &s, 0), Err(Failure::RecipientMissing));
         s.source.as_mut().unwrap().mint = Pubkey::new_unique();
-        assert_eq!(judge(&t, &s), Err(Failure::SourceMissing));
+        assert_eq!(judge(&t, &s, 0), Err(Failure::SourceMissing));
         let mut s = state(&t, 100);
         s.simulation_error = Some("{\"InstructionError\":[2,\"Custom\"]}".into());
-        assert!(matches!(judge(&t, &s), Err(Failure::Simulation(_))));
+        assert!(matches!(judge(&t, &s, 0), Err(Failure::Simulation(_))));
+    }
+
+    #[test]
+    fn settlements_under_way_count_against_the_source() {
+        let t = transfer(100);
+        assert_eq!(judge(&t, &state(&t, 250), 150), Ok(250));
+        assert_eq!(
+            judge(&t, &state(&t, 250), 151),
+            Err(Failure::Exposed {
+                balance: 250,
+                exposed: 151
+            })
+        );
     }
 }

@@ -20,7 +20,7 @@ use crate::clock::unix_now;
 use crate::facilitator::cooldown::Cooldown;
 use crate::facilitator::protocol::svm::Refused;
 use crate::facilitator::settlement::{caller_of, key_taken, Caller, SettleError};
-use crate::ledger::{Asking, Lost, PaymentKey, Record, State, SvmSettlement};
+use crate::ledger::{Account, Asking, Lost, PaymentKey, Record, State, SvmSettlement};
 use crate::store::{Claim, Limits, Storage, StoreError};
 use crate::svm::{Pubkey, Signature, SignedTransaction, Transfer};
 
@@ -73,7 +73,7 @@ impl SvmExact {
         if let Some(record) = ledger.get(&key).await? {
             return known(ledger, cooldown, &chain, record, &key, asking, deadline).await;
         }
-        let verified = match self.verify(payment).await? {
+        let verified = match self.verify(ledger, payment).await? {
             Ok(verified) => verified,
             Err(failure) => return Ok(SvmSettled::Refused(failure.into())),
         };
@@ -179,6 +179,16 @@ impl SvmExact {
 /// first 20 bytes.
 fn account_address(account: &Pubkey) -> Address {
     Address::from_slice(&account.to_bytes()[..20])
+}
+
+/// The ledger account a payment's exposure counts against: its mint and source token account,
+/// as [`new_record`] stores them.
+pub(super) fn exposure_account(network: &str, transfer: &Transfer) -> Account {
+    Account {
+        network: network.to_string(),
+        asset: account_address(&transfer.mint),
+        payer: account_address(&transfer.source),
+    }
 }
 
 /// The revert cooldown of the payment's source token account (access.md §2).

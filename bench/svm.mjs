@@ -1,0 +1,169 @@
+// The Solana phase of bench/run.mjs: routerd's `exact` verify and settle on solana-devnet against
+// the Solana test node (tests/svm-node: LiteSVM behind Solana JSON-RPC, one Node.js process) with
+// the real cluster's 400 ms slots. Payments are built by hand (tests/e2e/lib/svm-tx.mjs: local
+// signing, no client round trips), each distinct (its compute unit limit differs), so that nothing
+// is measured twice.
+//
+// - upstream requests per verify: counted at a proxy in front of the node (HTTP requests and
+//   JSON-RPC calls), verifies one at a time, less what the proxy sees over as long idle;
+// - verifies/s at concurrency 1 and 64, routerd straight on the node;
+// - settle latency, one at a time and at concurrency 64, against the slot time.
+import { join } from 'node:path';
+import { startFilteringProxy } from '../tests/e2e/lib/bad-upstreams.mjs';
+import { startRouterd, freePort } from '../tests/e2e/lib/routerd.mjs';
+import { startSvmNode, newSolanaKeypair, writeKeypairFile, DEVNET_USDC_MINT } from '../tests/e2e/lib/svm.mjs';
+import { v2Requirements } from '../tests/e2e/lib/svm-payment.mjs';
+import { paymentInstructions, compileMessage, wireTransaction } from '../tests/e2e/lib/svm-tx.mjs';
+import { makeTempDir, sleep } from '../tests/e2e/lib/util.mjs';
+import { nowMs, summarize, load, postJson, procMemory } from './lib.mjs';
+
+/** The real cluster's slot time: settle latency is read against it. */
+export const SLOT_MS = 400;
+const AMOUNT = 1000;
+const SIGNATURE = /^[1-9A-HJ-NP-Za-km-z]{64,88}$/;
+
+/** The parties: a fee payer, `payers` payers holding USDC and no SOL, one payee. */
+async function parties(node, dir, payers) {
+  const feePayer = await newSolanaKeypair();
+  const feePayerFile = join(dir, 'fee-payer.json');
+  writeKeypairFile(feePayerFile, feePayer);
+  await node.airdrop(feePayer.address, 1_000_000_000_000);
+  await node.createMint({ decimals: 6, address: DEVNET_USDC_MINT });
+  const payee = await newSolanaKeypair();
+  await node.createTokenAccount(DEVNET_USDC_MINT, payee.address);
+  const funded = [];
+  for (let i = 0; i < payers; i += 1) {
+    const payer = await newSolanaKeypair();
+    await node.mintTo(DEVNET_USDC_MINT, payer.address, 1_000_000_000_000n);
+    funded.push(payer);
+  }
+  return { feePayer, feePayerFile, payee, payers: funded };
+}
+
+/**
+ * `count` distinct v2 bodies as JSON strings, on the node's latest blockhash (valid 150 slots:
+ * build them just before they are sent). `offset` keeps them apart from earlier ones (their
+ * compute unit limits are 20,000 + offset + i: keep offsets apart by more than a count, below
+ * the 400,000 cap).
+ */
+async function payments(node, { feePayer, payee, payers }, count, offset = 0) {
+  const { value: { blockhash } } = await node.rpc('getLatestBlockhash', []);
+  const requirements = v2Requirements({ payTo: payee.address, amount: AMOUNT, feePayer: feePayer.address });
+  const bodies = [];
+  for (let i = 0; i < count; i += 1) {
+    const payer = payers[i % payers.length];
+    const instructions = await paymentInstructions({
+      payer: payer.address, payTo: payee.address, mint: DEVNET_USDC_MINT, amount: AMOUNT, units: 20_000 + offset + i,
+    });
+    const transaction = wireTransaction(compileMessage({ feePayer: feePayer.address, instructions, blockhash }), [payer]);
+    bodies.push(JSON.stringify({
+      x402Version: 2, paymentRequirements: requirements,
+      paymentPayload: { x402Version: 2, accepted: requirements, resource: { url: 'http://shop.test/report' }, payload: { transaction } },
+    }));
+  }
+  return bodies;
+}
+
+function config({ port, dir, rpcUrl, feePayerFile }) {
+  return `[server]\nlisten = "127.0.0.1:${port}"\n[storage]\npath = "${join(dir, `store-${port}`)}"\n`
+    + `[chains.solana-devnet]\nrpc_urls = ["${rpcUrl}"]\n`
+    + `[facilitator]\nnetworks = ["solana-devnet"]\nx402_versions = [1, 2]\nallow_http_resource = true\n`
+    + `svm_fee_payer_key_file = "${feePayerFile}"\n`;
+}
+
+/** Upstream HTTP requests and JSON-RPC calls per verify, verifies one at a time through a counting proxy. */
+async function upstreamPerVerify(node, tmp, people, count, log) {
+  const proxy = await startFilteringProxy({ target: node.url });
+  const routerd = await startRouterd({
+    configToml: config({ port: await freePort(), dir: tmp.dir, rpcUrl: proxy.url, feePayerFile: people.feePayerFile }), dir: tmp.dir,
+  });
+  try {
+    const bodies = await payments(node, people, count, 0);
+    log(`svm: ${count} verifies, one at a time, through the counting proxy`);
+    const calls = (from) => proxy.state.requests.slice(from).reduce((n, methods) => n + methods.length, 0);
+    let mark = proxy.state.requests.length;
+    let t0 = nowMs();
+    const run = await load({
+      concurrency: 1, total: count, maxMs: 30_000,
+      call: async (i) => (await postJson(`${routerd.url}/verify`, bodies[i])).body?.isValid === true,
+    });
+    const ms = nowMs() - t0;
+    const during = { requests: proxy.state.requests.length - mark, calls: calls(mark) };
+    mark = proxy.state.requests.length;
+    t0 = nowMs();
+    await sleep(ms);
+    const scale = ms / (nowMs() - t0);
+    const idle = { requests: (proxy.state.requests.length - mark) * scale, calls: calls(mark) * scale };
+    const verifies = run.latencies.length;
+    return {
+      verifies, failed: run.failed, firstError: run.firstError, during, idle,
+      requestsPerVerify: (during.requests - idle.requests) / verifies,
+      callsPerVerify: (during.calls - idle.calls) / verifies,
+      methods: [...new Set(proxy.state.requests.flat())].sort(),
+    };
+  } finally {
+    await routerd.stop();
+    await proxy.close();
+  }
+}
+
+/** Settles `bodies` at `concurrency`; the latencies of those answered success with a signature. */
+async function settleRun(url, bodies, concurrency) {
+  let firstError;
+  const run = await load({
+    concurrency, total: bodies.length, maxMs: 120_000,
+    call: async (i) => {
+      const res = await postJson(`${url}/settle`, bodies[i]);
+      const ok = res.status === 200 && res.body?.success === true && SIGNATURE.test(res.body.transaction ?? '');
+      if (!ok) firstError ??= `HTTP ${res.status} ${res.text.slice(0, 300)}`;
+      return ok;
+    },
+  });
+  return { ...summarize(run.latencies), rps: run.rps, failed: run.failed, firstError: firstError ?? run.firstError };
+}
+
+/**
+ * The phase. `bounds`: {upstreamVerifies, warmup, serial: {total, maxMs}, concurrent: {concurrency,
+ * total, maxMs}, settleSerial, settleConcurrent: {concurrency, total}}.
+ */
+export async function benchSvm(bounds, log) {
+  const tmp = makeTempDir('routerd-bench-svm-');
+  log(`svm: the Solana test node (${SLOT_MS} ms slots, blockhashes valid 150 slots) and routerd on solana-devnet`);
+  const node = await startSvmNode({ slotMs: SLOT_MS, logFile: join(tmp.dir, 'svm-node.log') });
+  try {
+    const people = await parties(node, tmp.dir, 16);
+    const upstream = await upstreamPerVerify(node, tmp, people, bounds.upstreamVerifies, log);
+
+    const routerd = await startRouterd({
+      configToml: config({ port: await freePort(), dir: tmp.dir, rpcUrl: node.url, feePayerFile: people.feePayerFile }), dir: tmp.dir,
+    });
+    try {
+      const pid = routerd.child.pid;
+      const memory = { idle: procMemory(pid) };
+      const verifier = (bodies) => async (i) => (await postJson(`${routerd.url}/verify`, bodies[i])).body?.isValid === true;
+      const stats = (r) => ({ ...summarize(r.latencies), rps: r.rps, failed: r.failed, firstError: r.firstError });
+      const { warmup, serial, concurrent } = bounds;
+      await load({ concurrency: 4, total: warmup, maxMs: 10_000, call: verifier(await payments(node, people, warmup, 10_000)) });
+      log(`svm: ${serial.total} verifies at concurrency 1, then ${concurrent.total} at ${concurrent.concurrency}`);
+      const c1 = stats(await load({ concurrency: 1, ...serial, call: verifier(await payments(node, people, serial.total, 20_000)) }));
+      const c64 = stats(await load({ ...concurrent, call: verifier(await payments(node, people, concurrent.total, 30_000)) }));
+      memory.afterVerify = procMemory(pid);
+
+      log(`svm: ${bounds.settleSerial} settles one at a time, then ${bounds.settleConcurrent.total} at concurrency ${bounds.settleConcurrent.concurrency}`);
+      const settleSerial = await settleRun(routerd.url, await payments(node, people, bounds.settleSerial, 50_000), 1);
+      const { concurrency, total } = bounds.settleConcurrent;
+      const settleConcurrent = await settleRun(routerd.url, await payments(node, people, total, 60_000), concurrency);
+      memory.afterSettle = procMemory(pid);
+      return {
+        slotMs: SLOT_MS, upstream, c1, c64, settleSerial, settleConcurrent, memory,
+        settleSerialOverSlot: settleSerial.p50 / SLOT_MS,
+        settleConcurrentOverSlot: settleConcurrent.p50 / SLOT_MS,
+      };
+    } finally {
+      await routerd.stop();
+    }
+  } finally {
+    await node.stop();
+    tmp.cleanup();
+  }
+}
