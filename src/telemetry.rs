@@ -57,7 +57,7 @@ impl Telemetry {
                 .with_location(false)
                 .with_threads(false)
                 .with_tracked_inactivity(false)
-                .with_filter(filter_fn(|meta| meta.is_span()))
+                .with_filter(filter_fn(exported))
         });
         tracing_subscriber::registry()
             .with(log_layer(json))
@@ -78,6 +78,13 @@ impl Telemetry {
             }
         }
     }
+}
+
+/// What the exporter sees: routerd's own spans. Its dependencies' (jsonrpsee's server and
+/// client make spans per call) would add fields nobody here chose to export; events are log
+/// lines, not span events.
+fn exported(meta: &tracing::Metadata<'_>) -> bool {
+    meta.is_span() && meta.target().starts_with(env!("CARGO_CRATE_NAME"))
 }
 
 /// Log lines: events only (a span's fields are the exporter's, not the log's).
@@ -134,11 +141,8 @@ fn provider(
     if let Some(base) = &settings.otlp_endpoint {
         exporter = exporter.with_endpoint(traces_url(base.expose()));
     }
-    if let Some(protocol) = settings.otlp_protocol {
-        exporter = exporter.with_protocol(match protocol {
-            OtlpProtocol::HttpProtobuf => Protocol::HttpBinary,
-            OtlpProtocol::HttpJson => Protocol::HttpJson,
-        });
+    if let Some(protocol) = protocol(settings, env) {
+        exporter = exporter.with_protocol(protocol);
     }
     let processor = BatchSpanProcessor::builder(exporter.build()?, Tokio).build();
     let name = settings
@@ -155,6 +159,26 @@ fn provider(
         ))));
     }
     Ok(builder.build())
+}
+
+/// The encoding: the configured one, else none (the exporter reads `OTEL_EXPORTER_OTLP_*
+/// PROTOCOL`), else protobuf, the specification's default (the crate, built with JSON, would
+/// pick JSON).
+fn protocol(settings: &TelemetrySettings, env: &HashMap<String, String>) -> Option<Protocol> {
+    match settings.otlp_protocol {
+        Some(OtlpProtocol::HttpProtobuf) => Some(Protocol::HttpBinary),
+        Some(OtlpProtocol::HttpJson) => Some(Protocol::HttpJson),
+        None if [
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+        ]
+        .iter()
+        .any(|name| env.contains_key(*name)) =>
+        {
+            None
+        }
+        None => Some(Protocol::HttpBinary),
+    }
 }
 
 /// `<base>/v1/traces`, as the exporter does with `OTEL_EXPORTER_OTLP_ENDPOINT` (the query, if
@@ -263,6 +287,50 @@ mod tests {
             &configured,
             &env(&[("OTEL_TRACES_EXPORTER", "none")])
         ));
+    }
+
+    #[test]
+    fn protobuf_unless_the_configuration_or_the_environment_says_json() {
+        let mut settings = TelemetrySettings::default();
+        let json = HashMap::from([(
+            "OTEL_EXPORTER_OTLP_PROTOCOL".to_string(),
+            "http/json".to_string(),
+        )]);
+        assert_eq!(
+            protocol(&settings, &HashMap::new()),
+            Some(Protocol::HttpBinary)
+        );
+        assert_eq!(protocol(&settings, &json), None, "the exporter reads it");
+        settings.otlp_protocol = Some(OtlpProtocol::HttpJson);
+        assert_eq!(
+            protocol(&settings, &HashMap::new()),
+            Some(Protocol::HttpJson)
+        );
+    }
+
+    #[test]
+    fn only_routerds_own_spans_are_exported() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        struct Count(Arc<AtomicUsize>);
+        impl<S: tracing::Subscriber> Layer<S> for Count {
+            fn on_new_span(
+                &self,
+                _: &tracing::span::Attributes<'_>,
+                _: &tracing::span::Id,
+                _: tracing_subscriber::layer::Context<'_, S>,
+            ) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let seen = Arc::new(AtomicUsize::new(0));
+        let subscriber = tracing_subscriber::registry()
+            .with(Count(seen.clone()).with_filter(filter_fn(exported)));
+        tracing::subscriber::with_default(subscriber, || {
+            let _dependency = tracing::info_span!(target: "jsonrpsee_client", "call");
+            let _ours = tracing::info_span!("upstream batch");
+        });
+        assert_eq!(seen.load(Ordering::Relaxed), 1);
     }
 
     #[test]

@@ -150,6 +150,10 @@ it('one settle is one trace: request, upstream batches and settlement, continuin
     assert.ok(Number(b.attributes.latency_ms) >= 0);
   }
 
+  // routerd's own spans only: its dependencies' (jsonrpsee's server and client, hyper) carry
+  // fields nobody here chose.
+  const foreign = spans().filter((s) => !String(s.attributes.target).startsWith('routerd::'));
+  assert.deepEqual(foreign.map((s) => `${s.attributes.target} ${s.name}`), []);
   const exported = receiver.exports.map((e) => e.text).join('\n');
   const signerKey = stack.signerKey.replace(/^0x/, '');
   for (const secret of [PATH_SECRET, QUERY_SECRET, 'apikey=', TOKEN, signerKey]) {
