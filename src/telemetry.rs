@@ -9,6 +9,7 @@
 //! token or a key: RPC upstreams are named `<chain>#<index>`, API keys by their name.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
@@ -29,6 +30,8 @@ use crate::config::{OtlpProtocol, TelemetrySettings};
 
 /// The service name when neither the configuration nor `OTEL_SERVICE_NAME` gives one.
 const SERVICE_NAME: &str = "routerd";
+/// OTLP's default bound on one export.
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
@@ -131,6 +134,7 @@ fn provider(
 ) -> Result<SdkTracerProvider, TelemetryError> {
     let mut exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
+        .with_http_client(http_client(env))
         .with_headers(
             settings
                 .otlp_headers
@@ -159,6 +163,27 @@ fn provider(
         ))));
     }
     Ok(builder.build())
+}
+
+/// The exporter's HTTP client: hyper, as routerd's upstream client, with rustls and the
+/// platform's certificate roots, so that an `https://` collector works (the exporter's own
+/// hyper client speaks plain HTTP only). Each request is bounded as the exporter bounds an
+/// export (`OTEL_EXPORTER_OTLP_(TRACES_)TIMEOUT`, in ms, else 10 s).
+fn http_client(env: &HashMap<String, String>) -> impl opentelemetry_http::HttpClient {
+    use rustls_platform_verifier::ConfigVerifierExt;
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(rustls::ClientConfig::with_platform_verifier())
+        .https_or_http()
+        .enable_http1()
+        .build();
+    let timeout = [
+        "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+        "OTEL_EXPORTER_OTLP_TIMEOUT",
+    ]
+    .iter()
+    .find_map(|name| env.get(*name)?.trim().parse().ok())
+    .map_or(EXPORT_TIMEOUT, Duration::from_millis);
+    opentelemetry_http::hyper::HyperClient::new(connector, timeout, None)
 }
 
 /// The encoding: the configured one, else none (the exporter reads `OTEL_EXPORTER_OTLP_*

@@ -4,10 +4,12 @@
 // caller's span), the `upstream batch` spans of its chain reads, and the `settlement` span from
 // the claim to the answer, under which the lane's broadcast is traced. No exported byte holds the
 // RPC URL's secrets (the chain is reached through a proxy answering on a secret path and query),
-// the signer's key or the API token; the request's log line names the trace.
+// the signer's key or the API token; the request's log line names the trace. An https://
+// collector is spoken to in TLS.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
+import { createServer as createTcpServer } from 'node:net';
 import { createHash } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -162,4 +164,34 @@ it('one settle is one trace: request, upstream batches and settlement, continuin
   const line = readFileSync(stack.routerd.logFile, 'utf8').split('\n')
     .find((l) => l.includes('request') && l.includes('/settle') && l.includes(transaction));
   assert.match(line ?? '', new RegExp(`trace_id="?${TRACE_ID}`), `the request's log line names its trace: ${line}`);
+});
+
+it('an https:// collector is spoken to in TLS, and a failing export names no secret of its URL', async () => {
+  // A TCP server that keeps the first bytes of each connection: a TLS ClientHello starts with
+  // 0x16 (a handshake record), plain HTTP with the method's letters.
+  const firstBytes = [];
+  const tcp = createTcpServer((socket) => {
+    socket.once('data', (chunk) => {
+      firstBytes.push(chunk[0]);
+      socket.destroy();
+    });
+  });
+  await new Promise((resolve) => tcp.listen(0, '127.0.0.1', resolve));
+  const endpoint = `https://127.0.0.1:${tcp.address().port}/tenant/ENDPOINTSECRET?token=QUERYTOKEN`;
+  try {
+    stack.reconfigure({
+      routerdOpts: { extra: `[telemetry]\notlp_endpoint = ${JSON.stringify(endpoint)}\nservice_name = "routerd-tls"\n` },
+    });
+    stack.routerd.env = { ...stack.routerd.env, OTEL_EXPORTER_OTLP_TIMEOUT: '2000' };
+    await stack.routerd.start();
+    assert.equal((await stack.request('/health')).status, 200);
+    // Stopping exports the /health span: the collector is asked, and refuses the handshake.
+    await stack.routerd.stop();
+    assert.ok(firstBytes.length > 0, 'routerd connected to the collector');
+    assert.ok(firstBytes.every((b) => b === 0x16), `a TLS handshake, not plain HTTP: ${firstBytes}`);
+    const log = readFileSync(stack.routerd.logFile, 'utf8');
+    for (const secret of ['ENDPOINTSECRET', 'QUERYTOKEN']) assert.ok(!log.includes(secret), `the log holds ${secret}`);
+  } finally {
+    await new Promise((resolve) => tcp.close(resolve));
+  }
 });
