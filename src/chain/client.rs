@@ -14,9 +14,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use tracing::Instrument;
-
 use tokio::sync::oneshot;
+use tracing::Instrument;
 
 use jsonrpsee::core::client::{BatchResponse, ClientT, Error as ClientError};
 use jsonrpsee::core::params::BatchRequestBuilder;
@@ -650,8 +649,6 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// A node's error, without the URL its text may quote (a provider's error can name the keyed
-/// URL it was asked on).
 /// An upstream span's latency and, when no node answered, why (the detail names upstreams by
 /// `<chain>#<index>` only).
 fn finish_span(span: &tracing::Span, started: Instant, error: Option<&Unreachable>) {
@@ -665,6 +662,8 @@ fn finish_span(span: &tracing::Span, started: Instant, error: Option<&Unreachabl
     }
 }
 
+/// A node's error, without the URL its text may quote (a provider's error can name the keyed
+/// URL it was asked on).
 fn rpc_error(e: &jsonrpsee::types::ErrorObject<'_>, url: &Endpoint) -> RpcError {
     RpcError {
         code: e.code(),

@@ -632,7 +632,8 @@ impl Settler {
     }
 }
 
-/// The span of one settlement from its claim to its answer, a child of the request's. The
+/// The span of one settlement, from the trial of its transaction and its claim to its answer,
+/// a child of the request's. The
 /// lane records the transaction's signer, nonce and hash as it broadcasts; the follower the
 /// including block (`Waiters`). Fields are declared here to be recorded there.
 fn settlement_span(lane: &Lane) -> tracing::Span {
