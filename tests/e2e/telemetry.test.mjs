@@ -8,7 +8,6 @@
 // collector is spoken to in TLS.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer } from 'node:http';
 import { createServer as createTcpServer } from 'node:net';
 import { createHash } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -16,7 +15,7 @@ import { join } from 'node:path';
 import { startFacilitatorStack, withLogTail, NETWORK } from './lib/stack.mjs';
 import { startNodeProxy } from './lib/node-proxy.mjs';
 import { expectSettled } from './lib/expect.mjs';
-import { waitFor } from './lib/util.mjs';
+import { startOtlpReceiver } from './lib/otlp.mjs';
 
 const PATH_SECRET = 'PATHSECRET123';
 const QUERY_SECRET = 'QUERYSECRET456';
@@ -30,45 +29,8 @@ let proxy;
 let receiver;
 const it = (name, fn) => test(name, { timeout: 90_000 }, withLogTail(() => stack, fn));
 
-/** An OTLP/HTTP collector that keeps every export it is sent: {path, type, text}. */
-function startReceiver() {
-  const exports = [];
-  const server = createServer((req, res) => {
-    const chunks = [];
-    req.on('data', (c) => chunks.push(c));
-    req.on('end', () => {
-      exports.push({ path: req.url, type: req.headers['content-type'], text: Buffer.concat(chunks).toString('utf8') });
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end('{}');
-    });
-  });
-  return new Promise((resolve) => {
-    server.listen(0, '127.0.0.1', () => resolve({
-      exports,
-      url: `http://127.0.0.1:${server.address().port}`,
-      close: () => new Promise((done) => server.close(done)),
-    }));
-  });
-}
-
-/** Every span of every JSON export, its attributes as a plain object. */
-function spans() {
-  const all = [];
-  for (const e of receiver.exports) {
-    for (const rs of JSON.parse(e.text).resourceSpans ?? []) {
-      for (const ss of rs.scopeSpans ?? []) {
-        for (const s of ss.spans ?? []) {
-          const attributes = Object.fromEntries((s.attributes ?? []).map(({ key, value }) => [key, Object.values(value)[0]]));
-          all.push({ ...s, attributes, service: rs.resource?.attributes?.find((a) => a.key === 'service.name')?.value?.stringValue });
-        }
-      }
-    }
-  }
-  return all;
-}
-
 before(async () => {
-  receiver = await startReceiver();
+  receiver = await startOtlpReceiver();
   proxy = await startNodeProxy();
   stack = await startFacilitatorStack({
     fundedPayers: 2,
@@ -121,7 +83,7 @@ it('one settle is one trace: request, upstream batches and settlement, continuin
     assert.equal(e.path, '/v1/traces');
     assert.match(e.type, /application\/json/);
   }
-  const trace = spans().filter((s) => s.traceId === TRACE_ID);
+  const trace = receiver.spans().filter((s) => s.traceId === TRACE_ID);
   const request = trace.find((s) => s.name === 'POST /settle');
   assert.ok(request, `a request span in the caller's trace: ${JSON.stringify(trace.map((s) => s.name))}`);
   assert.equal(request.parentSpanId, CALLER_SPAN, 'the request continues the caller\'s span');
@@ -154,7 +116,7 @@ it('one settle is one trace: request, upstream batches and settlement, continuin
 
   // routerd's own spans only: its dependencies' (jsonrpsee's server and client, hyper) carry
   // fields nobody here chose.
-  const foreign = spans().filter((s) => !String(s.attributes.target).startsWith('routerd::'));
+  const foreign = receiver.spans().filter((s) => !String(s.attributes.target).startsWith('routerd::'));
   assert.deepEqual(foreign.map((s) => `${s.attributes.target} ${s.name}`), []);
   const exported = receiver.exports.map((e) => e.text).join('\n');
   const signerKey = stack.signerKey.replace(/^0x/, '');
