@@ -373,5 +373,19 @@ mod tests {
             Some("4bf92f3577b34da6a3ce929d0e0e4736")
         );
         assert_eq!(trace_id(&span, &http::HeaderMap::new()), None);
+        for bad in [
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "zz-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "garbage",
+        ] {
+            headers.insert("traceparent", bad.parse().unwrap());
+            assert_eq!(trace_id(&span, &headers), None, "{bad}");
+        }
+        headers.insert(
+            "traceparent",
+            http::HeaderValue::from_bytes(b"\xff\xfe").unwrap(),
+        );
+        assert_eq!(trace_id(&span, &headers), None);
     }
 }
