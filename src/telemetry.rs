@@ -38,6 +38,9 @@ pub enum TelemetryError {
     /// The exporter refused its settings (an `OTEL_*` variable it reads itself, say).
     #[error("telemetry: the OTLP exporter cannot start: {0}")]
     Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
+    /// Checked here, not by the exporter, whose message would quote the URL (and its token).
+    #[error("{0}: not an http:// or https:// URL")]
+    Endpoint(&'static str),
 }
 
 /// The exporter while traces are on; [`Telemetry::shutdown`] sends what is still queued.
@@ -132,6 +135,7 @@ fn provider(
     settings: &TelemetrySettings,
     env: &HashMap<String, String>,
 ) -> Result<SdkTracerProvider, TelemetryError> {
+    check_endpoints(env)?;
     let mut exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_http_client(http_client(env))
@@ -163,6 +167,24 @@ fn provider(
         ))));
     }
     Ok(builder.build())
+}
+
+/// The endpoint variables the exporter reads are URLs (the configured one is checked with the
+/// configuration).
+fn check_endpoints(env: &HashMap<String, String>) -> Result<(), TelemetryError> {
+    for name in [
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    ] {
+        let Some(value) = env.get(name).filter(|v| !v.is_empty()) else {
+            continue;
+        };
+        let scheme = url::Url::parse(value).map(|url| url.scheme().to_string());
+        if !matches!(scheme.as_deref(), Ok("http" | "https")) {
+            return Err(TelemetryError::Endpoint(name));
+        }
+    }
+    Ok(())
 }
 
 /// The exporter's HTTP client: hyper, as routerd's upstream client, with rustls and the
@@ -356,6 +378,25 @@ mod tests {
             let _ours = tracing::info_span!("upstream batch");
         });
         assert_eq!(seen.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_bad_endpoint_variable_is_named_and_not_quoted() {
+        let env = HashMap::from([(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT".to_string(),
+            "otlp.example/v1/traces?token=S3CRET".to_string(),
+        )]);
+        let error = check_endpoints(&env).unwrap_err().to_string();
+        assert!(
+            error.starts_with("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+            "{error}"
+        );
+        assert!(!error.contains("S3CRET"), "{error}");
+        let good = HashMap::from([(
+            "OTEL_EXPORTER_OTLP_ENDPOINT".to_string(),
+            "https://otlp.example".to_string(),
+        )]);
+        assert!(check_endpoints(&good).is_ok());
     }
 
     #[test]
