@@ -8,6 +8,7 @@
 // All traffic goes to 127.0.0.1. Every phase is bounded by a request count and a duration.
 import { execFileSync, spawn } from 'node:child_process';
 import { readFileSync, writeFileSync, existsSync } from 'node:fs';
+import { createServer } from 'node:http';
 import { cpus, availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -207,6 +208,7 @@ async function benchVerify() {
     const cpu1 = cpuSeconds(pid);
     const cpu = { user: cpu1.user - cpu0.user, system: cpu1.system - cpu0.system };
     results.memory.facilitator.afterVerify = procMemory(pid);
+    const traced = await benchTraced(stack, payTo, verifier);
     const floor = await benchFloor(stack.anvil.url, warm, pool);
 
     log('verify: the same read (the lens eth_call) posted straight to anvil, concurrency 1 and 64');
@@ -233,10 +235,67 @@ async function benchVerify() {
       userMicrosPerVerify: (cpu.user * 1e6) / c64.latencies.length,
       systemMicrosPerVerify: (cpu.system * 1e6) / c64.latencies.length,
       floor,
+      traced,
     };
   } finally {
     await stack.stop();
     await proxy.close();
+  }
+}
+
+/** A local OTLP/HTTP collector that takes every export and keeps only its count and size. */
+function startSink() {
+  const state = { exports: 0, bytes: 0 };
+  const server = createServer((req, res) => {
+    req.on('data', (c) => { state.bytes += c.length; });
+    req.on('end', () => {
+      state.exports += 1;
+      res.writeHead(200, { 'content-type': 'application/x-protobuf' });
+      res.end();
+    });
+  });
+  return new Promise((resolve) => {
+    server.listen(0, '127.0.0.1', () => resolve({
+      state, url: `http://127.0.0.1:${server.address().port}`, close: () => new Promise((done) => server.close(done)),
+    }));
+  });
+}
+
+/**
+ * The cost of tracing: the same verifies (fresh bodies) with `[telemetry]` on, every trace kept
+ * (the default ratio) and exported over OTLP/HTTP protobuf to a sink on this machine; routerd's
+ * CPU per verify at concurrency 64 beside the untraced run's. Leaves routerd as it found it.
+ */
+async function benchTraced(stack, payTo, verifier) {
+  const { verifySerial, verifyConcurrent, verifyWarmup } = BOUNDS;
+  log(`verify: telemetry on (OTLP/HTTP to a local sink); signing ${verifySerial.total + verifyConcurrent.total + verifyWarmup} more payments`);
+  const warm = await signPayments(stack, verifyWarmup, payTo);
+  const serialPool = await signPayments(stack, verifySerial.total, payTo);
+  const pool = await signPayments(stack, verifyConcurrent.total, payTo);
+  const sink = await startSink();
+  const untraced = stack.config.routerdOpts;
+  try {
+    stack.reconfigure({ routerdOpts: { ...untraced, extra: `${untraced.extra ?? ''}\n[telemetry]\notlp_endpoint = "${sink.url}"\n` } });
+    await stack.routerd.restart();
+    const pid = stack.routerd.child.pid;
+    await waitFor(async () => (await stack.request('/ready')).body?.readModes?.[stack.network] === 'lens', { what: 'lens read mode' });
+    await load({ concurrency: 4, total: verifyWarmup, maxMs: 10_000, call: verifier(warm) });
+    const c1 = await load({ concurrency: 1, ...verifySerial, call: verifier(serialPool) });
+    const cpu0 = cpuSeconds(pid);
+    const c64 = await load({ ...verifyConcurrent, call: verifier(pool) });
+    const cpu1 = cpuSeconds(pid);
+    // Stopping exports what is still queued: the sink's count is then the whole run's.
+    await stack.routerd.stop();
+    const cpu = cpu1.user - cpu0.user + cpu1.system - cpu0.system;
+    const stats = (r) => ({ ...summarize(r.latencies), rps: r.rps, failed: r.failed, firstError: r.firstError });
+    return {
+      c1: stats(c1), c64: stats(c64), cpuMicrosPerVerify: (cpu * 1e6) / c64.latencies.length,
+      exports: sink.state.exports, exportedKiB: sink.state.bytes / 1024,
+    };
+  } finally {
+    stack.reconfigure({ routerdOpts: untraced });
+    if (!stack.routerd.running) await stack.routerd.start();
+    await sink.close();
   }
 }
 
@@ -754,6 +813,8 @@ function table() {
   ]));
   lat(`a verify (${v.readMode} mode), concurrency 1`, v.c1);
   lat(`a verify (${v.readMode} mode), concurrency 64`, v.c64);
+  lat('a verify, telemetry on (OTLP to a sink), conc 1', v.traced.c1);
+  lat('a verify, telemetry on (OTLP to a sink), conc 64', v.traced.c64);
   if (v.floor) lat('a transport floor (no verify work), conc 64', v.floor.c64);
   lat('a the same read straight to anvil, conc 1', v.anvil1);
   lat('a the same read straight to anvil, conc 64', v.anvil64);
@@ -792,6 +853,8 @@ function table() {
   out.push(`verify: routerd CPU per verify ${f(v.cpuMicrosPerVerify, 1)} µs at concurrency 64 `
     + `(user ${f(v.userMicrosPerVerify, 1)} + system ${f(v.systemMicrosPerVerify, 1)}; `
     + `${f(v.cpuSeconds, 2)} CPU s over ${v.c64.n} verifies, /proc/<pid>/stat)`);
+  out.push(`verify: with telemetry on, routerd CPU per verify ${f(v.traced.cpuMicrosPerVerify, 1)} µs at concurrency 64 `
+    + `(every trace kept; ${v.traced.exports} OTLP exports, ${f(v.traced.exportedKiB, 0)} KiB, to a local sink)`);
   if (v.floor) {
     out.push(`verify: transport floor CPU per request ${f(v.floor.cpuMicrosPerRequest, 1)} µs at concurrency 64 `
       + `(user ${f(v.floor.userMicrosPerRequest, 1)} + system ${f(v.floor.systemMicrosPerRequest, 1)}; `
@@ -822,6 +885,8 @@ function table() {
   ratio('verify_p50 / same read straight to anvil p50 (conc 1)', ratios.verifyOverAnvil);
   ratio('verify req/s / same read straight to anvil req/s (conc 64)', ratios.verifyRpsOverAnvil);
   ratio('verify req/s at 64 / at 1', ratios.verifyScaling);
+  ratio('verify CPU per request, telemetry on / off', ratios.tracedCpuOverUntraced);
+  ratio('verify p50 at conc 1, telemetry on / off', ratios.tracedP50OverUntraced);
   if (ratios.verifyCpuOverFloor) ratio('verify CPU per request / transport floor', ratios.verifyCpuOverFloor);
   if (ratios.settlePeakOverFloor) ratio('settle peak RSS / transport floor held peak', ratios.settlePeakOverFloor);
   ratio(`routing_p50 / slowest_chain_p50 (${r.slowestChain})`, ratios.routingOverSlowest);
@@ -836,7 +901,7 @@ function table() {
   ratio(`Solana settle sequential p50 / slot time (${sv.slotMs} ms)`, ratios.svmSettleOverSlot);
   ratio('Solana verify req/s at 64 / at 1', ratios.svmVerifyScaling);
   const unconfirmed = sl.n - sl.failed - sl.confirmed;
-  const failures = [v.c1, v.c64, v.anvil1, v.anvil64, ...(v.floor ? [v.floor.c64, v.floor.held] : []), s.serial, sl, fl.settle, r.sends.through, r.serial, r.concurrent, ...Object.values(r.upstream),
+  const failures = [v.c1, v.c64, v.traced.c1, v.traced.c64, v.anvil1, v.anvil64, ...(v.floor ? [v.floor.c64, v.floor.held] : []), s.serial, sl, fl.settle, r.sends.through, r.serial, r.concurrent, ...Object.values(r.upstream),
     sv.upstream, sv.c1, sv.c64, sv.settleSerial, sv.settleConcurrent]
     .reduce((sum, x) => sum + (x.failed ?? 0), unconfirmed);
   out.push('');
@@ -878,6 +943,8 @@ async function main() {
     verifyOverAnvil: v.c1.p50 / v.anvil1.p50,
     verifyRpsOverAnvil: v.c64.rps / v.anvil64.rps,
     verifyScaling: v.c64.rps / v.c1.rps,
+    tracedCpuOverUntraced: v.traced.cpuMicrosPerVerify / v.cpuMicrosPerVerify,
+    tracedP50OverUntraced: v.traced.c1.p50 / v.c1.p50,
     verifyCpuOverFloor: v.floor && v.cpuMicrosPerVerify / v.floor.cpuMicrosPerRequest,
     settlePeakOverFloor: results.memory.floor && results.memory.settle.afterSettle.hwmMiB / results.memory.floor.afterHeld.hwmMiB,
     routingOverSlowest: r.serial.p50 / r.upstream[r.slowestChain].p50,

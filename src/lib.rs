@@ -7,6 +7,8 @@
 //! daemon, main     wiring: settings -> store -> chains -> services -> listeners; recovery, shutdown
 //! server           transport: listeners, API keys and rate limits, REST and JSON-RPC, ops,
 //!                  wire errors              -> every room below
+//! telemetry        the log and trace subscriber, OTLP export, a request's span and its
+//!                  W3C `traceparent`        -> config
 //! router           eth_routerTransaction: probe every chain, choose, reserve the caller's nonce;
 //!                  the relay: a wallet's signed transaction sent, remembered and looked up,
 //!                  each chain's served methods (/chains/<name>)
@@ -45,5 +47,6 @@ pub mod server;
 pub mod signer;
 pub mod store;
 pub mod svm;
+pub mod telemetry;
 #[cfg(test)]
 mod testing;

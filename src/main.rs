@@ -1,6 +1,5 @@
 //! `routerd [check-config] [--config PATH]... [--log-format text|json]`
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -8,6 +7,7 @@ use routerd::config::{default_config_path, FacilitatorSettings, Settings, Storag
 use routerd::facilitator::svm::FeePayers;
 use routerd::signer::load_signers;
 use routerd::store::postgres::PgStore;
+use routerd::telemetry::Telemetry;
 
 const USAGE: &str = "usage: routerd [check-config] [--config PATH]... [--log-format text|json]";
 
@@ -54,24 +54,6 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<Cli>, Str
         cli.configs.push(default_config_path().to_path_buf());
     }
     Ok(Some(cli))
-}
-
-fn init_tracing(json: bool) {
-    // jsonrpsee's clients log their target URLs (with a provider's key) at debug level: they
-    // never log below info, whatever RUST_LOG asks.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
-        .add_directive("jsonrpsee=info".parse().expect("a static directive"));
-    // Colour only on a terminal: under systemd the codes would end up in the journal.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal());
-    if json {
-        builder.json().flatten_event(true).init();
-    } else {
-        builder.init();
-    }
 }
 
 /// Prints the effective configuration and the signer addresses (keys are never printed); a
@@ -158,18 +140,31 @@ fn main() -> ExitCode {
     if let Command::CheckConfig = cli.command {
         return check_config(&settings);
     }
-    init_tracing(cli.json_logs);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(settings.server.worker_threads())
         .enable_all()
         .build()
         .expect("starting the tokio runtime");
-    match runtime.block_on(routerd::daemon::run(settings)) {
+    // The trace exporter runs on the runtime: it is started inside it.
+    let telemetry =
+        match runtime.block_on(async { Telemetry::init(cli.json_logs, &settings.telemetry) }) {
+            Ok(telemetry) => telemetry,
+            Err(error) => {
+                eprintln!("routerd: bad configuration: {error}");
+                return ExitCode::from(2);
+            }
+        };
+    if telemetry.exporting() {
+        tracing::info!("telemetry: exporting traces over OTLP/HTTP");
+    }
+    let exit = match runtime.block_on(routerd::daemon::run(settings)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!("cannot start: {error}");
             eprintln!("routerd: {error}");
             ExitCode::from(error.exit_code())
         }
-    }
+    };
+    telemetry.shutdown();
+    exit
 }

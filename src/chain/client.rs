@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
+use tracing::Instrument;
 
 use jsonrpsee::core::client::{BatchResponse, ClientT, Error as ClientError};
 use jsonrpsee::core::params::BatchRequestBuilder;
@@ -342,6 +343,17 @@ impl ChainClient {
     /// order. A caller's small batch may share its HTTP request with others ready at the same
     /// moment; the engine's own go out at once.
     pub async fn batch(&self, traffic: Traffic, calls: &[Call]) -> Answers {
+        let span = self.span(calls.iter().map(|c| c.method));
+        let started = Instant::now();
+        let answers = self
+            .batch_untraced(traffic, calls)
+            .instrument(span.clone())
+            .await;
+        finish_span(&span, started, answers.as_ref().err());
+        answers
+    }
+
+    async fn batch_untraced(&self, traffic: Traffic, calls: &[Call]) -> Answers {
         // An idle chain gets the request at once: waiting for company would only add latency.
         if traffic == Traffic::Own
             || calls.len() > COALESCE_MAX_CALLS.min(self.max_batch_calls / 2)
@@ -462,6 +474,22 @@ impl ChainClient {
         method: &'static str,
         params: Vec<Value>,
     ) -> Result<CallResult, Unreachable> {
+        let span = self.span(std::iter::once(method));
+        let started = Instant::now();
+        let answer = self
+            .call_untraced(traffic, method, params)
+            .instrument(span.clone())
+            .await;
+        finish_span(&span, started, answer.as_ref().err());
+        answer
+    }
+
+    async fn call_untraced(
+        &self,
+        traffic: Traffic,
+        method: &'static str,
+        params: Vec<Value>,
+    ) -> Result<CallResult, Unreachable> {
         let params = &params;
         self.with_failover(|upstream| async move {
             match upstream
@@ -503,6 +531,7 @@ impl ChainClient {
             self.stats[i].0.fetch_add(1, Ordering::Relaxed);
             match attempt(upstream).await {
                 Ok(value) => {
+                    tracing::Span::current().record("upstream", upstream.name.as_str());
                     upstream.consecutive_failures.store(0, Ordering::Relaxed);
                     self.last_success.store(self.now_ms(), Ordering::Relaxed);
                     return Ok(value);
@@ -527,6 +556,28 @@ impl ChainClient {
             chain: self.name.clone(),
             detail: last_error,
         })
+    }
+
+    /// The span of one request to this chain's nodes, inside the request or settlement it
+    /// serves; none for routerd's own watching (head polls, fee reads), which would otherwise
+    /// be a trace each. Its attributes name the chain and its upstream, never a URL.
+    fn span<'a>(&self, methods: impl Iterator<Item = &'a str>) -> tracing::Span {
+        if tracing::Span::current().is_none() {
+            return tracing::Span::none();
+        }
+        let methods: Vec<&str> = methods.collect();
+        tracing::info_span!(
+            "upstream batch",
+            otel.kind = "client",
+            otel.status_code = tracing::field::Empty,
+            rpc.system = "jsonrpc",
+            chain = %self.name,
+            rpc.methods = %methods.join(","),
+            calls = methods.len(),
+            upstream = tracing::field::Empty,
+            latency_ms = tracing::field::Empty,
+            error = tracing::field::Empty,
+        )
     }
 
     fn now_ms(&self) -> u64 {
@@ -595,6 +646,19 @@ struct InFlight<'a>(&'a AtomicUsize);
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// An upstream span's latency and, when no node answered, why (the detail names upstreams by
+/// `<chain>#<index>` only).
+fn finish_span(span: &tracing::Span, started: Instant, error: Option<&Unreachable>) {
+    if span.is_none() {
+        return;
+    }
+    span.record("latency_ms", started.elapsed().as_millis() as u64);
+    if let Some(error) = error {
+        span.record("otel.status_code", "ERROR");
+        span.record("error", error.detail.as_str());
     }
 }
 

@@ -11,6 +11,7 @@
 //! - `env`: the layered sources (files, then the environment, then systemd credentials);
 //! - `presets`: the known networks (x402's network names, their chain ids and default tokens);
 //! - `solana`: the known Solana clusters, a Solana chain's settings and their checks;
+//! - `telemetry`: `[telemetry]`, where OpenTelemetry traces go, and its checks;
 //! - `resolve`: the known networks applied to the layered sources, and where each value came from;
 //! - `validate`: the checks of each section;
 //! - `error`: [`ConfigError`], and the key read out of the `config` crate's errors;
@@ -30,6 +31,7 @@ mod render;
 mod resolve;
 mod schema;
 mod solana;
+mod telemetry;
 #[cfg(test)]
 mod testing;
 mod validate;
@@ -44,6 +46,7 @@ pub use schema::{
 };
 pub use solana::find as solana_preset;
 pub use solana::{Commitment, SolanaChainSettings, SolanaPreset, SolanaTokenSettings};
+pub use telemetry::{OtlpProtocol, TelemetrySettings};
 
 impl Settings {
     /// Loads `paths` in order (later files win), then the environment, then validates.

@@ -13,7 +13,7 @@ use super::testing::{load, BASE};
 const REFERENCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/configuration.md");
 
 /// Every section and every kind of table: an EVM chain with a token (`BASE`), a Solana cluster
-/// with a token, the router and the API keys file.
+/// with a token, the router, the API keys file and telemetry with a header.
 fn every_section() -> String {
     format!(
         "{BASE}
@@ -23,6 +23,9 @@ rpc_urls = [\"https://devnet.example\"]
 chains = [\"chainX\"]
 [auth]
 api_keys_file = \"api-keys.toml\"
+[telemetry]
+otlp_endpoint = \"http://127.0.0.1:4318\"
+otlp_headers = {{ x-api-key = \"k\" }}
 "
     )
 }
@@ -58,6 +61,7 @@ fn collect(value: &Value, path: &mut Vec<String>, keys: &mut BTreeSet<String>) {
         let written = match path.last().map(String::as_str) {
             Some("chains") => "<name>",
             Some("tokens") => "<symbol>",
+            Some("otlp_headers") => "<header>",
             _ => key,
         };
         path.push(written.to_string());

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::redacted::{Endpoint, Secret};
 use super::resolve::Provenance;
 use super::solana::SolanaChainSettings;
+use super::telemetry::TelemetrySettings;
 
 /// The deepest `finality_depth`: the head watcher keeps this many canonical block hashes.
 pub const KEPT_BLOCKS: u64 = 256;
@@ -32,6 +33,9 @@ pub struct Settings {
     pub facilitator: Option<FacilitatorSettings>,
     #[serde(default)]
     pub auth: AuthSettings,
+    /// OpenTelemetry traces: off unless an endpoint is configured.
+    #[serde(default)]
+    pub telemetry: TelemetrySettings,
     /// Which chains are known networks, and where their preset values came from.
     #[serde(skip)]
     pub(super) provenance: Provenance,

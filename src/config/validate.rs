@@ -33,6 +33,7 @@ impl Settings {
         }
         self.server.validate()?;
         self.storage.validate()?;
+        self.telemetry.validate()?;
         for (name, chain) in &self.chains {
             chain.validate(name, self.provenance.preset(name))?;
         }

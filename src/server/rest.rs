@@ -18,6 +18,7 @@ use http_body_util::{BodyExt, Limited};
 use jsonrpsee::core::BoxError;
 use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse};
 use tower::{Layer, Service};
+use tracing::Instrument;
 
 use super::auth::{Key, Payee};
 use super::client::ClientId;
@@ -35,6 +36,7 @@ use crate::facilitator::protocol::values::Payload;
 use crate::facilitator::protocol::{self, v2};
 use crate::facilitator::{Facilitator, SettleError};
 use crate::ledger::{Asking, Pass, PaymentKey};
+use crate::telemetry;
 
 #[derive(Clone)]
 pub struct RestLayer {
@@ -84,10 +86,12 @@ where
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         let routes = self.routes.clone();
-        Box::pin(async move {
+        let route = ops::route_label(request.uri().path());
+        let span = telemetry::request_span(request.method(), route, request.headers());
+        let trace_id = telemetry::trace_id(&span, request.headers());
+        let answer = async move {
             let started = Instant::now();
             let method = request.method().clone();
-            let route = ops::route_label(request.uri().path());
             let mut note = Note::default();
             let response = match dispatch(&routes, request, inner, &mut note).await {
                 Ok(response) => response,
@@ -104,6 +108,7 @@ where
                 note.key.as_deref().unwrap_or(""),
                 started.elapsed(),
             );
+            note.record(&tracing::Span::current(), status);
             tracing::info!(
                 %method,
                 route,
@@ -112,10 +117,12 @@ where
                 outcome = note.outcome.as_deref().unwrap_or(""),
                 payment = note.payment.as_deref().unwrap_or(""),
                 key = note.key.as_deref().unwrap_or(""),
+                trace_id = trace_id.as_deref().unwrap_or(""),
                 "request"
             );
             Ok(response)
-        })
+        };
+        Box::pin(answer.instrument(span))
     }
 }
 
@@ -127,6 +134,28 @@ struct Note {
     /// The API key's name (never its token).
     key: Option<String>,
     outcome: Option<String>,
+}
+
+impl Note {
+    /// The request's span gets what its log line says (a disabled span ignores it).
+    fn record(&self, span: &tracing::Span, status: u16) {
+        if span.is_disabled() {
+            return;
+        }
+        span.record("http.response.status_code", status);
+        if status >= 500 {
+            span.record("otel.status_code", "ERROR");
+        }
+        for (field, value) in [
+            ("outcome", &self.outcome),
+            ("payment", &self.payment),
+            ("api_key", &self.key),
+        ] {
+            if let Some(value) = value {
+                span.record(field, value.as_str());
+            }
+        }
+    }
 }
 
 async fn dispatch<S>(

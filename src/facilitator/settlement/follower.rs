@@ -12,7 +12,6 @@ use serde_json::{json, Value};
 
 use super::front_run::{front_runner, Lookup};
 use super::lane::{Lane, SETTLEMENT_GAS};
-use super::waiters::Progress;
 use super::worker::{Slot, Worker, FILLER_GAS};
 use crate::chain::Traffic;
 use crate::chain::{self, Batch, Call, CallResult, Canonical, Chain, Head};
@@ -385,7 +384,7 @@ impl Worker {
             let outcome = record.outcome.clone().expect("confirm sets the outcome");
             tracing::info!(payment = %key, success = outcome.success, transaction = ?outcome.transaction, "settlement answered");
             self.lane.answered();
-            self.out.waiters.finish(&key, Progress::Done(outcome));
+            self.out.waiters.done(record, outcome);
         }
         true
     }
@@ -506,7 +505,7 @@ impl Worker {
                 }
                 self.out
                     .waiters
-                    .sent(&record.key(), record.latest().expect("signed").hash);
+                    .sent(&record.key(), record.latest().expect("signed"));
                 Some(raw)
             }
             Slot::Filler { attempts } => {
@@ -596,7 +595,7 @@ impl Worker {
         }
         if let Some(outcome) = record.outcome.clone().filter(|_| answered_now) {
             self.lane.answered();
-            self.out.waiters.finish(&key, Progress::Done(outcome));
+            self.out.waiters.done(&record, outcome);
         }
     }
 }

@@ -20,6 +20,7 @@ use std::time::Duration;
 use ethers_core::types::{Address, Bytes, H256, U256};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::request::{Invalid, Message, Method, Request};
 use super::verify::{check_terms, Payer, Payment, Trial, Tried, Verifier};
@@ -235,6 +236,21 @@ impl Settler {
             _ => self.lanes.pick(&payment.network.name, None),
         };
         let reservation = lane.expect("every served network has a lane").reserve();
+        let span = settlement_span(reservation.lane());
+        self.settle_on(&payment, reservation, asking, deadline)
+            .instrument(span)
+            .await
+    }
+
+    /// Prepares, claims and waits on the lane `reservation` holds: the `settlement` span.
+    async fn settle_on(
+        &self,
+        payment: &Payment<'_>,
+        reservation: Reservation,
+        asking: &Asking,
+        deadline: Instant,
+    ) -> Result<Settled, SettleError> {
+        let key = payment.key();
         // A settlement of the same payer mined in the block just read is out of the balance
         // already, but counts as exposure until its lane answers it (at `confirmations`): the
         // claim is tried again after each new head (or a short wait), a few times. A refused claim
@@ -242,14 +258,14 @@ impl Settler {
         let mut heads = payment.network.chain.head.subscribe();
         let mut rechecks = MAX_RECHECKS;
         loop {
-            let prepared = self.prepared(&payment, &reservation, asking, deadline);
+            let prepared = self.prepared(payment, &reservation, asking, deadline);
             let (record, payer) = match prepared.await? {
                 Prepared::Ready(record, payer) => (*record, payer),
                 Prepared::Answered(settled) => return Ok(settled),
             };
             let lease = reservation.lane().lease();
             match self
-                .claim(&key, &record, &payment, lease.as_ref(), payer, asking)
+                .claim(&key, &record, payment, lease.as_ref(), payer, asking)
                 .await?
             {
                 Claimed::Here(progress) => {
@@ -499,6 +515,8 @@ impl Settler {
                 record.digest,
                 record.request.clone(),
                 Progress::Signing,
+                // `settle_on` runs in the settlement's span: the lane carries it on.
+                tracing::Span::current(),
             ))),
             Claim::Exists(existing) => {
                 let known = Known::from_record(*existing, payment, tag)?;
@@ -612,6 +630,23 @@ impl Settler {
         };
         self.settle_timeout.min(Duration::from_secs(until_expiry))
     }
+}
+
+/// The span of one settlement, from the trial of its transaction and its claim to its answer,
+/// a child of the request's. The
+/// lane records the transaction's signer, nonce and hash as it broadcasts; the follower the
+/// including block (`Waiters`). Fields are declared here to be recorded there.
+fn settlement_span(lane: &Lane) -> tracing::Span {
+    let empty = tracing::field::Empty;
+    tracing::info_span!(
+        "settlement",
+        network = lane.network(),
+        signer = %evm::hex_bytes(lane.signer_address()),
+        nonce = empty,
+        transaction = empty,
+        block = empty,
+        success = empty,
+    )
 }
 
 /// The answer to a claim refused for its request key: a header's key, or the payer's

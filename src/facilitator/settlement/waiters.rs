@@ -9,7 +9,8 @@ use std::sync::{Mutex, MutexGuard};
 use ethers_core::types::H256;
 use tokio::sync::watch;
 
-use crate::ledger::{Outcome, PaymentKey, RequestTag};
+use crate::evm;
+use crate::ledger::{Attempt, Outcome, PaymentKey, Record, RequestTag};
 
 /// What waiters learn about a settlement.
 #[derive(Debug, Clone)]
@@ -37,6 +38,10 @@ pub struct Entry {
     digest: H256,
     request: Option<RequestTag>,
     sender: watch::Sender<Progress>,
+    /// The claiming request's `settlement` span (disabled without telemetry, or for a
+    /// settlement resumed at start): the lane's work on it is traced there, and it ends when
+    /// the entry goes and the caller has its answer.
+    span: tracing::Span,
 }
 
 /// A settlement under way here, as a caller arriving for the same payment finds it.
@@ -75,6 +80,7 @@ impl Waiters {
         digest: H256,
         request: Option<RequestTag>,
         start: Progress,
+        span: tracing::Span,
     ) -> watch::Receiver<Progress> {
         let (sender, receiver) = watch::channel(start);
         registry.insert(
@@ -83,15 +89,42 @@ impl Waiters {
                 digest,
                 request,
                 sender,
+                span,
             },
         );
         receiver
     }
 
-    pub fn sent(&self, key: &PaymentKey, hash: H256) {
+    /// Broadcast as `attempt` (its span learns the signer, nonce and transaction).
+    pub fn sent(&self, key: &PaymentKey, attempt: &Attempt) {
         if let Some(entry) = self.lock().get(key) {
-            entry.sender.send_replace(Progress::Sent(hash));
+            if !entry.span.is_disabled() {
+                entry.span.record("signer", evm::hex_bytes(attempt.signer));
+                entry.span.record("nonce", attempt.nonce);
+                entry
+                    .span
+                    .record("transaction", format!("{:?}", attempt.hash));
+            }
+            entry.sender.send_replace(Progress::Sent(attempt.hash));
         }
+    }
+
+    /// The span of the settlement under way under `key`, for the lane's work on it.
+    pub fn span(&self, key: &PaymentKey) -> tracing::Span {
+        self.lock()
+            .get(key)
+            .map_or_else(tracing::Span::none, |e| e.span.clone())
+    }
+
+    /// `record` is answered with its outcome: its span learns the including block.
+    pub fn done(&self, record: &Record, outcome: Outcome) {
+        if let Some(entry) = self.lock().get(&record.key()) {
+            if let Some(inclusion) = record.state.inclusion() {
+                entry.span.record("block", inclusion.block);
+            }
+            entry.span.record("success", outcome.success);
+        }
+        self.finish(&record.key(), Progress::Done(outcome));
     }
 
     /// Hands the final answer to every waiter and forgets the settlement.

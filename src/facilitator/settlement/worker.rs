@@ -26,6 +26,7 @@ use ethers_core::types::{Address, Bytes};
 use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::follower::Seen;
 use super::lane::{Lane, Lanes};
@@ -255,6 +256,7 @@ impl Worker {
                                 record.digest,
                                 record.request.clone(),
                                 Progress::Sent(latest.hash),
+                                tracing::Span::none(),
                             );
                         }
                     }
@@ -429,7 +431,12 @@ impl Worker {
             .iter()
             .map(|r| r.latest().expect("just signed").raw.clone())
             .collect();
-        let answers = self.broadcast(&raws).await;
+        // One broadcast for the whole batch: traced under its first settlement's span.
+        let span = batch
+            .signed
+            .first()
+            .map_or_else(tracing::Span::none, |r| self.out.waiters.span(&r.key()));
+        let answers = self.broadcast(&raws).instrument(span).await;
         let (market, block) = (batch.market, batch.block);
         let mut fillers = Vec::new();
         let mut sent = Vec::with_capacity(batch.signed.len());
@@ -489,7 +496,7 @@ impl Worker {
         for record in records {
             self.out
                 .waiters
-                .sent(&record.key(), record.latest().expect("signed").hash);
+                .sent(&record.key(), record.latest().expect("signed"));
             let nonce = record.state.nonce().expect("just signed");
             self.nonces.slots.insert(nonce, Slot::settlement(record));
         }

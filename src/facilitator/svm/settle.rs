@@ -13,6 +13,7 @@ use std::time::Duration;
 use ethers_core::types::{Address, H256, U256};
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::{unreachable, Failure, Payment, SvmExact};
 use crate::chain::svm::SolanaChain;
@@ -123,7 +124,9 @@ impl SvmExact {
         ledger.save(&[&record], true).await?;
         let signature = record_signature(&record);
         let books = (ledger.clone(), cooldown.clone());
-        let follower = tokio::spawn(follow(chain, books, record, None));
+        // The follower runs on: its sends and status reads are traced in the settlement's span.
+        let span = settlement_span(payment, &signature);
+        let follower = tokio::spawn(follow(chain, books, record, None).instrument(span));
         let outcome = match tokio::time::timeout_at(deadline, follower).await {
             Ok(Ok(Ok(Some(ended)))) => Ok(SvmSettled::Ended(Box::new(ended))),
             Ok(Ok(Err(e))) => Err(e.into()),
@@ -206,6 +209,21 @@ pub async fn cooled_down(
 /// The message's digest, kept as the record's `digest`: a Solana key already binds the message.
 fn message_digest(payment: &Payment) -> H256 {
     H256(payment.transaction.message_hash().0)
+}
+
+/// The span of one Solana settlement, from its claim until the follower has its end, a child
+/// of the request's: `signer` is the fee payer, `transaction` the signature, `block` the slot
+/// it landed in.
+fn settlement_span(payment: &Payment, signature: &str) -> tracing::Span {
+    let empty = tracing::field::Empty;
+    tracing::info_span!(
+        "settlement",
+        network = payment.network,
+        signer = %payment.fee_payer,
+        transaction = signature,
+        block = empty,
+        success = empty,
+    )
 }
 
 fn record_signature(record: &Record) -> String {
@@ -319,6 +337,9 @@ async fn follow(
             Ok(tracked) => match tracked.status {
                 Some(status) if status.committed => {
                     let failed = status.error.is_some();
+                    let span = tracing::Span::current();
+                    span.record("block", status.slot);
+                    span.record("success", !failed);
                     record.landed(status.slot, status.error, unix_now());
                     ledger.save(&[&record], true).await?;
                     if failed {
