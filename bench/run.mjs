@@ -3,14 +3,15 @@
 // requests, against local anvil chains, the Solana test node and the release binary. Run it through scripts/bench, which
 // builds the binary and installs the npm packages. See bench/README.md for how to read the table.
 //
-//   ROUTERD_BIN=.../release/routerd node bench/run.mjs [--json PATH] [--quick] [--heads ws|poll]
+//   ROUTERD_BIN=.../release/routerd node bench/run.mjs [--json PATH] [--quick] [--heads ws|poll] [--store sled|postgres]
 //
 // All traffic goes to 127.0.0.1. Every phase is bounded by a request count and a duration.
 import { execFileSync, spawn } from 'node:child_process';
 import { readFileSync, writeFileSync, existsSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { cpus, availableParallelism } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { encodeFunctionData, getAddress, keccak256, parseAbi, toHex } from 'viem';
 import { startFilteringProxy } from '../tests/e2e/lib/bad-upstreams.mjs';
@@ -24,14 +25,18 @@ import { freePort, makeTempDir, sleep, trackChild, waitFor } from '../tests/e2e/
 import { nowMs, percentile, summarize, load, postJson, postJsonLight, procMemory, metricSum } from './lib.mjs';
 import { benchSvm as svmPhase } from './svm.mjs';
 
+const repo = join(dirname(fileURLToPath(import.meta.url)), '..');
 const { values: opts } = parseArgs({
   options: {
     json: { type: 'string' }, quick: { type: 'boolean', default: false }, only: { type: 'string' },
     // How the settle phase's routerd learns of new blocks: a newHeads subscription (ws), or
     // polling over HTTP at the default 100 ms (poll), as an operator without a WebSocket URL.
     heads: { type: 'string', default: 'ws' },
+    // The settle phase's store: the embedded default (sled), or a throwaway PostgreSQL cluster.
+    store: { type: 'string', default: 'sled' },
   },
 });
+if (!['sled', 'postgres'].includes(opts.store)) throw new Error(`--store: sled or postgres, not ${opts.store}`);
 if (!['ws', 'poll'].includes(opts.heads)) throw new Error(`--heads: ws or poll, not ${opts.heads}`);
 // --quick: a smoke run of the script itself (small counts); its numbers are not for comparison.
 const Q = opts.quick ? 0.1 : 1;
@@ -425,8 +430,29 @@ function byBlockCounts(receipts, arrivals, loadStartEpoch) {
 /** Epoch milliseconds, comparable with watchBlocks' child process. */
 const epochMs = () => performance.timeOrigin + performance.now();
 
+/** A throwaway PostgreSQL cluster (scripts/pg-cluster) for `--store postgres`. */
+function startPostgres() {
+  const dir = makeTempDir();
+  const url = execFileSync(join(repo, 'scripts', 'pg-cluster'), ['start', dir.dir], { encoding: 'utf8' }).trim();
+  return {
+    url,
+    stop() {
+      execFileSync(join(repo, 'scripts', 'pg-cluster'), ['stop', dir.dir], { stdio: 'ignore' });
+      dir.cleanup();
+    },
+  };
+}
+
+/** The stack's routerd on `pg` from its next start (the URL by environment, as operators pass it). */
+function usePostgres(stack, pg) {
+  process.env.ROUTERD__STORAGE__POSTGRES_URL = pg.url;
+  const toml = readFileSync(stack.routerd.configFile, 'utf8');
+  writeFileSync(stack.routerd.configFile, toml.replace(/\[storage\]\npath = "[^"]*"\n/, '[storage]\nbackend = "postgres"\n'));
+}
+
 async function benchSettle() {
   const { settleSerial, settleLoad } = BOUNDS;
+  const pg = opts.store === 'postgres' ? startPostgres() : undefined;
   log(`settle: anvil with USDC and ${settleLoad.payers} funded payers, then 1 s interval mining; routerd`);
   const stack = await startFacilitatorStack({ fundedPayers: settleLoad.payers, payerFunds: 1_000_000_000n });
   try {
@@ -434,6 +460,7 @@ async function benchSettle() {
     // New heads by subscription, as an operator with a WebSocket URL runs it (--heads ws), or
     // by polling alone (--heads poll).
     if (opts.heads === 'ws') stack.reconfigure({ chainExtra: `ws_urls = ["${stack.anvil.url.replace(/^http/, 'ws')}"]\n` });
+    if (opts.store === 'postgres') usePostgres(stack, pg);
     await stack.routerd.stop();
     await stack.routerd.start();
     const pid = stack.routerd.child.pid;
@@ -518,6 +545,10 @@ async function benchSettle() {
     };
   } finally {
     await stack.stop();
+    if (pg) {
+      delete process.env.ROUTERD__STORAGE__POSTGRES_URL;
+      pg.stop();
+    }
   }
 }
 
@@ -821,7 +852,7 @@ function table() {
   lat(`b settle, ${s.serial.n} sequential (block time 1 s)`, s.serial, { rps: false });
   const sl = s.load;
   lat(`b settle, ${sl.n} distinct at concurrency ${sl.concurrency}`, sl);
-  lat(`b   block-to-answer (heads by ${opts.heads === 'ws' ? 'newHeads' : 'polling'})`, sl.blockToAnswer, { rps: false });
+  lat(`b   block-to-answer (${opts.heads === 'ws' ? 'newHeads' : 'polling'}, ${opts.store})`, sl.blockToAnswer, { rps: false });
   const fl = results.flood;
   lat(`f settle, ${fl.settle.n} sequential, under a /verify flood`, fl.settle, { rps: false });
   lat('d eth_routerTransaction, concurrency 1', r.serial);

@@ -213,15 +213,18 @@ impl HeadWatcher {
             cadence,
         };
         tokio::spawn(async move {
+            // The first look is at once: readiness and the lanes want a head from the start.
+            let mut wait = Duration::ZERO;
             loop {
                 // A subscribed new head skips the light poll: the block is known to have moved.
                 let announced = tokio::select! {
-                    _ = tokio::time::sleep(poller.next_look()) => false,
+                    _ = tokio::time::sleep(wait) => false,
                     _ = new_head.notified() => true,
                 };
                 if poller_guard.step(poller.tick(announced)).await == Some(false) {
                     return;
                 }
+                wait = poller.next_look();
             }
         });
         Self {
