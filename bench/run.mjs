@@ -411,17 +411,18 @@ function byBlockCounts(receipts, arrivals, loadStartEpoch) {
   const numbers = [...counts.keys()].sort((a, b) => a - b);
   const middle = numbers.slice(1, -1).map((b) => counts.get(b));
   const first = numbers[0];
-  const previous = arrivals.get(first - 1);
-  const firstArrival = arrivals.get(first);
+  // The first block sealed after the burst began, and the one before it: the burst's phase is
+  // where its start fell between the two.
+  const [next, nextAt] = [...arrivals.entries()].filter(([, at]) => at > loadStartEpoch).sort((x, y) => x[0] - y[0])[0] ?? [];
+  const previous = arrivals.get(next - 1);
   return {
     perBlockMiddle: middle,
     firstBlock: {
       settlements: counts.get(first) ?? 0,
-      // Milliseconds from the burst's start to the first block that held one of its settlements.
-      startToSeal: Number.isFinite(firstArrival) ? firstArrival - loadStartEpoch : NaN,
-      // The burst's start within the interval that first block closed (0 = just after a block).
-      phase: Number.isFinite(previous) && Number.isFinite(firstArrival)
-        ? (loadStartEpoch - previous) / (firstArrival - previous) : NaN,
+      // Blocks sealed after the burst began that held none of its settlements.
+      emptyBefore: Number.isFinite(next) ? first - next : NaN,
+      // The burst's start within the interval of the first block sealed after it (0 = just after a block).
+      phase: Number.isFinite(previous) && Number.isFinite(nextAt) ? (loadStartEpoch - previous) / (nextAt - previous) : NaN,
     },
     lastBlockSettlements: numbers.length > 1 ? counts.get(numbers.at(-1)) : 0,
   };
@@ -899,8 +900,8 @@ function table() {
   out.push(`settle: ${sl.confirmed} of ${sl.n} confirmed on chain in ${sl.blocksUsed} blocks; ${f(sl.rps, 1)} settles/s over ${f(sl.wallMs / 1000, 2)} s; `
     + `capacity ${sl.capacityPerSecond}/s (gas limit ${sl.gasLimit} / median ${sl.medianGas} gas per settlement, 1 s blocks)`);
   const mid = sl.perBlockMiddle ?? [];
-  out.push(`settle: settlements per block: first ${sl.firstBlock?.settlements} (burst began at ${f(sl.firstBlock?.phase, 2)} of its interval, `
-    + `${f(sl.firstBlock?.startToSeal, 0)} ms before it sealed), then ${mid.join(' ') || '-'}, last ${sl.lastBlockSettlements}; `
+  out.push(`settle: settlements per block: first ${sl.firstBlock?.settlements} (the burst began at ${f(sl.firstBlock?.phase, 2)} of a block interval; `
+    + `${sl.firstBlock?.emptyBefore} blocks sealed without its settlements before), then ${mid.join(' ') || '-'}, last ${sl.lastBlockSettlements}; `
     + `middle blocks min ${mid.length ? Math.min(...mid) : '-'} of ${sl.capacityPerSecond} that fit`);
   out.push('');
   const u = r.upstreamRequests;
