@@ -182,19 +182,23 @@ async fn network_funds(chain: &Arc<Chain>, lanes: &[&Arc<Lane>]) -> Vec<SignerFu
         .ok()
         .and_then(Result::ok);
     let answer = |slot: Slot| answers.as_ref().and_then(|a| a.get(slot).as_ref().ok());
-    let price = chain
-        .head
-        .current()
-        .map(|h| h.fees.max_fee_per_gas())
-        .unwrap_or_default();
+    // What one settlement costs is judged at the head's price: before the first head is read
+    // there is none, and a balance cannot be called enough (nor short) against nothing.
+    let price = tokio::time::timeout(PROBE_TIMEOUT, chain.head.latest_or_fetch())
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .map(|h| h.fees.max_fee_per_gas());
     asked
         .into_iter()
         .map(|(signer, balance, nonce)| SignerFunds {
             network: chain.name.clone(),
             address: evm::hex_bytes(signer),
-            balance: answer(balance).and_then(evm::parse_quantity),
+            balance: price.and(answer(balance).and_then(evm::parse_quantity)),
             nonce: answer(nonce).and_then(evm::parse_u64),
-            needed: price.saturating_mul(SETTLEMENT_GAS.into()),
+            needed: price
+                .unwrap_or_default()
+                .saturating_mul(SETTLEMENT_GAS.into()),
         })
         .collect()
 }
