@@ -8,9 +8,11 @@ import { createHash } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ExactSvmScheme as ExactSvmClient } from '@x402/svm/exact/client';
-import { startSvmNode, newSolanaKeypair, writeKeypairFile, SOLANA_DEVNET_CAIP2, DEVNET_USDC_MINT } from './lib/svm.mjs';
+import {
+  startSvmNode, newSolanaKeypair, svmFacilitatorConfig, newFeePayer, testWithLogs, SOLANA_DEVNET_CAIP2, DEVNET_USDC_MINT,
+} from './lib/svm.mjs';
 import { startRouterd, freePort } from './lib/routerd.mjs';
-import { makeTempDir, tailFile, waitFor } from './lib/util.mjs';
+import { makeTempDir, waitFor } from './lib/util.mjs';
 
 const SHOP = 'token-of-the-solana-shop';
 const EVM_SHOP = 'token-of-an-evm-shop';
@@ -31,9 +33,7 @@ before(async () => {
   tmp = makeTempDir('routerd-svm-ops-');
   node = await startSvmNode({ slotMs: 100, logFile: join(tmp.dir, 'svm-node.log') });
   // Not funded yet: the first test reads /ready before and after the airdrop.
-  feePayer = await newSolanaKeypair();
-  feePayerFile = join(tmp.dir, 'fee-payer.json');
-  writeKeypairFile(feePayerFile, feePayer);
+  ({ feePayer, feePayerFile } = await newFeePayer(node, tmp.dir, 0));
   await node.createMint({ decimals: 6, address: DEVNET_USDC_MINT });
   [payee, stranger] = [await newSolanaKeypair(), await newSolanaKeypair()];
   for (const owner of [payee, stranger]) await node.createTokenAccount(DEVNET_USDC_MINT, owner.address);
@@ -41,11 +41,10 @@ before(async () => {
   writeFileSync(keysFile, `[keys.solana-shop]\nsha256 = "${sha(SHOP)}"\npay_to = ["${payee.address}"]\n\n`
     + `[keys.evm-shop]\nsha256 = "${sha(EVM_SHOP)}"\npay_to = ["${EVM_PAYEE}"]\n\n`
     + `[keys.open]\nsha256 = "${sha(OPEN)}"\n`);
-  const port = await freePort();
-  const config = `[server]\nlisten = "127.0.0.1:${port}"\n[storage]\npath = "${join(tmp.dir, 'store')}"\n`
-    + `[chains.solana-devnet]\nrpc_urls = ["${node.url}"]\n`
-    + `[facilitator]\nnetworks = ["solana-devnet"]\nx402_versions = [1, 2]\nallow_http_resource = true\n`
-    + `svm_fee_payer_key_file = "${feePayerFile}"\n[auth]\napi_keys_file = "${keysFile}"\n`;
+  const config = svmFacilitatorConfig({
+    port: await freePort(), storePath: join(tmp.dir, 'store'), rpcUrl: node.url, feePayerFile,
+    extra: `[auth]\napi_keys_file = "${keysFile}"\n`,
+  });
   routerd = await startRouterd({ configToml: config, dir: tmp.dir });
 });
 
@@ -55,14 +54,7 @@ after(async () => {
   tmp?.cleanup();
 });
 
-const it = (name, fn) => test(name, { timeout: 60_000 }, async () => {
-  try {
-    await fn();
-  } catch (err) {
-    err.message += `\n--- routerd log ---\n${tailFile(join(tmp.dir, 'routerd.log'), 30)}`;
-    throw err;
-  }
-});
+const it = testWithLogs(test, () => tmp.dir);
 
 async function request(path, { token = OPEN, body } = {}) {
   const res = await fetch(`${routerd.url}${path}`, {

@@ -8,13 +8,15 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { startSvmNode, newSolanaKeypair, writeKeypairFile, associatedTokenAddress, DEVNET_USDC_MINT } from './lib/svm.mjs';
+import {
+  startSvmNode, newSolanaKeypair, svmFacilitatorConfig, newFeePayer, testWithLogs, postTo, associatedTokenAddress, DEVNET_USDC_MINT,
+} from './lib/svm.mjs';
 import { v1Requirements, v2Requirements } from './lib/svm-payment.mjs';
 import {
   paymentInstructions, computeLimit, computePrice, memo, transferChecked, compileMessage, wireTransaction, SYSTEM,
 } from './lib/svm-tx.mjs';
 import { startRouterd, freePort } from './lib/routerd.mjs';
-import { makeTempDir, tailFile } from './lib/util.mjs';
+import { makeTempDir } from './lib/util.mjs';
 
 const AMOUNT = 10_000;
 const TX = 'invalid_exact_svm_payload_transaction';
@@ -32,21 +34,17 @@ let payee;
 before(async () => {
   tmp = makeTempDir('routerd-svm-refusals-');
   node = await startSvmNode({ slotMs: 100, logFile: join(tmp.dir, 'svm-node.log') });
-  feePayer = await newSolanaKeypair();
-  const feePayerFile = join(tmp.dir, 'fee-payer.json');
-  writeKeypairFile(feePayerFile, feePayer);
-  await node.airdrop(feePayer.address, 5_000_000_000);
+  let feePayerFile;
+  ({ feePayer, feePayerFile } = await newFeePayer(node, tmp.dir));
   await node.createMint({ decimals: 6, address: DEVNET_USDC_MINT });
   [payer, payee] = [await newSolanaKeypair(), await newSolanaKeypair()];
   await node.mintTo(DEVNET_USDC_MINT, payer.address, 1_000_000n);
   await node.createTokenAccount(DEVNET_USDC_MINT, payee.address);
   // The fee payer holds the mint too: a transfer it authorised could move it.
   await node.mintTo(DEVNET_USDC_MINT, feePayer.address, 1_000_000n);
-  const port = await freePort();
-  const config = `[server]\nlisten = "127.0.0.1:${port}"\n[storage]\npath = "${join(tmp.dir, 'store')}"\n`
-    + `[chains.solana-devnet]\nrpc_urls = ["${node.url}"]\n`
-    + `[facilitator]\nnetworks = ["solana-devnet"]\nx402_versions = [1, 2]\nallow_http_resource = true\n`
-    + `svm_fee_payer_key_file = "${feePayerFile}"\n`;
+  const config = svmFacilitatorConfig({
+    port: await freePort(), storePath: join(tmp.dir, 'store'), rpcUrl: node.url, feePayerFile,
+  });
   routerd = await startRouterd({ configToml: config, dir: tmp.dir });
 });
 
@@ -56,21 +54,9 @@ after(async () => {
   tmp?.cleanup();
 });
 
-const it = (name, fn) => test(name, { timeout: 60_000 }, async () => {
-  try {
-    await fn();
-  } catch (err) {
-    err.message += `\n--- routerd log ---\n${tailFile(join(tmp.dir, 'routerd.log'), 30)}`;
-    throw err;
-  }
-});
+const it = testWithLogs(test, () => tmp.dir);
 
-async function post(path, body) {
-  const res = await fetch(`${routerd.url}${path}`, {
-    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
-  });
-  return { status: res.status, body: await res.json() };
-}
+const post = (path, body) => postTo(routerd.url, path, body);
 
 /** The v2 and the v1 body of one wire transaction paying AMOUNT to the payee. */
 function bodies(transaction) {

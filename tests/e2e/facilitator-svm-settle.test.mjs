@@ -16,11 +16,11 @@ import { wrapFetchWithPayment, x402Client, decodePaymentResponseHeader } from '@
 import { ExactSvmScheme as ExactSvmClient } from '@x402/svm/exact/client';
 import { ExactSvmScheme as ExactSvmServer } from '@x402/svm/exact/server';
 import {
-  startSvmNode, newSolanaKeypair, writeKeypairFile, associatedTokenAddress, SOLANA_DEVNET_CAIP2, DEVNET_USDC_MINT,
+  startSvmNode, newSolanaKeypair, svmFacilitatorConfig, newFeePayer, testWithLogs, associatedTokenAddress, SOLANA_DEVNET_CAIP2, DEVNET_USDC_MINT,
 } from './lib/svm.mjs';
 import { startRouterd, freePort } from './lib/routerd.mjs';
 import { listenShop, catchPaymentHeader } from './lib/interop.mjs';
-import { makeTempDir, tailFile, waitFor } from './lib/util.mjs';
+import { makeTempDir, waitFor } from './lib/util.mjs';
 
 const PRICE = 10_000n;
 const SIGNATURE = /^[1-9A-HJ-NP-Za-km-z]{64,88}$/;
@@ -37,18 +37,15 @@ let payeeAccount;
 before(async () => {
   tmp = makeTempDir('routerd-svm-settle-');
   node = await startSvmNode({ slotMs: 100, blockhashExpiry: 30, logFile: join(tmp.dir, 'svm-node.log') });
-  feePayer = await newSolanaKeypair();
-  const feePayerFile = join(tmp.dir, 'fee-payer.json');
-  writeKeypairFile(feePayerFile, feePayer);
-  await node.airdrop(feePayer.address, 5_000_000_000);
+  let feePayerFile;
+  ({ feePayer, feePayerFile } = await newFeePayer(node, tmp.dir));
   await node.createMint({ decimals: 6, address: DEVNET_USDC_MINT });
   payee = await newSolanaKeypair();
   ({ tokenAccount: payeeAccount } = await node.createTokenAccount(DEVNET_USDC_MINT, payee.address));
-  const port = await freePort();
-  const config = `[server]\nlisten = "127.0.0.1:${port}"\n[storage]\npath = "${join(tmp.dir, 'store')}"\n`
-    + `[chains.solana-devnet]\nrpc_urls = ["${node.url}"]\n`
-    + `[facilitator]\nnetworks = ["solana-devnet"]\nx402_versions = [1, 2]\nallow_http_resource = true\n`
-    + `settle_timeout_secs = 2\nsvm_fee_payer_key_file = "${feePayerFile}"\n`;
+  const config = svmFacilitatorConfig({
+    port: await freePort(), storePath: join(tmp.dir, 'store'), rpcUrl: node.url, feePayerFile,
+    facilitator: 'settle_timeout_secs = 2\n',
+  });
   routerd = await startRouterd({ configToml: config, dir: tmp.dir });
   ({ server: shop, url: shopUrl } = await listenShop(shopApp()));
 });
@@ -60,16 +57,7 @@ after(async () => {
   tmp?.cleanup();
 });
 
-const it = (name, fn) => test(name, { timeout: 60_000 }, async () => {
-  try {
-    await node.resume();
-    await fn();
-  } catch (err) {
-    err.message += `\n--- routerd log ---\n${tailFile(join(tmp.dir, 'routerd.log'), 30)}`
-      + `\n--- svm node log ---\n${tailFile(join(tmp.dir, 'svm-node.log'), 15)}`;
-    throw err;
-  }
-});
+const it = testWithLogs(test, () => tmp.dir, { nodeLog: true, first: () => node.resume() });
 
 /** The resource server: @x402/express with @x402/svm's server scheme, routerd as its facilitator. */
 function shopApp() {

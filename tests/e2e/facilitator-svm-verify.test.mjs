@@ -6,9 +6,11 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { ExactSvmScheme as ExactSvmClient } from '@x402/svm/exact/client';
-import { startSvmNode, newSolanaKeypair, writeKeypairFile, SOLANA_DEVNET_CAIP2, DEVNET_USDC_MINT } from './lib/svm.mjs';
+import {
+  startSvmNode, newSolanaKeypair, svmFacilitatorConfig, newFeePayer, testWithLogs, postTo, SOLANA_DEVNET_CAIP2, DEVNET_USDC_MINT,
+} from './lib/svm.mjs';
 import { startRouterd, routerdBin, freePort } from './lib/routerd.mjs';
-import { makeTempDir, tailFile } from './lib/util.mjs';
+import { makeTempDir } from './lib/util.mjs';
 import { spawnSync } from 'node:child_process';
 
 let tmp;
@@ -18,19 +20,13 @@ let feePayer;
 let feePayerFile;
 
 function config(port, rpcUrl) {
-  return `[server]\nlisten = "127.0.0.1:${port}"\n[storage]\npath = "${join(tmp.dir, `store-${port}`)}"\n`
-    + `[chains.solana-devnet]\nrpc_urls = ["${rpcUrl}"]\n`
-    + `[facilitator]\nnetworks = ["solana-devnet"]\nx402_versions = [1, 2]\nallow_http_resource = true\n`
-    + `svm_fee_payer_key_file = "${feePayerFile}"\n`;
+  return svmFacilitatorConfig({ port, storePath: join(tmp.dir, `store-${port}`), rpcUrl, feePayerFile });
 }
 
 before(async () => {
   tmp = makeTempDir('routerd-svm-verify-');
   node = await startSvmNode({ slotMs: 100, logFile: join(tmp.dir, 'svm-node.log') });
-  feePayer = await newSolanaKeypair();
-  feePayerFile = join(tmp.dir, 'fee-payer.json');
-  writeKeypairFile(feePayerFile, feePayer);
-  await node.airdrop(feePayer.address, 5_000_000_000);
+  ({ feePayer, feePayerFile } = await newFeePayer(node, tmp.dir));
   await node.createMint({ decimals: 6, address: DEVNET_USDC_MINT });
   routerd = await startRouterd({ configToml: config(await freePort(), node.url), dir: tmp.dir });
 });
@@ -41,21 +37,9 @@ after(async () => {
   tmp?.cleanup();
 });
 
-const it = (name, fn) => test(name, { timeout: 60_000 }, async () => {
-  try {
-    await fn();
-  } catch (err) {
-    err.message += `\n--- routerd log ---\n${tailFile(join(tmp.dir, 'routerd.log'), 30)}`;
-    throw err;
-  }
-});
+const it = testWithLogs(test, () => tmp.dir);
 
-async function post(path, body) {
-  const res = await fetch(`${routerd.url}${path}`, {
-    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
-  });
-  return { status: res.status, body: await res.json() };
-}
+const post = (path, body) => postTo(routerd.url, path, body);
 
 /** A payer holding `amount` USDC and no SOL; a payee with a token account unless `noAccount`. */
 async function parties(amount, { noAccount = false } = {}) {

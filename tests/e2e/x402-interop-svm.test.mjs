@@ -6,11 +6,11 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import {
-  startSvmNode, newSolanaKeypair, writeKeypairFile, associatedTokenAddress, DEVNET_USDC_MINT, TOKEN_2022_PROGRAM,
+  startSvmNode, newSolanaKeypair, svmFacilitatorConfig, newFeePayer, testWithLogs, postTo, associatedTokenAddress, DEVNET_USDC_MINT, TOKEN_2022_PROGRAM,
 } from './lib/svm.mjs';
 import { svmPaymentBody } from './lib/svm-payment.mjs';
 import { startRouterd, freePort } from './lib/routerd.mjs';
-import { makeTempDir, tailFile } from './lib/util.mjs';
+import { makeTempDir } from './lib/util.mjs';
 
 const PRICE = 25_000n;
 const SIGNATURE = /^[1-9A-HJ-NP-Za-km-z]{64,88}$/;
@@ -25,22 +25,18 @@ let token2022;
 before(async () => {
   tmp = makeTempDir('routerd-svm-interop-');
   node = await startSvmNode({ slotMs: 100, logFile: join(tmp.dir, 'svm-node.log') });
-  feePayer = await newSolanaKeypair();
-  const feePayerFile = join(tmp.dir, 'fee-payer.json');
-  writeKeypairFile(feePayerFile, feePayer);
-  await node.airdrop(feePayer.address, 5_000_000_000);
+  let feePayerFile;
+  ({ feePayer, feePayerFile } = await newFeePayer(node, tmp.dir));
   await node.createMint({ decimals: 6, address: DEVNET_USDC_MINT });
   ({ mint: token2022 } = await node.createMint({ decimals: 6, tokenProgram: 'token-2022' }));
   payee = await newSolanaKeypair();
   for (const mint of [DEVNET_USDC_MINT, token2022]) await node.createTokenAccount(mint, payee.address);
-  const port = await freePort();
-  const config = `[server]\nlisten = "127.0.0.1:${port}"\n[storage]\npath = "${join(tmp.dir, 'store')}"\n`
-    + `[chains.solana-devnet]\nrpc_urls = ["${node.url}"]\n`
+  const config = svmFacilitatorConfig({
+    port: await freePort(), storePath: join(tmp.dir, 'store'), rpcUrl: node.url, feePayerFile,
     // Named tokens replace the preset's: USDC is named again beside the Token-2022 mint.
-    + `[chains.solana-devnet.tokens.USDC]\nmint = "${DEVNET_USDC_MINT}"\ndecimals = 6\n`
-    + `[chains.solana-devnet.tokens.T22]\nmint = "${token2022}"\ndecimals = 6\n`
-    + `[facilitator]\nnetworks = ["solana-devnet"]\nx402_versions = [1, 2]\nallow_http_resource = true\n`
-    + `svm_fee_payer_key_file = "${feePayerFile}"\n`;
+    chain: `[chains.solana-devnet.tokens.USDC]\nmint = "${DEVNET_USDC_MINT}"\ndecimals = 6\n`
+      + `[chains.solana-devnet.tokens.T22]\nmint = "${token2022}"\ndecimals = 6\n`,
+  });
   routerd = await startRouterd({ configToml: config, dir: tmp.dir });
 });
 
@@ -50,22 +46,9 @@ after(async () => {
   tmp?.cleanup();
 });
 
-const it = (name, fn) => test(name, { timeout: 60_000 }, async () => {
-  try {
-    await fn();
-  } catch (err) {
-    err.message += `\n--- routerd log ---\n${tailFile(join(tmp.dir, 'routerd.log'), 30)}`
-      + `\n--- svm node log ---\n${tailFile(join(tmp.dir, 'svm-node.log'), 15)}`;
-    throw err;
-  }
-});
+const it = testWithLogs(test, () => tmp.dir, { nodeLog: true });
 
-async function post(path, body) {
-  const res = await fetch(`${routerd.url}${path}`, {
-    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
-  });
-  return { status: res.status, body: await res.json() };
-}
+const post = (path, body) => postTo(routerd.url, path, body);
 
 /** A payer holding 1 token of `mint` and no SOL. */
 async function newPayer(mint) {

@@ -151,3 +151,53 @@ if (process.argv[1] && import.meta.url === pathToFileURL(realpathSync(process.ar
     feePayer: feePayer.address, feePayerKeyFile: files['svm-fee-payer'],
   }, null, 2));
 }
+
+/**
+ * routerd's configuration for a Solana facilitator on the test node: a listener on `port`, the
+ * store at `storePath`, `solana-devnet` at `rpcUrl`, x402 v1 and v2, and the fee payer's key file.
+ * `chain` adds tables after `[chains.solana-devnet]` (its tokens), `facilitator` keys to
+ * `[facilitator]`, and `extra` whole sections at the end.
+ */
+export function svmFacilitatorConfig({ port, storePath, rpcUrl, feePayerFile, chain = '', facilitator = '', extra = '' }) {
+  return `[server]\nlisten = "127.0.0.1:${port}"\n[storage]\npath = "${storePath}"\n`
+    + `[chains.solana-devnet]\nrpc_urls = ["${rpcUrl}"]\n${chain}`
+    + `[facilitator]\nnetworks = ["solana-devnet"]\nx402_versions = [1, 2]\nallow_http_resource = true\n`
+    + `${facilitator}svm_fee_payer_key_file = "${feePayerFile}"\n${extra}`;
+}
+
+/**
+ * A fee payer for routerd: a throwaway keypair written to `dir`/fee-payer.json, given `lamports`
+ * on `node` (none with 0). Answers {feePayer, feePayerFile}.
+ */
+export async function newFeePayer(node, dir, lamports = 5_000_000_000) {
+  const feePayer = await newSolanaKeypair();
+  const feePayerFile = join(dir, 'fee-payer.json');
+  writeKeypairFile(feePayerFile, feePayer);
+  if (lamports > 0) await node.airdrop(feePayer.address, lamports);
+  return { feePayer, feePayerFile };
+}
+
+/**
+ * node:test's `test` with a minute's timeout, whose failures carry the tail of routerd's log in
+ * `dir` (and the Solana test node's with `nodeLog`); `first` runs before each test.
+ */
+export function testWithLogs(test, dir, { nodeLog = false, first = async () => {} } = {}) {
+  return (name, fn) => test(name, { timeout: 60_000 }, async () => {
+    try {
+      await first();
+      await fn();
+    } catch (err) {
+      err.message += `\n--- routerd log ---\n${tailFile(join(dir(), 'routerd.log'), 30)}`
+        + (nodeLog ? `\n--- svm node log ---\n${tailFile(join(dir(), 'svm-node.log'), 15)}` : '');
+      throw err;
+    }
+  });
+}
+
+/** POST `body` as JSON to `base` + `path`: {status, body}. */
+export async function postTo(base, path, body) {
+  const res = await fetch(`${base}${path}`, {
+    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
+  });
+  return { status: res.status, body: await res.json() };
+}
