@@ -5,8 +5,19 @@ import { createServer as createTcpServer } from 'node:net';
 import { createServer as createHttpServer } from 'node:http';
 import { freePort } from './util.mjs';
 
+/**
+ * Keeps idle connections open as long as the nodes a test server stands for do (geth: 120 s),
+ * longer than routerd's client keeps them in its pool (90 s). Node's default of 5 s closed an
+ * idle connection just as routerd reused it, and that request failed without reaching the node.
+ */
+export function keepLikeANode(server) {
+  server.keepAliveTimeout = 120_000;
+  return server;
+}
+
 /** Starts `server` listening on a free 127.0.0.1 port: the port. */
 export function listen(server) {
+  keepLikeANode(server);
   return new Promise((resolve, reject) => {
     server.once('error', reject);
     server.listen(0, '127.0.0.1', () => resolve(server.address().port));

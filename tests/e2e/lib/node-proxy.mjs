@@ -20,6 +20,7 @@
 //   `state.hits[fault]` counts the HTTP requests each fault changed.
 // WebSocket upgrades are recorded in `state.paths` and refused (HTTP 403).
 import { createServer } from 'node:http';
+import { keepLikeANode } from './bad-upstreams.mjs';
 
 const U64_MAX = '0xffffffffffffffff';
 const U256_MAX = `0x${'f'.repeat(64)}`;
@@ -161,6 +162,7 @@ export async function startNodeProxy({ target = null, stallMs = 2500 } = {}) {
     socket.end('HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\nconnection: close\r\n\r\n');
   });
 
+  keepLikeANode(server);
   const listen = (port = 0) => new Promise((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, '127.0.0.1', () => {

@@ -4,6 +4,7 @@
 //   node tests/e2e/lib/round-robin.mjs --port 8080 http://127.0.0.1:8081 http://127.0.0.1:8082
 import { createServer, request } from 'node:http';
 import { fileURLToPath } from 'node:url';
+import { keepLikeANode } from './bad-upstreams.mjs';
 
 /** Listen on 127.0.0.1:`port`; resolves to the server once listening. */
 export function startRoundRobin({ port, targets }) {
@@ -31,6 +32,7 @@ export function startRoundRobin({ port, targets }) {
     req.on('data', (c) => chunks.push(c));
     req.on('end', () => forward(req, res, Buffer.concat(chunks), targets.length));
   });
+  keepLikeANode(server);
   return new Promise((resolve) => server.listen(port, '127.0.0.1', () => resolve(server)));
 }
 
