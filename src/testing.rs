@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use ethers_core::types::{Address, Bytes, H256, U256};
 
 use crate::evm::TxFees;
-use crate::ledger::{Attempt, Record, State};
+use crate::ledger::{Attempt, Record, State, SvmSettlement};
 
 /// anvil's first development account: a key published with anvil (and hardhat), never used
 /// for value. Tests that need a signer use it; no real signer key is ever written in code.
@@ -58,4 +58,19 @@ pub fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("routerd-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     dir
+}
+
+/// A Solana settlement of 1000 by a made-up signature and wire transaction (not decodable: the
+/// ledger and the stores keep it as they are given it).
+pub fn svm_settlement() -> SvmSettlement {
+    SvmSettlement {
+        signature: "5sig".into(),
+        transaction: "AQID".into(),
+        last_valid_block_height: 150,
+        payer: "payer".into(),
+        pay_to: "payee".into(),
+        mint: "mint".into(),
+        amount: 1000,
+        error: None,
+    }
 }

@@ -682,16 +682,7 @@ mod tests {
     }
 
     fn solana(record: &mut Record) {
-        record.svm = Some(SvmSettlement {
-            signature: "5sig".into(),
-            transaction: "AQID".into(),
-            last_valid_block_height: 150,
-            payer: "payer".into(),
-            pay_to: "payee".into(),
-            mint: "mint".into(),
-            amount: 1000,
-            error: None,
-        });
+        record.svm = Some(crate::testing::svm_settlement());
     }
 
     #[test]

@@ -472,17 +472,24 @@ async fn settlement_status(
     let mut key = parse_status_path(rest)?;
     key.network = facilitator.network_name(&key.network).to_string();
     note.payment = Some(key.to_string());
-    match facilitator.status(&key).await.map_err(SettleError::from)? {
-        Some(status) => {
-            note.outcome = Some(status.state.to_string());
-            Ok(json_response(StatusCode::OK, &status))
-        }
-        None => Err(WireError::new(
-            StatusCode::NOT_FOUND,
-            404,
-            format!("no settlement of payment {key}"),
-        )),
-    }
+    let found = facilitator.status(&key).await.map_err(SettleError::from)?;
+    let state = found.as_ref().map(|s| s.state.to_string());
+    found_or_404(found, state, note, || {
+        format!("no settlement of payment {key}")
+    })
+}
+
+/// A status route's answer: the settlement found (its state in the log line), or 404 naming what
+/// was asked.
+fn found_or_404<S: serde::Serialize>(
+    found: Option<S>,
+    state: Option<String>,
+    note: &mut Note,
+    missing: impl FnOnce() -> String,
+) -> Result<HttpResponse, WireError> {
+    let status = found.ok_or_else(|| WireError::new(StatusCode::NOT_FOUND, 404, missing()))?;
+    note.outcome = state;
+    Ok(json_response(StatusCode::OK, &status))
 }
 
 /// `GET /settlements/{network}/{signature}`: a Solana payment, by its transaction's signature.
@@ -495,21 +502,14 @@ async fn svm_settlement_status(
     let signature = crate::svm::Signature::from_str(signature)
         .map_err(|_| WireError::bad_request("signature: not a base58 transaction signature"))?;
     note.payment = Some(format!("{network}/{signature}"));
-    match facilitator
+    let found = facilitator
         .svm_status(network, &signature)
         .await
-        .map_err(SettleError::from)?
-    {
-        Some(status) => {
-            note.outcome = Some(status.state.to_string());
-            Ok(json_response(StatusCode::OK, &status))
-        }
-        None => Err(WireError::new(
-            StatusCode::NOT_FOUND,
-            404,
-            format!("no settlement of transaction {signature} on {network}"),
-        )),
-    }
+        .map_err(SettleError::from)?;
+    let state = found.as_ref().map(|s| s.state.to_string());
+    found_or_404(found, state, note, || {
+        format!("no settlement of transaction {signature} on {network}")
+    })
 }
 
 pub(crate) fn parse_status_path(rest: &str) -> Result<PaymentKey, WireError> {

@@ -15,7 +15,6 @@ use super::{
 };
 use crate::ledger::{
     Inclusion, LaneId, Outcome, Pass, PaymentKey, Record, RequestTag, RouterNonceKey, State,
-    SvmSettlement,
 };
 
 const LONG: Duration = Duration::from_secs(600);
@@ -95,16 +94,7 @@ async fn a_solana_settlement_is_claimed_once_and_read_back_whole(a: &Storage, b:
     claim.token = Address::repeat_byte(0x11);
     claim.payer = Address::repeat_byte(0x22);
     claim.nonce = H256::repeat_byte(0x5a);
-    claim.svm = Some(SvmSettlement {
-        signature: "5sig".into(),
-        transaction: "AQID".into(),
-        last_valid_block_height: 150,
-        payer: "payer".into(),
-        pay_to: "payee".into(),
-        mint: "mint".into(),
-        amount: 1000,
-        error: None,
-    });
+    claim.svm = Some(crate::testing::svm_settlement());
     let key = PaymentKey::svm("solana-devnet", [0x5a; 32]);
     assert_eq!(claim.key(), key);
     let limits = Limits::balance(U256::MAX);
