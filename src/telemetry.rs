@@ -255,8 +255,12 @@ pub fn request_span(method: &http::Method, route: &str, headers: &http::HeaderMa
         payment = tracing::field::Empty,
         api_key = tracing::field::Empty,
     );
+    // With traces off the span is disabled: the header is then read only for the log line.
+    if span.is_disabled() {
+        return span;
+    }
     let parent = incoming(headers);
-    if !span.is_disabled() && parent.span().span_context().is_valid() {
+    if parent.span().span_context().is_valid() {
         // Only fails once the span has started, which it has not.
         let _ = span.set_parent(parent);
     }
