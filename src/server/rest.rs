@@ -188,7 +188,10 @@ where
                 client,
                 who,
             };
-            return facilitator_route(app, facilitator, asker, &method, &path, request, note).await;
+            // Each route's future is boxed on its own: a request holds only its route's state,
+            // not the largest of all of them (a settle waiting for its block, 1,000 at a time).
+            let route = facilitator_route(app, facilitator, asker, &method, &path, request, note);
+            return Box::pin(route).await;
         }
     }
     if let (true, Some(name)) = (surface.rpc, path.strip_prefix(CHAINS_PREFIX)) {
@@ -198,7 +201,7 @@ where
             client,
             who,
         };
-        return chain_route(routes, call, &method, name, request).await;
+        return Box::pin(chain_route(routes, call, &method, name, request)).await;
     }
     if surface.rpc && matches!(path.as_str(), "/" | "/quote") {
         let who = Caller::of(caller.map(|k| k.name.as_str()), client.as_ref());
@@ -207,12 +210,12 @@ where
             client,
             who,
         };
-        return router_route(routes, call, &method, &path, request, inner).await;
+        return Box::pin(router_route(routes, call, &method, &path, request, inner)).await;
     }
     match (path.as_str(), &method) {
         ("/health", &Method::GET) => Ok(ops::health()),
-        ("/ready", &Method::GET) if surface.ops => Ok(ops::ready(&app.services).await),
-        ("/metrics", &Method::GET) if surface.ops => Ok(ops::metrics(app).await),
+        ("/ready", &Method::GET) if surface.ops => Ok(Box::pin(ops::ready(&app.services)).await),
+        ("/metrics", &Method::GET) if surface.ops => Ok(Box::pin(ops::metrics(app)).await),
         ("/health", _) => Err(WireError::method_not_allowed(&method, &path, "GET")),
         ("/ready" | "/metrics", _) if surface.ops => {
             Err(WireError::method_not_allowed(&method, &path, "GET"))
@@ -398,7 +401,7 @@ async fn facilitator_route(
         if method != Method::GET {
             return Err(WireError::method_not_allowed(method, path, "GET"));
         }
-        return settlement_status(facilitator, path, note).await;
+        return Box::pin(settlement_status(facilitator, path, note)).await;
     }
     match (path, method) {
         ("/supported", &Method::GET) => Ok(json_response(StatusCode::OK, &facilitator.supported())),
@@ -408,9 +411,9 @@ async fn facilitator_route(
             note.payment = Some(payment.label());
             payment.allowed(asker.key)?;
             let answer = match &payment {
-                Payment::V1(p) => facilitator.verify(p).await?,
-                Payment::V2(p) => facilitator.verify_v2(p).await?,
-                Payment::Svm(p) => facilitator.verify_svm(p).await?,
+                Payment::V1(p) => Box::pin(facilitator.verify(p)).await?,
+                Payment::V2(p) => Box::pin(facilitator.verify_v2(p)).await?,
+                Payment::Svm(p) => Box::pin(facilitator.verify_svm(p)).await?,
             };
             note.outcome = Some(answer.invalid_reason.unwrap_or("valid").to_string());
             Ok(json_response(StatusCode::OK, &answer))
@@ -418,11 +421,19 @@ async fn facilitator_route(
         ("/settle", &Method::POST) => {
             let key = idempotency::header_key(request.headers())?;
             let bytes = read_body(app, request.into_body()).await?;
-            settle(app, facilitator, &asker, &bytes, key.as_deref(), note).await
+            Box::pin(settle(
+                app,
+                facilitator,
+                &asker,
+                &bytes,
+                key.as_deref(),
+                note,
+            ))
+            .await
         }
         (DISCOVERY_RESOURCES | DISCOVERY_SEARCH, &Method::GET) => {
             let query = request.uri().query();
-            discovery(facilitator, &asker, path, query).await
+            Box::pin(discovery(facilitator, &asker, path, query)).await
         }
         ("/supported" | DISCOVERY_RESOURCES | DISCOVERY_SEARCH, _) => {
             Err(WireError::method_not_allowed(method, path, "GET"))
@@ -635,17 +646,18 @@ async fn settle_one(
     caller: Option<&Key>,
 ) -> Result<SettleResponse, WireError> {
     let family = payment.family();
+    // Boxed per family: an EVM settlement waiting for its block does not carry Solana's state.
     let result = match &payment {
-        Payment::V1(p) => facilitator.settle(p, asking).await,
+        Payment::V1(p) => Box::pin(facilitator.settle(p, asking)).await,
         Payment::V2(p) => {
-            let settled = facilitator.settle_v2(p, asking).await;
+            let settled = Box::pin(facilitator.settle_v2(p, asking)).await;
             if let Ok(answer) = &settled {
                 let private = caller.is_some_and(Key::private_listings);
                 facilitator.discovered(p, answer, private).await;
             }
             settled
         }
-        Payment::Svm(p) => facilitator.settle_svm(p, asking).await,
+        Payment::Svm(p) => Box::pin(facilitator.settle_svm(p, asking)).await,
     };
     app.metrics.observe_settlement(
         family,

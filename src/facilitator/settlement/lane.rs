@@ -179,8 +179,9 @@ impl Reservation {
         self.lane.as_ref().expect("held until submitted")
     }
 
-    /// Hands a claimed record to the worker; the worker now answers for the count.
-    pub async fn submit(mut self, record: Record) {
+    /// Hands a claimed record to the worker; the worker now answers for the count (the
+    /// reservation is spent: dropping it counts nothing).
+    pub async fn submit(&mut self, record: Record) {
         let lane = self.lane.take().expect("held until submitted");
         if lane.queue.send(record).await.is_err() {
             tracing::error!(lane = %lane.id, "lane worker has stopped");

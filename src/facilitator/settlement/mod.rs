@@ -214,7 +214,7 @@ impl Settler {
         let deadline = Instant::now() + self.wait_bound(payment.auth.valid_before);
         let key = payment.key();
         if let Some(known) = self.known(&key, &payment, asking).await? {
-            return self.answer_known(known, &key, asking, deadline).await;
+            return Box::pin(self.answer_known(known, &key, asking, deadline)).await;
         }
         if let Err(failure) = self
             .verifier
@@ -225,7 +225,7 @@ impl Settler {
         }
         if let Method::Permit2Upto { .. } = payment.method {
             if payment.charge().is_zero() {
-                return self.charge_nothing(&payment).await;
+                return Box::pin(self.charge_nothing(&payment)).await;
             }
         }
         let lane = match payment.method {
@@ -246,7 +246,7 @@ impl Settler {
     async fn settle_on(
         &self,
         payment: &Payment<'_>,
-        reservation: Reservation,
+        mut reservation: Reservation,
         asking: &Asking,
         deadline: Instant,
     ) -> Result<Settled, SettleError> {
@@ -258,38 +258,62 @@ impl Settler {
         let mut heads = payment.network.chain.head.subscribe();
         let mut rechecks = MAX_RECHECKS;
         loop {
-            let prepared = self.prepared(payment, &reservation, asking, deadline);
-            let (record, payer) = match prepared.await? {
-                Prepared::Ready(record, payer) => (*record, payer),
-                Prepared::Answered(settled) => return Ok(settled),
-            };
-            let lease = reservation.lane().lease();
-            match self
-                .claim(&key, &record, payment, lease.as_ref(), payer, asking)
-                .await?
-            {
-                Claimed::Here(progress) => {
-                    reservation.submit(record).await;
+            // Boxed, as every step a settlement leaves behind: what stays allocated while it
+            // waits for its block is the wait alone, not the record or the reads (1,000 waiting).
+            let attempt =
+                Box::pin(self.try_claim(payment, &key, &mut reservation, asking, deadline));
+            match attempt.await? {
+                Attempt::Submitted(progress) => {
                     let outcome = self.wait(progress, &key, deadline).await;
                     return self.pass_on(outcome, &key, asking).await;
                 }
-                Claimed::Queued => {
+                Attempt::Queued(record) => {
                     drop(reservation);
-                    let outcome = self.await_stored(record, deadline).await;
+                    let outcome = Box::pin(self.await_stored(*record, deadline)).await;
                     return self.pass_on(outcome, &key, asking).await;
                 }
-                Claimed::Known(known) => {
-                    return self.answer_known(known, &key, asking, deadline).await
+                Attempt::Answered(settled) => return Ok(settled),
+                Attempt::Known(known) => {
+                    return Box::pin(self.answer_known(known, &key, asking, deadline)).await
                 }
-                Claimed::OverLimit(failure) if rechecks > 0 && exposure_may_clear(&failure) => {
+                Attempt::OverLimit(failure) if rechecks > 0 && exposure_may_clear(&failure) => {
                     rechecks -= 1;
                     if !next_head(&mut heads, deadline).await {
                         return Ok(Settled::failed(failure));
                     }
                 }
-                Claimed::OverLimit(failure) => return Ok(Settled::failed(failure)),
+                Attempt::OverLimit(failure) => return Ok(Settled::failed(failure)),
             }
         }
+    }
+
+    /// One try: the payment prepared, claimed and, when claimed here, handed to the lane.
+    async fn try_claim(
+        &self,
+        payment: &Payment<'_>,
+        key: &PaymentKey,
+        reservation: &mut Reservation,
+        asking: &Asking,
+        deadline: Instant,
+    ) -> Result<Attempt, SettleError> {
+        let (record, payer) = match self
+            .prepared(payment, reservation, asking, deadline)
+            .await?
+        {
+            Prepared::Ready(record, payer) => (record, payer),
+            Prepared::Answered(settled) => return Ok(Attempt::Answered(settled)),
+        };
+        let lease = reservation.lane().lease();
+        let claimed = self.claim(key, &record, payment, lease.as_ref(), payer, asking);
+        Ok(match claimed.await? {
+            Claimed::Here(progress) => {
+                reservation.submit(*record).await;
+                Attempt::Submitted(progress)
+            }
+            Claimed::Queued => Attempt::Queued(record),
+            Claimed::Known(known) => Attempt::Known(known),
+            Claimed::OverLimit(failure) => Attempt::OverLimit(failure),
+        })
     }
 
     /// An `upto` payment charged nothing: once the payment reads valid on chain, a success with
@@ -602,18 +626,26 @@ impl Settler {
         match settled {
             Ok(Ok(Progress::Done(outcome))) => Ok(Settled::of(&outcome)),
             Ok(Ok(Progress::Abandoned(reason))) => Err(SettleError::Abandoned(reason)),
-            // This instance lost the lane: another one settles it, and the store tells how.
-            Ok(Ok(Progress::Elsewhere)) => match self.ledger.get(key).await? {
-                Some(record) => self.await_stored(record, deadline).await,
-                None => Err(SettleError::Abandoned(
-                    "the claim was released before anything was sent".to_string(),
-                )),
-            },
+            Ok(Ok(Progress::Elsewhere)) => Box::pin(self.await_elsewhere(key, deadline)).await,
             // Out of time (or shutting down): the ledger keeps the record and the lane goes on.
             _ => match &*progress.borrow() {
                 Progress::Sent(hash) => Err(SettleError::Pending(Some(*hash))),
                 _ => Err(SettleError::Pending(None)),
             },
+        }
+    }
+
+    /// This instance lost the lane: another one settles it, and the store tells how.
+    async fn await_elsewhere(
+        &self,
+        key: &PaymentKey,
+        deadline: Instant,
+    ) -> Result<Settled, SettleError> {
+        match self.ledger.get(key).await? {
+            Some(record) => self.await_stored(record, deadline).await,
+            None => Err(SettleError::Abandoned(
+                "the claim was released before anything was sent".to_string(),
+            )),
         }
     }
 
@@ -881,6 +913,19 @@ enum Prepared {
 }
 
 /// What claiming a payment led to.
+/// What one try at settling came to (`try_claim`).
+enum Attempt {
+    /// Claimed here and handed to the lane: its progress to wait on.
+    Submitted(watch::Receiver<Progress>),
+    /// Claimed and queued for an instance holding a lane of its network.
+    Queued(Box<Record>),
+    /// Failed before the claim, or settled meanwhile by a duplicate.
+    Answered(Settled),
+    Known(Known),
+    /// Not claimed: the payer's balance does not cover it beside its settlements under way.
+    OverLimit(Invalid),
+}
+
 enum Claimed {
     /// Claimed, and a lane here signs it.
     Here(watch::Receiver<Progress>),

@@ -72,17 +72,21 @@ impl SvmExact {
         let signed = self.sign(payment);
         let key = payment_key(payment.network, &signed.signature);
         if let Some(record) = ledger.get(&key).await? {
-            return known(ledger, cooldown, &chain, record, &key, asking, deadline).await;
+            // Boxed, as each step the wait leaves behind: a settlement waiting for its
+            // confirmation holds only the wait.
+            return Box::pin(known(
+                ledger, cooldown, &chain, record, &key, asking, deadline,
+            ))
+            .await;
         }
-        let verified = match self.verify(ledger, payment).await? {
+        let verified = match Box::pin(self.verify(ledger, payment)).await? {
             Ok(verified) => verified,
             Err(failure) => return Ok(SvmSettled::Refused(failure.into())),
         };
         if let Err(failure) = cooled_down(cooldown, &transfer).await? {
             return Ok(SvmSettled::Refused(failure.into()));
         }
-        let last_valid_block_height = chain
-            .last_valid_block_height()
+        let last_valid_block_height = Box::pin(chain.last_valid_block_height())
             .await
             .map_err(|e| unreachable(&chain, e))?;
         let record = new_record(
@@ -106,7 +110,8 @@ impl SvmExact {
         match ledger.claim(&key, &record, None, &limits).await? {
             Claim::Claimed => {}
             Claim::Exists(existing) => {
-                return known(ledger, cooldown, &chain, *existing, &key, asking, deadline).await
+                let known = known(ledger, cooldown, &chain, *existing, &key, asking, deadline);
+                return Box::pin(known).await;
             }
             Claim::KeyTaken => return Err(key_taken(&record)),
             Claim::OverLimit { exposed } => {
