@@ -38,7 +38,7 @@ type HttpClient = LoggedHttpClient<RpcService<HttpBackend>>;
 
 /// Batches of at most this many calls (and at most half of `max_batch_calls`) are sent together
 /// with the other small batches ready at the same moment; larger ones (a block's receipts, a
-/// lane's broadcasts) go out on their own.
+/// lane's broadcasts) go out on their own, split at `max_batch_calls`.
 const COALESCE_MAX_CALLS: usize = 8;
 
 /// Consecutive failures after which a URL is skipped for [`COOL_DOWN`].
@@ -430,8 +430,25 @@ impl ChainClient {
         }
     }
 
-    /// One HTTP request carrying `calls` as a JSON-RPC batch.
+    /// `calls` in requests of at most `max_batch_calls` calls each, sent at once: a node with a
+    /// batch limit takes a block's receipts too, and it builds them on several threads. Answers
+    /// in order; one request failing fails them all (readers take answers by position).
     async fn send(&self, traffic: Traffic, calls: &[Call]) -> Answers {
+        if calls.len() <= self.max_batch_calls {
+            return self.send_one(traffic, calls).await;
+        }
+        let requests = calls
+            .chunks(self.max_batch_calls)
+            .map(|chunk| self.send_one(traffic, chunk));
+        let mut answers = Vec::with_capacity(calls.len());
+        for chunk in futures::future::join_all(requests).await {
+            answers.extend(chunk?);
+        }
+        Ok(answers)
+    }
+
+    /// One HTTP request carrying `calls` as a JSON-RPC batch.
+    async fn send_one(&self, traffic: Traffic, calls: &[Call]) -> Answers {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         let _in_flight = InFlight(&self.in_flight);
         self.with_failover(|upstream| async move {

@@ -2,7 +2,8 @@
 // must slow routerd's answers down, not turn payments into 502s. With
 // chains.<name>.max_concurrent_requests at the node's capacity, requests beyond it wait their turn
 // inside routerd, and a burst of verifies and settles is all answered. Small batches that wait
-// together share one HTTP request, and each caller still gets its own answers.
+// together share one HTTP request, and each caller still gets its own answers. A node with a batch
+// limit gets no larger batch from routerd's own work either (a block's receipts, broadcasts).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startFacilitatorStack, throughProxy, withLogTail } from './lib/stack.mjs';
@@ -64,3 +65,41 @@ it(`48 concurrent verifies, funded and unfunded payers interleaved, share HTTP r
   assert.ok(carrying.length <= 24, `48 verifies took ${carrying.length} HTTP requests`);
   for (const methods of carrying) assert.ok(methods.length <= MAX_BATCH_CALLS, `${methods.length} calls in one request, over max_batch_calls`);
 });
+
+it(`12 settlements in one block through a node that refuses batches of more than ${MAX_BATCH_CALLS} calls: the block's receipts are read in requests of at most ${MAX_BATCH_CALLS}, and all 12 are answered`, async () => {
+  const payments = await Promise.all(stack.payers.map((account) => stack.pay({ account, amount: 3n })));
+  const mine = (method, params) => stack.anvil.rpc(method, params);
+  const sentBefore = proxy.state.requests.length;
+  proxy.state.maxBatch = MAX_BATCH_CALLS;
+  proxy.state.capacity = Infinity;
+  await mine('evm_setAutomine', [false]);
+  try {
+    const settles = payments.map((p) => stack.settle(p.body));
+    // Every settlement broadcast before the block that takes them all.
+    await waitForPending(mine, payments.length);
+    await mine('evm_mine', []);
+    const answers = await Promise.all(settles);
+    for (const res of answers) {
+      assert.equal(res.body?.success, true, res.text);
+      assert.match(res.body.transaction, TX_HASH);
+    }
+    const blocks = new Set(await Promise.all(answers.map(async (res) => (await stack.receipt(res.body.transaction)).blockNumber)));
+    assert.equal(blocks.size, 1, 'the 12 settlements share one block');
+    assert.equal(proxy.state.tooLarge, 0, 'routerd sent the node a batch over its limit');
+    const largest = Math.max(...proxy.state.requests.slice(sentBefore).map((methods) => methods.length));
+    assert.ok(largest <= MAX_BATCH_CALLS, `a request of ${largest} calls`);
+  } finally {
+    proxy.state.maxBatch = null;
+    proxy.state.capacity = CAPACITY;
+    await mine('evm_setAutomine', [true]);
+  }
+});
+
+async function waitForPending(mine, n) {
+  for (let i = 0; i < 200; i += 1) {
+    const pool = await mine('txpool_status', []);
+    if (Number(pool.pending) >= n) return;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  throw new Error(`fewer than ${n} transactions reached the pool`);
+}

@@ -98,10 +98,12 @@ export async function deadUpstreamUrl() {
  * request, in order (a batch is one entry with several methods), for counting upstream calls.
  * `state.failing`, when set, picks calls the node cannot run: they are answered with the error
  * anvil gives mid-reorganisation for a block it no longer has (not a revert).
+ * `state.maxBatch`, when set, is a provider's batch limit: a batch of more calls is answered with
+ * one error object, as geth answers "batch too large" (`state.tooLarge` counts them).
  * Set `target` (the node's URL) before the first request.
  */
 export async function startFilteringProxy({ blocked = [], hanging = [], target = null, capacity = Infinity, delayMs = 0, overrides = 'run' } = {}) {
-  const state = { target, blocked, hanging, failing: null, blockedCalls: 0, hungCalls: 0, hung: [], capacity, delayMs, serving: 0, peak: 0, overloaded: 0, overrides, requests: [] };
+  const state = { target, blocked, hanging, failing: null, maxBatch: null, tooLarge: 0, blockedCalls: 0, hungCalls: 0, hung: [], capacity, delayMs, serving: 0, peak: 0, overloaded: 0, overrides, requests: [] };
   const overridden = (call) => call?.method === 'eth_call' && call.params?.length > 2;
   const withoutOverride = (call) => (overridden(call) && state.overrides === 'ignore' ? { ...call, params: call.params.slice(0, 2) } : call);
   const refuse = (call) => {
@@ -148,7 +150,10 @@ export async function startFilteringProxy({ blocked = [], hanging = [], target =
         state.hung.push(body);
         return; // never answered; close() ends the connection
       }
-      if (Array.isArray(body)) {
+      if (Array.isArray(body) && state.maxBatch !== null && body.length > state.maxBatch) {
+        state.tooLarge += 1;
+        answer = { jsonrpc: '2.0', id: null, error: { code: -32600, message: 'batch too large' } };
+      } else if (Array.isArray(body)) {
         const allowed = body.filter((c) => !isBlocked(c));
         const forwarded = allowed.length ? await forward(allowed) : [];
         const byId = new Map(forwarded.map((r) => [JSON.stringify(r.id), r]));
