@@ -546,7 +546,14 @@ impl ChainClient {
         for i in order {
             let upstream = &self.upstreams[i];
             self.stats[i].0.fetch_add(1, Ordering::Relaxed);
-            match attempt(upstream).await {
+            let mut answer = attempt(upstream).await;
+            if answer.as_ref().is_err_and(closed_before_answering) {
+                // A pooled connection the node (or a balancer before it) had just closed: the
+                // same URL again, on a new connection. Every call routerd makes may be repeated
+                // (reads, and broadcasts of the same signed transaction).
+                answer = attempt(upstream).await;
+            }
+            match answer {
                 Ok(value) => {
                     tracing::Span::current().record("upstream", upstream.name.as_str());
                     upstream.consecutive_failures.store(0, Ordering::Relaxed);
@@ -692,6 +699,22 @@ fn rpc_error(e: &jsonrpsee::types::ErrorObject<'_>, url: &Endpoint) -> RpcError 
 }
 
 /// At most 200 characters of `error`, without the URL it may quote.
+/// The connection closed with the request on it and no answer: an idle pooled connection that
+/// the other side closed as it was reused (hyper's "connection closed before message completed").
+fn closed_before_answering(error: &ClientError) -> bool {
+    let ClientError::Transport(error) = error else {
+        return false;
+    };
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error.as_ref());
+    while let Some(error) = source {
+        if let Some(hyper) = error.downcast_ref::<hyper::Error>() {
+            return hyper.is_incomplete_message();
+        }
+        source = error.source();
+    }
+    false
+}
+
 fn short_error(error: &ClientError, url: &Endpoint) -> String {
     match error {
         ClientError::RequestTimeout => "timed out".to_string(),

@@ -3,7 +3,8 @@
 // chains.<name>.max_concurrent_requests at the node's capacity, requests beyond it wait their turn
 // inside routerd, and a burst of verifies and settles is all answered. Small batches that wait
 // together share one HTTP request, and each caller still gets its own answers. A node with a batch
-// limit gets no larger batch from routerd's own work either (a block's receipts, broadcasts).
+// limit gets no larger batch from routerd's own work either (a block's receipts, broadcasts). A
+// connection the node closes with a request on it and no answer is tried again on a new one.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startFacilitatorStack, throughProxy, withLogTail } from './lib/stack.mjs';
@@ -103,3 +104,16 @@ async function waitForPending(mine, n) {
   }
   throw new Error(`fewer than ${n} transactions reached the pool`);
 }
+
+it('a connection closed by the node with the request on it and no answer: the request is sent again on a new connection, and the verify and the settle are answered', async () => {
+  const [payment] = await Promise.all([stack.pay({ account: stack.payers[0], amount: 5n })]);
+  proxy.state.dropNext = 1;
+  const verified = await stack.verify(payment.body);
+  expectValid(verified);
+  assert.equal(proxy.state.dropped, 1, 'the node closed one connection without answering');
+  proxy.state.dropNext = 1;
+  const settled = await stack.settle(payment.body);
+  assert.equal(settled.body?.success, true, settled.text);
+  assert.match(settled.body.transaction, TX_HASH);
+  assert.equal(proxy.state.dropped, 2);
+});

@@ -98,12 +98,14 @@ export async function deadUpstreamUrl() {
  * request, in order (a batch is one entry with several methods), for counting upstream calls.
  * `state.failing`, when set, picks calls the node cannot run: they are answered with the error
  * anvil gives mid-reorganisation for a block it no longer has (not a revert).
+ * `state.dropNext` requests (0 unless set) are read and then their connection is closed with no
+ * answer, as a balancer closes an idle connection just as it is reused (`state.dropped` counts).
  * `state.maxBatch`, when set, is a provider's batch limit: a batch of more calls is answered with
  * one error object, as geth answers "batch too large" (`state.tooLarge` counts them).
  * Set `target` (the node's URL) before the first request.
  */
 export async function startFilteringProxy({ blocked = [], hanging = [], target = null, capacity = Infinity, delayMs = 0, overrides = 'run' } = {}) {
-  const state = { target, blocked, hanging, failing: null, maxBatch: null, tooLarge: 0, blockedCalls: 0, hungCalls: 0, hung: [], capacity, delayMs, serving: 0, peak: 0, overloaded: 0, overrides, requests: [] };
+  const state = { target, blocked, hanging, failing: null, maxBatch: null, tooLarge: 0, dropNext: 0, dropped: 0, blockedCalls: 0, hungCalls: 0, hung: [], capacity, delayMs, serving: 0, peak: 0, overloaded: 0, overrides, requests: [] };
   const overridden = (call) => call?.method === 'eth_call' && call.params?.length > 2;
   const withoutOverride = (call) => (overridden(call) && state.overrides === 'ignore' ? { ...call, params: call.params.slice(0, 2) } : call);
   const refuse = (call) => {
@@ -125,6 +127,12 @@ export async function startFilteringProxy({ blocked = [], hanging = [], target =
     const chunks = [];
     req.on('data', (c) => chunks.push(c));
     req.on('end', async () => {
+      if (state.dropNext > 0) {
+        state.dropNext -= 1;
+        state.dropped += 1;
+        req.socket.destroy();
+        return;
+      }
       if (state.serving >= state.capacity) {
         state.overloaded += 1;
         res.writeHead(503, { 'content-type': 'text/plain' });
