@@ -102,14 +102,17 @@ export function postJsonLight(url, raw) {
   });
 }
 
-/** VmRSS and VmHWM (peak RSS) of a process, in MiB, from /proc/<pid>/status. */
+/**
+ * VmRSS and VmHWM (peak RSS) of a process, in MiB, from /proc/<pid>/status, and VmRSS's anonymous
+ * and file-backed parts (RssAnon, RssFile: the latter mostly the binary's code).
+ */
 export function procMemory(pid) {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
   const kib = (field) => {
     const m = status.match(new RegExp(`^${field}:\\s+(\\d+)\\s+kB`, 'm'));
     return m ? Number(m[1]) / 1024 : NaN;
   };
-  return { rssMiB: kib('VmRSS'), hwmMiB: kib('VmHWM') };
+  return { rssMiB: kib('VmRSS'), hwmMiB: kib('VmHWM'), anonMiB: kib('RssAnon'), fileMiB: kib('RssFile') };
 }
 
 /** Sum of all samples of one Prometheus counter (any labels) in GET /metrics text. */

@@ -868,8 +868,9 @@ function table() {
   lat(`g Solana settle, ${sv.settleSerial.n} sequential (slot ${sv.slotMs} ms)`, sv.settleSerial, { rps: false });
   lat(`g Solana settle, ${sv.settleConcurrent.n} distinct at concurrency 64`, sv.settleConcurrent);
   out.push('');
-  out.push(pad('memory (MiB)', 44) + lpad('idle RSS', 10) + lpad('peak (VmHWM)', 14) + lpad('RSS after', 11));
-  const memRow = (name, x, after) => out.push(pad(name, 44) + lpad(f(x.idle.rssMiB, 1), 10) + lpad(f(x[after].hwmMiB, 1), 14) + lpad(f(x[after].rssMiB, 1), 11));
+  out.push(pad('memory (MiB)', 44) + lpad('idle RSS', 10) + lpad('peak (VmHWM)', 14) + lpad('RSS after', 11) + lpad('anon / file', 14));
+  const memRow = (name, x, after) => out.push(pad(name, 44) + lpad(f(x.idle.rssMiB, 1), 10) + lpad(f(x[after].hwmMiB, 1), 14) + lpad(f(x[after].rssMiB, 1), 11)
+    + lpad(`${f(x[after].anonMiB, 1)} / ${f(x[after].fileMiB, 1)}`, 14));
   memRow('c routerd facilitator (after verify load)', mem.facilitator, 'afterVerify');
   memRow('c routerd facilitator (after settle load)', mem.settle, 'afterSettle');
   memRow('c routerd router (after routing load)', mem.router, 'afterLoad');
