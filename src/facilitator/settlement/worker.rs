@@ -441,43 +441,25 @@ impl Worker {
         let mut fillers = Vec::new();
         let mut sent = Vec::with_capacity(batch.signed.len());
         for (record, answer) in batch.signed.into_iter().zip(answers) {
-            if route(answer) == Route::Sent {
-                sent.push(record);
-            } else if let Some(raw) = self.route_answer(record, answer, market, block).await {
-                fillers.push(raw);
+            let nonce = record.state.nonce().expect("just signed");
+            match route(answer) {
+                Route::Sent => sent.push(record),
+                Route::AnotherSigner => self.another_signer(record, nonce).await,
+                Route::Refused => fillers.push(self.refused(record, nonce, market, block).await),
             }
         }
         self.sent(sent).await;
         self.broadcast(&fillers).await;
     }
 
-    /// Sends one settlement where the node's answer to its broadcast says (`route`); answers
-    /// the self-transfer to broadcast when one takes its nonce.
-    async fn route_answer(
-        &mut self,
-        record: Record,
-        answer: Option<Refusal>,
-        market: TxFees,
-        block: u64,
-    ) -> Option<Bytes> {
-        let nonce = record.state.nonce().expect("just signed");
-        let stays = match route(answer) {
-            Route::Sent => {
-                self.sent(vec![record]).await;
-                return None;
-            }
-            Route::AnotherSigner if record.sender.is_some() => {
-                self.sender_unfunded(record, nonce).await;
-                return None; // its nonce here is a gap now
-            }
-            Route::AnotherSigner => match self.move_unfunded(record, nonce) {
-                Some(stays) => stays,
-                None => return None, // its nonce here is a gap now
-            },
-            Route::Refused => return Some(self.refused(record, nonce, market, block).await),
-        };
-        self.nonces.slots.insert(nonce, Slot::settlement(stays));
-        None
+    /// A settlement its signer cannot pay gas for: moved to another signer's lane when one can
+    /// take it (its nonce here is a gap now), else kept at its nonce.
+    async fn another_signer(&mut self, record: Record, nonce: u64) {
+        if record.sender.is_some() {
+            self.sender_unfunded(record, nonce).await;
+        } else if let Some(stays) = self.move_unfunded(record, nonce) {
+            self.nonces.slots.insert(nonce, Slot::settlement(stays));
+        }
     }
 
     /// Settlements the node took (or may take when sent again): `Sent`, stored in one write,
