@@ -95,10 +95,12 @@ impl FeePayerFunds {
 impl Facilitator {
     /// What `/ready` asks of the facilitator.
     pub async fn readiness(&self) -> Readiness<'_> {
+        // Both probes at once: each may take PROBE_TIMEOUT on a silent chain.
+        let (signers, fee_payers) = tokio::join!(self.signer_funds(), self.fee_payer_funds());
         Readiness {
             lanes_down: self.lanes_down().collect(),
-            signers: self.signer_funds().await,
-            fee_payers: self.fee_payer_funds().await,
+            signers,
+            fee_payers,
         }
     }
 
