@@ -12,7 +12,7 @@ import {
   startSvmNode, newSolanaKeypair, svmFacilitatorConfig, newFeePayer, testWithLogs, SOLANA_DEVNET_CAIP2, DEVNET_USDC_MINT,
 } from './lib/svm.mjs';
 import { startRouterd, freePort } from './lib/routerd.mjs';
-import { makeTempDir, waitFor } from './lib/util.mjs';
+import { makeTempDir, readAnswer, waitFor } from './lib/util.mjs';
 
 const SHOP = 'token-of-the-solana-shop';
 const EVM_SHOP = 'token-of-an-evm-shop';
@@ -57,19 +57,11 @@ after(async () => {
 const it = testWithLogs(test, () => tmp.dir);
 
 async function request(path, { token = OPEN, body } = {}) {
-  const res = await fetch(`${routerd.url}${path}`, {
+  return readAnswer(await fetch(`${routerd.url}${path}`, {
     method: body ? 'POST' : 'GET',
     headers: { 'content-type': 'application/json', ...bearer(token) },
     body: body ? JSON.stringify(body) : undefined,
-  });
-  const text = await res.text();
-  let json;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = undefined;
-  }
-  return { status: res.status, body: json, text };
+  }));
 }
 
 /** A payer holding USDC and no SOL, and @x402/svm's v2 payment of `amount` to `to`. */
