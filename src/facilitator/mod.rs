@@ -33,7 +33,7 @@ use protocol::{eip2612, v2};
 use request::TokenInfo;
 use request::{Invalid, Request};
 use settlement::ClaimOn;
-use settlement::Settled;
+use settlement::{Begun, Settled};
 pub use settlement::{Lane, LaneSettings, SettleError};
 use types::{SettlementStatus, SupportedKind, SupportedResponse};
 use verify::{Network, Verifier};
@@ -406,10 +406,8 @@ impl Facilitator {
         request: &v1::PaymentRequest,
         asking: &Asking,
     ) -> Result<SettleResponse, SettleError> {
-        let settled = match self.lower_v1(request) {
-            Err(refused) => Settled::failed(refused),
-            Ok(lowered) => self.settler.settle(&lowered, asking).await?,
-        };
+        let begun = Box::pin(self.begin(self.lower_v1(request), asking)).await?;
+        let settled = self.settler.finish(begun, asking).await?;
         Ok(v1::settle_answer(request, settled))
     }
 
@@ -449,11 +447,25 @@ impl Facilitator {
         request: &v2::PaymentRequest,
         asking: &Asking,
     ) -> Result<SettleResponse, SettleError> {
-        let outcome = match self.lower_v2(request) {
-            Err(refused) => Ok(Settled::failed(refused)),
-            Ok(lowered) => self.settler.settle(&lowered, asking).await,
+        let begun = Box::pin(self.begin(self.lower_v2(request), asking)).await;
+        let outcome = match begun {
+            Ok(begun) => self.settler.finish(begun, asking).await,
+            Err(error) => Err(error),
         };
         v2::settle_answer(request, outcome)
+    }
+
+    /// The request's part of a settlement (`Settler::begin`) for a lowered request. Boxed by its
+    /// callers: the lowered request and everything read for it are freed before the wait.
+    async fn begin(
+        &self,
+        lowered: Result<Request, Invalid>,
+        asking: &Asking,
+    ) -> Result<Begun, SettleError> {
+        match lowered {
+            Err(refused) => Ok(Begun::answered(Settled::failed(refused))),
+            Ok(lowered) => self.settler.begin(&lowered, asking).await,
+        }
     }
 
     /// Lists the resource a v2 settle paid for when routerd answered it with success and its

@@ -89,11 +89,19 @@ where
         let route = ops::route_label(request.uri().path());
         let span = telemetry::request_span(request.method(), route, request.headers());
         let trace_id = telemetry::trace_id(&span, request.headers());
+        let method = request.method().clone();
+        // Boxed: an async block keeps what it captures for as long as it lives (a settle waits
+        // for its block), and the route takes the request and the inner service at once.
+        let input = Box::new((request, inner));
         let answer = async move {
             let started = Instant::now();
-            let method = request.method().clone();
             let mut note = Note::default();
-            let response = match dispatch(&routes, request, inner, &mut note).await {
+            let (request, inner) = *input;
+            let routed = match dispatch(&routes, request, inner, &mut note) {
+                Ok(route) => route.await,
+                Err(error) => Err(error),
+            };
+            let response = match routed {
                 Ok(response) => response,
                 Err(error) => {
                     note.outcome
@@ -158,64 +166,54 @@ impl Note {
     }
 }
 
-async fn dispatch<S>(
-    routes: &Routes,
+/// A route's answer to come, boxed on its own: a request holds only its route's state, not the
+/// largest of all of them (a settle waiting for its block, 1,000 at a time).
+type Routed<'a> = Pin<Box<dyn Future<Output = Result<HttpResponse, WireError>> + Send + 'a>>;
+
+/// Picks the request's route: the caller and its rate are checked here, before any future is
+/// made; the request is taken apart by the route that needs it.
+fn dispatch<'a, S>(
+    routes: &'a Routes,
     request: HttpRequest,
     inner: S,
-    note: &mut Note,
-) -> Result<HttpResponse, WireError>
+    note: &'a mut Note,
+) -> Result<Routed<'a>, WireError>
 where
-    S: Service<HttpRequest, Response = HttpResponse, Error = BoxError>,
+    S: Service<HttpRequest, Response = HttpResponse, Error = BoxError> + Send + 'static,
+    S::Future: Send,
 {
     let (app, surface) = (&*routes.app, routes.surface);
     let method = request.method().clone();
     let path = request.uri().path().to_string();
     let caller = caller_of(app, surface, &method, &path, request.headers())?;
     note.key = caller.as_ref().map(|k| k.name.clone());
-    let caller = caller.as_deref();
     let client = request
         .extensions()
         .get::<ClientAddr>()
         .map(|ClientAddr(peer)| ClientId::of(app.proxies.resolve(peer.ip(), request.headers())));
     if path != "/health" {
-        admit(app, caller, client, 1)?;
+        admit(app, caller.as_deref(), client, 1)?;
     }
+    let asker = Asker::new(caller, client);
     if let Some(facilitator) = &routes.facilitator {
         if is_facilitator_path(&path) {
-            let who = Caller::of(caller.map(|k| k.name.as_str()), client.as_ref());
-            let asker = Asker {
-                key: caller,
-                client,
-                who,
-            };
-            // Each route's future is boxed on its own: a request holds only its route's state,
-            // not the largest of all of them (a settle waiting for its block, 1,000 at a time).
-            let route = facilitator_route(app, facilitator, asker, &method, &path, request, note);
-            return Box::pin(route).await;
+            return facilitator_route(app, facilitator, asker, &method, &path, request, note);
         }
     }
-    if let (true, Some(name)) = (surface.rpc, path.strip_prefix(CHAINS_PREFIX)) {
-        let who = Caller::of(caller.map(|k| k.name.as_str()), client.as_ref());
-        let call = RouterCall {
-            caller,
-            client,
-            who,
-        };
-        return Box::pin(chain_route(routes, call, &method, name, request)).await;
+    if surface.rpc && path.starts_with(CHAINS_PREFIX) {
+        return Ok(Box::pin(chain_route(routes, asker, request)));
     }
     if surface.rpc && matches!(path.as_str(), "/" | "/quote") {
-        let who = Caller::of(caller.map(|k| k.name.as_str()), client.as_ref());
-        let call = RouterCall {
-            caller,
-            client,
-            who,
-        };
-        return Box::pin(router_route(routes, call, &method, &path, request, inner)).await;
+        return Ok(Box::pin(router_route(routes, asker, request, inner)));
     }
     match (path.as_str(), &method) {
-        ("/health", &Method::GET) => Ok(ops::health()),
-        ("/ready", &Method::GET) if surface.ops => Ok(Box::pin(ops::ready(&app.services)).await),
-        ("/metrics", &Method::GET) if surface.ops => Ok(Box::pin(ops::metrics(app)).await),
+        ("/health", &Method::GET) => Ok(answered(ops::health())),
+        ("/ready", &Method::GET) if surface.ops => {
+            Ok(Box::pin(async move { Ok(ops::ready(&app.services).await) }))
+        }
+        ("/metrics", &Method::GET) if surface.ops => {
+            Ok(Box::pin(async move { Ok(ops::metrics(app).await) }))
+        }
         ("/health", _) => Err(WireError::method_not_allowed(&method, &path, "GET")),
         ("/ready" | "/metrics", _) if surface.ops => {
             Err(WireError::method_not_allowed(&method, &path, "GET"))
@@ -224,20 +222,16 @@ where
     }
 }
 
-/// Who calls the router, for its rate and its nonce reservations.
-struct RouterCall<'a> {
-    caller: Option<&'a Key>,
-    client: Option<ClientId>,
-    who: Caller,
+/// A route answered without waiting for anything.
+fn answered<'a>(response: HttpResponse) -> Routed<'a> {
+    Box::pin(std::future::ready(Ok(response)))
 }
 
 /// `/` and `/quote` on a listener serving the router's surface. JSON-RPC at `POST /` goes to
 /// jsonrpsee whether or not a router is configured (its methods are there only with one).
 async fn router_route<S>(
     routes: &Routes,
-    call: RouterCall<'_>,
-    method: &Method,
-    path: &str,
+    call: Asker,
     request: HttpRequest,
     mut inner: S,
 ) -> Result<HttpResponse, WireError>
@@ -245,11 +239,13 @@ where
     S: Service<HttpRequest, Response = HttpResponse, Error = BoxError>,
 {
     let app = &*routes.app;
-    match (path, method, &routes.router) {
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    match (path.as_str(), &method, &routes.router) {
         ("/", &Method::POST, router) => {
             let (mut parts, body) = request.into_parts();
             let bytes = read_body(app, body).await?;
-            admit(app, call.caller, call.client, extra_calls(&bytes))?; // each entry of a batch counts
+            admit(app, call.key.as_deref(), call.client, extra_calls(&bytes))?; // each entry of a batch counts
             if is_json_rpc(&bytes) {
                 // The body was read as JSON already; a client that left out the header is served
                 // rather than told 415 in plain text.
@@ -274,9 +270,9 @@ where
             router.quote_rest(&bytes).await
         }
         ("/", _, _) | ("/quote", _, Some(_)) => {
-            Err(WireError::method_not_allowed(method, path, "POST"))
+            Err(WireError::method_not_allowed(&method, &path, "POST"))
         }
-        _ => Err(WireError::not_found(path)),
+        _ => Err(WireError::not_found(&path)),
     }
 }
 
@@ -286,21 +282,24 @@ const CHAINS_PREFIX: &str = "/chains/";
 /// endpoint, each entry of a batch counted by the caller's rate.
 async fn chain_route(
     routes: &Routes,
-    call: RouterCall<'_>,
-    method: &Method,
-    name: &str,
+    call: Asker,
     request: HttpRequest,
 ) -> Result<HttpResponse, WireError> {
     let path = request.uri().path().to_string();
+    let name = &path[CHAINS_PREFIX.len()..];
     let Some(router) = &routes.router else {
         return Err(WireError::not_found(&path));
     };
-    if method != Method::POST {
-        return Err(WireError::method_not_allowed(method, &path, "POST"));
+    if request.method() != Method::POST {
+        return Err(WireError::method_not_allowed(
+            request.method(),
+            &path,
+            "POST",
+        ));
     }
     let app = &*routes.app;
     let bytes = read_body(app, request.into_body()).await?;
-    admit(app, call.caller, call.client, extra_calls(&bytes))?;
+    admit(app, call.key.as_deref(), call.client, extra_calls(&bytes))?;
     router.chain_rpc(name, &bytes, &call.who).await
 }
 
@@ -351,9 +350,9 @@ fn admit(
 
 /// Takes up to `wanted` more tokens, one at a time, from the caller's bucket: how many it got,
 /// and the 429 the first refused one answered.
-fn admit_each(app: &App, asker: &Asker<'_>, wanted: usize) -> (usize, Option<WireError>) {
+fn admit_each(app: &App, asker: &Asker, wanted: usize) -> (usize, Option<WireError>) {
     for taken in 0..wanted {
-        if let Err(over) = admit(app, asker.key, asker.client, 1) {
+        if let Err(over) = admit(app, asker.key.as_deref(), asker.client, 1) {
             return (taken, Some(over));
         }
     }
@@ -369,15 +368,20 @@ pub(crate) fn extra_calls(bytes: &[u8]) -> u32 {
         .map_or(0, |entries| entries.len().saturating_sub(1) as u32)
 }
 
-/// Who calls a facilitator route: its API key, if any, and its caller identity (the key's
-/// name, or the client address).
-pub(crate) struct Asker<'a> {
-    key: Option<&'a Key>,
+/// Who calls a route: its API key, if any, its client address, and its caller identity (the
+/// key's name, or the client address) for its rate, its nonce reservations and its payments.
+pub(crate) struct Asker {
+    key: Option<Arc<Key>>,
     client: Option<ClientId>,
     who: Caller,
 }
 
-impl Asker<'_> {
+impl Asker {
+    fn new(key: Option<Arc<Key>>, client: Option<ClientId>) -> Self {
+        let who = Caller::of(key.as_ref().map(|k| k.name.as_str()), client.as_ref());
+        Asker { key, client, who }
+    }
+
     /// A caller without an API key, named `who` (the fuzz targets' caller).
     pub(crate) fn stranger(who: &str) -> Self {
         Asker {
@@ -388,52 +392,49 @@ impl Asker<'_> {
     }
 }
 
-async fn facilitator_route(
-    app: &App,
-    facilitator: &Facilitator,
-    asker: Asker<'_>,
+/// A facilitator route: the request is taken apart here, so that its future keeps only what
+/// the route reads (for a settle, its body and its `Idempotency-Key`).
+fn facilitator_route<'a>(
+    app: &'a App,
+    facilitator: &'a Facilitator,
+    asker: Asker,
     method: &Method,
     path: &str,
     request: HttpRequest,
-    note: &mut Note,
-) -> Result<HttpResponse, WireError> {
+    note: &'a mut Note,
+) -> Result<Routed<'a>, WireError> {
     if path.starts_with(STATUS_PREFIX) {
         if method != Method::GET {
             return Err(WireError::method_not_allowed(method, path, "GET"));
         }
-        return Box::pin(settlement_status(facilitator, path, note)).await;
+        let path = path.to_string();
+        return Ok(Box::pin(async move {
+            settlement_status(facilitator, &path, note).await
+        }));
     }
     match (path, method) {
-        ("/supported", &Method::GET) => Ok(json_response(StatusCode::OK, &facilitator.supported())),
-        ("/verify", &Method::POST) => {
-            let bytes = read_body(app, request.into_body()).await?;
-            let payment = parse_payment_body(facilitator, &bytes)?;
-            note.payment = Some(payment.label());
-            payment.allowed(asker.key)?;
-            let answer = match &payment {
-                Payment::V1(p) => Box::pin(facilitator.verify(p)).await?,
-                Payment::V2(p) => Box::pin(facilitator.verify_v2(p)).await?,
-                Payment::Svm(p) => Box::pin(facilitator.verify_svm(p)).await?,
-            };
-            note.outcome = Some(answer.invalid_reason.unwrap_or("valid").to_string());
-            Ok(json_response(StatusCode::OK, &answer))
-        }
+        ("/supported", &Method::GET) => Ok(answered(json_response(
+            StatusCode::OK,
+            &facilitator.supported(),
+        ))),
+        ("/verify", &Method::POST) => Ok(Box::pin(verify(
+            app,
+            facilitator,
+            asker,
+            request.into_body(),
+            note,
+        ))),
         ("/settle", &Method::POST) => {
             let key = idempotency::header_key(request.headers())?;
-            let bytes = read_body(app, request.into_body()).await?;
-            Box::pin(settle(
-                app,
-                facilitator,
-                &asker,
-                &bytes,
-                key.as_deref(),
-                note,
-            ))
-            .await
+            let body = request.into_body();
+            Ok(Box::pin(settle(app, facilitator, asker, body, key, note)))
         }
         (DISCOVERY_RESOURCES | DISCOVERY_SEARCH, &Method::GET) => {
-            let query = request.uri().query();
-            Box::pin(discovery(facilitator, &asker, path, query)).await
+            let query = request.uri().query().map(str::to_string);
+            let path = path.to_string();
+            Ok(Box::pin(async move {
+                discovery(facilitator, &asker, &path, query.as_deref()).await
+            }))
         }
         ("/supported" | DISCOVERY_RESOURCES | DISCOVERY_SEARCH, _) => {
             Err(WireError::method_not_allowed(method, path, "GET"))
@@ -442,18 +443,39 @@ async fn facilitator_route(
     }
 }
 
+/// `POST /verify`.
+async fn verify(
+    app: &App,
+    facilitator: &Facilitator,
+    asker: Asker,
+    body: HttpBody,
+    note: &mut Note,
+) -> Result<HttpResponse, WireError> {
+    let bytes = read_body(app, body).await?;
+    let payment = parse_payment_body(facilitator, &bytes)?;
+    note.payment = Some(payment.label());
+    payment.allowed(asker.key.as_deref())?;
+    let answer = match &payment {
+        Payment::V1(p) => Box::pin(facilitator.verify(p)).await?,
+        Payment::V2(p) => Box::pin(facilitator.verify_v2(p)).await?,
+        Payment::Svm(p) => Box::pin(facilitator.verify_svm(p)).await?,
+    };
+    note.outcome = Some(answer.invalid_reason.unwrap_or("valid").to_string());
+    Ok(json_response(StatusCode::OK, &answer))
+}
+
 /// `GET /discovery/resources` and `GET /discovery/search` (404 while the catalogue is off):
 /// what the caller's API key may see of the catalogue.
 async fn discovery(
     facilitator: &Facilitator,
-    asker: &Asker<'_>,
+    asker: &Asker,
     path: &str,
     query: Option<&str>,
 ) -> Result<HttpResponse, WireError> {
     let Some(catalogue) = facilitator.catalogue() else {
         return Err(WireError::not_found(path));
     };
-    let viewer = asker.key.map_or(Viewer::Stranger, Key::viewer);
+    let viewer = asker.key.as_deref().map_or(Viewer::Stranger, Key::viewer);
     let page = if path == DISCOVERY_RESOURCES {
         let listed = catalogue.resources(&list_query(query)?, &viewer).await;
         listed.map(|page| serde_json::to_value(page).expect("pages serialize"))
@@ -553,80 +575,96 @@ pub(crate) fn parse_status_path(rest: &str) -> Result<PaymentKey, WireError> {
 async fn settle(
     app: &App,
     facilitator: &Facilitator,
-    asker: &Asker<'_>,
+    asker: Asker,
+    body: HttpBody,
+    key: Option<String>,
+    note: &mut Note,
+) -> Result<HttpResponse, WireError> {
+    let bytes = read_body(app, body).await?;
+    if first_json_byte(&bytes) == Some(b'[') {
+        let batch = settle_batch(app, facilitator, &asker, &bytes, key.as_deref(), note);
+        return Box::pin(batch).await;
+    }
+    let payment = parse_payment_body(facilitator, &bytes)?;
+    note.payment = Some(payment.label());
+    let caller = asker.key.as_deref();
+    payment.allowed(caller)?;
+    let asking = payment.asking(&asker, key.as_deref(), None, &bytes)?;
+    drop(bytes); // not kept while the settlement waits for its block
+    let answer = settle_one(app, facilitator, &payment, &asking, caller).await?;
+    note.outcome = Some(settle_outcome(&answer));
+    Ok(json_response(StatusCode::OK, &answer))
+}
+
+/// An array of payments, each settled on its own and answered in its slot.
+async fn settle_batch(
+    app: &App,
+    facilitator: &Facilitator,
+    asker: &Asker,
     bytes: &[u8],
     key: Option<&str>,
     note: &mut Note,
 ) -> Result<HttpResponse, WireError> {
-    let caller = asker.key;
-    if first_json_byte(bytes) == Some(b'[') {
-        let items: Vec<serde_json::Value> = parse_body(bytes)?;
-        if items.is_empty() || items.len() > facilitator.max_batch() {
-            return Err(WireError::bad_request(format!(
-                "body: an array of 1 to {} payments (facilitator.max_batch)",
-                facilitator.max_batch()
-            )));
-        }
-        let payments = items
-            .into_iter()
-            .enumerate()
-            .map(|(i, item)| {
-                let element = serde_json::to_vec(&item).expect("JSON values serialize");
-                let payment = parse_payment(facilitator.serves_v2(), item, &format!("[{i}]"))?;
-                let asking = payment.asking(asker, key, Some(i), &element)?;
-                Ok((payment, asking))
-            })
-            .collect::<Result<Vec<(Payment, Asking)>, WireError>>()?;
-        // Each element counts under the rate: the first took the request's token, the others
-        // take one each, and those beyond the tokens left answer 429 in their slots.
-        let (admitted, over) = admit_each(app, asker, payments.len().saturating_sub(1));
-        note.payment = Some(
-            payments
-                .iter()
-                .map(|(p, _)| p.label())
-                .collect::<Vec<_>>()
-                .join(","),
-        );
-        // An element whose payTo the key may not pay is refused in its own slot.
-        let over = &over;
-        let answers = futures::future::join_all(payments.into_iter().enumerate().map(
-            |(i, (p, asking))| async move {
-                if i > admitted {
-                    return Err(over
-                        .clone()
-                        .expect("an element beyond the tokens has its 429"));
-                }
-                p.allowed(caller)?;
-                settle_one(app, facilitator, p, &asking, caller).await
-            },
-        ))
-        .await;
-        note.outcome = Some(
-            answers
-                .iter()
-                .map(|a| match a {
-                    Ok(answer) => settle_outcome(answer),
-                    Err(e) => format!("error {}", e.code),
-                })
-                .collect::<Vec<_>>()
-                .join(","),
-        );
-        let slots: Vec<serde_json::Value> = answers
-            .into_iter()
-            .map(|a| match a {
-                Ok(answer) => serde_json::to_value(answer).expect("answers serialize"),
-                Err(e) => e.body(),
-            })
-            .collect();
-        return Ok(json_response(StatusCode::OK, &slots));
+    let caller = asker.key.as_deref();
+    let items: Vec<serde_json::Value> = parse_body(bytes)?;
+    if items.is_empty() || items.len() > facilitator.max_batch() {
+        return Err(WireError::bad_request(format!(
+            "body: an array of 1 to {} payments (facilitator.max_batch)",
+            facilitator.max_batch()
+        )));
     }
-    let payment = parse_payment_body(facilitator, bytes)?;
-    note.payment = Some(payment.label());
-    payment.allowed(caller)?;
-    let asking = payment.asking(asker, key, None, bytes)?;
-    let answer = settle_one(app, facilitator, payment, &asking, caller).await?;
-    note.outcome = Some(settle_outcome(&answer));
-    Ok(json_response(StatusCode::OK, &answer))
+    let payments = items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let element = serde_json::to_vec(&item).expect("JSON values serialize");
+            let payment = parse_payment(facilitator.serves_v2(), item, &format!("[{i}]"))?;
+            let asking = payment.asking(asker, key, Some(i), &element)?;
+            Ok((payment, asking))
+        })
+        .collect::<Result<Vec<(Payment, Asking)>, WireError>>()?;
+    // Each element counts under the rate: the first took the request's token, the others
+    // take one each, and those beyond the tokens left answer 429 in their slots.
+    let (admitted, over) = admit_each(app, asker, payments.len().saturating_sub(1));
+    note.payment = Some(
+        payments
+            .iter()
+            .map(|(p, _)| p.label())
+            .collect::<Vec<_>>()
+            .join(","),
+    );
+    // An element whose payTo the key may not pay is refused in its own slot.
+    let over = &over;
+    let answers = futures::future::join_all(payments.into_iter().enumerate().map(
+        |(i, (p, asking))| async move {
+            if i > admitted {
+                return Err(over
+                    .clone()
+                    .expect("an element beyond the tokens has its 429"));
+            }
+            p.allowed(caller)?;
+            settle_one(app, facilitator, &p, &asking, caller).await
+        },
+    ))
+    .await;
+    note.outcome = Some(
+        answers
+            .iter()
+            .map(|a| match a {
+                Ok(answer) => settle_outcome(answer),
+                Err(e) => format!("error {}", e.code),
+            })
+            .collect::<Vec<_>>()
+            .join(","),
+    );
+    let slots: Vec<serde_json::Value> = answers
+        .into_iter()
+        .map(|a| match a {
+            Ok(answer) => serde_json::to_value(answer).expect("answers serialize"),
+            Err(e) => e.body(),
+        })
+        .collect();
+    Ok(json_response(StatusCode::OK, &slots))
 }
 
 fn settle_outcome(answer: &SettleResponse) -> String {
@@ -641,13 +679,13 @@ fn settle_outcome(answer: &SettleResponse) -> String {
 async fn settle_one(
     app: &App,
     facilitator: &Facilitator,
-    payment: Payment,
+    payment: &Payment,
     asking: &Asking,
     caller: Option<&Key>,
 ) -> Result<SettleResponse, WireError> {
     let family = payment.family();
     // Boxed per family: an EVM settlement waiting for its block does not carry Solana's state.
-    let result = match &payment {
+    let result = match payment {
         Payment::V1(p) => Box::pin(facilitator.settle(p, asking)).await,
         Payment::V2(p) => {
             let settled = Box::pin(facilitator.settle_v2(p, asking)).await;
@@ -760,7 +798,7 @@ impl Payment {
     /// pass for the pending rule. The id is read, and checked, whether or not a header is set.
     pub(crate) fn asking(
         &self,
-        asker: &Asker<'_>,
+        asker: &Asker,
         header: Option<&str>,
         element: Option<usize>,
         body: &[u8],
@@ -778,7 +816,10 @@ impl Payment {
         };
         // Keys are the caller's (access.md §3b): an API key's, else the client's, so another
         // client cannot occupy a merchant's key.
-        let scope = asker.key.map_or(asker.who.0.as_str(), |k| k.name.as_str());
+        let scope = asker
+            .key
+            .as_deref()
+            .map_or(asker.who.0.as_str(), |k| k.name.as_str());
         let tag = match (header, payment_id) {
             (Some(_), _) => {
                 idempotency::tag(header, element, body).map(|t| idempotency::scoped(t, scope))

@@ -206,26 +206,39 @@ impl Settler {
     /// payment (a retry carrying its `Idempotency-Key`, or after a pending answer its identical
     /// next request) is told a success; every other settle of the same authorization is told
     /// the transaction that settled it, as a failure.
-    pub async fn settle(&self, request: &Request, asking: &Asking) -> Result<Settled, SettleError> {
+    ///
+    /// Settling is [`Settler::begin`] then [`Settler::finish`]: a caller that boxes `begin` frees
+    /// the payment, its reads and its record before the wait for the block, so that a
+    /// settlement waiting for its answer holds the wait alone (1,000 of them at a time).
+    pub async fn begin(&self, request: &Request, asking: &Asking) -> Result<Begun, SettleError> {
         let payment = match self.verifier.check_local(request) {
             Ok(payment) => payment,
-            Err(failure) => return Ok(Settled::failed(failure)),
+            Err(failure) => return Ok(Begun::answered(Settled::failed(failure))),
         };
         let deadline = Instant::now() + self.wait_bound(payment.auth.valid_before);
         let key = payment.key();
         if let Some(known) = self.known(&key, &payment, asking).await? {
-            return Box::pin(self.answer_known(known, &key, asking, deadline)).await;
+            let span = tracing::Span::current();
+            return Ok(Begun(Stage::Known(
+                Box::new(Pending {
+                    key,
+                    deadline,
+                    span,
+                }),
+                known,
+            )));
         }
         if let Err(failure) = self
             .verifier
             .check_cooldown_stored(payment.auth.from)
             .await?
         {
-            return Ok(Settled::failed(failure));
+            return Ok(Begun::answered(Settled::failed(failure)));
         }
         if let Method::Permit2Upto { .. } = payment.method {
             if payment.charge().is_zero() {
-                return Box::pin(self.charge_nothing(&payment)).await;
+                let charged = Box::pin(self.charge_nothing(&payment)).await?;
+                return Ok(Begun::answered(charged));
             }
         }
         let lane = match payment.method {
@@ -242,14 +255,42 @@ impl Settler {
             .await
     }
 
-    /// Prepares, claims and waits on the lane `reservation` holds: the `settlement` span.
+    /// The answer to a settlement begun: at once, or when the lane (or the store) tells it.
+    pub async fn finish(&self, begun: Begun, asking: &Asking) -> Result<Settled, SettleError> {
+        let (pending, outcome) = match begun.0 {
+            Stage::Answered(settled) => return Ok(settled),
+            Stage::Known(pending, known) => {
+                let Pending {
+                    key,
+                    deadline,
+                    span,
+                } = *pending;
+                let answer = self.answer_known(known, &key, asking, deadline);
+                return Box::pin(answer).instrument(span).await;
+            }
+            Stage::Submitted(pending, progress) => {
+                let outcome = self.wait(progress, &pending.key, pending.deadline);
+                let outcome = outcome.instrument(pending.span.clone()).await;
+                (pending, outcome)
+            }
+            Stage::Queued(pending, record) => {
+                let outcome = Box::pin(self.await_stored(*record, pending.deadline));
+                let outcome = outcome.instrument(pending.span.clone()).await;
+                (pending, outcome)
+            }
+        };
+        let Pending { key, span, .. } = *pending;
+        self.pass_on(outcome, &key, asking).instrument(span).await
+    }
+
+    /// Prepares and claims on the lane `reservation` holds, in the `settlement` span.
     async fn settle_on(
         &self,
         payment: &Payment<'_>,
         mut reservation: Reservation,
         asking: &Asking,
         deadline: Instant,
-    ) -> Result<Settled, SettleError> {
+    ) -> Result<Begun, SettleError> {
         let key = payment.key();
         // A settlement of the same payer mined in the block just read is out of the balance
         // already, but counts as exposure until its lane answers it (at `confirmations`): the
@@ -258,31 +299,32 @@ impl Settler {
         let mut heads = payment.network.chain.head.subscribe();
         let mut rechecks = MAX_RECHECKS;
         loop {
-            // Boxed, as every step a settlement leaves behind: what stays allocated while it
-            // waits for its block is the wait alone, not the record or the reads (1,000 waiting).
             let attempt =
                 Box::pin(self.try_claim(payment, &key, &mut reservation, asking, deadline));
+            let pending = || {
+                let span = tracing::Span::current();
+                Box::new(Pending {
+                    key: key.clone(),
+                    deadline,
+                    span,
+                })
+            };
             match attempt.await? {
                 Attempt::Submitted(progress) => {
-                    let outcome = self.wait(progress, &key, deadline).await;
-                    return self.pass_on(outcome, &key, asking).await;
+                    return Ok(Begun(Stage::Submitted(pending(), progress)))
                 }
-                Attempt::Queued(record) => {
-                    drop(reservation);
-                    let outcome = Box::pin(self.await_stored(*record, deadline)).await;
-                    return self.pass_on(outcome, &key, asking).await;
-                }
-                Attempt::Answered(settled) => return Ok(settled),
-                Attempt::Known(known) => {
-                    return Box::pin(self.answer_known(known, &key, asking, deadline)).await
-                }
+                Attempt::Queued(record) => return Ok(Begun(Stage::Queued(pending(), record))),
+                Attempt::Answered(settled) => return Ok(Begun::answered(settled)),
+                Attempt::Known(known) => return Ok(Begun(Stage::Known(pending(), known))),
                 Attempt::OverLimit(failure) if rechecks > 0 && exposure_may_clear(&failure) => {
                     rechecks -= 1;
                     if !next_head(&mut heads, deadline).await {
-                        return Ok(Settled::failed(failure));
+                        return Ok(Begun::answered(Settled::failed(failure)));
                     }
                 }
-                Attempt::OverLimit(failure) => return Ok(Settled::failed(failure)),
+                Attempt::OverLimit(failure) => {
+                    return Ok(Begun::answered(Settled::failed(failure)))
+                }
             }
         }
     }
@@ -903,6 +945,32 @@ fn new_record(
         finished_at: None,
         svm: None,
     }
+}
+
+/// A settlement whose request has done its part (`Settler::begin`): answered, or waiting.
+pub struct Begun(Stage);
+
+enum Stage {
+    Answered(Settled),
+    /// Claimed here and handed to the lane: its progress to wait on.
+    Submitted(Box<Pending>, watch::Receiver<Progress>),
+    /// Claimed and queued for an instance holding a lane of its network.
+    Queued(Box<Pending>, Box<Record>),
+    /// Claimed before: what this request may be told of it.
+    Known(Box<Pending>, Known),
+}
+
+impl Begun {
+    pub fn answered(settled: Settled) -> Self {
+        Begun(Stage::Answered(settled))
+    }
+}
+
+/// What a waiting settlement keeps: its key, its deadline and its span.
+struct Pending {
+    key: PaymentKey,
+    deadline: Instant,
+    span: tracing::Span,
 }
 
 /// A payment prepared for its claim, or already answered.
