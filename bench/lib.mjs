@@ -115,6 +115,29 @@ export function procMemory(pid) {
   return { rssMiB: kib('VmRSS'), hwmMiB: kib('VmHWM'), anonMiB: kib('RssAnon'), fileMiB: kib('RssFile') };
 }
 
+/**
+ * Samples a process's memory every `everyMs` while a load runs; `stop()` answers the sample of
+ * the highest RSS, so that the peak's anonymous and file-backed parts are known (VmHWM is only a
+ * total).
+ */
+export function watchPeak(pid, everyMs = 10) {
+  let peak = procMemory(pid);
+  const timer = setInterval(() => {
+    try {
+      const now = procMemory(pid);
+      if (now.rssMiB > peak.rssMiB) peak = now;
+    } catch {
+      // the process is gone: the last sample stands
+    }
+  }, everyMs);
+  return {
+    stop() {
+      clearInterval(timer);
+      return peak;
+    },
+  };
+}
+
 /** Sum of all samples of one Prometheus counter (any labels) in GET /metrics text. */
 export async function metricSum(baseUrl, name) {
   const res = await fetch(`${baseUrl}/metrics`);

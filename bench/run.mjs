@@ -22,7 +22,7 @@ import { privateKeyToAccount } from 'viem/accounts';
 import { anvilAccount, anvilKey, freshAccount } from '../tests/e2e/lib/accounts.mjs';
 import { usdcAbi } from '../tests/e2e/lib/deploy-usdc.mjs';
 import { freePort, makeTempDir, sleep, trackChild, waitFor } from '../tests/e2e/lib/util.mjs';
-import { nowMs, percentile, summarize, load, postJson, postJsonLight, procMemory, metricSum } from './lib.mjs';
+import { nowMs, percentile, summarize, load, postJson, postJsonLight, procMemory, watchPeak, metricSum } from './lib.mjs';
 import { benchSvm as svmPhase } from './svm.mjs';
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -347,7 +347,9 @@ async function benchFloor(upstreamUrl, warm, pool) {
     await sleep(1000);
     results.memory.floor = { idle: procMemory(held.child.pid) };
     const { concurrency, total } = BOUNDS.settleLoad;
+    const peak = watchPeak(held.child.pid);
     const heldRun = await load({ concurrency, total, maxMs: 60_000, call: answered(held.url, pool) });
+    results.memory.floor.peak = peak.stop();
     results.memory.floor.afterHeld = procMemory(held.child.pid);
     const n = c64.latencies.length;
     return {
@@ -494,6 +496,7 @@ async function benchSettle() {
     const answers = [];
     const loadStart = nowMs();
     const loadStartEpoch = epochMs();
+    const peak = watchPeak(pid);
     const run = await load({
       concurrency: settleLoad.concurrency, total: settleLoad.total, maxMs: settleLoad.maxMs,
       call: async (i) => {
@@ -507,6 +510,7 @@ async function benchSettle() {
     const wallMs = nowMs() - loadStart;
     await sleep(1500);
     await blocks.stop();
+    results.memory.settle.peak = peak.stop();
     results.memory.settle.afterSettle = procMemory(pid);
 
     log('settle: reading every receipt back from the chain');
@@ -827,6 +831,19 @@ const f = (x, d = 2) => (Number.isFinite(x) ? x.toFixed(d) : '-');
 const pad = (s, w) => String(s).padEnd(w);
 const lpad = (s, w) => String(s).padStart(w);
 
+/**
+ * How far one process's peak is above another's, in MiB: in total (VmHWM), and in the anonymous
+ * and file-backed parts of each one's sampled peak; `idleFile`: the file-backed difference at idle.
+ */
+function peakAbove(x, after, floor, floorAfter) {
+  return {
+    total: x[after].hwmMiB - floor[floorAfter].hwmMiB,
+    anon: x.peak.anonMiB - floor.peak.anonMiB,
+    file: x.peak.fileMiB - floor.peak.fileMiB,
+    idleFile: x.idle.fileMiB - floor.idle.fileMiB,
+  };
+}
+
 function table() {
   const { machine: m, verify: v, settle: s, memory: mem, router: r } = results;
   const out = [];
@@ -868,9 +885,11 @@ function table() {
   lat(`g Solana settle, ${sv.settleSerial.n} sequential (slot ${sv.slotMs} ms)`, sv.settleSerial, { rps: false });
   lat(`g Solana settle, ${sv.settleConcurrent.n} distinct at concurrency 64`, sv.settleConcurrent);
   out.push('');
-  out.push(pad('memory (MiB)', 44) + lpad('idle RSS', 10) + lpad('peak (VmHWM)', 14) + lpad('RSS after', 11) + lpad('anon / file', 14));
-  const memRow = (name, x, after) => out.push(pad(name, 44) + lpad(f(x.idle.rssMiB, 1), 10) + lpad(f(x[after].hwmMiB, 1), 14) + lpad(f(x[after].rssMiB, 1), 11)
-    + lpad(`${f(x[after].anonMiB, 1)} / ${f(x[after].fileMiB, 1)}`, 14));
+  out.push(pad('memory (MiB)', 44) + lpad('idle RSS', 10) + lpad('idle anon / file', 18) + lpad('peak (VmHWM)', 14) + lpad('RSS after', 11) + lpad('peak anon / file', 21));
+  // The peak's parts when it was sampled during the load; else the parts after it.
+  const parts = (x) => `${f(x.anonMiB, 1)} / ${f(x.fileMiB, 1)}`;
+  const memRow = (name, x, after) => out.push(pad(name, 44) + lpad(f(x.idle.rssMiB, 1), 10) + lpad(parts(x.idle), 18) + lpad(f(x[after].hwmMiB, 1), 14)
+    + lpad(f(x[after].rssMiB, 1), 11) + lpad(x.peak ? parts(x.peak) : `${parts(x[after])} (after)`, 21));
   memRow('c routerd facilitator (after verify load)', mem.facilitator, 'afterVerify');
   memRow('c routerd facilitator (after settle load)', mem.settle, 'afterSettle');
   memRow('c routerd router (after routing load)', mem.router, 'afterLoad');
@@ -922,6 +941,12 @@ function table() {
   ratio('verify p50 at conc 1, telemetry on / off', ratios.tracedP50OverUntraced);
   if (ratios.verifyCpuOverFloor) ratio('verify CPU per request / transport floor', ratios.verifyCpuOverFloor);
   if (ratios.settlePeakOverFloor) ratio('settle peak RSS / transport floor held peak', ratios.settlePeakOverFloor);
+  if (ratios.settlePeakAboveFloor) {
+    const above = ratios.settlePeakAboveFloor;
+    out.push(`  settle peak RSS above the transport floor's: ${f(above.total, 1)} MiB (goal: 16 or less): `
+      + `${f(above.anon, 1)} anonymous (the process's own memory) and ${f(above.file, 1)} file-backed (code) at the sampled peaks; `
+      + `${f(above.idleFile, 1)} of the file-backed is there at idle, before any request`);
+  }
   ratio(`routing_p50 / slowest_chain_p50 (${r.slowestChain})`, ratios.routingOverSlowest);
   ratio('routing_p50 / the three batches at once p50', ratios.routingOverTogether);
   ratio('routing req/s at 64 / at 1', ratios.routingScaling);
@@ -980,6 +1005,7 @@ async function main() {
     tracedP50OverUntraced: v.traced.c1.p50 / v.c1.p50,
     verifyCpuOverFloor: v.floor && v.cpuMicrosPerVerify / v.floor.cpuMicrosPerRequest,
     settlePeakOverFloor: results.memory.floor && results.memory.settle.afterSettle.hwmMiB / results.memory.floor.afterHeld.hwmMiB,
+    settlePeakAboveFloor: results.memory.floor && peakAbove(results.memory.settle, 'afterSettle', results.memory.floor, 'afterHeld'),
     routingOverSlowest: r.serial.p50 / r.upstream[r.slowestChain].p50,
     routingOverTogether: r.serial.p50 / r.upstreamTogether.p50,
     routingScaling: r.concurrent.rps / r.serial.rps,
