@@ -698,7 +698,6 @@ fn rpc_error(e: &jsonrpsee::types::ErrorObject<'_>, url: &Endpoint) -> RpcError 
     }
 }
 
-/// At most 200 characters of `error`, without the URL it may quote.
 /// The connection closed with the request on it and no answer: an idle pooled connection that
 /// the other side closed as it was reused (hyper's "connection closed before message completed").
 fn closed_before_answering(error: &ClientError) -> bool {
@@ -715,6 +714,7 @@ fn closed_before_answering(error: &ClientError) -> bool {
     false
 }
 
+/// At most 200 characters of `error`, without the URL it may quote.
 fn short_error(error: &ClientError, url: &Endpoint) -> String {
     match error {
         ClientError::RequestTimeout => "timed out".to_string(),
