@@ -218,15 +218,7 @@ impl Settler {
         let deadline = Instant::now() + self.wait_bound(payment.auth.valid_before);
         let key = payment.key();
         if let Some(known) = self.known(&key, &payment, asking).await? {
-            let span = tracing::Span::current();
-            return Ok(Begun(Stage::Known(
-                Box::new(Pending {
-                    key,
-                    deadline,
-                    span,
-                }),
-                known,
-            )));
+            return Ok(Begun(Stage::Known(Pending::here(key, deadline), known)));
         }
         if let Err(failure) = self
             .verifier
@@ -301,14 +293,7 @@ impl Settler {
         loop {
             let attempt =
                 Box::pin(self.try_claim(payment, &key, &mut reservation, asking, deadline));
-            let pending = || {
-                let span = tracing::Span::current();
-                Box::new(Pending {
-                    key: key.clone(),
-                    deadline,
-                    span,
-                })
-            };
+            let pending = || Pending::here(key.clone(), deadline);
             match attempt.await? {
                 Attempt::Submitted(progress) => {
                     return Ok(Begun(Stage::Submitted(pending(), progress)))
@@ -971,6 +956,18 @@ struct Pending {
     key: PaymentKey,
     deadline: Instant,
     span: tracing::Span,
+}
+
+impl Pending {
+    /// The wait of `key` until `deadline`, in the span it was begun in.
+    fn here(key: PaymentKey, deadline: Instant) -> Box<Self> {
+        let span = tracing::Span::current();
+        Box::new(Pending {
+            key,
+            deadline,
+            span,
+        })
+    }
 }
 
 /// A payment prepared for its claim, or already answered.
