@@ -201,10 +201,12 @@ where
         }
     }
     if surface.rpc && path.starts_with(CHAINS_PREFIX) {
-        return Ok(Box::pin(chain_route(routes, asker, request)));
+        return Ok(Box::pin(chain_route(routes, asker, method, path, request)));
     }
     if surface.rpc && matches!(path.as_str(), "/" | "/quote") {
-        return Ok(Box::pin(router_route(routes, asker, request, inner)));
+        return Ok(Box::pin(router_route(
+            routes, asker, method, path, request, inner,
+        )));
     }
     match (path.as_str(), &method) {
         ("/health", &Method::GET) => Ok(answered(ops::health())),
@@ -232,6 +234,8 @@ fn answered<'a>(response: HttpResponse) -> Routed<'a> {
 async fn router_route<S>(
     routes: &Routes,
     call: Asker,
+    method: Method,
+    path: String,
     request: HttpRequest,
     mut inner: S,
 ) -> Result<HttpResponse, WireError>
@@ -239,8 +243,6 @@ where
     S: Service<HttpRequest, Response = HttpResponse, Error = BoxError>,
 {
     let app = &*routes.app;
-    let method = request.method().clone();
-    let path = request.uri().path().to_string();
     match (path.as_str(), &method, &routes.router) {
         ("/", &Method::POST, router) => {
             let (mut parts, body) = request.into_parts();
@@ -283,19 +285,16 @@ const CHAINS_PREFIX: &str = "/chains/";
 async fn chain_route(
     routes: &Routes,
     call: Asker,
+    method: Method,
+    path: String,
     request: HttpRequest,
 ) -> Result<HttpResponse, WireError> {
-    let path = request.uri().path().to_string();
     let name = &path[CHAINS_PREFIX.len()..];
     let Some(router) = &routes.router else {
         return Err(WireError::not_found(&path));
     };
-    if request.method() != Method::POST {
-        return Err(WireError::method_not_allowed(
-            request.method(),
-            &path,
-            "POST",
-        ));
+    if method != Method::POST {
+        return Err(WireError::method_not_allowed(&method, &path, "POST"));
     }
     let app = &*routes.app;
     let bytes = read_body(app, request.into_body()).await?;
