@@ -277,10 +277,15 @@ pub struct ChainClient {
 
 type Answers = Result<Vec<CallResult>, Unreachable>;
 
+/// Answers and the index of the upstream that gave them (of a batch sent in several requests,
+/// the last one's): a coalesced request is sent by another task, so the upstream is handed
+/// back for the caller's span, not recorded on the sender's.
+type Answered = Result<(Vec<CallResult>, usize), Unreachable>;
+
 /// A small batch waiting in the queue, and where its answers go.
 struct Queued {
     calls: Vec<Call>,
-    reply: oneshot::Sender<Answers>,
+    reply: oneshot::Sender<Answered>,
 }
 
 impl ChainClient {
@@ -345,15 +350,19 @@ impl ChainClient {
     pub async fn batch(&self, traffic: Traffic, calls: &[Call]) -> Answers {
         let span = self.span(calls.iter().map(|c| c.method));
         let started = Instant::now();
-        let answers = self
+        let answered = self
             .batch_untraced(traffic, calls)
             .instrument(span.clone())
             .await;
+        let answers = answered.map(|(answers, upstream)| {
+            span.record("upstream", self.upstreams[upstream].name.as_str());
+            answers
+        });
         finish_span(&span, started, answers.as_ref().err());
         answers
     }
 
-    async fn batch_untraced(&self, traffic: Traffic, calls: &[Call]) -> Answers {
+    async fn batch_untraced(&self, traffic: Traffic, calls: &[Call]) -> Answered {
         // An idle chain gets the request at once: waiting for company would only add latency.
         if traffic == Traffic::Own
             || calls.len() > COALESCE_MAX_CALLS.min(self.max_batch_calls / 2)
@@ -409,17 +418,17 @@ impl ChainClient {
     /// One HTTP request for every call of `group`; each caller gets its own answers back.
     async fn send_group(&self, group: Vec<Queued>) {
         let sizes: Vec<usize> = group.iter().map(|entry| entry.calls.len()).collect();
-        let (calls, replies): (Vec<Vec<Call>>, Vec<oneshot::Sender<Answers>>) = group
+        let (calls, replies): (Vec<Vec<Call>>, Vec<oneshot::Sender<Answered>>) = group
             .into_iter()
             .map(|entry| (entry.calls, entry.reply))
             .unzip();
         let calls: Vec<Call> = calls.into_iter().flatten().collect();
         let answers = self.send(Traffic::Callers, &calls).await;
         match answers {
-            Ok(answers) => {
+            Ok((answers, upstream)) => {
                 let mut answers = answers.into_iter();
                 for (reply, size) in replies.into_iter().zip(sizes) {
-                    let _ = reply.send(Ok(answers.by_ref().take(size).collect()));
+                    let _ = reply.send(Ok((answers.by_ref().take(size).collect(), upstream)));
                 }
             }
             Err(unreachable) => {
@@ -433,7 +442,7 @@ impl ChainClient {
     /// `calls` in requests of at most `max_batch_calls` calls each, sent at once: a node with a
     /// batch limit takes a block's receipts too, and it builds them on several threads. Answers
     /// in order; one request failing fails them all (readers take answers by position).
-    async fn send(&self, traffic: Traffic, calls: &[Call]) -> Answers {
+    async fn send(&self, traffic: Traffic, calls: &[Call]) -> Answered {
         if calls.len() <= self.max_batch_calls {
             return self.send_one(traffic, calls).await;
         }
@@ -441,14 +450,17 @@ impl ChainClient {
             .chunks(self.max_batch_calls)
             .map(|chunk| self.send_one(traffic, chunk));
         let mut answers = Vec::with_capacity(calls.len());
+        let mut upstream = 0;
         for chunk in futures::future::join_all(requests).await {
-            answers.extend(chunk?);
+            let (chunk, answered_by) = chunk?;
+            answers.extend(chunk);
+            upstream = answered_by;
         }
-        Ok(answers)
+        Ok((answers, upstream))
     }
 
     /// One HTTP request carrying `calls` as a JSON-RPC batch.
-    async fn send_one(&self, traffic: Traffic, calls: &[Call]) -> Answers {
+    async fn send_one(&self, traffic: Traffic, calls: &[Call]) -> Answered {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         let _in_flight = InFlight(&self.in_flight);
         self.with_failover(|upstream| async move {
@@ -496,7 +508,11 @@ impl ChainClient {
         let answer = self
             .call_untraced(traffic, method, params)
             .instrument(span.clone())
-            .await;
+            .await
+            .map(|(answer, upstream)| {
+                span.record("upstream", self.upstreams[upstream].name.as_str());
+                answer
+            });
         finish_span(&span, started, answer.as_ref().err());
         answer
     }
@@ -506,7 +522,7 @@ impl ChainClient {
         traffic: Traffic,
         method: &'static str,
         params: Vec<Value>,
-    ) -> Result<CallResult, Unreachable> {
+    ) -> Result<(CallResult, usize), Unreachable> {
         let params = &params;
         self.with_failover(|upstream| async move {
             match upstream
@@ -530,7 +546,8 @@ impl ChainClient {
 
     /// Tries each URL that is not cooling down, in order; the first answer wins. When every URL
     /// is cooling down they are all tried anyway: a chain is never given up without asking.
-    async fn with_failover<'a, F, Fut, T>(&'a self, attempt: F) -> Result<T, Unreachable>
+    /// The answer comes with the index of the upstream that gave it.
+    async fn with_failover<'a, F, Fut, T>(&'a self, attempt: F) -> Result<(T, usize), Unreachable>
     where
         F: Fn(&'a Upstream) -> Fut,
         Fut: std::future::Future<Output = Result<T, ClientError>>,
@@ -555,10 +572,9 @@ impl ChainClient {
             }
             match answer {
                 Ok(value) => {
-                    tracing::Span::current().record("upstream", upstream.name.as_str());
                     upstream.consecutive_failures.store(0, Ordering::Relaxed);
                     self.last_success.store(self.now_ms(), Ordering::Relaxed);
-                    return Ok(value);
+                    return Ok((value, i));
                 }
                 Err(error) => {
                     self.stats[i].1.fetch_add(1, Ordering::Relaxed);

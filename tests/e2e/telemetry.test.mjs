@@ -128,6 +128,36 @@ it('one settle is one trace: request, upstream batches and settlement, continuin
   assert.match(line ?? '', new RegExp(`trace_id="?${TRACE_ID}`), `the request's log line names its trace: ${line}`);
 });
 
+it('verifies whose reads share one coalesced request each name the upstream that answered them', async () => {
+  // A slow node keeps the first verify's read in flight, so the others' reads wait and go out
+  // together in one request, sent by a task of its own: each caller's span still names the
+  // upstream, handed back with the answers.
+  const traceId = 'a1b2c3d4e5f60718293a4b5c6d7e8f90';
+  receiver.exports.length = 0;
+  stack.reconfigure({
+    routerdOpts: {
+      extra: `[telemetry]\notlp_endpoint = ${JSON.stringify(receiver.url)}\notlp_protocol = "http/json"\nservice_name = "routerd-e2e"\n`,
+    },
+  });
+  await stack.routerd.start();
+  const payments = await Promise.all([0, 1, 0, 1, 0, 1].map((i) => stack.pay({ account: stack.payers[i] })));
+  proxy.state.fault = 'slow';
+  try {
+    const answers = await Promise.all(payments.map((p, i) => stack.post('/verify', p.body, {
+      headers: { traceparent: `00-${traceId}-${String(i + 1).padStart(16, '0')}-01` },
+    })));
+    for (const res of answers) assert.equal(res.status, 200, JSON.stringify(res.body));
+  } finally {
+    proxy.state.fault = null;
+  }
+  await stack.routerd.stop();
+  const batches = receiver.spans().filter((s) => s.traceId === traceId && s.name === 'upstream batch');
+  assert.ok(batches.length >= payments.length, `a read per verify: ${batches.length}`);
+  for (const b of batches) {
+    assert.equal(b.attributes.upstream, `${NETWORK}#0`, `a span without its upstream: ${JSON.stringify(b.attributes)}`);
+  }
+});
+
 it('an https:// collector is spoken to in TLS, and a failing export names no secret of its URL', async () => {
   // A TCP server that keeps the first bytes of each connection: a TLS ClientHello starts with
   // 0x16 (a handshake record), plain HTTP with the method's letters.

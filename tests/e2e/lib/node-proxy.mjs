@@ -13,6 +13,8 @@
 //                answers number and timestamp 0xffffffffffffffff and baseFeePerGas 2^256-1
 //     'stall'    each request is held `state.stallMs` (longer than routerd's request timeout),
 //                then forwarded and answered (to a caller that has long given up)
+//     'slow'     each request is held `state.slowMs` (well inside routerd's timeout), then
+//                forwarded and answered: a node under load, so routerd's reads overlap
 //     'reject'   every request is answered HTTP 401 with a provider's text that quotes the path
 //                and query it was asked on (unforwarded)
 //     'echo'     every call is answered with a JSON-RPC error whose message quotes the whole URL
@@ -31,10 +33,11 @@ export const FAULTS = Object.freeze(['short', 'garbage', 'huge', 'stall']);
  * @param {object} [o]
  * @param {string} [o.target]  the node's URL (may be set later through `proxy.target`)
  * @param {number} [o.stallMs=2500]
+ * @param {number} [o.slowMs=300]
  */
-export async function startNodeProxy({ target = null, stallMs = 2500 } = {}) {
+export async function startNodeProxy({ target = null, stallMs = 2500, slowMs = 300 } = {}) {
   const state = {
-    target, fault: null, stallMs, paths: new Set(), requests: 0, hits: Object.fromEntries([...FAULTS, 'reject', 'echo'].map((f) => [f, 0])),
+    target, fault: null, stallMs, slowMs, paths: new Set(), requests: 0, hits: Object.fromEntries([...FAULTS, 'slow', 'reject', 'echo'].map((f) => [f, 0])),
   };
   let turn = 0; // which garbage (or short/long) comes next
   const timers = new Set();
@@ -136,8 +139,12 @@ export async function startNodeProxy({ target = null, stallMs = 2500 } = {}) {
           state.hits.stall += 1;
           await hold(state.stallMs);
         }
+        if (state.fault === 'slow') {
+          state.hits.slow += 1;
+          await hold(state.slowMs);
+        }
         text = await forward(raw);
-        if (state.fault && state.fault !== 'stall') {
+        if (state.fault && state.fault !== 'stall' && state.fault !== 'slow') {
           let body = null;
           try {
             body = JSON.parse(raw);
