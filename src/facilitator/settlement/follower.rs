@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use ethers_core::types::{Bytes, H256, U256};
 use serde_json::{json, Value};
@@ -43,12 +44,16 @@ pub(super) struct Seen {
 
 impl Worker {
     pub(super) async fn on_head(&mut self, head: &Head) {
+        let started = Instant::now();
+        let waited = started.saturating_duration_since(head.fetched_at);
         if self.current_lease().await.is_none() {
             return; // standby: the holder follows this lane
         }
+        let leased = started.elapsed();
         let Some((chain_nonce, balance)) = self.read_lane(head).await else {
             return;
         };
+        let read = started.elapsed();
         let market = head.fees.for_transaction();
         let needed = market
             .max_fee_per_gas()
@@ -66,7 +71,14 @@ impl Worker {
         }
         let mut resend = self.check_reorgs(head);
         let included = self.find_inclusions(head, chain_nonce).await;
+        let found = started.elapsed();
         self.confirm(head, &included).await;
+        // Where the time from a head to its answers goes: how long the head waited for the
+        // worker, then each step's end since the worker took it.
+        tracing::debug!(lane = %self.lane.id, head = head.number, included = included.len(),
+            waited_us = waited.as_micros() as u64, lease_us = leased.as_micros() as u64, lane_read_us = read.as_micros() as u64,
+            receipts_us = found.as_micros() as u64, answered_us = started.elapsed().as_micros() as u64,
+            "head followed");
         resend.extend(self.expire(head, chain_nonce, market).await);
         resend.extend(self.unstick(head, chain_nonce, market).await);
         self.fill_gaps(head, chain_nonce, market).await;
