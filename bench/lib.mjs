@@ -30,9 +30,15 @@ export function summarize(latencies) {
  * Run `call(i)` `total` times (or until `maxMs` has passed) from `concurrency` workers, each issuing
  * its next request as soon as the previous one answers (closed loop). `call` resolves to true on a
  * good answer, false on a bad one; a throw counts as a failure too.
+ *
+ * With `answersFirst`, a worker sends its next request only after the event loop has read every
+ * answer that arrived with its own (`setImmediate`, after the poll phase). Without it, hundreds of
+ * answers arriving at once are each stamped only after the ones before them have also sent their
+ * next request: a single-threaded client's own queue, which many merchants, each on its own
+ * machine, do not have.
  * @returns {Promise<{latencies: number[], ok: number, failed: number, elapsedMs: number, rps: number, firstError?: string}>}
  */
-export async function load({ concurrency, total, maxMs, call }) {
+export async function load({ concurrency, total, maxMs, call, answersFirst = false }) {
   const latencies = [];
   let next = 0;
   let ok = 0;
@@ -55,6 +61,7 @@ export async function load({ concurrency, total, maxMs, call }) {
       latencies.push(nowMs() - t0);
       if (good) ok += 1;
       else failed += 1;
+      if (answersFirst) await new Promise(setImmediate);
     }
   };
   await Promise.all(Array.from({ length: concurrency }, worker));

@@ -430,6 +430,23 @@ function byBlockCounts(receipts, arrivals, loadStartEpoch) {
   };
 }
 
+/**
+ * Block-to-answer as routerd gives it: for each settle answered, the time of routerd's request
+ * log line (written as the answer leaves it) minus its block's arrival. The load generator's
+ * own figure adds the time its one thread takes to read hundreds of answers arriving at once.
+ */
+function answersWritten(log, answers, receipts, arrivals) {
+  const blockOf = new Map(answers.map((a, i) => [a.tx.toLowerCase(), Number(receipts[i].blockNumber)]));
+  const written = [];
+  const line = /^(\S+Z) .*route="\/settle" status=200 .*outcome="settled (0x[0-9a-fA-F]{64})"/;
+  for (const text of log.split('\n')) {
+    const m = line.exec(text);
+    const block = m ? blockOf.get(m[2].toLowerCase()) : undefined;
+    if (block !== undefined) written.push(Date.parse(m[1]) - arrivals.get(block));
+  }
+  return written.filter(Number.isFinite);
+}
+
 /** Epoch milliseconds, comparable with watchBlocks' child process. */
 const epochMs = () => performance.timeOrigin + performance.now();
 
@@ -498,7 +515,7 @@ async function benchSettle() {
     const loadStartEpoch = epochMs();
     const peak = watchPeak(pid);
     const run = await load({
-      concurrency: settleLoad.concurrency, total: settleLoad.total, maxMs: settleLoad.maxMs,
+      concurrency: settleLoad.concurrency, total: settleLoad.total, maxMs: settleLoad.maxMs, answersFirst: true,
       call: async (i) => {
         const res = await postJsonLight(url, loadBodies[i]);
         const ok = settled(res);
@@ -520,6 +537,7 @@ async function benchSettle() {
     }
     const confirmed = receipts.filter((r) => r.status === 'success').length;
     const blockToAnswer = answers.map((a, i) => a.at - blocks.arrivals.get(Number(receipts[i].blockNumber))).filter(Number.isFinite);
+    const blockToWritten = answersWritten(readFileSync(stack.routerd.logFile, 'utf8'), answers, receipts, blocks.arrivals);
     const gas = receipts.map((r) => Number(r.gasUsed)).sort((a, b) => a - b);
     if (process.env.BENCH_TRACE) {
       const byBlock = {};
@@ -531,6 +549,11 @@ async function benchSettle() {
         byBlock[b].lastAnswer = Math.max(byBlock[b].lastAnswer, answers[i].at - loadStartEpoch);
       });
       console.error(JSON.stringify(byBlock));
+      // routerd's own steps per head, when its log has them
+      // (BENCH_RUST_LOG=info,routerd::facilitator::settlement::follower=debug).
+      for (const line of readFileSync(stack.routerd.logFile, 'utf8').split('\n')) {
+        if (line.includes('head followed')) console.error(line);
+      }
     }
     const block = await stack.client.getBlock();
     const perBlock = Math.floor(Number(block.gasLimit) / gas[Math.floor(gas.length / 2)]);
@@ -542,6 +565,7 @@ async function benchSettle() {
         ...summarize(run.latencies), failed: run.failed, wallMs, rps: (run.ok / wallMs) * 1000,
         confirmed, concurrency: settleLoad.concurrency, payers: settleLoad.payers,
         blockToAnswer: summarize(blockToAnswer),
+        blockToWritten: summarize(blockToWritten),
         medianGas: gas[Math.floor(gas.length / 2)], gasLimit: Number(block.gasLimit), capacityPerSecond: perBlock,
         blocksUsed: new Set(receipts.map((r) => r.blockNumber)).size,
         ...blocksOf,
@@ -871,6 +895,7 @@ function table() {
   const sl = s.load;
   lat(`b settle, ${sl.n} distinct at concurrency ${sl.concurrency}`, sl);
   lat(`b   block-to-answer (${opts.heads === 'ws' ? 'newHeads' : 'polling'}, ${opts.store})`, sl.blockToAnswer, { rps: false });
+  if (sl.blockToWritten?.n) lat('b   the same, at routerd (its answer\'s log line)', sl.blockToWritten, { rps: false });
   const fl = results.flood;
   lat(`f settle, ${fl.settle.n} sequential, under a /verify flood`, fl.settle, { rps: false });
   lat('d eth_routerTransaction, concurrency 1', r.serial);
