@@ -537,7 +537,8 @@ async function benchSettle() {
     }
     const confirmed = receipts.filter((r) => r.status === 'success').length;
     const blockToAnswer = answers.map((a, i) => a.at - blocks.arrivals.get(Number(receipts[i].blockNumber))).filter(Number.isFinite);
-    const blockToWritten = answersWritten(readFileSync(stack.routerd.logFile, 'utf8'), answers, receipts, blocks.arrivals);
+    const routerdLog = readFileSync(stack.routerd.logFile, 'utf8');
+    const blockToWritten = answersWritten(routerdLog, answers, receipts, blocks.arrivals);
     const gas = receipts.map((r) => Number(r.gasUsed)).sort((a, b) => a - b);
     if (process.env.BENCH_TRACE) {
       const byBlock = {};
@@ -551,7 +552,7 @@ async function benchSettle() {
       console.error(JSON.stringify(byBlock));
       // routerd's own steps per head, when its log has them
       // (BENCH_RUST_LOG=info,routerd::facilitator::settlement::follower=debug).
-      for (const line of readFileSync(stack.routerd.logFile, 'utf8').split('\n')) {
+      for (const line of routerdLog.split('\n')) {
         if (line.includes('head followed')) console.error(line);
       }
     }

@@ -354,12 +354,7 @@ impl ChainClient {
             .batch_untraced(traffic, calls)
             .instrument(span.clone())
             .await;
-        let answers = answered.map(|(answers, upstream)| {
-            span.record("upstream", self.upstreams[upstream].name.as_str());
-            answers
-        });
-        finish_span(&span, started, answers.as_ref().err());
-        answers
+        self.finish_span(&span, started, answered)
     }
 
     async fn batch_untraced(&self, traffic: Traffic, calls: &[Call]) -> Answered {
@@ -505,16 +500,11 @@ impl ChainClient {
     ) -> Result<CallResult, Unreachable> {
         let span = self.span(std::iter::once(method));
         let started = Instant::now();
-        let answer = self
+        let answered = self
             .call_untraced(traffic, method, params)
             .instrument(span.clone())
-            .await
-            .map(|(answer, upstream)| {
-                span.record("upstream", self.upstreams[upstream].name.as_str());
-                answer
-            });
-        finish_span(&span, started, answer.as_ref().err());
-        answer
+            .await;
+        self.finish_span(&span, started, answered)
     }
 
     async fn call_untraced(
@@ -620,6 +610,30 @@ impl ChainClient {
         )
     }
 
+    /// Records on an upstream span which upstream answered, the latency and, when no node
+    /// answered, why (the detail names upstreams by `<chain>#<index>` only); answers the value
+    /// without the upstream's index.
+    fn finish_span<T>(
+        &self,
+        span: &tracing::Span,
+        started: Instant,
+        answered: Result<(T, usize), Unreachable>,
+    ) -> Result<T, Unreachable> {
+        if !span.is_none() {
+            span.record("latency_ms", started.elapsed().as_millis() as u64);
+            match &answered {
+                Ok((_, upstream)) => {
+                    span.record("upstream", self.upstreams[*upstream].name.as_str());
+                }
+                Err(error) => {
+                    span.record("otel.status_code", "ERROR");
+                    span.record("error", error.detail.as_str());
+                }
+            }
+        }
+        answered.map(|(value, _)| value)
+    }
+
     fn now_ms(&self) -> u64 {
         self.epoch.elapsed().as_millis() as u64
     }
@@ -686,19 +700,6 @@ struct InFlight<'a>(&'a AtomicUsize);
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// An upstream span's latency and, when no node answered, why (the detail names upstreams by
-/// `<chain>#<index>` only).
-fn finish_span(span: &tracing::Span, started: Instant, error: Option<&Unreachable>) {
-    if span.is_none() {
-        return;
-    }
-    span.record("latency_ms", started.elapsed().as_millis() as u64);
-    if let Some(error) = error {
-        span.record("otel.status_code", "ERROR");
-        span.record("error", error.detail.as_str());
     }
 }
 

@@ -75,10 +75,17 @@ impl Worker {
         self.confirm(head, &included).await;
         // Where the time from a head to its answers goes: how long the head waited for the
         // worker, then each step's end since the worker took it.
-        tracing::debug!(lane = %self.lane.id, head = head.number, included = included.len(),
-            waited_us = waited.as_micros() as u64, lease_us = leased.as_micros() as u64, lane_read_us = read.as_micros() as u64,
-            receipts_us = found.as_micros() as u64, answered_us = started.elapsed().as_micros() as u64,
-            "head followed");
+        tracing::debug!(
+            lane = %self.lane.id,
+            head = head.number,
+            included = included.len(),
+            waited_us = waited.as_micros() as u64,
+            lease_us = leased.as_micros() as u64,
+            lane_read_us = read.as_micros() as u64,
+            receipts_us = found.as_micros() as u64,
+            answered_us = started.elapsed().as_micros() as u64,
+            "head followed"
+        );
         resend.extend(self.expire(head, chain_nonce, market).await);
         resend.extend(self.unstick(head, chain_nonce, market).await);
         self.fill_gaps(head, chain_nonce, market).await;
