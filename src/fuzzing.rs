@@ -21,7 +21,7 @@ use crate::facilitator::protocol::{v1, v2};
 use crate::facilitator::request::Served;
 use crate::facilitator::request::Spelling;
 use crate::facilitator::request::TokenInfo;
-use crate::facilitator::settlement::follower;
+use crate::facilitator::settlement::inclusions;
 use crate::facilitator::svm::Failure;
 use crate::router::{probe, raw};
 use crate::server::rest::{self, Payment};
@@ -262,7 +262,7 @@ pub fn api_keys(data: &[u8]) {
 
 /// Node answers about blocks: the head block (number, timestamp, hashes, base fee, as the head
 /// watcher reads `eth_getBlockByNumber`), fee hints and `eth_feeHistory` rewards, and a
-/// transaction receipt as the settlement follower reads it. Input: any JSON value.
+/// transaction receipt and a log as the settlement follower reads them. Input: any JSON value.
 pub fn node_block(data: &[u8]) {
     let Ok(answer) = serde_json::from_slice::<Value>(data) else {
         return;
@@ -291,7 +291,8 @@ pub fn node_block(data: &[u8]) {
     }
     let hash = H256::repeat_byte(0x11);
     for head in [0, 1 << 20, u64::MAX] {
-        let _ = follower::inclusion_of(hash, &Ok(answer.clone()), head);
+        let _ = inclusions::inclusion_of(hash, &Ok(answer.clone()), head);
+        let _ = inclusions::log_inclusion(&answer, 0..=head);
     }
 }
 

@@ -8,8 +8,11 @@
 //   node does that no longer has the block it is asked about: the settle answers the chain
 //   unreachable (502), claims nothing, and settles when asked again, instead of failing the
 //   payment as if its transfer would revert;
-// - the proxy fails every receipt lookup while a settlement is mined and for heads after: the
-//   settlement is not taken for one whose nonce went to another transaction, and answers its hash;
+// - a settlement's inclusion is read from its block's logs, with no receipt asked; when the node
+//   fails the logs, from the receipt;
+// - the proxy fails every receipt and log lookup while a settlement is mined and for heads after:
+//   the settlement is not taken for one whose nonce went to another transaction, and answers its
+//   hash;
 // - the proxy swallows eth_sendRawTransaction, routerd is SIGKILLed with the settlement signed and
 //   stored but never broadcast, and restarted straight on the node with the same store: the
 //   payment settles by the transaction stored before the kill.
@@ -38,7 +41,7 @@ before(async () => {
   proxy = await startFilteringProxy();
   stack = await startFacilitatorStack({
     anvil: { blockTime: 1 },
-    fundedPayers: 10,
+    fundedPayers: 12,
     rpcUrlFor: throughProxy(proxy),
     routerd: { settleTimeoutSecs: 20 },
   });
@@ -204,10 +207,46 @@ it('a settlement the node cannot try (as mid-reorganisation, asked for a block i
   await expectPaidOnceBy([p], [hash], [receipt]);
 });
 
+/** The methods routerd sent through the proxy while `fn` ran, with how often each. */
+async function methodsDuring(fn) {
+  const from = proxy.state.requests.length;
+  const result = await fn();
+  const counts = {};
+  for (const method of proxy.state.requests.slice(from).flat()) counts[method] = (counts[method] ?? 0) + 1;
+  return { result, counts };
+}
+
+it('a settlement\'s inclusion is read from its block\'s logs: no receipt is asked, and the status route names the block', async () => {
+  const p = await newPayment();
+  const { result: res, counts } = await methodsDuring(() => settleUntilDone(stack, p.body, { mine: false }));
+  const hash = expectSettled(res, { network: NETWORK, payer: p.authorization.from });
+  assert.ok(counts.eth_getLogs >= 1, `the block's logs read: ${JSON.stringify(counts)}`);
+  assert.equal(counts.eth_getTransactionReceipt, undefined, `no receipt asked: ${JSON.stringify(counts)}`);
+  const [receipt] = await waitMined([hash], 'the settlement mined');
+  await expectStatusIncluded(p, hash, receipt);
+  await expectPaidOnceBy([p], [hash], [receipt]);
+});
+
+it('logs the node fails to answer: the inclusion is read from the receipt, and the payment settles once', async () => {
+  const p = await newPayment();
+  proxy.state.failing = (c) => c?.method === 'eth_getLogs';
+  let outcome;
+  try {
+    outcome = await methodsDuring(() => settleUntilDone(stack, p.body, { mine: false }));
+  } finally {
+    proxy.state.failing = null;
+  }
+  const hash = expectSettled(outcome.result, { network: NETWORK, payer: p.authorization.from });
+  assert.ok(outcome.counts.eth_getTransactionReceipt >= 1, `the receipt read instead: ${JSON.stringify(outcome.counts)}`);
+  const [receipt] = await waitMined([hash], 'the settlement mined');
+  await expectStatusIncluded(p, hash, receipt);
+  await expectPaidOnceBy([p], [hash], [receipt]);
+});
+
 it('receipts the node fails to look up are no news: a mined settlement is not taken for one that lost its nonce, and answers its own hash', async () => {
   const p = await newPayment();
   const nonceBefore = Number(await rpc('eth_getTransactionCount', [stack.signer, 'latest']));
-  proxy.state.failing = (c) => c?.method === 'eth_getTransactionReceipt';
+  proxy.state.failing = (c) => ['eth_getTransactionReceipt', 'eth_getLogs'].includes(c?.method);
   const answer = stack.settle(p.body);
   try {
     // Mined while every receipt lookup fails, and then several heads more.

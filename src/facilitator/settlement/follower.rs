@@ -1,21 +1,21 @@
-//! What a lane's worker does at each new head: read the chain's nonce for the signer, fetch
-//! receipts only for the nonces the chain says were used, follow inclusions until
+//! What a lane's worker does at each new head: read the chain's nonce for the signer, find where
+//! the nonces the chain says were used landed (`inclusions`), follow inclusions until
 //! `finality_depth`, send again what a reorganisation or a forgetful node removed, replace only
 //! the transaction that blocks the lane, expire what can no longer land, and fill gaps, so the
 //! lane never stays wedged for long.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use ethers_core::types::{Bytes, H256, U256};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::front_run::{front_runner, Lookup};
+use super::inclusions::{self, Asked, Found};
 use super::lane::{Lane, SETTLEMENT_GAS};
 use super::worker::{Slot, Worker, FILLER_GAS};
 use crate::chain::Traffic;
-use crate::chain::{self, Batch, Call, CallResult, Canonical, Chain, Head};
+use crate::chain::{self, Batch, Call, Canonical, Chain, Head};
 use crate::clock::unix_now;
 use crate::evm;
 use crate::evm::erc3009;
@@ -40,6 +40,8 @@ pub(super) struct Seen {
     pub(super) stalled: u64,
     /// Nonces below the next one with nothing in them, seen at the previous head.
     pub(super) gaps: Vec<u64>,
+    /// The number of the previous head followed: logs are read from the block after it.
+    pub(super) head: Option<u64>,
 }
 
 impl Worker {
@@ -91,6 +93,7 @@ impl Worker {
         self.fill_gaps(head, chain_nonce, market).await;
         self.broadcast(&resend).await;
         self.seen.chain_nonce = Some(chain_nonce);
+        self.seen.head = Some(head.number);
         self.sign_waiting().await;
     }
 
@@ -153,42 +156,35 @@ impl Worker {
         resend
     }
 
-    /// Receipts for the nonces the chain says were used and that are not known as included.
-    /// Answers the nonces of the settlements included now, in order; `confirm` stores them.
+    /// Inclusions of the nonces the chain says were used and that are not known as included
+    /// (`inclusions::look_up`). Answers the nonces of the settlements included now, in order;
+    /// `confirm` stores them.
     async fn find_inclusions(&mut self, head: &Head, chain_nonce: u64) -> Vec<u64> {
-        let asked: Vec<(u64, H256)> = self
+        // A filler's nonce is used up whatever landed in it: nothing to look for.
+        let asked: Vec<Asked> = self
             .nonces
             .slots
             .range(..chain_nonce)
-            .filter(|(_, slot)| !slot.is_included())
-            .flat_map(|(nonce, slot)| slot.attempts().into_iter().map(|a| (*nonce, a.hash)))
-            .collect();
-        if asked.is_empty() {
-            return Vec::new();
-        }
-        let calls: Vec<Call> = asked
-            .iter()
-            .map(|(_, hash)| {
-                Call::new(
-                    "eth_getTransactionReceipt",
-                    vec![json!(evm::hex_bytes(hash))],
-                )
+            .filter_map(|(nonce, slot)| match slot {
+                Slot::Settlement { record, .. } if !slot.is_included() => Some((*nonce, record)),
+                _ => None,
+            })
+            .flat_map(|(nonce, record)| {
+                record.live_attempts().map(move |a| Asked {
+                    nonce,
+                    hash: a.hash,
+                    token: record.token,
+                })
             })
             .collect();
-        let Ok(answers) = self.lane.chain.client.batch(Traffic::Own, &calls).await else {
-            return Vec::new();
+        let since = self.seen.head.map_or(head.number, |h| h + 1);
+        let Found {
+            included: found,
+            unknown,
+        } = match asked.is_empty() {
+            true => Found::default(),
+            false => inclusions::look_up(&self.lane.chain, head, since, &asked).await,
         };
-        let mut found: BTreeMap<u64, Inclusion> = BTreeMap::new();
-        // Nonces with a receipt the node failed to look up (a rate limit, an error inside the
-        // batch): no news, so not a miss. Only "no such receipt" counts towards moving on.
-        let mut unknown: BTreeSet<u64> = BTreeSet::new();
-        for ((nonce, hash), answer) in asked.iter().zip(&answers) {
-            if answer.is_err() {
-                unknown.insert(*nonce);
-            } else if let Some(inclusion) = inclusion_of(*hash, answer, head.number) {
-                found.insert(*nonce, inclusion);
-            }
-        }
         let nonces: Vec<u64> = self
             .nonces
             .slots
@@ -623,19 +619,6 @@ impl Worker {
             self.out.waiters.done(&record, outcome);
         }
     }
-}
-
-/// A receipt in a block at or below `head` (a node ahead of our head is asked again later).
-pub(crate) fn inclusion_of(hash: H256, answer: &CallResult, head: u64) -> Option<Inclusion> {
-    let receipt: &Value = answer.as_ref().ok()?;
-    let block = receipt.get("blockNumber").and_then(evm::parse_u64)?;
-    let block_hash = receipt.get("blockHash").and_then(chain::head::parse_hash)?;
-    (block <= head).then_some(Inclusion {
-        block,
-        block_hash,
-        transaction: hash,
-        succeeded: receipt.get("status").and_then(evm::parse_u64) == Some(1),
-    })
 }
 
 /// The read of whether the record's authorization nonce is used now, and how to judge its answer.

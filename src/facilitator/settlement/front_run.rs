@@ -8,7 +8,7 @@
 use ethers_core::types::{Bytes, H256};
 use serde_json::{json, Value};
 
-use super::follower::inclusion_of;
+use super::inclusions::inclusion_of;
 use super::worker::{Slot, Worker};
 use crate::chain::Traffic;
 use crate::chain::{self, Batch, Chain, Head};

@@ -7,8 +7,9 @@
 //! EIP-712 digest) and whose requirements that authorization meets: a success can never be given
 //! to a merchant whose payment it is not.
 
-pub(crate) mod follower;
+mod follower;
 mod front_run;
+pub(crate) mod inclusions;
 pub mod lane;
 mod lease;
 pub mod waiters;
