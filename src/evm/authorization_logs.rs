@@ -56,6 +56,14 @@ fn topic(address: Address) -> H256 {
     H256::from(address)
 }
 
+/// The `topics` of an `eth_getLogs` filter (on the tokens' addresses) that finds the tokens'
+/// transfers out of any of `payers`: `[Transfer, [from, ...]]`, the second an OR of its entries.
+/// Every way routerd settles an EVM payment moves the payer's tokens, so only these are read,
+/// not every transfer of a busy token.
+pub fn transfers_out_of(payers: impl IntoIterator<Item = Address>) -> (H256, Vec<H256>) {
+    (*TRANSFER, payers.into_iter().map(topic).collect())
+}
+
 impl SignedTransfer {
     /// The `topics` of an `eth_getLogs` filter (on the token's address) that finds the log
     /// marking this nonce used.
@@ -180,5 +188,18 @@ mod tests {
         for (case, logs) in cases {
             assert!(!t.executed_in(&logs), "{case}");
         }
+    }
+
+    #[test]
+    fn transfers_out_of_the_payers_match_the_signed_transfer_topics() {
+        let t = transfer();
+        let (event, from) = transfers_out_of([t.from, Address::repeat_byte(9)]);
+        let signed = [*TRANSFER, topic(t.from), topic(t.to)];
+        assert_eq!(event, signed[0], "the Transfer event");
+        assert_eq!(
+            from[0], signed[1],
+            "the payer, left-padded as an indexed address"
+        );
+        assert_eq!(from.len(), 2);
     }
 }

@@ -174,6 +174,7 @@ impl Worker {
                     nonce,
                     hash: a.hash,
                     token: record.token,
+                    payer: record.payer,
                 })
             })
             .collect();
