@@ -84,7 +84,7 @@ impl Worker {
             waited_us = waited.as_micros() as u64,
             lease_us = leased.as_micros() as u64,
             lane_read_us = read.as_micros() as u64,
-            receipts_us = found.as_micros() as u64,
+            inclusions_us = found.as_micros() as u64,
             answered_us = started.elapsed().as_micros() as u64,
             "head followed"
         );
