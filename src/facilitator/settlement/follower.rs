@@ -182,10 +182,7 @@ impl Worker {
         let Found {
             included: found,
             unknown,
-        } = match asked.is_empty() {
-            true => Found::default(),
-            false => inclusions::look_up(&self.lane.chain, head, since, &asked).await,
-        };
+        } = inclusions::look_up(&self.lane.chain, head, since, &asked).await;
         let nonces: Vec<u64> = self
             .nonces
             .slots

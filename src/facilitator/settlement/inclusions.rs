@@ -41,7 +41,7 @@ pub(super) struct Found {
 }
 
 /// The inclusions at or below `head` of the asked transactions; logs are read from block
-/// `since` on (the block after the last head followed).
+/// `since` on (the block after the last head followed). Nothing asked, nothing sent.
 pub(super) async fn look_up(
     chain: &Chain,
     head: &chain::Head,
@@ -99,12 +99,11 @@ async fn from_logs(
     }
     let (transfer, payers) =
         transfers_out_of(asked.iter().map(|a| a.payer).collect::<BTreeSet<_>>());
-    let hex = |word: &H256| evm::hex_bytes(word);
     let filter = json!({
         "fromBlock": format!("{since:#x}"),
         "toBlock": format!("{head:#x}"),
         "address": tokens.iter().map(evm::hex_bytes).collect::<Vec<_>>(),
-        "topics": [hex(&transfer), payers.iter().map(hex).collect::<Vec<_>>()],
+        "topics": [evm::hex_bytes(transfer), payers.iter().map(evm::hex_bytes).collect::<Vec<_>>()],
     });
     let answers = chain
         .client
