@@ -28,6 +28,8 @@ const U64_MAX = '0xffffffffffffffff';
 const U256_MAX = `0x${'f'.repeat(64)}`;
 
 export const FAULTS = Object.freeze(['short', 'garbage', 'huge', 'stall']);
+/** Faults that only hold a request, then forward it and pass the node's answer on unchanged. */
+const DELAYS_ONLY = new Set(['stall', 'slow']);
 
 /**
  * @param {object} [o]
@@ -144,7 +146,7 @@ export async function startNodeProxy({ target = null, stallMs = 2500, slowMs = 3
           await hold(state.slowMs);
         }
         text = await forward(raw);
-        if (state.fault && state.fault !== 'stall' && state.fault !== 'slow') {
+        if (state.fault && !DELAYS_ONLY.has(state.fault)) {
           let body = null;
           try {
             body = JSON.parse(raw);
