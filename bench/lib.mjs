@@ -1,6 +1,6 @@
 // Small helpers for bench/run.mjs: timing, percentiles, bounded load loops, /proc and /metrics readers.
 import { readFileSync } from 'node:fs';
-import http from 'node:http';
+import { spawn } from 'node:child_process';
 import { readAnswer } from '../tests/e2e/lib/util.mjs';
 
 /** Milliseconds since an arbitrary origin, sub-microsecond resolution. */
@@ -30,15 +30,9 @@ export function summarize(latencies) {
  * Run `call(i)` `total` times (or until `maxMs` has passed) from `concurrency` workers, each issuing
  * its next request as soon as the previous one answers (closed loop). `call` resolves to true on a
  * good answer, false on a bad one; a throw counts as a failure too.
- *
- * With `answersFirst`, a worker sends its next request only after the event loop has read every
- * answer that arrived with its own (`setImmediate`, after the poll phase). Without it, hundreds of
- * answers arriving at once are each stamped only after the ones before them have also sent their
- * next request: a single-threaded client's own queue, which many merchants, each on its own
- * machine, do not have.
  * @returns {Promise<{latencies: number[], ok: number, failed: number, elapsedMs: number, rps: number, firstError?: string}>}
  */
-export async function load({ concurrency, total, maxMs, call, answersFirst = false }) {
+export async function load({ concurrency, total, maxMs, call }) {
   const latencies = [];
   let next = 0;
   let ok = 0;
@@ -61,7 +55,6 @@ export async function load({ concurrency, total, maxMs, call, answersFirst = fal
       latencies.push(nowMs() - t0);
       if (good) ok += 1;
       else failed += 1;
-      if (answersFirst) await new Promise(setImmediate);
     }
   };
   await Promise.all(Array.from({ length: concurrency }, worker));
@@ -77,36 +70,42 @@ export async function postJson(url, raw) {
   return readAnswer(await fetch(url, { method: 'POST', body: raw, headers: { 'content-type': 'application/json' } }));
 }
 
-const lightAgent = new http.Agent({ keepAlive: true, maxSockets: Infinity });
-
 /**
- * POST a JSON string with node:http on a keep-alive agent, and note the epoch milliseconds at which
- * the answer's last byte arrived (`at`). A lighter client than fetch, for the settle burst: a full
- * block's answers leave routerd within about 20 ms of each other, and the time the load generator
- * takes to hand each one over (and to send the next request) is not routerd's.
+ * The settle burst, sent by the `settle-burst` example (bench/settle_burst.rs): `bodies` (JSON
+ * strings) POSTed to `url` once each by `concurrency` closed-loop connections, for at most
+ * `maxMs`. A full block's answers leave routerd within a few milliseconds of each other; Node's one
+ * thread would stamp the last of them tens of milliseconds late, the compiled client does not.
+ * Answers one result per request sent: `{status, body, text, at, ms}` (`at`: the epoch
+ * milliseconds at which the answer's last byte was read; `ms`: its latency), or `{error}`.
+ * @returns {Promise<{results: object[], elapsedMs: number}>}
  */
-export function postJsonLight(url, raw) {
-  return new Promise((resolve, reject) => {
-    const headers = { 'content-type': 'application/json', 'content-length': Buffer.byteLength(raw) };
-    const req = http.request(url, { method: 'POST', agent: lightAgent, headers }, (res) => {
-      const chunks = [];
-      res.on('data', (chunk) => chunks.push(chunk));
-      res.on('error', reject);
-      res.on('end', () => {
-        const at = performance.timeOrigin + performance.now();
-        const text = Buffer.concat(chunks).toString();
-        let body;
-        try {
-          body = JSON.parse(text);
-        } catch {
-          body = undefined;
-        }
-        resolve({ status: res.statusCode, body, text, at });
-      });
-    });
-    req.on('error', reject);
-    req.end(raw);
+export async function burst({ bin, url, bodies, concurrency, maxMs }) {
+  const child = spawn(bin, [url, String(concurrency), String(maxMs)], { stdio: ['pipe', 'pipe', 'inherit'] });
+  let out = '';
+  child.stdout.setEncoding('utf8');
+  child.stdout.on('data', (chunk) => {
+    out += chunk;
   });
+  const start = nowMs();
+  child.stdin.end(`${bodies.join('\n')}\n`);
+  const code = await new Promise((resolve, reject) => {
+    child.once('error', reject);
+    child.once('close', resolve);
+  });
+  const elapsedMs = nowMs() - start;
+  if (code !== 0) throw new Error(`settle-burst exited with ${code}`);
+  const results = out.split('\n').filter(Boolean).map((line) => {
+    const r = JSON.parse(line);
+    if (r.error !== undefined) return { error: r.error };
+    let body;
+    try {
+      body = JSON.parse(r.body);
+    } catch {
+      body = undefined;
+    }
+    return { status: r.status, body, text: r.body, at: r.at, ms: r.ms };
+  });
+  return { results, elapsedMs };
 }
 
 /**

@@ -22,7 +22,7 @@ import { privateKeyToAccount } from 'viem/accounts';
 import { anvilAccount, anvilKey, freshAccount } from '../tests/e2e/lib/accounts.mjs';
 import { usdcAbi } from '../tests/e2e/lib/deploy-usdc.mjs';
 import { freePort, makeTempDir, sleep, trackChild, waitFor } from '../tests/e2e/lib/util.mjs';
-import { nowMs, percentile, summarize, load, postJson, postJsonLight, procMemory, watchPeak, metricSum } from './lib.mjs';
+import { nowMs, percentile, summarize, load, burst, postJson, procMemory, watchPeak, metricSum } from './lib.mjs';
 import { benchSvm as svmPhase } from './svm.mjs';
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -470,6 +470,13 @@ function usePostgres(stack, pg) {
   writeFileSync(stack.routerd.configFile, toml.replace(/\[storage\]\npath = "[^"]*"\n/, '[storage]\nbackend = "postgres"\n'));
 }
 
+/** The settle burst's load generator (scripts/bench builds the settle-burst example). */
+function settleBurstBin() {
+  const bin = process.env.SETTLE_BURST_BIN;
+  if (!bin || !existsSync(bin)) throw new Error('SETTLE_BURST_BIN is not set (scripts/bench builds the settle-burst example)');
+  return bin;
+}
+
 async function benchSettle() {
   const { settleSerial, settleLoad } = BOUNDS;
   const pg = opts.store === 'postgres' ? startPostgres() : undefined;
@@ -514,16 +521,18 @@ async function benchSettle() {
     const loadStart = nowMs();
     const loadStartEpoch = epochMs();
     const peak = watchPeak(pid);
-    const run = await load({
-      concurrency: settleLoad.concurrency, total: settleLoad.total, maxMs: settleLoad.maxMs, answersFirst: true,
-      call: async (i) => {
-        const res = await postJsonLight(url, loadBodies[i]);
-        const ok = settled(res);
-        if (ok) answers.push({ at: res.at, tx: res.body.transaction });
-        else firstError ??= `HTTP ${res.status} ${res.text.slice(0, 300)}`;
-        return ok;
-      },
+    const run = await burst({
+      bin: settleBurstBin(), url, bodies: loadBodies, concurrency: settleLoad.concurrency, maxMs: settleLoad.maxMs,
     });
+    let loadFailed = 0;
+    for (const res of run.results) {
+      if (settled(res)) answers.push({ at: res.at, tx: res.body.transaction });
+      else {
+        loadFailed += 1;
+        firstError ??= res.error ?? `HTTP ${res.status} ${res.text.slice(0, 300)}`;
+      }
+    }
+    const latencies = run.results.filter((res) => res.error === undefined).map((res) => res.ms);
     const wallMs = nowMs() - loadStart;
     await sleep(1500);
     await blocks.stop();
@@ -563,7 +572,7 @@ async function benchSettle() {
     results.settle = {
       serial: { ...summarize(serial), failed: serialFailed },
       load: {
-        ...summarize(run.latencies), failed: run.failed, wallMs, rps: (run.ok / wallMs) * 1000,
+        ...summarize(latencies), failed: loadFailed, wallMs, rps: (answers.length / wallMs) * 1000,
         confirmed, concurrency: settleLoad.concurrency, payers: settleLoad.payers,
         blockToAnswer: summarize(blockToAnswer),
         blockToWritten: summarize(blockToWritten),
@@ -571,7 +580,7 @@ async function benchSettle() {
         blocksUsed: new Set(receipts.map((r) => r.blockNumber)).size,
         ...blocksOf,
       },
-      firstError: firstError ?? run.firstError,
+      firstError,
     };
   } finally {
     await stack.stop();
