@@ -559,10 +559,10 @@ async function benchSettle() {
         byBlock[b].lastAnswer = Math.max(byBlock[b].lastAnswer, answers[i].at - loadStartEpoch);
       });
       console.error(JSON.stringify(byBlock));
-      // routerd's own steps per head, when its log has them
-      // (BENCH_RUST_LOG=info,routerd::facilitator::settlement::follower=debug).
+      // routerd's own steps per head and per signed batch, when its log has them
+      // (BENCH_RUST_LOG=info,routerd::facilitator::settlement=debug).
       for (const line of routerdLog.split('\n')) {
-        if (line.includes('head followed')) console.error(line);
+        if (line.includes('head followed') || line.includes('batch signed')) console.error(line);
       }
     }
     const block = await stack.client.getBlock();
