@@ -10,8 +10,6 @@
 //   payment as if its transfer would revert;
 // - a settlement's inclusion is read from its block's logs, with no receipt asked; when the node
 //   fails the logs, from the receipt;
-// - the proxy answers a broadcast seconds after forwarding it: the settlement is answered from
-//   its block meanwhile, and the late answer changes nothing;
 // - the proxy fails every receipt and log lookup while a settlement is mined and for heads after:
 //   the settlement is not taken for one whose nonce went to another transaction, and answers its
 //   hash;
@@ -243,28 +241,6 @@ it('logs the node fails to answer: the inclusion is read from the receipt, and t
   const [receipt] = await waitMined([hash], 'the settlement mined');
   await expectStatusIncluded(p, hash, receipt);
   await expectPaidOnceBy([p], [hash], [receipt]);
-});
-
-it('a broadcast the node answers late does not hold the lane: the settlement is answered from its block while the answer is still on its way, and the late answer changes nothing', async () => {
-  const p = await newPayment();
-  proxy.state.late = ['eth_sendRawTransaction'];
-  proxy.state.lateMs = 4_000; // several blocks, inside routerd's request timeout (5 s)
-  let res;
-  let heldAtAnswer;
-  try {
-    res = await settleUntilDone(stack, p.body, { mine: false });
-    heldAtAnswer = proxy.state.heldLate;
-    await waitFor(() => proxy.state.heldLate === 0, { timeoutMs: 10_000, intervalMs: 100, what: 'the late broadcast answer sent' });
-  } finally {
-    proxy.state.late = [];
-  }
-  const hash = expectSettled(res, { network: NETWORK, payer: p.authorization.from });
-  assert.ok(heldAtAnswer > 0, 'the settle was answered while the node still held the broadcast\'s answer');
-  const [receipt] = await waitMined([hash], 'the settlement mined');
-  await sleep(1_500); // heads after the late answer
-  await expectStatusIncluded(p, hash, receipt);
-  await expectPaidOnceBy([p], [hash], [receipt]);
-  expectDuplicate(await stack.settle(p.body), { transaction: hash, network: NETWORK, payer: p.authorization.from });
 });
 
 it('receipts the node fails to look up are no news: a mined settlement is not taken for one that lost its nonce, and answers its own hash', async () => {

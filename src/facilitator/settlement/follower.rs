@@ -356,7 +356,7 @@ impl Worker {
     }
 
     /// The settlement records of `nonces`, in one write (not flushed).
-    pub(super) async fn store(&self, nonces: &[u64]) -> Result<(), StoreError> {
+    async fn store(&self, nonces: &[u64]) -> Result<(), StoreError> {
         if nonces.is_empty() {
             return Ok(());
         }

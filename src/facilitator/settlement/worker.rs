@@ -22,10 +22,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use ethers_core::types::{Address, Bytes, H256};
+use ethers_core::types::{Address, Bytes};
 use serde_json::json;
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -142,22 +141,6 @@ pub struct Worker {
     pub(super) nonces: Nonces,
     /// What the follower saw at the previous head (follower.rs).
     pub(super) seen: Seen,
-    /// The signed batch whose broadcast the node has not answered yet (at most one).
-    sending: Option<Sending>,
-}
-
-/// A stored batch on its way to the node. Its settlements already hold their nonces (so a head
-/// that comes meanwhile finds no gap there); the node's answer routes each one
-/// (`Worker::route_broadcast`).
-struct Sending {
-    /// The broadcast, on its own task: the lane follows heads while the node reads the batch.
-    answers: JoinHandle<Vec<Option<Refusal>>>,
-    /// Each settlement's nonce and the transaction sent for it, in the batch's order.
-    sent: Vec<(u64, H256)>,
-    /// The fees of the head the batch was signed at, and its number: a refused settlement's
-    /// self-transfer is signed with them.
-    market: TxFees,
-    block: u64,
 }
 
 /// Settlements given nonces and signed together, not stored yet.
@@ -243,7 +226,6 @@ impl Worker {
             store: LeaseHold::new(ledger, lease_settings.clone(), asked_at),
             nonces: Nonces::default(),
             seen: Seen::default(),
-            sending: None,
         };
         match lease {
             Some(lease) => worker.take_over(lease, resumed, asked_at).await?,
@@ -308,24 +290,17 @@ impl Worker {
                         lane.guard.step(self.on_head(&head)).await;
                     }
                 }
-                answers = answered(&mut self.sending), if self.sending.is_some() => {
-                    lane.guard.step(async {
-                        self.route_broadcast(answers).await;
-                        self.sign_waiting().await;
-                    }).await;
-                }
                 _ = renewal.tick() => {
                     lane.guard.step(self.renew()).await;
                 }
-                _ = shared_queue.tick(), if shared && self.store.lease.is_some() && self.sending.is_none() => {
+                _ = shared_queue.tick(), if shared && self.store.lease.is_some() => {
                     lane.guard.step(async {
                         if self.take_queued().await {
                             self.sign_waiting().await;
                         }
                     }).await;
                 }
-                // One batch at a time: what queues meanwhile is signed once the node answered.
-                received = queue.recv(), if self.sending.is_none() => {
+                received = queue.recv() => {
                     let Some(record) = received else { return };
                     self.nonces.to_sign.push(record);
                     while self.nonces.to_sign.len() < MAX_BATCH {
@@ -359,9 +334,6 @@ impl Worker {
     /// process before it is stored with the lane's next nonce, so that after a crash whatever
     /// the network may have is resumed from the store and no nonce is given out twice.
     pub(super) async fn sign_waiting(&mut self) {
-        if self.sending.is_some() {
-            return; // signed once the node answered the batch before
-        }
         let started = Instant::now();
         let Some(batch) = self.assign_and_sign().await else {
             return;
@@ -374,17 +346,18 @@ impl Worker {
             .ledger
             .commit_signed(&batch.lease, self.nonces.next, &records)
             .await;
+        let stored = started.elapsed();
         match committed {
-            Ok(()) => self.send_signed(batch),
+            Ok(()) => self.send_signed(batch).await,
             Err(e) => self.commit_failed(batch, e).await,
         }
-        // What a batch holds the lane for (a head that comes meanwhile waits for it): signing,
-        // then the durable write. The broadcast does not hold it.
+        // What a batch holds the lane for: a head that comes meanwhile waits for all of it.
         tracing::debug!(
             lane = %self.lane.id,
             settlements = count,
             signed_us = signed.as_micros() as u64,
-            stored_us = started.elapsed().as_micros() as u64,
+            stored_us = stored.as_micros() as u64,
+            sent_us = started.elapsed().as_micros() as u64,
             "batch signed"
         );
     }
@@ -463,10 +436,9 @@ impl Worker {
         }
     }
 
-    /// Puts a stored batch's settlements at their nonces and broadcasts it in nonce order in one
-    /// batch, on its own task: the node's answer comes back to the main loop
-    /// (`route_broadcast`), and heads are followed meanwhile.
-    fn send_signed(&mut self, batch: Batch) {
+    /// Broadcasts a stored batch in nonce order in one batch, routes each settlement by the
+    /// node's answer, then broadcasts the self-transfers that took refused settlements' nonces.
+    async fn send_signed(&mut self, batch: Batch) {
         let raws: Vec<Bytes> = batch
             .signed
             .iter()
@@ -477,55 +449,19 @@ impl Worker {
             .signed
             .first()
             .map_or_else(tracing::Span::none, |r| self.out.waiters.span(&r.key()));
-        let mut sent = Vec::with_capacity(batch.signed.len());
-        for record in batch.signed {
-            let nonce = record.state.nonce().expect("just signed");
-            sent.push((nonce, record.latest().expect("just signed").hash));
-            self.nonces.slots.insert(nonce, Slot::settlement(record));
-        }
-        let lane = self.lane.clone();
-        self.sending = Some(Sending {
-            answers: tokio::spawn(async move { send_raws(&lane, &raws).await }.instrument(span)),
-            sent,
-            market: batch.market,
-            block: batch.block,
-        });
-    }
-
-    /// Routes each settlement of the batch by the node's answer, then broadcasts the
-    /// self-transfers that took refused settlements' nonces. A settlement a head moved on
-    /// meanwhile (found included, expired, sent again at a new fee) keeps that course: the
-    /// answer was for a transaction it no longer waits on.
-    async fn route_broadcast(&mut self, (sending, answers): (Sending, Vec<Option<Refusal>>)) {
+        let answers = self.broadcast(&raws).instrument(span).await;
+        let (market, block) = (batch.market, batch.block);
         let mut fillers = Vec::new();
-        let mut sent = Vec::with_capacity(sending.sent.len());
-        for (&(nonce, hash), answer) in sending.sent.iter().zip(answers) {
-            let unmoved = matches!(
-                self.nonces.slots.get(&nonce),
-                Some(Slot::Settlement { record, .. })
-                    if matches!(record.state, State::Signed { .. })
-                        && record.latest().map(|a| a.hash) == Some(hash)
-            );
-            if !unmoved {
-                continue;
-            }
-            let route = route(answer);
-            if route == Route::Sent {
-                sent.push(nonce);
-                continue;
-            }
-            let Some(Slot::Settlement { record, .. }) = self.nonces.slots.remove(&nonce) else {
-                continue; // matched just above
-            };
-            match route {
-                Route::AnotherSigner => self.another_signer(*record, nonce).await,
-                _ => fillers.push(
-                    self.refused(*record, nonce, sending.market, sending.block)
-                        .await,
-                ),
+        let mut sent = Vec::with_capacity(batch.signed.len());
+        for (record, answer) in batch.signed.into_iter().zip(answers) {
+            let nonce = record.state.nonce().expect("just signed");
+            match route(answer) {
+                Route::Sent => sent.push(record),
+                Route::AnotherSigner => self.another_signer(record, nonce).await,
+                Route::Refused => fillers.push(self.refused(record, nonce, market, block).await),
             }
         }
-        self.sent(&sent).await;
+        self.sent(sent).await;
         self.broadcast(&fillers).await;
     }
 
@@ -539,21 +475,25 @@ impl Worker {
         }
     }
 
-    /// Settlements the node took (or may take when sent again), at `nonces`: `Sent`, stored in
-    /// one write, their callers told the hash. One write for the whole broadcast rather than
-    /// one a settlement.
-    async fn sent(&mut self, nonces: &[u64]) {
-        for nonce in nonces {
-            if let Some(Slot::Settlement { record, .. }) = self.nonces.slots.get_mut(nonce) {
-                record.sent();
-                self.out
-                    .waiters
-                    .sent(&record.key(), record.latest().expect("signed"));
-            }
+    /// Settlements the node took (or may take when sent again): `Sent`, stored in one write,
+    /// their callers told the hash, and followed at their nonces. One write for the whole
+    /// broadcast rather than one a settlement: the lane answers the next head only after this.
+    async fn sent(&mut self, mut records: Vec<Record>) {
+        if records.is_empty() {
+            return;
         }
+        records.iter_mut().for_each(Record::sent);
         // Informative (recovery treats signed and sent alike): no flush to wait for.
-        if let Err(e) = self.store(nonces).await {
-            tracing::error!(lane = %self.lane.id, settlements = nonces.len(), error = %e, "could not store sent states");
+        let refs: Vec<&Record> = records.iter().collect();
+        if let Err(e) = self.store.ledger.save(&refs, false).await {
+            tracing::error!(lane = %self.lane.id, settlements = records.len(), error = %e, "could not store sent states");
+        }
+        for record in records {
+            self.out
+                .waiters
+                .sent(&record.key(), record.latest().expect("signed"));
+            let nonce = record.state.nonce().expect("just signed");
+            self.nonces.slots.insert(nonce, Slot::settlement(record));
         }
     }
 
@@ -644,9 +584,39 @@ impl Worker {
         }
     }
 
-    /// Sends raw transactions in one batch (`send_raws`).
+    /// Sends raw transactions in one batch; answers, per transaction, the refusal if any
+    /// (`None` also when the node could not be asked: it is sent again later).
     pub(super) async fn broadcast(&self, raws: &[Bytes]) -> Vec<Option<Refusal>> {
-        send_raws(&self.lane, raws).await
+        if raws.is_empty() {
+            return Vec::new();
+        }
+        let calls: Vec<Call> = raws
+            .iter()
+            .map(|raw| Call::new("eth_sendRawTransaction", vec![json!(evm::hex_bytes(raw))]))
+            .collect();
+        match self.lane.chain.client.batch(Traffic::Own, &calls).await {
+            Ok(answers) => answers
+                .iter()
+                .map(|a| match a {
+                    Ok(_) => None,
+                    Err(e) => match e.refusal() {
+                        Refusal::AlreadyKnown => None,
+                        Refusal::Unclear => {
+                            tracing::warn!(lane = %self.lane.id, error = %e, "broadcast answered with an unclear error; followed as sent");
+                            Some(Refusal::Unclear)
+                        }
+                        other => {
+                            tracing::debug!(lane = %self.lane.id, error = %e, "broadcast refused");
+                            Some(other)
+                        }
+                    },
+                })
+                .collect(),
+            Err(e) => {
+                tracing::warn!(lane = %self.lane.id, error = %e, "broadcast failed; sent again at the next blocks");
+                vec![None; raws.len()]
+            }
+        }
     }
 
     pub(super) async fn abandon(&mut self, record: Record, why: String) {
@@ -659,53 +629,6 @@ impl Worker {
         self.lane.answered();
         self.out.waiters.finish(&key, Progress::Abandoned(why));
     }
-}
-
-/// Sends raw transactions in one batch; answers, per transaction, the refusal if any (`None`
-/// also when the node could not be asked: it is sent again later).
-async fn send_raws(lane: &Lane, raws: &[Bytes]) -> Vec<Option<Refusal>> {
-    if raws.is_empty() {
-        return Vec::new();
-    }
-    let calls: Vec<Call> = raws
-        .iter()
-        .map(|raw| Call::new("eth_sendRawTransaction", vec![json!(evm::hex_bytes(raw))]))
-        .collect();
-    match lane.chain.client.batch(Traffic::Own, &calls).await {
-        Ok(answers) => answers
-            .iter()
-            .map(|a| match a {
-                Ok(_) => None,
-                Err(e) => match e.refusal() {
-                    Refusal::AlreadyKnown => None,
-                    Refusal::Unclear => {
-                        tracing::warn!(lane = %lane.id, error = %e, "broadcast answered with an unclear error; followed as sent");
-                        Some(Refusal::Unclear)
-                    }
-                    other => {
-                        tracing::debug!(lane = %lane.id, error = %e, "broadcast refused");
-                        Some(other)
-                    }
-                },
-            })
-            .collect(),
-        Err(e) => {
-            tracing::warn!(lane = %lane.id, error = %e, "broadcast failed; sent again at the next blocks");
-            vec![None; raws.len()]
-        }
-    }
-}
-
-/// The node's answers to the batch on its way, once they come (never while none is). A broadcast
-/// task that failed answers nothing for any: each settlement is followed as sent.
-async fn answered(sending: &mut Option<Sending>) -> (Sending, Vec<Option<Refusal>>) {
-    let Some(on_its_way) = sending else {
-        return std::future::pending().await;
-    };
-    let answers = (&mut on_its_way.answers)
-        .await
-        .unwrap_or_else(|_| vec![None; on_its_way.sent.len()]);
-    (sending.take().expect("matched above"), answers)
 }
 
 pub(super) async fn transaction_count(lane: &Lane, block: &str) -> Option<u64> {

@@ -102,13 +102,10 @@ export async function deadUpstreamUrl() {
  * answer, as a balancer closes an idle connection just as it is reused (`state.dropped` counts).
  * `state.maxBatch`, when set, is a provider's batch limit: a batch of more calls is answered with
  * one error object, as geth answers "batch too large" (`state.tooLarge` counts them).
- * `state.late` (methods, empty unless set) are forwarded at once and answered `state.lateMs` later,
- * as a node under load answers a broadcast it already took; `state.heldLate` counts the answers
- * held now.
  * Set `target` (the node's URL) before the first request.
  */
 export async function startFilteringProxy({ blocked = [], hanging = [], target = null, capacity = Infinity, delayMs = 0, overrides = 'run' } = {}) {
-  const state = { target, blocked, hanging, failing: null, maxBatch: null, tooLarge: 0, dropNext: 0, dropped: 0, blockedCalls: 0, hungCalls: 0, hung: [], capacity, delayMs, serving: 0, peak: 0, overloaded: 0, overrides, requests: [], late: [], lateMs: 0, heldLate: 0 };
+  const state = { target, blocked, hanging, failing: null, maxBatch: null, tooLarge: 0, dropNext: 0, dropped: 0, blockedCalls: 0, hungCalls: 0, hung: [], capacity, delayMs, serving: 0, peak: 0, overloaded: 0, overrides, requests: [] };
   const overridden = (call) => call?.method === 'eth_call' && call.params?.length > 2;
   const withoutOverride = (call) => (overridden(call) && state.overrides === 'ignore' ? { ...call, params: call.params.slice(0, 2) } : call);
   const refuse = (call) => {
@@ -175,21 +172,8 @@ export async function startFilteringProxy({ blocked = [], hanging = [], target =
     } catch (err) {
       answer = { jsonrpc: '2.0', id: null, error: { code: -32603, message: `proxy: ${err.message}` } };
     }
-    if (answersLate(chunks)) {
-      state.heldLate += 1;
-      await new Promise((r) => setTimeout(r, state.lateMs));
-      state.heldLate -= 1;
-    }
     res.writeHead(200, { 'content-type': 'application/json' });
     res.end(JSON.stringify(answer));
-  }
-  function answersLate(chunks) {
-    if (state.late.length === 0) return false;
-    try {
-      return [JSON.parse(Buffer.concat(chunks).toString('utf8'))].flat().some((call) => state.late.includes(call?.method));
-    } catch {
-      return false;
-    }
   }
   return proxyHandle(server, await listen(server), state);
 }
