@@ -77,7 +77,7 @@ export async function postJson(url, raw) {
  * thread would stamp the last of them tens of milliseconds late, the compiled client does not.
  * Answers one result per request sent: `{status, body, text, at, ms}` (`at`: the epoch
  * milliseconds at which the answer's last byte was read; `ms`: its latency), or `{error}`.
- * @returns {Promise<{results: object[], elapsedMs: number}>}
+ * @returns {Promise<object[]>}
  */
 export async function burst({ bin, url, bodies, concurrency, maxMs }) {
   const child = spawn(bin, [url, String(concurrency), String(maxMs)], { stdio: ['pipe', 'pipe', 'inherit'] });
@@ -86,15 +86,13 @@ export async function burst({ bin, url, bodies, concurrency, maxMs }) {
   child.stdout.on('data', (chunk) => {
     out += chunk;
   });
-  const start = nowMs();
   child.stdin.end(`${bodies.join('\n')}\n`);
   const code = await new Promise((resolve, reject) => {
     child.once('error', reject);
     child.once('close', resolve);
   });
-  const elapsedMs = nowMs() - start;
   if (code !== 0) throw new Error(`settle-burst exited with ${code}`);
-  const results = out.split('\n').filter(Boolean).map((line) => {
+  return out.split('\n').filter(Boolean).map((line) => {
     const r = JSON.parse(line);
     if (r.error !== undefined) return { error: r.error };
     let body;
@@ -105,7 +103,6 @@ export async function burst({ bin, url, bodies, concurrency, maxMs }) {
     }
     return { status: r.status, body, text: r.body, at: r.at, ms: r.ms };
   });
-  return { results, elapsedMs };
 }
 
 /**

@@ -521,18 +521,18 @@ async function benchSettle() {
     const loadStart = nowMs();
     const loadStartEpoch = epochMs();
     const peak = watchPeak(pid);
-    const run = await burst({
+    const sent = await burst({
       bin: settleBurstBin(), url, bodies: loadBodies, concurrency: settleLoad.concurrency, maxMs: settleLoad.maxMs,
     });
     let loadFailed = 0;
-    for (const res of run.results) {
+    for (const res of sent) {
       if (settled(res)) answers.push({ at: res.at, tx: res.body.transaction });
       else {
         loadFailed += 1;
         firstError ??= res.error ?? `HTTP ${res.status} ${res.text.slice(0, 300)}`;
       }
     }
-    const latencies = run.results.filter((res) => res.error === undefined).map((res) => res.ms);
+    const latencies = sent.filter((res) => res.error === undefined).map((res) => res.ms);
     const wallMs = nowMs() - loadStart;
     await sleep(1500);
     await blocks.stop();

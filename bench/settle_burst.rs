@@ -11,7 +11,7 @@
 //!
 //! Why not Node: a full block's answers (381 of them) leave routerd within a few milliseconds of
 //! each other, and Node's one thread takes 100 µs and more to read each and send the next: its
-//! stamps came 43 to 66 ms after routerd's own (docs/benchmarks.md). This client reads an answer
+//! stamps came 43 to 70 ms after routerd's own (docs/benchmarks.md). This client reads an answer
 //! in a few microseconds on one runtime thread, so block-to-answer measures what a merchant on its
 //! own machine waits for.
 
@@ -27,10 +27,10 @@ use hyper_util::rt::TokioIo;
 use serde_json::json;
 use tokio::net::TcpStream;
 
-/// Where the requests go: the socket address, and the Host header and path of each request.
+/// Where the requests go: `host:port` (the socket to connect to, and each request's Host
+/// header) and the path.
 struct Target {
-    address: String,
-    host: String,
+    authority: String,
     path: String,
 }
 
@@ -56,8 +56,7 @@ fn main() {
         std::process::exit(2);
     };
     let target = Target {
-        address: format!("{host}:{port}"),
-        host: format!("{host}:{port}"),
+        authority: format!("{host}:{port}"),
         path: url.path().to_string(),
     };
     let bodies = std::io::stdin()
@@ -133,7 +132,7 @@ async fn post(
     }
     let connection = sender.as_mut().expect("connected above");
     let request = hyper::Request::post(&target.path)
-        .header(hyper::header::HOST, &target.host)
+        .header(hyper::header::HOST, &target.authority)
         .header(hyper::header::CONTENT_TYPE, "application/json")
         .body(Full::new(body))
         .map_err(|e| e.to_string())?;
@@ -152,7 +151,7 @@ async fn post(
 }
 
 async fn connect(target: &Target) -> Result<SendRequest<Full<Bytes>>, String> {
-    let stream = TcpStream::connect(&target.address)
+    let stream = TcpStream::connect(&target.authority)
         .await
         .map_err(|e| e.to_string())?;
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
