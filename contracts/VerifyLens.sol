@@ -74,6 +74,45 @@ contract VerifyLens {
     }
 
     function facts(Ask calldata ask) external returns (Facts memory f) {
+        (f,) = read(ask, gasleft());
+    }
+
+    /// The facts of several payments in one call: for each, in order, what `facts` answers, or
+    /// nothing (empty bytes) when it could not be read in its share of the gas: that payment is
+    /// then read on its own. Each ask gets an even share of the gas left, so a payer's wallet
+    /// that burns its gas cannot starve the asks after it. An ask that changes state (an
+    /// ERC-6492 deployment, a trial, a permit) runs in a frame of its own that reverts: what it
+    /// changed, and the accounts and slots it warmed (EIP-2929), are undone before the next, so
+    /// every ask sees the chain as a call of its own would.
+    function factsEach(Ask[] calldata asks) external returns (bytes[] memory answers) {
+        answers = new bytes[](asks.length);
+        for (uint256 i = 0; i < asks.length; i++) {
+            uint256 share = gasleft() / (asks.length - i + 1);
+            Ask calldata ask = asks[i];
+            if (ask.factory == address(0) && ask.trialCall.length == 0 && ask.permitCall.length == 0) {
+                // Reads only: nothing to undo, and no gas is measured, so a warm account
+                // changes no answer.
+                (Facts memory f, bool starved) = read(ask, share);
+                if (!starved) answers[i] = abi.encode(f);
+            } else {
+                (, answers[i]) = address(this).call{gas: share}(abi.encodeCall(this.factsUndone, (ask)));
+            }
+        }
+    }
+
+    /// Only for `factsEach`, through a call to this contract's own address: reverts with the
+    /// ABI encoding of the ask's `Facts`, exactly what `facts` returns, or with nothing.
+    function factsUndone(Ask calldata ask) external {
+        (Facts memory f, bool starved) = read(ask, gasleft());
+        bytes memory encoded = starved ? bytes("") : abi.encode(f);
+        assembly {
+            revert(add(encoded, 32), mload(encoded))
+        }
+    }
+
+    /// `walletGas` bounds the payer's wallet's ERC-1271 answer; `starved`: the wallet used all
+    /// the gas it was given, so its answer is unknown (not "no").
+    function read(Ask calldata ask, uint256 walletGas) private returns (Facts memory f, bool starved) {
         address from = ask.from;
         // First, on state nothing has read yet: the gas is then the gas of a transaction whose
         // storage slots are all cold, as a settlement's are. A settlement that deploys the
@@ -101,8 +140,11 @@ contract VerifyLens {
         f.fromBlacklisted = flag(token, from);
         f.toBlacklisted = flag(token, ask.payTo);
         if (ask.erc1271Call.length != 0 && f.walletCodeSize != 0) {
-            (bool ok, bytes memory answer) = from.staticcall(ask.erc1271Call);
+            uint256 before = gasleft();
+            uint256 given = before - before / 64 < walletGas ? before - before / 64 : walletGas;
+            (bool ok, bytes memory answer) = from.staticcall{gas: walletGas}(ask.erc1271Call);
             if (ok) f.erc1271Answer = answer;
+            else starved = before - gasleft() >= given;
         }
         if (ask.permitCall.length != 0) f.permitAccepted = permits(token, ask.permitCall);
     }

@@ -28,6 +28,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use super::merge::{Merge, Part, Plan};
 use super::traffic::{Budget, Budgets, Overloaded, Traffic};
 use crate::config::Endpoint;
 
@@ -51,8 +52,10 @@ pub struct Call {
     pub method: &'static str,
     pub params: Vec<Value>,
     /// A last param that is JSON already, sent as it is: the verify lens's state override is
-    /// the same 1.3 KB of code in every call, serialized once.
+    /// the same 5 KB of code in every call, serialized once.
     pub raw_param: Option<&'static RawValue>,
+    /// How calls of this kind go together in a coalesced request (`merge.rs`); `None`: alone.
+    pub merge: Option<&'static dyn Merge>,
 }
 
 impl Call {
@@ -61,6 +64,7 @@ impl Call {
             method,
             params,
             raw_param: None,
+            merge: None,
         }
     }
 }
@@ -88,7 +92,7 @@ impl Serialize for Params<'_> {
 
 impl ToRpcParams for Params<'_> {
     /// `to_raw_value` takes the text as written; `RawValue::from_string` would parse it all
-    /// again (the lens override alone is 1.3 KB) to check what serde_json has just written.
+    /// again (the lens override alone is 5 KB) to check what serde_json has just written.
     fn to_rpc_params(self) -> Result<Option<Box<RawValue>>, serde_json::Error> {
         serde_json::value::to_raw_value(&self).map(Some)
     }
@@ -418,7 +422,7 @@ impl ChainClient {
             .map(|entry| (entry.calls, entry.reply))
             .unzip();
         let calls: Vec<Call> = calls.into_iter().flatten().collect();
-        let answers = self.send(Traffic::Callers, &calls).await;
+        let answers = self.send_merged(Traffic::Callers, calls).await;
         match answers {
             Ok((answers, upstream)) => {
                 let mut answers = answers.into_iter();
@@ -432,6 +436,34 @@ impl ChainClient {
                 }
             }
         }
+    }
+
+    /// `calls`, those that merge as one call per kind (`merge.rs`). A merged call that fails
+    /// as a whole (a node's cap on one call's gas, say) says nothing of the calls it carried:
+    /// they are asked again as they are, in one more request.
+    async fn send_merged(&self, traffic: Traffic, calls: Vec<Call>) -> Answered {
+        let plan = Plan::new(calls);
+        let (answers, mut upstream) = self.send(traffic, &plan.sent).await?;
+        let mut results = Vec::with_capacity(answers.len());
+        let (mut again, mut again_at) = (Vec::new(), Vec::new());
+        for (index, part) in plan.parts(answers).into_iter().enumerate() {
+            match part {
+                Part::Answered(answer) => results.push(answer),
+                Part::Again(call) => {
+                    results.push(Ok(Value::Null));
+                    again.push(call);
+                    again_at.push(index);
+                }
+            }
+        }
+        if !again.is_empty() {
+            let (answers, answered_by) = self.send(traffic, &again).await?;
+            upstream = answered_by;
+            for (index, answer) in again_at.into_iter().zip(answers) {
+                results[index] = answer;
+            }
+        }
+        Ok((results, upstream))
     }
 
     /// `calls` in requests of at most `max_batch_calls` calls each, sent at once: a node with a

@@ -8,6 +8,7 @@ pub mod batch;
 mod cadence;
 pub mod client;
 pub mod head;
+pub mod merge;
 pub mod read_mode;
 pub mod svm;
 pub mod traffic;

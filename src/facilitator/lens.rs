@@ -10,7 +10,8 @@ use ethers_core::utils::id;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::chain::{read_mode, Call};
+use crate::chain::merge::Merge;
+use crate::chain::{read_mode, Call, CallResult, RpcError};
 use crate::evm;
 use crate::evm::erc6492::Deployment;
 use crate::evm::NonceRead;
@@ -66,15 +67,19 @@ pub struct Ask<'a> {
     pub permit_call: &'a [u8],
 }
 
-/// `facts(Ask)`.
+/// `Ask`'s ABI tuple.
+const ASK: &str =
+    "(address,address,address,address,bytes,uint256,address,address,bytes,bytes,address,bytes,bytes)";
+static FACTS: LazyLock<[u8; 4]> = LazyLock::new(|| id(format!("facts({ASK})")));
+static FACTS_EACH: LazyLock<[u8; 4]> = LazyLock::new(|| id(format!("factsEach({ASK}[])")));
+static OVERRIDE: LazyLock<Box<RawValue>> = LazyLock::new(|| read_mode::code_override(CODE.trim()));
+
+/// `facts(Ask)`. Verifies ready at the same moment go as one `factsEach` call ([`EACH`]).
 pub fn call(ask: &Ask<'_>) -> Call {
-    static SELECTOR: LazyLock<[u8; 4]> = LazyLock::new(|| {
-        id("facts((address,address,address,address,bytes,uint256,address,address,bytes,bytes,address,bytes,bytes))")
-    });
     let (factory, factory_call) = ask
         .deployment
         .map_or((Address::zero(), &[][..]), |d| (d.factory, &d.calldata[..]));
-    let mut data = SELECTOR.to_vec();
+    let mut data = FACTS.to_vec();
     data.extend(encode(&[Token::Tuple(vec![
         Token::Address(ask.token),
         Token::Address(ask.from),
@@ -90,15 +95,109 @@ pub fn call(ask: &Ask<'_>) -> Call {
         Token::Bytes(ask.trial_call.to_vec()),
         Token::Bytes(ask.permit_call.to_vec()),
     ])]));
-    static OVERRIDE: LazyLock<Box<RawValue>> =
-        LazyLock::new(|| read_mode::code_override(CODE.trim()));
-    read_mode::call_with_code(&OVERRIDE, &data)
+    let mut call = read_mode::call_with_code(&OVERRIDE, &data);
+    call.merge = Some(&EACH);
+    call
+}
+
+/// Merges lens calls into one `factsEach(Ask[])` call: the node takes the lens's code in once
+/// for all of them (`chain::merge`). An ask that changes state runs in a frame of its own that
+/// is undone, and each has an even share of the gas, so each answer is what the ask's own call
+/// would have answered (`contracts/VerifyLens.sol`).
+#[derive(Debug)]
+pub struct Each;
+
+pub static EACH: Each = Each;
+
+impl Merge for Each {
+    fn merge(&self, calls: &[&Call]) -> Option<Call> {
+        let data: Vec<Vec<u8>> = calls.iter().map(|c| ask_data(c)).collect::<Option<_>>()?;
+        // `facts(Ask)`'s calldata is the selector, the offset of the tuple (one word), then
+        // the tuple's encoding, which is self-contained: its offsets count from its start.
+        let asks: Vec<&[u8]> = data.iter().map(|d| d.get(36..)).collect::<Option<_>>()?;
+        let mut call = read_mode::call_with_code(&OVERRIDE, &each_calldata(&asks));
+        call.merge = None;
+        Some(call)
+    }
+
+    fn split(&self, answer: &Value, count: usize) -> Vec<CallResult> {
+        let parts = answer
+            .as_str()
+            .and_then(evm::hex_decode)
+            .and_then(|bytes| decode(&[ParamType::Array(Box::new(ParamType::Bytes))], &bytes).ok())
+            .and_then(|mut tokens| tokens.pop()?.into_array())
+            .filter(|parts| parts.len() == count);
+        // Not the answer of `factsEach` (a node that ignored the override answers `0x`): each
+        // ask gets it as its own call would have.
+        let Some(parts) = parts else {
+            return vec![Ok(answer.clone()); count];
+        };
+        parts.into_iter().map(part).collect()
+    }
+}
+
+/// One ask's part of a `factsEach` answer: its `Facts`, or nothing (its wallet used up its
+/// share of the gas, or its frame stopped): then the EVM stopped this ask, and verify reads the
+/// payment again on its own (`LensRead::Halted`).
+fn part(token: Token) -> CallResult {
+    let bytes = token.into_bytes().unwrap_or_default();
+    let hex = Value::String(evm::hex_bytes(&bytes));
+    match decode_facts(&bytes) {
+        Some(_) => Ok(hex),
+        None => Err(RpcError {
+            code: 3,
+            message: "execution reverted: the verify lens's frame for this payment stopped".into(),
+            data: Some(hex),
+        }),
+    }
+}
+
+/// The calldata of a lens call written by [`call`], when `call` is one exactly as written
+/// there: the lens's override, its address, the latest block, and nothing else.
+fn ask_data(call: &Call) -> Option<Vec<u8>> {
+    let same_code = call
+        .raw_param
+        .is_some_and(|raw| std::ptr::eq(raw, &**OVERRIDE));
+    let [tx, block] = call.params.as_slice() else {
+        return None;
+    };
+    let tx = tx.as_object().filter(|tx| tx.len() == 2)?;
+    let data = evm::hex_decode(tx.get("data")?.as_str()?)?;
+    let written = same_code && tx.contains_key("to") && block.as_str() == Some("latest");
+    (written && data.starts_with(&*FACTS)).then_some(data)
+}
+
+/// `factsEach(Ask[])` of the asks' tuple encodings: the array's offset, its length, each
+/// element's offset (from the first element's), then the elements.
+fn each_calldata(asks: &[&[u8]]) -> Vec<u8> {
+    let word = |n: usize| {
+        let mut w = [0u8; 32];
+        w[24..].copy_from_slice(&(n as u64).to_be_bytes());
+        w
+    };
+    let total: usize = asks.iter().map(|a| a.len()).sum();
+    let mut data = Vec::with_capacity(4 + 32 * (2 + asks.len()) + total);
+    data.extend_from_slice(&*FACTS_EACH);
+    data.extend_from_slice(&word(32));
+    data.extend_from_slice(&word(asks.len()));
+    let mut offset = 32 * asks.len();
+    for ask in asks {
+        data.extend_from_slice(&word(offset));
+        offset += ask.len();
+    }
+    for ask in asks {
+        data.extend_from_slice(ask);
+    }
+    data
 }
 
 /// Decodes the lens's `Facts` struct; `None` for anything else (a node that ignored the
 /// override answers `0x`).
 pub fn decode_answer(answer: &Value) -> Option<LensFacts> {
-    let bytes = evm::hex_decode(answer.as_str()?)?;
+    decode_facts(&evm::hex_decode(answer.as_str()?)?)
+}
+
+fn decode_facts(bytes: &[u8]) -> Option<LensFacts> {
     let shape = ParamType::Tuple(vec![
         ParamType::Uint(256), // blockNumber
         ParamType::Uint(256), // timestamp
@@ -119,7 +218,7 @@ pub fn decode_answer(answer: &Value) -> Option<LensFacts> {
         ParamType::Bytes,     // trialRevert
         ParamType::Bool,      // permitAccepted
     ]);
-    let Token::Tuple(fields) = decode(&[shape], &bytes).ok()?.pop()? else {
+    let Token::Tuple(fields) = decode(&[shape], bytes).ok()?.pop()? else {
         return None;
     };
     let [_, timestamp, code_size, wallet_code_size, balance_read, balance, state_read, state, allowance_read, allowance, from_bl, to_bl, erc1271, trial_ran, succeeded, gas, revert_data, permit_accepted] =
@@ -199,5 +298,134 @@ mod tests {
         );
         assert_eq!(decode_answer(&json!("0x")), None);
         assert_eq!(decode_answer(&json!(42)), None);
+    }
+
+    fn ask_tokens(from: u64, nonce_call: Vec<u8>) -> Vec<Token> {
+        let address = |n: u64| Token::Address(Address::from_low_u64_be(n));
+        vec![
+            address(1),
+            address(from),
+            address(3),
+            address(1),
+            Token::Bytes(nonce_call),
+            Token::Uint(U256::MAX),
+            address(0),
+            address(0),
+            Token::Bytes(vec![]),
+            Token::Bytes(vec![0xab; 37]),
+            address(0),
+            Token::Bytes(vec![]),
+            Token::Bytes(vec![]),
+        ]
+    }
+
+    fn ask_call(from: u64, nonce_call: &[u8]) -> Call {
+        let read = NonceRead {
+            target: Address::from_low_u64_be(1),
+            call: nonce_call.to_vec().into(),
+            mask: U256::MAX,
+        };
+        call(&Ask {
+            token: Address::from_low_u64_be(1),
+            from: Address::from_low_u64_be(from),
+            pay_to: Address::from_low_u64_be(3),
+            nonce_read: &read,
+            allowance_spender: None,
+            deployment: None,
+            erc1271_call: &[0xab; 37],
+            trial_target: Address::zero(),
+            trial_call: &[],
+            permit_call: &[],
+        })
+    }
+
+    fn ask_shape() -> ParamType {
+        let (a, b) = (ParamType::Address, ParamType::Bytes);
+        ParamType::Tuple(vec![
+            a.clone(),
+            a.clone(),
+            a.clone(),
+            a.clone(),
+            b.clone(),
+            ParamType::Uint(256),
+            a.clone(),
+            a.clone(),
+            b.clone(),
+            b.clone(),
+            a,
+            b.clone(),
+            b,
+        ])
+    }
+
+    #[test]
+    fn merged_asks_are_one_facts_each_call_of_the_same_asks() {
+        let (one, two) = (ask_call(10, &[1, 2, 3]), ask_call(20, &[4; 68]));
+        let merged = EACH.merge(&[&one, &two]).unwrap();
+        assert!(merged.merge.is_none());
+        assert!(std::ptr::eq(
+            merged.raw_param.unwrap(),
+            one.raw_param.unwrap()
+        ));
+        let data = evm::hex_decode(merged.params[0]["data"].as_str().unwrap()).unwrap();
+        assert_eq!(data[..4], *FACTS_EACH);
+        let decoded = decode(&[ParamType::Array(Box::new(ask_shape()))], &data[4..]).unwrap();
+        let expected = Token::Array(vec![
+            Token::Tuple(ask_tokens(10, vec![1, 2, 3])),
+            Token::Tuple(ask_tokens(20, vec![4; 68])),
+        ]);
+        assert_eq!(decoded, vec![expected]);
+    }
+
+    #[test]
+    fn a_call_not_written_by_the_lens_does_not_merge() {
+        let one = ask_call(10, &[1]);
+        let mut settling = ask_call(20, &[2]);
+        settling.params[0]["from"] = json!("0x0000000000000000000000000000000000000001");
+        assert!(EACH.merge(&[&one, &settling]).is_none());
+        let mut other_block = ask_call(20, &[2]);
+        other_block.params[1] = json!("pending");
+        assert!(EACH.merge(&[&one, &other_block]).is_none());
+    }
+
+    #[test]
+    fn each_ask_gets_its_facts_or_the_halt_of_its_frame() {
+        let facts = encode(&[Token::Tuple(vec![
+            Token::Uint(7.into()),
+            Token::Uint(1_700_000_000u64.into()),
+            Token::Uint(0.into()),
+            Token::Uint(0.into()),
+            Token::Bool(true),
+            Token::Uint(5_000.into()),
+            Token::Bool(true),
+            Token::Uint(0.into()),
+            Token::Bool(false),
+            Token::Uint(0.into()),
+            Token::Bool(false),
+            Token::Bool(false),
+            Token::Bytes(vec![]),
+            Token::Bool(false),
+            Token::Bool(false),
+            Token::Uint(0.into()),
+            Token::Bytes(vec![]),
+            Token::Bool(false),
+        ])]);
+        let answer = encode(&[Token::Array(vec![
+            Token::Bytes(facts.clone()),
+            Token::Bytes(vec![]),
+        ])]);
+        let parts = EACH.split(&json!(evm::hex_bytes(&answer)), 2);
+        assert_eq!(parts[0], Ok(json!(evm::hex_bytes(&facts))));
+        assert!(parts[1].as_ref().unwrap_err().is_execution_failure());
+        // A node that ignored the override: each ask meets that, as it would on its own.
+        assert_eq!(
+            EACH.split(&json!("0x"), 2),
+            vec![Ok(json!("0x")), Ok(json!("0x"))]
+        );
+        // An answer for another count of asks is no answer to these.
+        let short = EACH.split(&json!(evm::hex_bytes(&answer)), 3);
+        assert!(short
+            .iter()
+            .all(|p| decode_answer(p.as_ref().unwrap()).is_none()));
     }
 }

@@ -581,6 +581,8 @@ const LENS_READS_GAS: u64 = 300_000;
 /// over the bound, and no more).
 fn as_settlement(mut call: Call, trial: &Trial<'_>, max_settlement_gas: u64) -> Call {
     let gas = LENS_READS_GAS.saturating_add(max_settlement_gas.saturating_mul(2));
+    // Run as the settlement's sender, with its gas: it goes alone, not in another's call.
+    call.merge = None;
     if let Some(tx) = call.params.first_mut().and_then(Value::as_object_mut) {
         tx.insert("from".into(), json!(evm::hex_bytes(trial.sender)));
         tx.insert("gasPrice".into(), json!(format!("{:#x}", trial.gas_price)));

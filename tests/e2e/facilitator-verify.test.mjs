@@ -588,6 +588,71 @@ it(`each verify is one upstream request: ${READS === 'lens' ? 'one eth_call' : '
   assert.deepEqual(reads, want);
 });
 
+it(`verifies ready at the same moment each get their own verdict${READS === 'lens' ? ', several of them in one lens eth_call' : ''}`, async () => {
+  const poor = await stack.newPayer(999n);
+  const cancelled = await payment();
+  await stack.cancelAuthorization(alice, cancelled.authorization.nonce);
+  const yes = await stack.smartWallet({ valid: true });
+  const no = await stack.smartWallet({ valid: false });
+  await stack.mint(yes, 1_000_000n);
+  await stack.mint(no, 1_000_000n);
+  const cases = [
+    ...(await Promise.all(Array.from({ length: 6 }, () => payment()))).map((p) => [p, null, alice.address]),
+    [await stack.pay({ account: poor, amount: 1000n }), 'insufficient_funds', poor.address],
+    [cancelled, 'invalid_payload', alice.address],
+    [await payment({ account: freshAccount(), auth: { from: yes } }), null, yes],
+    [await payment({ account: freshAccount(), auth: { from: no } }), 'invalid_exact_evm_payload_signature', no],
+  ];
+  // The node answers slowly, so that the verifies after the first wait for company while it
+  // is under way.
+  proxies[NETWORK].state.delayMs = 300;
+  let answers;
+  const reads = await verifyReads(async () => {
+    answers = await Promise.all(cases.map(([p]) => verify(p.body)));
+  }).finally(() => { proxies[NETWORK].state.delayMs = 0; });
+  cases.forEach(([, reason, payer], i) => {
+    if (reason) expectInvalid(answers[i], reason, { payer });
+    else expectValid(answers[i], { payer });
+  });
+  const calls = reads.flat().filter((m) => m === 'eth_call').length;
+  if (READS === 'lens') {
+    // One eth_call each would be as many calls as verifies: several went in one factsEach.
+    assert.ok(calls < cases.length, `${calls} eth_calls for ${cases.length} verifies: ${JSON.stringify(reads)}`);
+  }
+});
+
+it('a payer\'s wallet that burns its gas does not starve the verifies read in the same call', async () => {
+  // Two "wallets" whose code loops until its gas is gone: ERC-1271 asks them, and each takes
+  // what its frame has. Read in one call after them, the others still get their facts there.
+  const burners = [freshAccount().address, freshAccount().address];
+  for (const burner of burners) await stack.anvil.rpc('anvil_setCode', [burner, '0x5b600056']);
+  const honest = await Promise.all(Array.from({ length: 6 }, () => payment()));
+  const burning = await Promise.all(burners.map((from) => payment({ account: freshAccount(), auth: { from } })));
+  const bodies = [honest[0], ...burning, ...honest.slice(1)];
+  const proxy = proxies[NETWORK].state;
+  proxy.delayMs = 300;
+  const lensCallsBefore = proxy.overridden;
+  let answers;
+  const reads = await verifyReads(async () => {
+    answers = await Promise.all(bodies.map((p) => verify(p.body)));
+  }).finally(() => { proxy.delayMs = 0; });
+  bodies.forEach((p, i) => {
+    // A burner is never valid: its wallet said nothing (invalid signature), or, read again in
+    // plain reads, its isValidSignature call halted (no verdict, as in batch mode).
+    if (burning.includes(p)) assert.notEqual(answers[i].body?.isValid, true, answers[i].text);
+    else expectValid(answers[i], { payer: alice.address });
+  });
+  if (READS === 'lens') {
+    // Each burner's wallet used its share up: only those two verifies are read again, in plain
+    // reads (eth_getCode first). Starved asks after them would be read again too, or the
+    // shared call would fail as a whole and every verify in it be asked again on its own.
+    const again = reads.flat().filter((m) => m === 'eth_getCode').length;
+    assert.ok(again <= burners.length, `${again} verifies read again: ${JSON.stringify(reads)}`);
+    const lensCalls = proxy.overridden - lensCallsBefore;
+    assert.ok(lensCalls < bodies.length, `${lensCalls} lens calls for ${bodies.length} verifies: ${JSON.stringify(reads)}`);
+  }
+});
+
 // ---------------------------------------------------------------------------------------------
 // Settle's chain read: the same read, and the settlement transaction tried in the same request
 

@@ -95,7 +95,8 @@ export async function deadUpstreamUrl() {
  * `overrides` plays a node's support for eth_call's state override (the third parameter):
  * 'run' forwards it, 'ignore' drops it (the node runs the call against the real, empty account),
  * 'refuse' answers "invalid params". `state.requests` lists the methods of every forwarded HTTP
- * request, in order (a batch is one entry with several methods), for counting upstream calls.
+ * request, in order (a batch is one entry with several methods), for counting upstream calls;
+ * `state.overridden` counts the eth_calls with a state override among them.
  * `state.failing`, when set, picks calls the node cannot run: they are answered with the error
  * anvil gives mid-reorganisation for a block it no longer has (not a revert).
  * `state.dropNext` requests (0 unless set) are read and then their connection is closed with no
@@ -105,7 +106,7 @@ export async function deadUpstreamUrl() {
  * Set `target` (the node's URL) before the first request.
  */
 export async function startFilteringProxy({ blocked = [], hanging = [], target = null, capacity = Infinity, delayMs = 0, overrides = 'run' } = {}) {
-  const state = { target, blocked, hanging, failing: null, maxBatch: null, tooLarge: 0, dropNext: 0, dropped: 0, blockedCalls: 0, hungCalls: 0, hung: [], capacity, delayMs, serving: 0, peak: 0, overloaded: 0, overrides, requests: [] };
+  const state = { target, blocked, hanging, failing: null, maxBatch: null, tooLarge: 0, dropNext: 0, dropped: 0, blockedCalls: 0, hungCalls: 0, hung: [], capacity, delayMs, serving: 0, peak: 0, overloaded: 0, overrides, requests: [], overridden: 0 };
   const overridden = (call) => call?.method === 'eth_call' && call.params?.length > 2;
   const withoutOverride = (call) => (overridden(call) && state.overrides === 'ignore' ? { ...call, params: call.params.slice(0, 2) } : call);
   const refuse = (call) => {
@@ -120,6 +121,7 @@ export async function startFilteringProxy({ blocked = [], hanging = [], target =
   const hangs = (body) => [body].flat().some((call) => state.hanging.includes(call?.method));
   const forward = async (payload) => {
     state.requests.push([payload].flat().map((c) => c.method));
+    state.overridden += [payload].flat().filter(overridden).length;
     const res = await fetch(state.target, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(Array.isArray(payload) ? payload.map(withoutOverride) : withoutOverride(payload)) });
     return res.json();
   };
