@@ -182,20 +182,25 @@ async function benchVerify() {
       return res.status === 200 && res.body?.isValid === true;
     };
 
-    // Upstream calls per verify, counted at the proxy: every JSON-RPC call that reached the node
-    // while the verifies ran, less the head polling seen over an idle window of the same length.
+    // Upstream calls and HTTP requests per verify, counted at the proxy: every JSON-RPC call and
+    // request that reached the node while the verifies ran, less the head polling seen over an
+    // idle window of the same length.
     log(`verify: ${verifyCount} verifies through the counting proxy`);
     const callsSince = (from) => proxy.state.requests.slice(from).reduce((n, methods) => n + methods.length, 0);
+    const requestsSince = (from) => proxy.state.requests.length - from;
     await waitFor(async () => (await stack.request('/ready')).body?.readModes?.[stack.network] === 'lens', { what: 'lens read mode' });
     let mark = proxy.state.requests.length;
     let t0 = nowMs();
     const countRun = await load({ concurrency: 8, total: verifyCount, maxMs: 30_000, call: verifier(counted) });
     const countMs = nowMs() - t0;
     const during = callsSince(mark);
+    const requestsDuring = requestsSince(mark);
     mark = proxy.state.requests.length;
     t0 = nowMs();
     await sleep(countMs);
-    const idle = (callsSince(mark) * countMs) / (nowMs() - t0);
+    const idleMs = nowMs() - t0;
+    const idle = (callsSince(mark) * countMs) / idleMs;
+    const idleRequests = (requestsSince(mark) * countMs) / idleMs;
     const readMode = (await stack.request('/ready')).body?.readModes?.[stack.network];
 
     log('verify: routerd restarted straight on anvil; warm-up, then concurrency 1 and 64');
@@ -234,7 +239,8 @@ async function benchVerify() {
       anvil1: stats(a1),
       anvil64: stats(a64),
       upstream: { verifies: countRun.latencies.length, failed: countRun.failed, calls: during, background: idle,
-        perVerify: (during - idle) / countRun.latencies.length },
+        perVerify: (during - idle) / countRun.latencies.length, requests: requestsDuring,
+        requestsPerVerify: (requestsDuring - idleRequests) / countRun.latencies.length },
       cpuMicrosPerVerify: ((cpu.user + cpu.system) * 1e6) / c64.latencies.length,
       cpuSeconds: cpu.user + cpu.system,
       userMicrosPerVerify: (cpu.user * 1e6) / c64.latencies.length,
@@ -935,8 +941,9 @@ function table() {
   lat(`e start-up to /health, ${st.records} finished records`, st.seeded, { rps: false });
   out.push('');
   const vu = v.upstream;
-  out.push(`verify: upstream JSON-RPC calls per verify ${f(vu.perVerify, 3)} (counted at a proxy: ${vu.calls} calls for `
-    + `${vu.verifies} verifies, less ${f(vu.background, 1)} of head polling over as long idle)`);
+  out.push(`verify: upstream JSON-RPC calls per verify ${f(vu.perVerify, 3)}, HTTP requests per verify `
+    + `${f(vu.requestsPerVerify, 3)} (counted at a proxy: ${vu.calls} calls in ${vu.requests} requests for `
+    + `${vu.verifies} verifies at concurrency 8, less ${f(vu.background, 1)} calls of head polling over as long idle)`);
   out.push(`verify: routerd CPU per verify ${f(v.cpuMicrosPerVerify, 1)} µs at concurrency 64 `
     + `(user ${f(v.userMicrosPerVerify, 1)} + system ${f(v.systemMicrosPerVerify, 1)}; `
     + `${f(v.cpuSeconds, 2)} CPU s over ${v.c64.n} verifies, /proc/<pid>/stat)`);
