@@ -81,15 +81,17 @@ contract VerifyLens {
     /// nothing (empty bytes) when it could not be read in its share of the gas: that payment is
     /// then read on its own. Each ask gets an even share of the gas left, so a payer's wallet
     /// that burns its gas cannot starve the asks after it. An ask that changes state (an
-    /// ERC-6492 deployment, a trial, a permit) runs in a frame of its own that reverts: what it
-    /// changed, and the accounts and slots it warmed (EIP-2929), are undone before the next, so
-    /// every ask sees the chain as a call of its own would.
+    /// ERC-6492 deployment, a permit) runs in a frame of its own that reverts: what it changed
+    /// is undone before the next, so every ask sees the chain as a call of its own would. No
+    /// settlement is tried here (an ask with a trial is answered nothing): a trial's gas is
+    /// measured with the token's account cold, and the asks before it have warmed it.
     function factsEach(Ask[] calldata asks) external returns (bytes[] memory answers) {
         answers = new bytes[](asks.length);
         for (uint256 i = 0; i < asks.length; i++) {
             uint256 share = gasleft() / (asks.length - i + 1);
             Ask calldata ask = asks[i];
-            if (ask.factory == address(0) && ask.trialCall.length == 0 && ask.permitCall.length == 0) {
+            if (ask.trialCall.length != 0) continue;
+            if (ask.factory == address(0) && ask.permitCall.length == 0) {
                 // Reads only: nothing to undo, and no gas is measured, so a warm account
                 // changes no answer.
                 (Facts memory f, bool starved) = read(ask, share);

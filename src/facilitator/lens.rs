@@ -103,7 +103,8 @@ pub fn call(ask: &Ask<'_>) -> Call {
 /// Merges lens calls into one `factsEach(Ask[])` call: the node takes the lens's code in once
 /// for all of them (`chain::merge`). An ask that changes state runs in a frame of its own that
 /// is undone, and each has an even share of the gas, so each answer is what the ask's own call
-/// would have answered (`contracts/VerifyLens.sol`).
+/// would have answered (`contracts/VerifyLens.sol`). Trials never merge: `verify::as_settlement`
+/// sends them alone, and `factsEach` answers nothing for one.
 #[derive(Debug)]
 pub struct Each;
 

@@ -1,7 +1,8 @@
 // The verify lens's `factsEach` (contracts/VerifyLens.sol), called straight on anvil with the
 // state override routerd sends: several payments in one call answer exactly what each one's own
 // `facts` call answers, a payment that changes state (an ERC-6492 deployment) does not change what
-// the next one sees, and a payer's wallet that burns its gas does not starve the ones after it.
+// the next one sees, a payer's wallet that burns its gas does not starve the ones after it, and no
+// settlement is tried in it.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -31,13 +32,13 @@ before(async () => {
 after(async () => stack?.stop());
 
 /** An ask as routerd writes it for an ERC-3009 payment from `from`. */
-function ask({ from, factory = ZERO, factoryCall = '0x', erc1271Call = '0x' }) {
+function ask({ from, factory = ZERO, factoryCall = '0x', erc1271Call = '0x', trialCall = '0x' }) {
   const nonce = keccak256(toHex(`${from}${Math.random()}`));
   return {
     token: stack.usdc, from, payTo: freshAccount().address, stateTarget: stack.usdc,
     stateCall: encodeFunctionData({ abi: ABI, functionName: 'authorizationState', args: [from, nonce] }),
     stateMask: 2n ** 256n - 1n, allowanceSpender: ZERO, factory, factoryCall, erc1271Call,
-    trialTarget: ZERO, trialCall: '0x', permitCall: '0x',
+    trialTarget: trialCall === '0x' ? ZERO : stack.usdc, trialCall, permitCall: '0x',
   };
 }
 
@@ -86,4 +87,13 @@ test('wallets that burn their gas starve nobody after them: each is answered not
   const each = await factsEach(asks);
   assert.deepEqual(each.slice(0, burners.length), burners.map(() => '0x'), 'a burner\'s answer is unknown, not "no"');
   for (const [i, a] of honest.entries()) assert.equal(each[burners.length + i], await facts(a), `honest ask ${i}`);
+});
+
+test('a settlement is never tried in factsEach: the reads before it warmed what its gas is measured cold on', async () => {
+  const payer = freshAccount().address;
+  const trying = ask({ from: payer, trialCall: encodeFunctionData({ abi: ABI, functionName: 'authorizationState', args: [payer, keccak256('0x01')] }) });
+  const each = await factsEach([ask({ from: payer }), trying, ask({ from: payer })]);
+  assert.equal(each[1], '0x', 'the ask with a trial is answered nothing');
+  assert.notEqual(each[0], '0x');
+  assert.notEqual(each[2], '0x');
 });
