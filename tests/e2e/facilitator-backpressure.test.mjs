@@ -46,7 +46,7 @@ it(`40 concurrent verifies and 12 concurrent settles through a node that serves 
   assert.ok(proxy.state.peak <= CAPACITY, `peak ${proxy.state.peak} requests in flight`);
 });
 
-it(`48 concurrent verifies, funded and unfunded payers interleaved, share HTTP requests of at most ${MAX_BATCH_CALLS} calls and each gets its own answer`, async () => {
+it(`48 concurrent verifies, funded and unfunded payers interleaved, share HTTP requests of at most ${MAX_BATCH_CALLS} calls and lens calls, and each gets its own answer`, async () => {
   const funded = await Promise.all(stack.payers.map((account) => stack.pay({ account, amount: 7n })));
   const unfunded = await Promise.all(Array.from({ length: 24 }, () => stack.pay({ account: freshAccount() })));
   const payments = Array.from({ length: 48 }, (_, i) => (i % 2 === 0 ? { p: funded[(i / 2) % funded.length], ok: true } : { p: unfunded[(i - 1) / 2], ok: false }));
@@ -58,8 +58,9 @@ it(`48 concurrent verifies, funded and unfunded payers interleaved, share HTTP r
     else expectInvalid(res, 'insufficient_funds', { payer: p.authorization.from });
   });
   const requests = proxy.state.requests.slice(sentBefore);
+  // Verifies that go out together share their lens read too: one factsEach eth_call for several.
   const lensCalls = requests.flat().filter((m) => m === 'eth_call').length;
-  assert.equal(lensCalls, 48, `one eth_call per verify: ${JSON.stringify(requests)}`);
+  assert.ok(lensCalls < 48, `${lensCalls} eth_calls for 48 verifies: ${JSON.stringify(requests)}`);
   // The node serves two requests at once for 20 ms each: the verifies that arrive meanwhile wait
   // in routerd and go out together.
   const carrying = requests.filter((methods) => methods.includes('eth_call'));
