@@ -13,7 +13,7 @@ import { cpus, availableParallelism } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { encodeFunctionData, getAddress, keccak256, parseAbi, toHex } from 'viem';
+import { encodeFunctionData } from 'viem';
 import { startFilteringProxy } from '../tests/e2e/lib/bad-upstreams.mjs';
 import { startFacilitatorStack } from '../tests/e2e/lib/stack.mjs';
 import { startAnvil, anvilBin } from '../tests/e2e/lib/anvil.mjs';
@@ -21,6 +21,7 @@ import { startRouterd, routerdBin, SHUTDOWN_GRACE_SECS } from '../tests/e2e/lib/
 import { privateKeyToAccount } from 'viem/accounts';
 import { anvilAccount, anvilKey, freshAccount } from '../tests/e2e/lib/accounts.mjs';
 import { usdcAbi } from '../tests/e2e/lib/deploy-usdc.mjs';
+import { LENS_ABI, erc3009Ask, lensEthCall } from '../tests/e2e/lib/lens.mjs';
 import { freePort, makeTempDir, sleep, trackChild, waitFor } from '../tests/e2e/lib/util.mjs';
 import { nowMs, percentile, summarize, load, burst, postJson, procMemory, watchPeak, metricSum } from './lib.mjs';
 import { benchSvm as svmPhase } from './svm.mjs';
@@ -115,27 +116,10 @@ function machine() {
 // ---------------------------------------------------------------------------------------------
 // a+b+c: facilitator
 
-/** The lens call routerd's verify sends (src/facilitator/lens.rs, src/chain/read_mode.rs). */
-const LENS_CODE = readFileSync(new URL('../src/facilitator/lens.hex', import.meta.url), 'utf8').trim();
-const LENS_AT = getAddress(`0x${keccak256(toHex('routerd.lens')).slice(-40)}`);
-const LENS_ABI = parseAbi([
-  'struct Ask { address token; address from; address payTo; address stateTarget; bytes stateCall; uint256 stateMask; address allowanceSpender; address factory; bytes factoryCall; bytes erc1271Call; address trialTarget; bytes trialCall; bytes permitCall; }',
-  'function facts(Ask ask)',
-]);
-const AUTHORIZATION_STATE_ABI = parseAbi(['function authorizationState(address authorizer, bytes32 nonce)']);
-const ZERO = '0x0000000000000000000000000000000000000000';
+/** The lens call routerd's verify sends for an ERC-3009 payment from an EOA. */
 function lensCall(token, authorization, payTo, id = 1) {
-  // As routerd asks it for an ERC-3009 payment from an EOA: the nonce read is the token's
-  // authorizationState, and there is no allowance, deployment, ERC-1271 question, trial or permit.
-  const stateCall = encodeFunctionData({
-    abi: AUTHORIZATION_STATE_ABI, functionName: 'authorizationState', args: [getAddress(authorization.from), authorization.nonce],
-  });
-  const ask = {
-    token, from: getAddress(authorization.from), payTo: getAddress(payTo), stateTarget: token, stateCall, stateMask: 2n ** 256n - 1n,
-    allowanceSpender: ZERO, factory: ZERO, factoryCall: '0x', erc1271Call: '0x', trialTarget: ZERO, trialCall: '0x', permitCall: '0x',
-  };
-  const data = encodeFunctionData({ abi: LENS_ABI, functionName: 'facts', args: [ask] });
-  return { jsonrpc: '2.0', id, method: 'eth_call', params: [{ to: LENS_AT, data }, 'latest', { [LENS_AT]: { code: LENS_CODE } }] };
+  const ask = erc3009Ask({ token, from: authorization.from, payTo, nonce: authorization.nonce });
+  return lensEthCall(encodeFunctionData({ abi: LENS_ABI, functionName: 'facts', args: [ask] }), id);
 }
 
 /** User and system CPU seconds a process has used so far (/proc/<pid>/stat, in clock ticks). */

@@ -116,9 +116,7 @@ impl Merge for Each {
         // `facts(Ask)`'s calldata is the selector, the offset of the tuple (one word), then
         // the tuple's encoding, which is self-contained: its offsets count from its start.
         let asks: Vec<&[u8]> = data.iter().map(|d| d.get(36..)).collect::<Option<_>>()?;
-        let mut call = read_mode::call_with_code(&OVERRIDE, &each_calldata(&asks));
-        call.merge = None;
-        Some(call)
+        Some(read_mode::call_with_code(&OVERRIDE, &each_calldata(&asks)))
     }
 
     fn split(&self, answer: &Value, count: usize) -> Vec<CallResult> {
@@ -171,21 +169,14 @@ fn ask_data(call: &Call) -> Option<Vec<u8>> {
 /// `factsEach(Ask[])` of the asks' tuple encodings: the array's offset, its length, each
 /// element's offset (from the first element's), then the elements.
 fn each_calldata(asks: &[&[u8]]) -> Vec<u8> {
-    let word = |n: usize| {
-        let mut w = [0u8; 32];
-        w[24..].copy_from_slice(&(n as u64).to_be_bytes());
-        w
-    };
-    let total: usize = asks.iter().map(|a| a.len()).sum();
-    let mut data = Vec::with_capacity(4 + 32 * (2 + asks.len()) + total);
-    data.extend_from_slice(&*FACTS_EACH);
-    data.extend_from_slice(&word(32));
-    data.extend_from_slice(&word(asks.len()));
+    let mut heads = vec![Token::Uint(32.into()), Token::Uint(asks.len().into())];
     let mut offset = 32 * asks.len();
     for ask in asks {
-        data.extend_from_slice(&word(offset));
+        heads.push(Token::Uint(offset.into()));
         offset += ask.len();
     }
+    let mut data = FACTS_EACH.to_vec();
+    data.extend(encode(&heads));
     for ask in asks {
         data.extend_from_slice(ask);
     }

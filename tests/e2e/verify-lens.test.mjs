@@ -5,22 +5,14 @@
 // settlement is tried in it.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
-import { decodeFunctionResult, encodeFunctionData, getAddress, keccak256, parseAbi, toHex } from 'viem';
+import { decodeFunctionResult, encodeFunctionData, keccak256, parseAbi, toHex } from 'viem';
 import { privateKeyToAccount, generatePrivateKey } from 'viem/accounts';
 import { startFacilitatorStack } from './lib/stack.mjs';
 import { freshAccount } from './lib/accounts.mjs';
+import { LENS_ABI, erc3009Ask, lensEthCall } from './lib/lens.mjs';
 import { placeSmartWalletFactory, smartAccountFor } from './lib/smart-wallet.mjs';
 
-const LENS_CODE = readFileSync(new URL('../../src/facilitator/lens.hex', import.meta.url), 'utf8').trim();
-const LENS_AT = getAddress(`0x${keccak256(toHex('routerd.lens')).slice(-40)}`);
-const ABI = parseAbi([
-  'struct Ask { address token; address from; address payTo; address stateTarget; bytes stateCall; uint256 stateMask; address allowanceSpender; address factory; bytes factoryCall; bytes erc1271Call; address trialTarget; bytes trialCall; bytes permitCall; }',
-  'function facts(Ask ask)',
-  'function factsEach(Ask[] asks) returns (bytes[])',
-  'function authorizationState(address authorizer, bytes32 nonce)',
-]);
-const ZERO = '0x0000000000000000000000000000000000000000';
+const AUTHORIZATION_STATE_ABI = parseAbi(['function authorizationState(address authorizer, bytes32 nonce)']);
 /** Code that loops until its gas is gone: JUMPDEST, PUSH1 0, JUMP. */
 const BURNER = '0x5b600056';
 
@@ -31,22 +23,21 @@ before(async () => {
 });
 after(async () => stack?.stop());
 
-/** An ask as routerd writes it for an ERC-3009 payment from `from`. */
-function ask({ from, factory = ZERO, factoryCall = '0x', erc1271Call = '0x', trialCall = '0x' }) {
-  const nonce = keccak256(toHex(`${from}${Math.random()}`));
-  return {
-    token: stack.usdc, from, payTo: freshAccount().address, stateTarget: stack.usdc,
-    stateCall: encodeFunctionData({ abi: ABI, functionName: 'authorizationState', args: [from, nonce] }),
-    stateMask: 2n ** 256n - 1n, allowanceSpender: ZERO, factory, factoryCall, erc1271Call,
-    trialTarget: trialCall === '0x' ? ZERO : stack.usdc, trialCall, permitCall: '0x',
-  };
-}
+/** An ask as routerd writes it for an ERC-3009 payment from `from`, with a fresh nonce and payee. */
+const ask = ({ from, ...more }) => erc3009Ask({
+  token: stack.usdc, from, payTo: freshAccount().address, nonce: keccak256(toHex(`${from}${Math.random()}`)),
+  ...more, ...(more.trialCall ? { trialTarget: stack.usdc } : {}),
+});
 
-const call = (data) => stack.anvil.rpc('eth_call', [{ to: LENS_AT, data }, 'latest', { [LENS_AT]: { code: LENS_CODE } }]);
-const facts = (a) => call(encodeFunctionData({ abi: ABI, functionName: 'facts', args: [a] }));
+/** The lens called straight on anvil, as routerd calls it. */
+function call(data) {
+  const { method, params } = lensEthCall(data);
+  return stack.anvil.rpc(method, params);
+}
+const facts = (a) => call(encodeFunctionData({ abi: LENS_ABI, functionName: 'facts', args: [a] }));
 async function factsEach(asks) {
-  const answer = await call(encodeFunctionData({ abi: ABI, functionName: 'factsEach', args: [asks] }));
-  return decodeFunctionResult({ abi: ABI, functionName: 'factsEach', data: answer });
+  const answer = await call(encodeFunctionData({ abi: LENS_ABI, functionName: 'factsEach', args: [asks] }));
+  return decodeFunctionResult({ abi: LENS_ABI, functionName: 'factsEach', data: answer });
 }
 /** `from`'s code size before and after the deployment asked: words 3 and 4 of an encoded `Facts`
  * (word 0 is the struct's offset, then blockNumber and timestamp). */
@@ -91,7 +82,7 @@ test('wallets that burn their gas starve nobody after them: each is answered not
 
 test('a settlement is never tried in factsEach: the reads before it warmed what its gas is measured cold on', async () => {
   const payer = freshAccount().address;
-  const trying = ask({ from: payer, trialCall: encodeFunctionData({ abi: ABI, functionName: 'authorizationState', args: [payer, keccak256('0x01')] }) });
+  const trying = ask({ from: payer, trialCall: encodeFunctionData({ abi: AUTHORIZATION_STATE_ABI, functionName: 'authorizationState', args: [payer, keccak256('0x01')] }) });
   const each = await factsEach([ask({ from: payer }), trying, ask({ from: payer })]);
   assert.equal(each[1], '0x', 'the ask with a trial is answered nothing');
   assert.notEqual(each[0], '0x');
