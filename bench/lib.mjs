@@ -70,6 +70,11 @@ export async function postJson(url, raw) {
   return readAnswer(await fetch(url, { method: 'POST', body: raw, headers: { 'content-type': 'application/json' } }));
 }
 
+/** What a failed answer was, for a run's first error: the client's error, else status and body. */
+export function answerError(res) {
+  return res.error ?? `HTTP ${res.status} ${res.text.slice(0, 300)}`;
+}
+
 /**
  * The settle burst, sent by the `settle-burst` example (bench/settle_burst.rs): `bodies` (JSON
  * strings) POSTed to `url` once each by `concurrency` closed-loop connections, for at most

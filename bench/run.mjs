@@ -23,7 +23,7 @@ import { anvilAccount, anvilKey, freshAccount } from '../tests/e2e/lib/accounts.
 import { usdcAbi } from '../tests/e2e/lib/deploy-usdc.mjs';
 import { LENS_ABI, erc3009Ask, lensEthCall } from '../tests/e2e/lib/lens.mjs';
 import { freePort, makeTempDir, sleep, trackChild, waitFor } from '../tests/e2e/lib/util.mjs';
-import { nowMs, percentile, summarize, load, burst, postJson, procMemory, watchPeak, metricSum } from './lib.mjs';
+import { nowMs, percentile, summarize, load, burst, answerError, postJson, procMemory, watchPeak, metricSum } from './lib.mjs';
 import { benchSvm as svmPhase } from './svm.mjs';
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -350,7 +350,7 @@ async function benchFloor(upstreamUrl, warm, pool) {
       c64: { ...summarize(c64.latencies), rps: c64.rps, failed: c64.failed, firstError: c64.firstError },
       held: {
         n: sent.length - failedHeld.length, concurrency, failed: failedHeld.length,
-        firstError: failedHeld[0] && (failedHeld[0].error ?? `HTTP ${failedHeld[0].status} ${failedHeld[0].text.slice(0, 300)}`),
+        firstError: failedHeld[0] && answerError(failedHeld[0]),
       },
       cpuMicrosPerRequest: ((cpu.user + cpu.system) * 1e6) / n,
       userMicrosPerRequest: (cpu.user * 1e6) / n,
@@ -506,7 +506,7 @@ async function benchSettle() {
       serial.push(nowMs() - t0);
       if (!settled(res)) {
         serialFailed += 1;
-        firstError ??= `HTTP ${res.status} ${res.text.slice(0, 300)}`;
+        firstError ??= answerError(res);
       }
     }
 
@@ -526,7 +526,7 @@ async function benchSettle() {
       if (settled(res)) answers.push({ at: res.at, tx: res.body.transaction });
       else {
         loadFailed += 1;
-        firstError ??= res.error ?? `HTTP ${res.status} ${res.text.slice(0, 300)}`;
+        firstError ??= answerError(res);
       }
     }
     const latencies = sent.filter((res) => res.error === undefined).map((res) => res.ms);
@@ -628,7 +628,7 @@ async function benchFlood() {
       latencies.push(nowMs() - t0);
       if (res.status !== 200 || res.body?.success !== true) {
         failed += 1;
-        firstError ??= `HTTP ${res.status} ${res.text.slice(0, 300)}`;
+        firstError ??= answerError(res);
       }
     }
     over = true;

@@ -15,7 +15,7 @@ import { startSvmNode, newSolanaKeypair, writeKeypairFile, DEVNET_USDC_MINT } fr
 import { v2Requirements } from '../tests/e2e/lib/svm-payment.mjs';
 import { paymentInstructions, compileMessage, wireTransaction } from '../tests/e2e/lib/svm-tx.mjs';
 import { makeTempDir, sleep } from '../tests/e2e/lib/util.mjs';
-import { nowMs, summarize, load, postJson, procMemory } from './lib.mjs';
+import { nowMs, summarize, load, answerError, postJson, procMemory } from './lib.mjs';
 
 /** The real cluster's slot time: settle latency is read against it. */
 export const SLOT_MS = 400;
@@ -115,7 +115,7 @@ async function settleRun(url, bodies, concurrency) {
     call: async (i) => {
       const res = await postJson(`${url}/settle`, bodies[i]);
       const ok = res.status === 200 && res.body?.success === true && SIGNATURE.test(res.body.transaction ?? '');
-      if (!ok) firstError ??= `HTTP ${res.status} ${res.text.slice(0, 300)}`;
+      if (!ok) firstError ??= answerError(res);
       return ok;
     },
   });
