@@ -821,13 +821,14 @@ async fn read_in_batch(
         .get(slots.code)
         .as_ref()
         .map_err(|e| unreadable(chain, "eth_getCode", e.to_string()))?;
-    // A wallet that reverts `isValidSignature` does not accept the signature; a node that could
-    // not run the call did not say so.
+    // A wallet whose `isValidSignature` reverts or halts (burns its gas, hits an invalid
+    // opcode) does not accept the signature: the payer wrote that code. A node that could not
+    // run the call did not say so.
     let erc1271_answer = |answer: &CallResult| match answer {
         Ok(v) => Ok(erc1271_accepted(
             &v.as_str().and_then(evm::hex_decode).unwrap_or_default(),
         )),
-        Err(e) if e.is_revert() => Ok(false),
+        Err(e) if e.is_execution_failure() => Ok(false),
         Err(e) => Err(unreadable(chain, "isValidSignature", e.to_string())),
     };
     let from_has_code = code.as_str().is_some_and(|c| c.len() > 2);
