@@ -7,9 +7,9 @@
 //
 // All traffic goes to 127.0.0.1. Every phase is bounded by a request count and a duration.
 import { execFileSync, spawn } from 'node:child_process';
-import { readFileSync, writeFileSync, existsSync } from 'node:fs';
+import { readFileSync, writeFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:http';
-import { cpus, availableParallelism } from 'node:os';
+import { cpus, availableParallelism, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -679,6 +679,26 @@ async function benchStartup() {
   }
 }
 
+/**
+ * The embedded store alone with the settle burst's records (bench/store_memory.rs): as many
+ * records as the burst settles, written in the steps and blocks a lane writes them, in a process
+ * that does nothing else. Its anonymous memory is part of the settle peak that no request path
+ * holds and none can give back.
+ */
+function benchStore() {
+  const bin = process.env.STORE_MEMORY_BIN;
+  if (!bin || !existsSync(bin)) throw new Error('STORE_MEMORY_BIN is not set (scripts/bench builds the store-memory example)');
+  const { total } = BOUNDS.settleLoad;
+  log(`store: ${total} settlement records written to a new sled store, a block of 381 at a time, nothing else in the process`);
+  const dir = mkdtempSync(join(tmpdir(), 'routerd-store-'));
+  try {
+    const out = execFileSync(bin, [join(dir, 'routerd.db'), String(total)], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
+    results.store = JSON.parse(out.trim().split('\n').pop());
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // d: router
 
@@ -926,6 +946,9 @@ function table() {
   memRow('c routerd facilitator (after settle load)', mem.settle, 'afterSettle');
   memRow('c routerd router (after routing load)', mem.router, 'afterLoad');
   if (mem.floor) memRow(`c transport floor (${v.floor.held.n} held 1 s, conc ${v.floor.held.concurrency})`, mem.floor, 'afterHeld');
+  const so = results.store;
+  out.push(`c the store alone, ${so.records} records (${f(so.jsonMiB, 2)} MiB of JSON): anonymous RSS +${f(so.anonPeakMiB - so.anonStartMiB, 1)} at its peak, `
+    + `+${f(so.anonAfterMiB - so.anonStartMiB, 1)} once the records are dropped, +${f(so.anonTrimmedMiB - so.anonStartMiB, 1)} once glibc gave back its free pages (bench/store_memory.rs)`);
   out.push('');
   const st = results.startup;
   lat('e start-up to /health, empty store', st.empty, { rps: false });
@@ -978,7 +1001,8 @@ function table() {
     const above = ratios.settlePeakAboveFloor;
     out.push(`  settle peak RSS above the transport floor's: ${f(above.total, 1)} MiB (goal: 16 or less): `
       + `${f(above.anon, 1)} anonymous (the process's own memory) and ${f(above.file, 1)} file-backed (code) at the sampled peaks; `
-      + `${f(above.idleFile, 1)} of the file-backed is there at idle, before any request`);
+      + `${f(above.idleFile, 1)} of the file-backed is there at idle, before any request; `
+      + `the store alone holds ${f(results.store.anonTrimmedMiB - results.store.anonStartMiB, 1)} for the burst's records`);
   }
   ratio(`routing_p50 / slowest_chain_p50 (${r.slowestChain})`, ratios.routingOverSlowest);
   ratio('routing_p50 / the three batches at once p50', ratios.routingOverTogether);
@@ -1018,13 +1042,14 @@ async function main() {
   const started = nowMs();
   if (opts.only) {
     // One phase, for working on it: prints its raw figures, not the table.
-    const phases = { verify: benchVerify, settle: benchSettle, flood: benchFlood, router: benchRouter, startup: benchStartup, svm: benchSvm };
+    const phases = { verify: benchVerify, settle: benchSettle, store: benchStore, flood: benchFlood, router: benchRouter, startup: benchStartup, svm: benchSvm };
     await phases[opts.only]();
     console.log(JSON.stringify({ [opts.only]: results[opts.only], memory: results.memory }, null, 2));
     return;
   }
   await benchVerify();
   await benchSettle();
+  benchStore();
   await benchFlood();
   await benchRouter();
   await benchStartup();
