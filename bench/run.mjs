@@ -7,9 +7,9 @@
 //
 // All traffic goes to 127.0.0.1. Every phase is bounded by a request count and a duration.
 import { execFileSync, spawn } from 'node:child_process';
-import { readFileSync, writeFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { readFileSync, writeFileSync, existsSync } from 'node:fs';
 import { createServer } from 'node:http';
-import { cpus, availableParallelism, tmpdir } from 'node:os';
+import { cpus, availableParallelism } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -690,12 +690,12 @@ function benchStore() {
   if (!bin || !existsSync(bin)) throw new Error('STORE_MEMORY_BIN is not set (scripts/bench builds the store-memory example)');
   const { total } = BOUNDS.settleLoad;
   log(`store: ${total} settlement records written to a new sled store, a block of 381 at a time, nothing else in the process`);
-  const dir = mkdtempSync(join(tmpdir(), 'routerd-store-'));
+  const tmp = makeTempDir('routerd-bench-');
   try {
-    const out = execFileSync(bin, [join(dir, 'routerd.db'), String(total)], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
+    const out = execFileSync(bin, [join(tmp.dir, 'routerd.db'), String(total)], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
     results.store = JSON.parse(out.trim().split('\n').pop());
   } finally {
-    rmSync(dir, { recursive: true, force: true });
+    tmp.cleanup();
   }
 }
 
