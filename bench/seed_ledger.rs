@@ -9,6 +9,9 @@ use routerd::ledger::{Attempt, Inclusion, Outcome, Record, State};
 use routerd::store::sled::Store;
 use routerd::store::{Limits, SettlementStore};
 
+#[path = "records.rs"]
+mod records;
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let mut args = std::env::args().skip(1);
@@ -41,42 +44,30 @@ fn finished_record(i: u64, now: u64) -> Record {
         transaction: hash,
         succeeded: true,
     };
-    Record {
-        network: "base-sepolia".to_string(),
-        token: Address::repeat_byte(0x11),
-        payer: Address::repeat_byte(0x22),
-        pay_to: Address::repeat_byte(0x33),
-        value: 1000.into(),
+    let mut record = records::claimed(records::Payment {
         nonce: H256(nonce),
-        valid_before: now + 3600,
+        payer: Address::repeat_byte(0x22),
         digest: hash,
-        method: Default::default(),
-        approves_permit2: false,
-        via: None,
-        sender: None,
+        valid_before: now + 3600,
         calldata: Bytes::from(vec![0u8; 260]),
-        gas_limit: 100_000,
-        request: None,
-        payment_id: None,
-        state: State::Final { inclusion },
-        attempts: vec![Attempt {
-            signer: Address::repeat_byte(0x44),
-            nonce: i,
-            hash,
-            raw: Bytes::from(vec![0u8; 400]),
-            fees: TxFees::Legacy {
-                gas_price: 1.into(),
-            },
-            sent_at_block: i,
-        }],
-        outcome: Some(Outcome {
-            success: true,
-            reason: None,
-            message: None,
-            transaction: Some(hash),
-        }),
-        lost: false,
-        finished_at: Some(now),
-        svm: None,
-    }
+    });
+    record.state = State::Final { inclusion };
+    record.attempts = vec![Attempt {
+        signer: Address::repeat_byte(0x44),
+        nonce: i,
+        hash,
+        raw: Bytes::from(vec![0u8; 400]),
+        fees: TxFees::Legacy {
+            gas_price: 1.into(),
+        },
+        sent_at_block: i,
+    }];
+    record.outcome = Some(Outcome {
+        success: true,
+        reason: None,
+        message: None,
+        transaction: Some(hash),
+    });
+    record.finished_at = Some(now);
+    record
 }

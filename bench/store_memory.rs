@@ -14,9 +14,12 @@
 
 use ethers_core::types::{Address, Bytes, H256, U256};
 use routerd::evm::TxFees;
-use routerd::ledger::{Attempt, Inclusion, LaneId, Record, State};
+use routerd::ledger::{Attempt, Inclusion, LaneId, Record};
 use routerd::store::sled::Store;
 use routerd::store::{LaneStore, Limits, SettlementStore};
+
+#[path = "records.rs"]
+mod records;
 
 /// `transferWithAuthorization(from, to, value, validAfter, validBefore, nonce, v, r, s)`.
 const CALLDATA_BYTES: usize = 4 + 9 * 32;
@@ -134,30 +137,13 @@ fn claimed(i: u64) -> Record {
     nonce[..8].copy_from_slice(&spread(i + 1));
     let mut payer = [0u8; 20];
     payer[..8].copy_from_slice(&spread(i % PAYERS + 1));
-    Record {
-        network: "base-sepolia".to_string(),
-        token: Address::repeat_byte(0x11),
-        payer: Address::from(payer),
-        pay_to: Address::repeat_byte(0x33),
-        value: 1000.into(),
+    records::claimed(records::Payment {
         nonce: H256(nonce),
-        valid_before: routerd::clock::unix_now() + 3600,
+        payer: Address::from(payer),
         digest: H256::from_low_u64_be(i + 1),
-        method: Default::default(),
-        approves_permit2: false,
-        via: None,
-        sender: None,
+        valid_before: routerd::clock::unix_now() + 3600,
         calldata: Bytes::from(vec![0xa5; CALLDATA_BYTES]),
-        gas_limit: 100_000,
-        request: None,
-        payment_id: None,
-        state: State::Claimed,
-        attempts: Vec::new(),
-        outcome: None,
-        lost: false,
-        finished_at: None,
-        svm: None,
-    }
+    })
 }
 
 /// The process's anonymous resident memory, in MiB.
