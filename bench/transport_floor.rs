@@ -2,8 +2,8 @@
 //!
 //!   transport-floor UPSTREAM_URL [HOLD_MS]
 //!
-//! It serves HTTP as routerd does (jsonrpsee's server with an HTTP middleware, one runtime
-//! thread, at most 1,024 connections, the body read whole) and answers every request after one
+//! It serves HTTP as routerd does (jsonrpsee's server with an HTTP middleware, as many runtime
+//! threads as routerd's default, at most 1,024 connections, the body read whole) and answers every request after one
 //! JSON-RPC batch to UPSTREAM_URL through jsonrpsee's HTTP client: verify's one upstream read.
 //! It parses no payment, recovers no signature, stores and logs nothing. With HOLD_MS it waits
 //! that long before answering, as a settlement waits for its block, so that many requests are
@@ -30,7 +30,7 @@ fn main() {
     };
     let hold = Duration::from_millis(args.next().and_then(|a| a.parse().ok()).unwrap_or(0));
     tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
+        .worker_threads(routerd::config::ServerSettings::default_worker_threads())
         .enable_all()
         .build()
         .expect("runtime")

@@ -473,6 +473,15 @@ mod tests {
     }
 
     #[test]
+    fn worker_threads_default_to_half_the_cores_but_two_on_two() {
+        let defaults: Vec<usize> = [1, 2, 3, 4, 8, 16]
+            .into_iter()
+            .map(ServerSettings::worker_threads_for)
+            .collect();
+        assert_eq!(defaults, [1, 2, 2, 2, 4, 8]);
+    }
+
+    #[test]
     fn worker_threads_default_to_half_the_cores_and_zero_is_refused() {
         let settings = load("threads.toml", BASE).unwrap();
         assert_eq!(
