@@ -85,7 +85,7 @@ impl ServerSettings {
     /// Half the host's cores (a node usually runs on the same host), but two where it has two:
     /// one thread leaves a core idle whenever the node answers faster than routerd works.
     pub fn default_worker_threads() -> usize {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cores = std::thread::available_parallelism().unwrap_or(std::num::NonZeroUsize::MIN);
         Self::worker_threads_for(cores)
     }
 
@@ -93,8 +93,8 @@ impl ServerSettings {
     /// concurrency 64: with one thread the host was 23 to 24 % idle and verify answered 3,760
     /// to 4,200 a second; with two, 7 % idle and 4,850 to 4,970, with settlements per block and
     /// block-to-answer unchanged.
-    pub(super) fn worker_threads_for(cores: usize) -> usize {
-        (cores / 2).max(2).min(cores.max(1))
+    pub(super) fn worker_threads_for(cores: std::num::NonZeroUsize) -> usize {
+        (cores.get() / 2).max(2).min(cores.get())
     }
 
     pub fn worker_threads(&self) -> usize {

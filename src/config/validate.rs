@@ -476,6 +476,7 @@ mod tests {
     fn worker_threads_default_to_half_the_cores_but_two_on_two() {
         let defaults: Vec<usize> = [1, 2, 3, 4, 8, 16]
             .into_iter()
+            .filter_map(std::num::NonZeroUsize::new)
             .map(ServerSettings::worker_threads_for)
             .collect();
         assert_eq!(defaults, [1, 2, 2, 2, 4, 8]);
