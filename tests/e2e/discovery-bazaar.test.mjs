@@ -218,3 +218,34 @@ it('search finds resources by their words, most matching first, with a cursor', 
   assert.notDeepEqual(names(next.resources), names(both.resources));
   await assert.rejects(search({ query: 'the of' }), /\(400\).*query: needs at least one search word/);
 });
+
+// access.md §3c: a search's work is bounded by its query (32 words, 64 characters each, 1 KiB),
+// and within the bounds it ranks as a short query does.
+it('search takes at most 32 words of at most 64 characters, 1 KiB in all: 400 naming query beyond, the same ranking at the bounds', async () => {
+  const search = (params) => bazaar.search(params);
+  const short = names((await search({ query: 'english city report' })).resources);
+  assert.deepEqual(short, ['GET /weather', 'POST /translate'], 'the weather report matches two words, the translation one');
+  const filler = Array.from({ length: 28 }, (_, i) => `zz${String(i).padStart(2, '0')}`);
+  let query = ['english', 'city', 'report', 'q'.repeat(64), ...filler].join(' ');
+  query += ' '.repeat(1024 - Buffer.byteLength(query));
+  assert.equal(Buffer.byteLength(query), 1024);
+  assert.equal(query.trim().split(/\s+/).length, 32);
+  assert.deepEqual(names((await search({ query })).resources), short, 'at the bounds: the same ranking');
+
+  await assert.rejects(search({ query: `${query.trim()} zz99` }), /\(400\).*query: at most 32 words/);
+  await assert.rejects(search({ query: `weather ${'q'.repeat(65)}` }), /\(400\).*query: words of at most 64 characters/);
+  await assert.rejects(search({ query: `${query}x` }), /\(400\).*query: at most 1024 bytes/);
+
+  // The shape of every 400 of the route; the flood of distinct short words is refused unread.
+  const raw = async (query) => {
+    const res = await fetch(`${stack.url}/discovery/search?query=${query}`);
+    return { status: res.status, body: await res.json() };
+  };
+  const known = await raw('the+of');
+  // The issue's request: 15,800 distinct short words, within the HTTP server's URI bound.
+  const flood = await raw(Array.from({ length: 15_800 }, (_, i) => i.toString(36)).join('+'));
+  assert.equal(flood.status, 400, JSON.stringify(flood.body));
+  assert.deepEqual(Object.keys(flood.body).sort(), Object.keys(known.body).sort());
+  assert.equal(flood.body.error, known.body.error);
+  assert.match(JSON.stringify(flood.body), /query: at most 1024 bytes/);
+});

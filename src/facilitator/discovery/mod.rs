@@ -10,6 +10,7 @@ pub mod entry;
 pub mod query;
 pub mod sanitize;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -132,7 +133,9 @@ impl Catalogue {
 
     /// `GET /discovery/search`: the listings that pass the filters and contain at least one of
     /// the query's words, most words first, then newest first. Two reads of the catalogue: the
-    /// first ranks ids, the second fetches the page, so memory holds one page of listings.
+    /// first ranks ids, the second fetches the page, so memory holds one page of listings. Each
+    /// listing costs one scoring (a bounded number of bounded words) and one lookup: the work is
+    /// linear in the catalogue.
     pub async fn search(
         &self,
         query: &SearchQuery,
@@ -150,22 +153,20 @@ impl Catalogue {
         ranked.sort_by_key(|(score, _)| std::cmp::Reverse(*score));
         let total = ranked.len();
         let end = query.start.saturating_add(query.limit).min(total);
-        let page: Vec<String> = ranked
+        // Each id's place on the page: the second read finds a listing's place in one lookup.
+        let page: HashMap<String, usize> = ranked
             .drain(query.start.min(end)..end)
-            .map(|(_, id)| id)
+            .enumerate()
+            .map(|(place, (_, id))| (id, place))
             .collect();
-        let mut found: Vec<(String, Listed)> = Vec::new();
+        let mut found: Vec<Option<Listed>> = vec![None; page.len()];
         self.visible(viewer, |id, stored, at| {
-            if page.iter().any(|p| p == id) {
-                found.push((id.to_string(), listed(stored, at)));
+            if let Some(place) = page.get(id) {
+                found[*place] = Some(listed(stored, at));
             }
         })
         .await?;
-        let resources = page
-            .iter()
-            .filter_map(|id| found.iter().position(|(f, _)| f == id))
-            .map(|i| found[i].1.clone())
-            .collect();
+        let resources = found.into_iter().flatten().collect();
         let more = end < total;
         Ok(SearchPage {
             x402_version: 2,

@@ -13,6 +13,12 @@ use crate::evm;
 /// A page when the reader names no `limit`, and the largest one.
 pub const MAX_LIMIT: usize = 100;
 
+/// Bounds on `/discovery/search`'s `query`, so that one request's work stays linear in the
+/// catalogue: its words (stopwords and repeats included), each word's characters, and its bytes.
+pub const MAX_QUERY_WORDS: usize = 32;
+pub const MAX_WORD_CHARS: usize = 64;
+pub const MAX_QUERY_BYTES: usize = 1024;
+
 /// Words a search ignores: they would match nearly every resource.
 const STOPWORDS: &[&str] = &[
     "a", "an", "and", "the", "of", "for", "to", "in", "on", "with", "or", "by", "is",
@@ -167,10 +173,41 @@ pub fn list_query(raw: Option<&str>) -> Result<ListQuery, QueryError> {
 /// `GET /discovery/search`'s parameters: `query` needs at least one word that is not a stopword.
 pub fn search_query(raw: Option<&str>) -> Result<SearchQuery, QueryError> {
     let get = parameters(raw);
-    let query = get("query").unwrap_or_default().to_lowercase();
-    let mut terms: Vec<String> = Vec::new();
-    for word in query.split(|c: char| !c.is_alphanumeric()) {
-        if !word.is_empty() && !STOPWORDS.contains(&word) && !terms.iter().any(|t| t == word) {
+    let terms = terms(&get("query").unwrap_or_default())?;
+    Ok(SearchQuery {
+        filters: filters(&get)?,
+        terms,
+        limit: count(&get, "limit", MAX_LIMIT)?,
+        start: count(&get, "cursor", 0)?,
+    })
+}
+
+/// The distinct lowercase words of `query` that are not stopwords, in their order, within the
+/// bounds above (its size checked before anything is lowercased; repeats found in a set, so
+/// that many distinct words cost no more than few).
+fn terms(query: &str) -> Result<Vec<String>, QueryError> {
+    if query.len() > MAX_QUERY_BYTES {
+        return Err(QueryError::Parameter("query", "at most 1024 bytes"));
+    }
+    let query = query.to_lowercase();
+    let words = query
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty());
+    let mut count = 0;
+    let mut seen = HashSet::new();
+    let mut terms = Vec::new();
+    for word in words {
+        count += 1;
+        if count > MAX_QUERY_WORDS {
+            return Err(QueryError::Parameter("query", "at most 32 words"));
+        }
+        if word.chars().count() > MAX_WORD_CHARS {
+            return Err(QueryError::Parameter(
+                "query",
+                "words of at most 64 characters",
+            ));
+        }
+        if !STOPWORDS.contains(&word) && seen.insert(word) {
             terms.push(word.to_string());
         }
     }
@@ -180,12 +217,7 @@ pub fn search_query(raw: Option<&str>) -> Result<SearchQuery, QueryError> {
             "needs at least one search word",
         ));
     }
-    Ok(SearchQuery {
-        filters: filters(&get)?,
-        terms,
-        limit: count(&get, "limit", MAX_LIMIT)?,
-        start: count(&get, "cursor", 0)?,
-    })
+    Ok(terms)
 }
 
 /// How many of the search's words the resource's text contains: its URL, description,
@@ -317,6 +349,47 @@ mod tests {
         for bad in [None, Some("query="), Some("query=the+of"), Some("limit=3")] {
             assert!(search_query(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn repeated_words_count_once_in_their_first_place() {
+        let query = search_query(Some("query=Weather+forecast+WEATHER+the+weather+sky")).unwrap();
+        assert_eq!(query.terms, ["weather", "forecast", "sky"]);
+        assert_eq!(score(&query.terms, &resource()), 3);
+    }
+
+    #[test]
+    fn a_query_at_the_bounds_is_searched_and_one_past_them_names_the_query() {
+        // 32 words, one of 64 characters, 1,024 bytes in all: every bound reached, none passed.
+        let long = "w".repeat(MAX_WORD_CHARS - 7);
+        let mut words: Vec<String> = vec![format!("weather{long}"), "forecast".into()];
+        words.extend((words.len()..MAX_QUERY_WORDS).map(|i| format!("x{i:02}")));
+        let mut query = words.join(" ");
+        query.push_str(&" ".repeat(MAX_QUERY_BYTES - query.len()));
+        assert_eq!(query.len(), MAX_QUERY_BYTES);
+        let at = search_query(Some(&format!("query={query}"))).unwrap();
+        assert_eq!(at.terms.len(), MAX_QUERY_WORDS);
+        assert_eq!(score(&at.terms, &resource()), 1, "forecast");
+
+        let error = |raw: String| search_query(Some(&raw)).unwrap_err().to_string();
+        let words = |n: usize| vec!["sky"; n].join("+");
+        assert_eq!(
+            error(format!("query={}", words(33))),
+            "query: at most 32 words"
+        );
+        let distinct: Vec<String> = (0..15_800).map(|i| format!("w{i}")).collect();
+        assert_eq!(
+            error(format!("query={}", distinct.join("+"))),
+            "query: at most 1024 bytes"
+        );
+        assert_eq!(
+            error(format!("query={}", "w".repeat(MAX_WORD_CHARS + 1))),
+            "query: words of at most 64 characters"
+        );
+        // Characters, not bytes: 64 two-byte letters are one word within the bound.
+        assert!(search_query(Some(&format!("query={}", "é".repeat(MAX_WORD_CHARS)))).is_ok());
+        let bytes = format!("query=sky{}", "+".repeat(MAX_QUERY_BYTES));
+        assert_eq!(error(bytes), "query: at most 1024 bytes");
     }
 
     #[test]
