@@ -17,7 +17,7 @@ use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::runtime::Tokio;
 use opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor;
-use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult, SdkTracerProvider, ShouldSample};
 use opentelemetry_sdk::Resource;
 pub use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -161,12 +161,91 @@ fn provider(
     let mut builder = SdkTracerProvider::builder()
         .with_span_processor(processor)
         .with_resource(Resource::builder().with_service_name(name).build());
-    if let Some(ratio) = settings.sample_ratio {
-        builder = builder.with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
-            ratio,
-        ))));
-    }
+    builder = builder.with_sampler(Kept::new(kept_share(settings, env)));
     Ok(builder.build())
+}
+
+/// The share of traces kept: the configured one, else what `OTEL_TRACES_SAMPLER` (and its
+/// `_ARG`) asks, read as a share whatever its parent-based prefix says (routerd decides, not
+/// the caller), else every trace.
+fn kept_share(settings: &TelemetrySettings, env: &HashMap<String, String>) -> f64 {
+    if let Some(ratio) = settings.sample_ratio {
+        return ratio;
+    }
+    let arg = || {
+        let ratio = env
+            .get("OTEL_TRACES_SAMPLER_ARG")?
+            .trim()
+            .parse::<f64>()
+            .ok();
+        ratio.filter(|r| (0.0..=1.0).contains(r))
+    };
+    match env.get("OTEL_TRACES_SAMPLER").map(|s| s.trim()) {
+        Some("always_off" | "parentbased_always_off") => 0.0,
+        Some("traceidratio" | "parentbased_traceidratio") => arg().unwrap_or(1.0),
+        _ => 1.0,
+    }
+}
+
+/// Whether a trace is exported, decided by routerd (access.md §3c): a new trace, or one a
+/// caller continues with its `traceparent`, is kept with probability `share`, whatever the
+/// caller's sampled flag says (a caller must not choose what the collector bills); routerd's
+/// own spans inside a request follow the request's decision. The draw is a hash of the trace
+/// id keyed at random per process: the spans of one trace agree, and no trace id a caller picks
+/// is always kept (a plain ratio of the trace id's bits would keep an id of zeros).
+#[derive(Debug, Clone)]
+struct Kept {
+    share: f64,
+    key: std::hash::RandomState,
+}
+
+impl Kept {
+    fn new(share: f64) -> Self {
+        Self {
+            share,
+            key: std::hash::RandomState::new(),
+        }
+    }
+
+    fn draw(&self, trace_id: opentelemetry::trace::TraceId) -> bool {
+        use std::hash::BuildHasher;
+        match self.share {
+            share if share >= 1.0 => true,
+            share if share > 0.0 => {
+                (self.key.hash_one(trace_id.to_bytes()) as f64) < share * u64::MAX as f64
+            }
+            _ => false,
+        }
+    }
+}
+
+impl ShouldSample for Kept {
+    fn should_sample(
+        &self,
+        parent: Option<&opentelemetry::Context>,
+        trace_id: opentelemetry::trace::TraceId,
+        _: &str,
+        _: &opentelemetry::trace::SpanKind,
+        _: &[opentelemetry::KeyValue],
+        _: &[opentelemetry::trace::Link],
+    ) -> SamplingResult {
+        let parent = parent
+            .filter(|cx| cx.has_active_span())
+            .map(|cx| cx.span().span_context().clone())
+            .filter(|p| p.is_valid());
+        let keep = match &parent {
+            Some(local) if !local.is_remote() => local.is_sampled(),
+            _ => self.draw(trace_id),
+        };
+        SamplingResult {
+            decision: match keep {
+                true => SamplingDecision::RecordAndSample,
+                false => SamplingDecision::Drop,
+            },
+            attributes: Vec::new(),
+            trace_state: parent.map(|p| p.trace_state().clone()).unwrap_or_default(),
+        }
+    }
 }
 
 /// The endpoint variables the exporter reads are URLs (the configured one is checked with the
@@ -401,6 +480,71 @@ mod tests {
             "https://otlp.example".to_string(),
         )]);
         assert!(check_endpoints(&good).is_ok());
+    }
+
+    #[test]
+    fn routerd_decides_what_is_kept_whatever_the_callers_flag() {
+        use opentelemetry::trace::{
+            SpanContext, SpanId, SpanKind, TraceContextExt as _, TraceFlags, TraceId, TraceState,
+        };
+        let id = TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap();
+        let parent = |remote: bool, flags: TraceFlags| {
+            let span = SpanContext::new(
+                id,
+                SpanId::from_hex("00f067aa0ba902b7").unwrap(),
+                flags,
+                remote,
+                TraceState::NONE,
+            );
+            opentelemetry::Context::new().with_remote_span_context(span)
+        };
+        let kept = |sampler: &Kept, cx: Option<&opentelemetry::Context>| {
+            let result = sampler.should_sample(cx, id, "request", &SpanKind::Server, &[], &[]);
+            result.decision == SamplingDecision::RecordAndSample
+        };
+        let (none, all) = (Kept::new(0.0), Kept::new(1.0));
+        let caller_sampled = parent(true, TraceFlags::SAMPLED);
+        let caller_not = parent(true, TraceFlags::default());
+        assert!(!kept(&none, Some(&caller_sampled)) && !kept(&none, None));
+        assert!(kept(&all, Some(&caller_not)) && kept(&all, None));
+        // Inside routerd a child follows its request's decision, whatever the share.
+        let local = |flags| {
+            let span = SpanContext::new(
+                id,
+                SpanId::from_hex("00f067aa0ba902b8").unwrap(),
+                flags,
+                false,
+                TraceState::NONE,
+            );
+            opentelemetry::Context::new().with_remote_span_context(span)
+        };
+        assert!(kept(&none, Some(&local(TraceFlags::SAMPLED))));
+        assert!(!kept(&all, Some(&local(TraceFlags::default()))));
+        // A trace id of zeros in its low bits is kept about as often as any other.
+        let low = TraceId::from_hex("ffffffffffffffff0000000000000000").unwrap();
+        let kept_low = (0..400).filter(|_| Kept::new(0.25).draw(low)).count();
+        assert!((40..=160).contains(&kept_low), "{kept_low} of 400");
+    }
+
+    #[test]
+    fn the_share_kept_is_configured_or_read_from_the_environment() {
+        let env = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let mut settings = TelemetrySettings::default();
+        assert_eq!(kept_share(&settings, &env(&[])), 1.0);
+        let ratio = [
+            ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"),
+            ("OTEL_TRACES_SAMPLER_ARG", "0.1"),
+        ];
+        assert_eq!(kept_share(&settings, &env(&ratio)), 0.1);
+        let off = [("OTEL_TRACES_SAMPLER", "parentbased_always_off")];
+        assert_eq!(kept_share(&settings, &env(&off)), 0.0);
+        settings.sample_ratio = Some(0.5);
+        assert_eq!(kept_share(&settings, &env(&off)), 0.5);
     }
 
     #[test]

@@ -32,8 +32,9 @@ pub struct TelemetrySettings {
     pub otlp_headers: BTreeMap<String, Secret>,
     /// Unset: `OTEL_SERVICE_NAME`, else `routerd`.
     pub service_name: Option<String>,
-    /// The share of new traces kept, 0 to 1; a request continuing a caller's trace follows the
-    /// caller's decision. Unset: `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG`, else all.
+    /// The share of traces kept, 0 to 1, decided by routerd: a request continuing a caller's
+    /// trace keeps its id, not its sampled flag. Unset: `OTEL_TRACES_SAMPLER` /
+    /// `OTEL_TRACES_SAMPLER_ARG`, else all.
     pub sample_ratio: Option<f64>,
 }
 

@@ -187,3 +187,35 @@ it('an https:// collector is spoken to in TLS, and a failing export names no sec
     await new Promise((resolve) => tcp.close(resolve));
   }
 });
+
+// access.md §3c: whether a request is exported is routerd's decision (telemetry.sample_ratio),
+// never the caller's sampled flag; the caller's trace id is still continued.
+it('sample_ratio decides: 0 exports nothing for a caller\'s sampled traceparent, 1 exports an unsampled one in the caller\'s trace', async () => {
+  const telemetry = (ratio) => ({
+    routerdOpts: {
+      extra: `[telemetry]\notlp_endpoint = ${JSON.stringify(receiver.url)}\notlp_protocol = "http/json"\nsample_ratio = ${ratio}\n`,
+    },
+  });
+  // Zeros in the low half: what a plain ratio of the trace id's bits keeps at any share above 0.
+  const forced = 'feedfacefeedface0000000000000000';
+  receiver.exports.length = 0;
+  stack.reconfigure(telemetry(0));
+  await stack.routerd.start();
+  const sampled = { traceparent: `00-${forced}-${CALLER_SPAN}-01` };
+  assert.equal((await stack.request('/health', { headers: sampled })).status, 200);
+  const p = await stack.pay({ account: stack.payers[0] });
+  assert.equal((await stack.post('/verify', p.body, { headers: sampled })).status, 200);
+  await stack.routerd.stop();
+  assert.deepEqual(receiver.spans().map((s) => s.name), [], 'sample_ratio = 0: nothing exported');
+
+  const unsampled = 'a0a1a2a3a4a5a6a7a8a9aaabacadaeaf';
+  stack.reconfigure(telemetry(1));
+  await stack.routerd.start();
+  const verified = await stack.post('/verify', p.body, { headers: { traceparent: `00-${unsampled}-${CALLER_SPAN}-00` } });
+  assert.equal(verified.status, 200);
+  await stack.routerd.stop();
+  const request = receiver.spans().find((s) => s.name === 'POST /verify');
+  assert.ok(request, `sample_ratio = 1: the request is exported: ${JSON.stringify(receiver.spans().map((s) => s.name))}`);
+  assert.equal(request.traceId, unsampled, 'in the caller\'s trace');
+  assert.equal(request.parentSpanId, CALLER_SPAN);
+});
