@@ -3,6 +3,7 @@
 
 pub mod cooldown;
 pub mod discovery;
+mod funds;
 pub mod lens;
 pub mod protocol;
 pub mod readiness;
@@ -65,6 +66,8 @@ pub struct Facilitator {
     settle_timeout: Duration,
     /// The discovery catalogue, when on (`facilitator.discovery`, with v2 served).
     catalogue: Option<Arc<Catalogue>>,
+    /// Signers' and fee payers' funds as last read, for `/ready` and `/metrics`.
+    funds: readiness::KeptFunds,
 }
 
 impl Facilitator {
@@ -147,6 +150,7 @@ impl Facilitator {
             ledger: store,
             settle_timeout: Duration::from_secs(settings.settle_timeout_secs),
             catalogue,
+            funds: readiness::KeptFunds::default(),
         })
     }
 

@@ -4,8 +4,9 @@
 //! Invariants: whether a signer can pay is judged here, against [`SETTLEMENT_GAS`] at the
 //! chain's current price, the same gas a lane is chosen by; whether a fee payer can, against the
 //! most one Solana settlement costs it ([`svm::max_settlement_fee`]) and the rent-exempt minimum
-//! it must keep. Each network is asked once, in one batch, bounded by [`PROBE_TIMEOUT`]; signers
-//! and fee payers come network by network in name order, each network's in configuration order.
+//! it must keep. A network is read in one batch, bounded by [`PROBE_TIMEOUT`], when its last
+//! read is due (`funds`: a new head, a Solana slot time), never per report; signers and fee
+//! payers come network by network in name order, each network's in configuration order.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use std::time::Duration;
 use ethers_core::types::{Address, U256};
 use serde_json::json;
 
+use super::funds::{Due, Kept, SOLANA_BLOCK_TIME};
 use super::settlement::lane::SETTLEMENT_GAS;
 use super::svm::SvmNetwork;
 use super::{Facilitator, Lane};
@@ -25,6 +27,13 @@ use crate::svm::{self, Pubkey};
 
 /// How long the probe of one network's signers may take.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The funds last read, per network (see `funds`).
+#[derive(Default)]
+pub struct KeptFunds {
+    signers: Kept<SignerFunds>,
+    fee_payers: Kept<FeePayerFunds>,
+}
 
 /// The facilitator's readiness report.
 pub struct Readiness<'a> {
@@ -109,7 +118,8 @@ impl Facilitator {
         self.lanes().map(|l| &l.guard).filter(|g| g.is_down())
     }
 
-    /// Balance and pending nonce of every signer, one batch per network.
+    /// Balance and pending nonce of every signer, as last read at its network's head (see
+    /// `funds`): one batch per network and block at most, none per call.
     pub async fn signer_funds(&self) -> Vec<SignerFunds> {
         let mut by_network: BTreeMap<&str, Vec<&Arc<Lane>>> = BTreeMap::new();
         for lane in self.lanes() {
@@ -118,13 +128,14 @@ impl Facilitator {
         let mut funds = Vec::new();
         for (network, lanes) in by_network {
             if let Some(served) = self.verifier.network(network) {
-                funds.extend(network_funds(&served.chain, &lanes).await);
+                funds.extend(self.network_funds(&served.chain, &lanes).await);
             }
         }
         funds
     }
 
-    /// The lamports of every Solana fee payer, one batch per network.
+    /// The lamports of every Solana fee payer, as last read (see `funds`): one batch per
+    /// network and slot time at most, none per call.
     pub async fn fee_payer_funds(&self) -> Vec<FeePayerFunds> {
         let Some(svm) = &self.svm else {
             return Vec::new();
@@ -133,21 +144,57 @@ impl Facilitator {
         networks.sort_by_key(|n| n.name);
         let mut funds = Vec::new();
         for network in networks {
-            funds.extend(network_fee_payers(network, svm.fee_payers()).await);
+            let due = Due::After(SOLANA_BLOCK_TIME);
+            let read = || network_fee_payers(network, svm.fee_payers());
+            funds.extend(self.funds.fee_payers.get(network.name, due, read).await);
         }
         funds
     }
+
+    /// The signers of `lanes`, all on `chain`, read again only at a new head; nothing is read
+    /// before the first head (what one settlement costs is judged at its price) nor while the
+    /// chain is silent (its last answers may be stale, and asking again would only wait).
+    async fn network_funds(&self, chain: &Arc<Chain>, lanes: &[&Arc<Lane>]) -> Vec<SignerFunds> {
+        let head = chain.head.current();
+        let price = head.as_ref().map(|h| h.fees.max_fee_per_gas());
+        let unknown = || unknown_funds(chain, lanes, price);
+        let Some(head) = head.filter(|_| chain.readiness().answering.is_recent()) else {
+            return unknown();
+        };
+        let due = Due::NewHead(head.number, head.hash);
+        let read = || read_signers(chain, lanes, head.fees.max_fee_per_gas());
+        self.funds.signers.get(&chain.name, due, read).await
+    }
 }
 
-/// The lamports of `fee_payers` on `network`, in one batch bounded by [`PROBE_TIMEOUT`].
-async fn network_fee_payers(network: &SvmNetwork, fee_payers: &[Pubkey]) -> Vec<FeePayerFunds> {
+/// The funds the signers of `lanes` are reported with when they cannot be read.
+fn unknown_funds(chain: &Chain, lanes: &[&Arc<Lane>], price: Option<U256>) -> Vec<SignerFunds> {
+    let needed = price
+        .unwrap_or_default()
+        .saturating_mul(SETTLEMENT_GAS.into());
+    let unknown = |lane: &&Arc<Lane>| SignerFunds {
+        network: chain.name.clone(),
+        address: evm::hex_bytes(lane.signer_address()),
+        balance: None,
+        nonce: None,
+        needed,
+    };
+    lanes.iter().map(unknown).collect()
+}
+
+/// The lamports of `fee_payers` on `network`, in one batch bounded by [`PROBE_TIMEOUT`], and
+/// whether the cluster answered.
+async fn network_fee_payers(
+    network: &SvmNetwork,
+    fee_payers: &[Pubkey],
+) -> (Vec<FeePayerFunds>, bool) {
     let balances = tokio::time::timeout(PROBE_TIMEOUT, network.chain.balances(fee_payers))
         .await
         .ok()
         .and_then(Result::ok);
     let needed = svm::max_settlement_fee(network.chain.settings.max_compute_units)
         + svm::exact::RENT_EXEMPT_MINIMUM;
-    fee_payers
+    let funds = fee_payers
         .iter()
         .enumerate()
         .map(|(i, fee_payer)| FeePayerFunds {
@@ -156,12 +203,18 @@ async fn network_fee_payers(network: &SvmNetwork, fee_payers: &[Pubkey]) -> Vec<
             balance: balances.as_ref().and_then(|b| b.get(i).copied()),
             needed,
         })
-        .collect()
+        .collect::<Vec<_>>();
+    let complete = funds.iter().all(|f| f.balance.is_some());
+    (funds, complete)
 }
 
 /// The signers of `lanes`, all on `chain`: balance and pending nonce of each, in one batch
-/// bounded by [`PROBE_TIMEOUT`].
-async fn network_funds(chain: &Arc<Chain>, lanes: &[&Arc<Lane>]) -> Vec<SignerFunds> {
+/// bounded by [`PROBE_TIMEOUT`], judged at `price`; and whether every answer read.
+async fn read_signers(
+    chain: &Arc<Chain>,
+    lanes: &[&Arc<Lane>],
+    price: U256,
+) -> (Vec<SignerFunds>, bool) {
     let mut batch = Batch::new();
     let asked: Vec<(Address, Slot, Slot)> = lanes
         .iter()
@@ -184,25 +237,20 @@ async fn network_funds(chain: &Arc<Chain>, lanes: &[&Arc<Lane>]) -> Vec<SignerFu
         .ok()
         .and_then(Result::ok);
     let answer = |slot: Slot| answers.as_ref().and_then(|a| a.get(slot).as_ref().ok());
-    // What one settlement costs is judged at the head's price: before the first head is read
-    // there is none, and a balance cannot be called enough (nor short) against nothing.
-    let price = tokio::time::timeout(PROBE_TIMEOUT, chain.head.latest_or_fetch())
-        .await
-        .ok()
-        .and_then(Result::ok)
-        .map(|h| h.fees.max_fee_per_gas());
-    asked
+    let funds = asked
         .into_iter()
         .map(|(signer, balance, nonce)| SignerFunds {
             network: chain.name.clone(),
             address: evm::hex_bytes(signer),
-            balance: price.and(answer(balance).and_then(evm::parse_quantity)),
+            balance: answer(balance).and_then(evm::parse_quantity),
             nonce: answer(nonce).and_then(evm::parse_u64),
-            needed: price
-                .unwrap_or_default()
-                .saturating_mul(SETTLEMENT_GAS.into()),
+            needed: price.saturating_mul(SETTLEMENT_GAS.into()),
         })
-        .collect()
+        .collect::<Vec<_>>();
+    let complete = funds
+        .iter()
+        .all(|f| f.balance.is_some() && f.nonce.is_some());
+    (funds, complete)
 }
 
 #[cfg(test)]

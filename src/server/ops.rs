@@ -438,7 +438,8 @@ impl Metrics {
     }
 
     /// The facilitator's counts, its Solana clusters' upstreams, and its signers' and fee
-    /// payers' funds as their chains answer now.
+    /// payers' funds as last read (at the head, or within a Solana slot time): a scrape asks
+    /// no chain anything of its own.
     async fn record_facilitator(&self, facilitator: &Facilitator) {
         for cluster in facilitator.solana_chains() {
             self.record_upstreams(&cluster.name, cluster.client());

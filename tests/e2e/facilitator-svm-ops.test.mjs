@@ -98,8 +98,12 @@ it('/ready names an unfunded fee payer by its public key, never its key file, an
   assert.ok(!res.text.includes(node.url), 'no RPC URL in /ready');
 
   // Enough for fees but below fees and the rent-exempt minimum it must keep: still not ready.
+  // Lamports are read again after a slot time, never per request (access.md §3c).
   await node.airdrop(feePayer.address, 2_010_000);
-  const short = await request('/ready');
+  const short = await waitFor(async () => {
+    const r = await request('/ready');
+    return r.body?.problems?.find((p) => p.signer === feePayer.address)?.problem.startsWith('balance 2010000') ? r : null;
+  }, { what: '/ready naming 2010000 lamports after a slot time' });
   assert.equal(short.status, 503, short.text);
   assert.match(short.body.problems.find((p) => p.signer === feePayer.address).problem, /^balance 2010000 lamports/);
 

@@ -107,9 +107,14 @@ it('GET /ready answers 200 {"ready":true} when the chain answers and the signer 
 
 it('a signer with zero ETH makes /ready 503 naming the signer; funding it makes it 200 again', async () => {
   const balance = await stack.client.getBalance({ address: stack.signer });
+  // Funds are read again at a new head, never per request (access.md §3c): a block follows.
   await stack.anvil.rpc('anvil_setBalance', [stack.signer, '0x0']);
+  await stack.anvil.rpc('evm_mine', []);
   try {
-    const res = await getJson(`${stack.url}/ready`);
+    const res = await waitFor(async () => {
+      const r = await getJson(`${stack.url}/ready`);
+      return r.status === 503 ? r : null;
+    }, { timeoutMs: 10_000, what: '/ready = 503 at the next head' });
     assert.equal(res.status, 503, res.text);
     assert.equal(res.body?.ready, false, res.text);
     assert.ok(Array.isArray(res.body.problems), res.text);
@@ -123,8 +128,12 @@ it('a signer with zero ETH makes /ready 503 naming the signer; funding it makes 
     assert.ok(!res.text.toLowerCase().includes(keyHex()), 'the /ready body shows the signer key');
   } finally {
     await stack.anvil.rpc('anvil_setBalance', [stack.signer, `0x${balance.toString(16)}`]);
+    await stack.anvil.rpc('evm_mine', []);
   }
-  const res = await getJson(`${stack.url}/ready`);
+  const res = await waitFor(async () => {
+    const r = await getJson(`${stack.url}/ready`);
+    return r.status === 200 ? r : null;
+  }, { timeoutMs: 10_000, what: '/ready = 200 at the next head' });
   assert.equal(res.status, 200, res.text);
 });
 

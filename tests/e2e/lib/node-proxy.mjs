@@ -19,13 +19,26 @@
 //                and query it was asked on (unforwarded)
 //     'echo'     every call is answered with a JSON-RPC error whose message quotes the whole URL
 //                (unforwarded), as a provider's "rate limit exceeded for <url>" would
-//   `state.hits[fault]` counts the HTTP requests each fault changed.
+//   `state.hits[fault]` counts the HTTP requests each fault changed; `state.methods[m]` the
+//   requests that carried method `m`.
 // WebSocket upgrades are recorded in `state.paths` and refused (HTTP 403).
 import { createServer } from 'node:http';
 import { keepLikeANode } from './bad-upstreams.mjs';
 
 const U64_MAX = '0xffffffffffffffff';
 const U256_MAX = `0x${'f'.repeat(64)}`;
+
+/** Adds one to `methods[m]` for each method `m` the JSON-RPC request (or batch) `raw` carries. */
+function countMethods(methods, raw) {
+  let body;
+  try {
+    body = JSON.parse(raw);
+  } catch {
+    return;
+  }
+  const carried = new Set([body].flat().map((c) => c?.method).filter((m) => typeof m === 'string'));
+  for (const m of carried) methods[m] = (methods[m] ?? 0) + 1;
+}
 
 export const FAULTS = Object.freeze(['short', 'garbage', 'huge', 'stall']);
 /** Faults that only hold a request, then forward it and pass the node's answer on unchanged. */
@@ -41,6 +54,7 @@ export async function startNodeProxy({ target = null, stallMs = 2500, slowMs = 3
   const state = {
     target, fault: null, stallMs, slowMs, paths: new Set(), requests: 0, hits: Object.fromEntries([...FAULTS, 'slow', 'reject', 'echo'].map((f) => [f, 0])),
   };
+  state.methods = {};
   let turn = 0; // which garbage (or short/long) comes next
   const timers = new Set();
   const hold = (ms) => new Promise((resolve) => {
@@ -115,6 +129,7 @@ export async function startNodeProxy({ target = null, stallMs = 2500, slowMs = 3
     req.on('end', async () => {
       state.requests += 1;
       const raw = Buffer.concat(chunks).toString('utf8');
+      countMethods(state.methods, raw);
       if (state.fault === 'reject') {
         state.hits.reject += 1;
         res.writeHead(401, { 'content-type': 'application/json' });
