@@ -4,9 +4,11 @@
 // asks and how often. One daemon serves both families: anvil (base-sepolia) and the Solana test
 // node (solana-devnet), each behind a node proxy that counts the requests carrying each method.
 // The funds still follow the chain: after a settlement of each family, the next head's (the next
-// slot time's) scrape shows what the signer and the fee payer paid.
+// slot time's) scrape shows what the signer and the fee payer paid. The same daemon's /metrics
+// serves every metric the packaged alert rules and Grafana dashboard name.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ExactSvmScheme as ExactSvmClient } from '@x402/svm/exact/client';
 import { startFacilitatorStack, throughProxy, withLogTail, NETWORK } from './lib/stack.mjs';
@@ -119,4 +121,28 @@ it('the fee payer\'s lamports follow a Solana settlement within a slot time', as
   assert.ok(onChain < before, 'the fee payer paid the transaction fee');
   await waitFor(async () => ((await feePayerBalance()) === onChain ? true : null),
     { timeoutMs: 5_000, what: `routerd_fee_payer_balance_lamports = ${onChain}` });
+});
+
+// Issue 48: the alert rules and the dashboard in packaging/ name only metrics routerd serves. With
+// both families configured and a settlement of each made above, every `routerd_*` name in either
+// file (queries, and the metrics their descriptions point operators at) is a sample of /metrics.
+it('every metric named by packaging/prometheus/routerd-alerts.yml and packaging/grafana/routerd.json is served', async () => {
+  const p = await stack.pay({ account: await stack.newPayer(5000n), amount: 1000n });
+  assert.equal((await stack.verify(p.body)).body?.isValid, true, 'a verify, for its latency histogram');
+  const text = await (await fetch(`${stack.url}/metrics`)).text();
+  const served = new Set(text.split('\n').filter((l) => l && !l.startsWith('#')).map((l) => l.match(/^[a-zA-Z_:][a-zA-Z0-9_:]*/)[0]));
+  for (const family of ['evm', 'svm']) {
+    assert.match(text, new RegExp(`^routerd_settlements_total\\{family="${family}",outcome="success"\\} 1$`, 'm'), `a ${family} settlement`);
+  }
+  const root = new URL('../../packaging/', import.meta.url);
+  const rules = readFileSync(new URL('prometheus/routerd-alerts.yml', root), 'utf8');
+  const dashboard = readFileSync(new URL('grafana/routerd.json', root), 'utf8');
+  const exprs = JSON.parse(dashboard).panels.flatMap((panel) => (panel.targets ?? []).map((t) => t.expr));
+  assert.ok(exprs.length >= 10, `the dashboard's queries: ${exprs.length}`);
+  for (const [file, content] of [['routerd-alerts.yml', rules], ['routerd.json', dashboard]]) {
+    const named = new Set(content.match(/routerd_[a-z0-9_]+/g));
+    assert.ok(named.size >= 8, `${file} names ${named.size} metrics`);
+    const missing = [...named].filter((name) => !served.has(name));
+    assert.deepEqual(missing, [], `${file} names metrics /metrics does not serve`);
+  }
 });
