@@ -227,7 +227,6 @@ impl Relay {
 
     /// Forgets the oldest sent transactions beyond `router.max_sent_remembered`.
     async fn trim(&self) {
-        self.since_trim.store(0, Ordering::Relaxed);
         match self.store.forget_sent_beyond(self.max_remembered).await {
             Ok(0) => {}
             Ok(forgotten) => tracing::info!(forgotten, "forgot the oldest routed transactions"),
@@ -262,10 +261,13 @@ impl Relay {
         .await;
         remembered?;
         confirmed?;
-        // Trimmed every hundredth of the bound: the store holds at most one hundredth more.
+        // Trimmed every hundredth of the bound, beside the answer rather than before it: the
+        // store holds at most about a hundredth more.
         let step = (self.max_remembered / 100).max(1);
         if self.since_trim.fetch_add(1, Ordering::Relaxed) + 1 >= step {
-            self.trim().await;
+            self.since_trim.store(0, Ordering::Relaxed);
+            let relay = self.clone();
+            tokio::spawn(async move { relay.trim().await });
         }
         tracing::debug!(chain = %chain.name, hash = ?tx.hash, sender = ?tx.sender, nonce = tx.nonce, "relayed");
         Ok(())

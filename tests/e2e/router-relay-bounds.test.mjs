@@ -143,26 +143,31 @@ it('overrides, a gas above max_call_gas and full blocks are refused -32602 namin
   assert.equal(refused.status, 200, refused.text.slice(0, 300));
   assert.equal(refused.body.length, 100);
   for (const entry of refused.body) expectRpcError(entry, -32602, /params\[2\].*overrides/);
+  const latest = await stack.chain('l1').anvil.rpc('eth_getBlockByNumber', ['latest', false]);
   const cases = [
     envelope(1, 'eth_estimateGas', [call, 'latest', { [BIG]: { balance: '0x1' } }]),
     envelope(2, 'eth_call', [call, 'latest', {}, { number: '0x1' }]),
     envelope(3, 'eth_call', [{ ...call, gas: toHex(MAX_CALL_GAS + 1) }, 'latest']),
     envelope(4, 'eth_estimateGas', [{ ...call, gas: toHex(MAX_CALL_GAS + 1) }]),
     envelope(5, 'eth_getBlockByNumber', ['latest', true]),
+    envelope(6, 'eth_getBlockByHash', [latest.hash, true]),
   ];
-  const patterns = [/params\[2\]/, /params\[2\]/, /params\[0\]\.gas.*chains\.l1\.max_call_gas/, /params\[0\]\.gas/, /params\[1\].*full transactions/];
+  const patterns = [/params\[2\]/, /params\[2\]/, /params\[0\]\.gas.*chains\.l1\.max_call_gas/, /params\[0\]\.gas/, /params\[1\].*full transactions/, /params\[1\].*full transactions/];
   const answers = await atChain('l1', cases);
   answers.body.forEach((entry, i) => expectRpcError(entry, -32602, patterns[i], answers.text));
   assert.equal(count('l1', 'eth_call'), before.call, 'no eth_call reached the node');
   assert.equal(count('l1', 'eth_estimateGas'), before.estimate, 'no eth_estimateGas reached the node');
+  assert.equal(count('l1', 'eth_getBlockByHash'), 0, 'no full block reached the node');
   const blockAsks = doors.l1.state.methods.length;
   // Within the bounds, the same reads are served.
   const served = await atChain('l1', [
     envelope(1, 'eth_call', [{ to: SMALL, gas: toHex(MAX_CALL_GAS) }, 'latest']),
     envelope(2, 'eth_getBlockByNumber', ['latest', false]),
+    envelope(3, 'eth_getBlockByHash', [latest.hash, false]),
   ]);
   assert.equal(served.body[0].result.length, 2 + 2 * 1_000_000, 'a 1 MB answer is within the bound');
   assert.ok(served.body[1].result.transactions.every((t) => typeof t === 'string'), served.text.slice(0, 300));
+  assert.equal(served.body[2].result.hash, latest.hash, served.text.slice(0, 300));
   assert.ok(doors.l1.state.methods.length > blockAsks);
   assert.ok(before.block <= count('l1', 'eth_getBlockByNumber'));
   assert.ok(peakRss() - rssBefore < 32 * 1024 * 1024, `RSS grew ${(peakRss() - rssBefore) >> 20} MiB`);
