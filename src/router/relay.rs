@@ -8,6 +8,7 @@
 //! `router.sent_retention_secs`, at most `router.max_sent_remembered` of them) and confirms the
 //! caller's nonce reservation before the answer. Every upstream call takes the router's read
 //! budget on its chain (access.md §3c): over it the caller is told at once that the chain is busy.
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

@@ -191,6 +191,21 @@ it('one answer is bounded while it is read: 3.5 MB calls answer -32005 naming ma
   }
   const grown = peakRss() - rssBefore;
   assert.ok(grown < 48 * 1024 * 1024, `routerd's peak RSS grew ${grown >> 20} MiB for a 140 MB answer`);
+  // At the router address, a batch's entries share one bound too: 30 lookups of a transaction
+  // with 120 KB of calldata are 7 MB of answer; one alone is served.
+  const sender = freshAccount();
+  await stack.fund(sender.address, { on: ['l1'] });
+  const raw = await sender.signTransaction({
+    chainId: L1.chainId, type: 'eip1559', nonce: 0, gas: 6_000_000n, to: freshAccount().address, value: 0n,
+    data: `0x${'ab'.repeat(120_000)}`, maxFeePerGas: 200n * GWEI, maxPriorityFeePerGas: GWEI,
+  });
+  const hash = await stack.chain('l1').anvil.rpc('eth_sendRawTransaction', [raw]);
+  const alone = await stack.rpc('eth_getTransactionByHash', [hash]);
+  assert.equal(alone.body.result?.hash, hash, alone.text.slice(0, 300));
+  const lookups = await stack.post('/', Array.from({ length: 30 }, (_, i) => envelope(i, 'eth_getTransactionByHash', [hash])));
+  const over = lookups.body.filter((entry) => entry.error);
+  assert.ok(over.length > 0 && lookups.text.length <= 4 * 1024 * 1024 + 64 * 1024, `${over.length} refused, ${lookups.text.length} bytes`);
+  for (const entry of over) expectRpcError(entry, -32005, /max_relay_answer_bytes/);
   // The node did nothing wrong: it still answers at once, and the chain is not cooled down.
   const after = await atChain('l1', envelope(2, 'eth_blockNumber', []));
   assert.match(after.body.result, /^0x[0-9a-f]+$/, after.text);
