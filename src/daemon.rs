@@ -125,6 +125,7 @@ pub async fn run(settings: Settings) -> Result<(), StartError> {
         },
         metrics: Metrics::new(),
         max_body_bytes: settings.server.max_body_bytes,
+        max_relay_answer_bytes: settings.server.max_relay_answer_bytes as usize,
         read_timeout: Duration::from_millis(settings.server.request_read_timeout_ms),
         client_limit: ClientLimit::new(
             settings.server.client_rate_per_sec,

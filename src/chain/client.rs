@@ -28,14 +28,16 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use super::answer_bound::{self, CountAnswers, CountAnswersLayer};
 use super::merge::{Merge, Part, Plan};
 use super::traffic::{Budget, Budgets, Overloaded, Traffic};
 use crate::config::Endpoint;
 
 /// jsonrpsee's HTTP client without its default logger middleware: that layer serializes every
 /// request and answer to JSON a second time, for a `trace` line, even when tracing is off. At
-/// one upstream call per verify that was a large share of verify's own CPU.
-type HttpClient = LoggedHttpClient<RpcService<HttpBackend>>;
+/// one upstream call per verify that was a large share of verify's own CPU. Bodies are counted
+/// against a relayed answer's bound while they are read (`answer_bound`).
+type HttpClient = LoggedHttpClient<RpcService<CountAnswers<HttpBackend>>>;
 
 /// Batches of at most this many calls (and at most half of `max_batch_calls`) are sent together
 /// with the other small batches ready at the same moment; larger ones (a block's receipts, a
@@ -302,6 +304,7 @@ impl ChainClient {
             let build = |in_flight: usize| {
                 HttpClientBuilder::default()
                     .set_rpc_middleware(RpcServiceBuilder::new())
+                    .set_http_middleware(tower::ServiceBuilder::new().layer(CountAnswersLayer))
                     .request_timeout(limits.timeout)
                     .max_concurrent_requests(in_flight)
                     .max_response_size(32 * 1024 * 1024)
@@ -586,6 +589,14 @@ impl ChainClient {
             let upstream = &self.upstreams[i];
             self.stats[i].0.fetch_add(1, Ordering::Relaxed);
             let mut answer = attempt(upstream).await;
+            if answer.is_err() && answer_bound::exceeded_here() {
+                // The caller's answer outgrew its bound: the node did nothing wrong, and no other
+                // URL is asked for more of it.
+                return Err(Unreachable {
+                    chain: self.name.clone(),
+                    detail: format!("{}: the answer is over its bound", upstream.name),
+                });
+            }
             if answer.as_ref().is_err_and(closed_before_answering) {
                 // A pooled connection the node (or a balancer before it) had just closed: the
                 // same URL again, on a new connection. Every call routerd makes may be repeated
@@ -736,14 +747,35 @@ impl Drop for InFlight<'_> {
 }
 
 /// A node's error, without the URL its text may quote (a provider's error can name the keyed
-/// URL it was asked on).
+/// URL it was asked on), in its message and in every string of its data (access.md §3c).
 fn rpc_error(e: &jsonrpsee::types::ErrorObject<'_>, url: &Endpoint) -> RpcError {
     RpcError {
         code: e.code(),
         message: scrubbed(e.message(), url),
         data: e
             .data()
-            .and_then(|raw| serde_json::from_str(raw.get()).ok()),
+            .and_then(|raw| serde_json::from_str(raw.get()).ok())
+            .map(|data| scrubbed_value(data, url)),
+    }
+}
+
+/// `value` with [`scrubbed`] applied to each of its strings, object keys included.
+fn scrubbed_value(value: Value, url: &Endpoint) -> Value {
+    match value {
+        Value::String(text) => Value::String(scrubbed(&text, url)),
+        Value::Array(values) => Value::Array(
+            values
+                .into_iter()
+                .map(|value| scrubbed_value(value, url))
+                .collect(),
+        ),
+        Value::Object(members) => Value::Object(
+            members
+                .into_iter()
+                .map(|(key, value)| (scrubbed(&key, url), scrubbed_value(value, url)))
+                .collect(),
+        ),
+        other => other,
     }
 }
 
@@ -800,6 +832,26 @@ mod tests {
             data: None,
         }
         .refusal()
+    }
+
+    #[test]
+    fn a_node_errors_data_is_scrubbed_like_its_message() {
+        let url: Endpoint =
+            serde_json::from_value(serde_json::json!("https://node.example/v2/K3Y?apikey=K3Y"))
+                .unwrap();
+        let error = jsonrpsee::types::ErrorObject::owned(
+            -32005,
+            "limit for https://node.example/v2/K3Y?apikey=K3Y",
+            Some(serde_json::json!({
+                "url": "https://node.example/v2/K3Y?apikey=K3Y",
+                "tried": ["/v2/K3Y?apikey=K3Y", 7],
+                "/v2/K3Y?apikey=K3Y": true,
+            })),
+        );
+        let scrubbed = rpc_error(&error, &url);
+        let shown = format!("{} {}", scrubbed.message, scrubbed.data.unwrap());
+        assert!(!shown.contains("K3Y"), "{shown}");
+        assert!(shown.contains("https://node.example/…"), "{shown}");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! A chain reports its own readiness ([`Chain::readiness`]): whether it answered recently, and
 //! whether its head watcher's last step panicked. It asks no node to say so.
 
+pub mod answer_bound;
 pub mod batch;
 mod cadence;
 pub mod client;

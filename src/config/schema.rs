@@ -79,6 +79,9 @@ pub struct ServerSettings {
     pub max_connections_per_client: Option<usize>,
     /// Threads of the async runtime; unset: [`ServerSettings::default_worker_threads`].
     pub worker_threads: Option<usize>,
+    /// Bytes one relayed answer (every entry of a batch together) may take from the nodes;
+    /// beyond it the relay answers a JSON-RPC error and reads no further (access.md §3c).
+    pub max_relay_answer_bytes: u32,
 }
 
 impl ServerSettings {
@@ -120,6 +123,7 @@ impl Default for ServerSettings {
             max_open_connections: None,
             max_connections_per_client: None,
             worker_threads: None,
+            max_relay_answer_bytes: 4 * 1024 * 1024,
         }
     }
 }
@@ -246,6 +250,10 @@ pub struct ChainSettings {
     /// more is refused before anything is sent (access.md §2).
     #[serde(default = "default_max_settlement_gas")]
     pub max_settlement_gas: u64,
+    /// The most gas a caller's `eth_call` or `eth_estimateGas` may ask at this chain's relay
+    /// endpoint (access.md §3c).
+    #[serde(default = "default_max_call_gas")]
+    pub max_call_gas: u64,
     #[serde(default)]
     pub tokens: BTreeMap<String, TokenSettings>,
 }
@@ -272,6 +280,9 @@ impl ChainSettings {
 
 fn default_max_settlement_gas() -> u64 {
     300_000
+}
+fn default_max_call_gas() -> u64 {
+    30_000_000
 }
 
 fn default_max_concurrent_requests() -> usize {
@@ -347,6 +358,10 @@ pub struct RouterSettings {
     /// receipt is asked there.
     #[serde(default = "default_sent_retention")]
     pub sent_retention_secs: u64,
+    /// Most transactions remembered as sent through routerd; beyond it the oldest are forgotten
+    /// first (access.md §3c).
+    #[serde(default = "default_max_sent_remembered")]
+    pub max_sent_remembered: usize,
 }
 
 fn default_prefer() -> Vec<ChainKind> {
@@ -366,6 +381,9 @@ fn default_gas_headroom() -> f64 {
 }
 fn default_sent_retention() -> u64 {
     7 * 24 * 3600
+}
+fn default_max_sent_remembered() -> usize {
+    100_000
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

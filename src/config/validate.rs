@@ -77,6 +77,12 @@ impl ServerSettings {
                 "must be at least 1",
             ));
         }
+        if self.max_relay_answer_bytes < 1024 {
+            return Err(ConfigError::new(
+                "server.max_relay_answer_bytes",
+                "must be at least 1024",
+            ));
+        }
         Ok(())
     }
 }
@@ -246,6 +252,12 @@ impl ChainSettings {
                 "must be at least 1",
             ));
         }
+        if self.max_call_gas < 21_000 {
+            return Err(ConfigError::new(
+                chain_key(name, "max_call_gas"),
+                "must be at least 21000 (the least any call takes)",
+            ));
+        }
         Ok(())
     }
 
@@ -337,6 +349,12 @@ impl RouterSettings {
             return Err(ConfigError::new(
                 "router.gas_headroom",
                 "must be between 0 and 10",
+            ));
+        }
+        if self.max_sent_remembered == 0 {
+            return Err(ConfigError::new(
+                "router.max_sent_remembered",
+                "must be at least 1",
             ));
         }
         Ok(())

@@ -76,12 +76,7 @@ impl Router {
         nonces: NonceBook,
         store: Storage,
     ) -> Self {
-        let relay = Relay::new(
-            chains.clone(),
-            nonces.clone(),
-            store,
-            settings.sent_retention_secs,
-        );
+        let relay = Relay::new(chains.clone(), nonces.clone(), store, settings);
         Self {
             candidates: chains
                 .into_iter()

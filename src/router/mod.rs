@@ -6,6 +6,7 @@ pub mod engine;
 pub mod nonces;
 pub mod probe;
 pub mod raw;
+pub mod reads;
 pub mod relay;
 pub mod served;
 pub mod types;

@@ -3,11 +3,13 @@
 //!
 //! Invariants: a signed transaction goes only to the configured chain its chain id names (never
 //! to a guess); the hash answered is the one routerd computed from the raw bytes, so the same
-//! raw transaction sent again is answered the same hash whatever the node's words, once the
-//! chain shows it has that very transaction; a send the node took is remembered (hash -> chain,
-//! for `router.sent_retention_secs`) and confirms the caller's nonce reservation before the
-//! answer.
+//! raw transaction sent again is answered the same hash from the node's one answer;
+//! only a send the node took from routerd is remembered (hash -> chain, for
+//! `router.sent_retention_secs`, at most `router.max_sent_remembered` of them) and confirms the
+//! caller's nonce reservation before the answer. Every upstream call takes the router's read
+//! budget on its chain (access.md §3c): over it the caller is told at once that the chain is busy.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,10 +18,13 @@ use serde_json::{json, Value};
 
 use super::nonces::NonceBook;
 use super::raw::{self, RawError, SignedTx};
+use super::reads::{self, ReadBounds, ReadRefusal};
 use super::served::{served, Served};
-use crate::chain::Traffic;
+use crate::chain::answer_bound::{self, AnswerBudget};
+use crate::chain::{Budget, Overloaded, Refusal, Traffic};
 use crate::chain::{Chain, RpcError, Unreachable};
 use crate::clock::unix_now;
+use crate::config::RouterSettings;
 use crate::evm;
 use crate::ledger::RouterNonceKey;
 use crate::store::{Sent, Storage, StoreError};
@@ -41,13 +46,21 @@ pub enum RelayError {
     },
     #[error("params: {0}")]
     InvalidParams(String),
+    /// A read the endpoint does not serve as asked (an override, too much gas, full blocks).
+    #[error(transparent)]
+    Refused(#[from] ReadRefusal),
+    /// The router's read budget on the chain is spent: answered at once, not queued.
+    #[error(transparent)]
+    Busy(#[from] Overloaded),
+    #[error("the answer is larger than server.max_relay_answer_bytes ({limit} bytes); ask for less at once")]
+    AnswerTooLarge { limit: usize },
     #[error("the method {0} does not exist or is not available here")]
     MethodNotFound(String),
     /// The node's own answer (a refusal, a revert): passed on with its code and data.
     #[error("{}", .0.message)]
     Node(RpcError),
     #[error(transparent)]
-    Unreachable(#[from] Unreachable),
+    Unreachable(Unreachable),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -68,6 +81,18 @@ impl Lookup {
     }
 }
 
+/// An upstream call's failure: the answer's bound, when that is what stopped it.
+impl From<Unreachable> for RelayError {
+    fn from(e: Unreachable) -> Self {
+        match answer_bound::current().filter(AnswerBudget::exceeded) {
+            Some(budget) => RelayError::AnswerTooLarge {
+                limit: budget.limit(),
+            },
+            None => RelayError::Unreachable(e),
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct Relay {
     /// The router's chains, in configured order (the order unknown hashes are looked up in).
@@ -75,6 +100,9 @@ pub struct Relay {
     nonces: NonceBook,
     store: Storage,
     retention_secs: u64,
+    max_remembered: usize,
+    /// Sends remembered since the store was last trimmed to `max_remembered`.
+    since_trim: Arc<AtomicUsize>,
 }
 
 impl Relay {
@@ -82,13 +110,15 @@ impl Relay {
         chains: Vec<Arc<Chain>>,
         nonces: NonceBook,
         store: Storage,
-        retention_secs: u64,
+        settings: &RouterSettings,
     ) -> Self {
         Self {
             chains,
             nonces,
             store,
-            retention_secs,
+            retention_secs: settings.sent_retention_secs,
+            max_remembered: settings.max_sent_remembered,
+            since_trim: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -145,6 +175,12 @@ impl Relay {
                 Ok(json!(format!("{hash:#x}")))
             }
             Served::Forward(method) => {
+                let bounds = ReadBounds {
+                    chain: &chain.name,
+                    max_call_gas: chain.settings.max_call_gas,
+                };
+                reads::check(method, &params, bounds)?;
+                let _read = chain.client.admit(Budget::Router)?;
                 answered(chain.client.call(Traffic::Callers, method, params).await?)
             }
         }
@@ -185,13 +221,29 @@ impl Relay {
                 Ok(forgotten) => tracing::info!(forgotten, "forgot routed transactions"),
                 Err(e) => tracing::error!(error = %e, "could not forget routed transactions"),
             }
+            self.trim().await;
             tokio::time::sleep(FORGET_EVERY).await;
         }
     }
 
-    /// Broadcasts `tx` on `chain`, then remembers it and confirms its nonce for `caller`.
+    /// Forgets the oldest sent transactions beyond `router.max_sent_remembered`.
+    async fn trim(&self) {
+        match self.store.forget_sent_beyond(self.max_remembered).await {
+            Ok(0) => {}
+            Ok(forgotten) => tracing::info!(forgotten, "forgot the oldest routed transactions"),
+            Err(e) => tracing::error!(error = %e, "could not forget routed transactions"),
+        }
+    }
+
+    /// Broadcasts `tx` on `chain`; when the node took it from routerd, remembers it and confirms
+    /// its nonce for `caller`. A transaction the node had already (another sender's, or one
+    /// mined long ago) is answered its hash and leaves nothing behind: no sent row, no
+    /// reservation.
     async fn deliver(&self, chain: &Chain, tx: &SignedTx, caller: &str) -> Result<(), RelayError> {
-        broadcast(chain, tx).await?;
+        if broadcast(chain, tx).await? == Delivery::Known {
+            tracing::debug!(chain = %chain.name, hash = ?tx.hash, "sent again: the node has it");
+            return Ok(());
+        }
         let now = unix_now();
         let key = RouterNonceKey {
             chain: chain.name.clone(),
@@ -210,6 +262,14 @@ impl Relay {
         .await;
         remembered?;
         confirmed?;
+        // Trimmed every hundredth of the bound, beside the answer rather than before it: the
+        // store holds at most about a hundredth more.
+        let step = (self.max_remembered / 100).max(1);
+        if self.since_trim.fetch_add(1, Ordering::Relaxed) + 1 >= step {
+            self.since_trim.store(0, Ordering::Relaxed);
+            let relay = self.clone();
+            tokio::spawn(async move { relay.trim().await });
+        }
         tracing::debug!(chain = %chain.name, hash = ?tx.hash, sender = ?tx.sender, nonce = tx.nonce, "relayed");
         Ok(())
     }
@@ -226,29 +286,38 @@ impl Relay {
     }
 }
 
-/// Sends `tx`; a node that refuses it is asked whether it has this very transaction (sent
-/// before, pending or mined): then the send succeeded, whatever the refusal said.
-async fn broadcast(chain: &Chain, tx: &SignedTx) -> Result<(), RelayError> {
+/// What the node's one answer to a send says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Delivery {
+    /// The node took it from routerd.
+    Sent,
+    /// The node knew it already or had it mined: routerd sent nothing new.
+    Known,
+}
+
+/// Sends `tx`, under the router's read budget; the node's one answer decides, and routerd asks
+/// nothing more of its own (access.md §3c). Nodes answer a resend of a pending transaction
+/// `already known` and of a mined one `nonce too low`, the words they also have for another
+/// transaction at a used nonce: both are answered the hash, whose receipt then tells the wallet.
+async fn broadcast(chain: &Chain, tx: &SignedTx) -> Result<Delivery, RelayError> {
     let raw = json!(evm::hex_bytes(&tx.raw));
-    let refusal = match chain
+    let _read = chain.client.admit(Budget::Router)?;
+    match chain
         .client
         .call(Traffic::Callers, "eth_sendRawTransaction", vec![raw])
         .await?
     {
-        Ok(_) => return Ok(()),
-        Err(refusal) => refusal,
-    };
-    match ask_hash(chain, Lookup::Transaction, tx.hash).await {
-        Ok(Value::Null) | Err(_) => Err(RelayError::Node(refusal)),
-        Ok(_) => {
-            tracing::debug!(chain = %chain.name, hash = ?tx.hash, refusal = %refusal, "sent again: the chain has it");
-            Ok(())
-        }
+        Ok(_) => Ok(Delivery::Sent),
+        Err(refusal) => match refusal.refusal() {
+            Refusal::AlreadyKnown | Refusal::NonceTooLow => Ok(Delivery::Known),
+            _ => Err(RelayError::Node(refusal)),
+        },
     }
 }
 
 async fn ask_hash(chain: &Chain, what: Lookup, hash: H256) -> Result<Value, RelayError> {
     let params = vec![json!(format!("{hash:#x}"))];
+    let _read = chain.client.admit(Budget::Router)?;
     answered(
         chain
             .client

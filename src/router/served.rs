@@ -13,8 +13,8 @@ pub enum Served {
     Forward(&'static str),
 }
 
-/// The reads forwarded as they are.
-const READS: [&str; 12] = [
+/// The reads forwarded as they are (within `reads::check`'s bounds).
+const READS: [&str; 13] = [
     "eth_blockNumber",
     "eth_getBalance",
     "eth_getTransactionCount",
@@ -24,6 +24,7 @@ const READS: [&str; 12] = [
     "eth_maxPriorityFeePerGas",
     "eth_feeHistory",
     "eth_getBlockByNumber",
+    "eth_getBlockByHash",
     "eth_getTransactionReceipt",
     "eth_getTransactionByHash",
     "eth_getCode",
@@ -52,6 +53,10 @@ mod tests {
         assert_eq!(
             served("eth_getBalance"),
             Some(Served::Forward("eth_getBalance"))
+        );
+        assert_eq!(
+            served("eth_getBlockByHash"),
+            Some(Served::Forward("eth_getBlockByHash"))
         );
         for refused in [
             "anvil_setBalance",

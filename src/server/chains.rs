@@ -1,7 +1,11 @@
 //! `POST /chains/<name>`: one chain's JSON-RPC endpoint, for standard clients (viem's `http()`,
 //! ethers' `JsonRpcProvider`) that take an RPC URL per chain. This is the envelope only
 //! (JSON-RPC 2.0: single calls, batches of at most `MAX_BATCH_CALLS`, notifications); what
-//! each method does, and which are served at all, is the relay's (`router::served`).
+//! each method does, and which are served at all, is the relay's (`router::served`). A call
+//! refused because the router's read budget on the chain is spent makes the whole answer HTTP
+//! 503 with `Retry-After` (access.md §3b), its entries as they are.
+
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use http::StatusCode;
 use jsonrpsee::server::HttpResponse;
@@ -10,8 +14,8 @@ use serde_json::{json, Map, Value};
 use super::listen::Caller;
 use super::wire_errors::{json_response, text_response, WireError};
 use super::{Metrics, MAX_BATCH_CALLS};
-use crate::chain::Chain;
-use crate::router::Relay;
+use crate::chain::{traffic, Chain};
+use crate::router::{Relay, RelayError};
 
 const PARSE_ERROR: i32 = -32700;
 const INVALID_REQUEST: i32 = -32600;
@@ -22,28 +26,38 @@ pub struct Endpoint<'a> {
     pub chain: &'a Chain,
     pub who: &'a Caller,
     pub metrics: &'a Metrics,
+    /// Whether a call was refused for the chain's spent read budget.
+    pub busy: AtomicBool,
 }
 
 impl Endpoint<'_> {
-    /// The answer to `bytes`: always HTTP 200 with JSON-RPC answers, as nodes answer; empty
-    /// when every call was a notification.
+    /// The answer to `bytes`: HTTP 200 with JSON-RPC answers, as nodes answer (503 when the
+    /// chain was busy for a call); empty when every call was a notification.
     pub async fn answer(&self, bytes: &[u8]) -> HttpResponse {
         let Ok(body) = serde_json::from_slice::<Value>(bytes) else {
             return reply(Some(error(Value::Null, PARSE_ERROR, "Parse error")));
         };
-        match body {
+        let answer = match body {
             Value::Array(calls) if calls.is_empty() || calls.len() > MAX_BATCH_CALLS as usize => {
                 let message = format!("a batch holds 1 to {MAX_BATCH_CALLS} calls");
-                reply(Some(error(Value::Null, INVALID_REQUEST, &message)))
+                Some(error(Value::Null, INVALID_REQUEST, &message))
             }
             Value::Array(calls) => {
                 let answers =
                     futures::future::join_all(calls.into_iter().map(|call| self.one(call))).await;
                 let answers: Vec<Value> = answers.into_iter().flatten().collect();
-                reply((!answers.is_empty()).then_some(Value::Array(answers)))
+                (!answers.is_empty()).then_some(Value::Array(answers))
             }
-            call => reply(self.one(call).await),
+            call => self.one(call).await,
+        };
+        let mut response = reply(answer);
+        if self.busy.load(Ordering::Relaxed) {
+            *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            response
+                .headers_mut()
+                .insert(http::header::RETRY_AFTER, traffic::RETRY_AFTER_SECS.into());
         }
+        response
     }
 
     /// One call's answer; `None` for a notification (served, not answered).
@@ -66,6 +80,9 @@ impl Endpoint<'_> {
             .await;
         self.metrics
             .observe_wallet_call(&method, &self.chain.name, result.is_ok());
+        if let Err(RelayError::Busy(_)) = &result {
+            self.busy.store(true, Ordering::Relaxed);
+        }
         let id = id?;
         Some(match result {
             Ok(value) => json!({"jsonrpc": "2.0", "id": id, "result": value}),

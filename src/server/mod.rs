@@ -46,6 +46,8 @@ pub struct App {
     pub services: Services,
     pub metrics: Metrics,
     pub max_body_bytes: u32,
+    /// `server.max_relay_answer_bytes`: what one relayed answer may read from the nodes.
+    pub max_relay_answer_bytes: usize,
     /// `server.request_read_timeout_ms`: bound on receiving a request body.
     pub read_timeout: Duration,
     /// With `auth.api_keys_file`: who may call (access.md §5).
@@ -201,9 +203,15 @@ fn serve(
         .set_batch_request_config(BatchRequestConfig::Limit(MAX_BATCH_CALLS))
         .build();
     let methods: Methods = rpc::module(routes.router.clone()).into();
+    let max_answer_bytes = settings.max_relay_answer_bytes as usize;
     let builder = Server::builder()
         .set_config(config)
-        .set_rpc_middleware(RpcServiceBuilder::new().layer_fn(rpc::KeepParams))
+        .set_rpc_middleware(
+            RpcServiceBuilder::new().layer_fn(move |inner| rpc::KeepParams {
+                inner,
+                max_answer_bytes,
+            }),
+        )
         .set_http_middleware(tower::ServiceBuilder::new().layer(rest::RestLayer::new(routes)))
         .to_service_builder();
     let (stop, handle) = stop_channel();
@@ -230,6 +238,7 @@ fn test_app(
         },
         metrics: Metrics::new(),
         max_body_bytes: 1 << 20,
+        max_relay_answer_bytes: 4 << 20,
         read_timeout: Duration::from_secs(5),
         keys: None,
         client_limit: None,

@@ -28,6 +28,7 @@ use super::chains::Endpoint;
 use super::listen::Caller;
 use super::wire_errors::{json_response, parse_body_with, WireError};
 use super::App;
+use crate::chain::answer_bound::AnswerBudget;
 use crate::router::types::{
     ChainQuote, ChainStatus, RouterTransaction, RouterTransactionRes, Transaction,
 };
@@ -47,11 +48,11 @@ pub trait EthNamespace {
     async fn send_raw_transaction(&self, raw: String) -> Result<String, WireError>;
 
     /// From the chain the transaction was sent to through routerd, else any that knows it.
-    #[method(name = "getTransactionReceipt")]
+    #[method(name = "getTransactionReceipt", with_extensions)]
     async fn get_transaction_receipt(&self, hash: String) -> Result<Value, WireError>;
 
     /// As `getTransactionReceipt`, for the transaction itself.
-    #[method(name = "getTransactionByHash")]
+    #[method(name = "getTransactionByHash", with_extensions)]
     async fn get_transaction_by_hash(&self, hash: String) -> Result<Value, WireError>;
 }
 
@@ -118,13 +119,24 @@ impl RouterApi {
             chain,
             who,
             metrics: &self.app.metrics,
+            busy: Default::default(),
         };
-        Ok(endpoint.answer(bytes).await)
+        let budget = AnswerBudget::new(self.app.max_relay_answer_bytes);
+        Ok(budget.scope(endpoint.answer(bytes)).await)
     }
 
-    /// A lookup by hash over the router's chains, counted.
-    async fn lookup(&self, what: Lookup, hash: &str) -> Result<Value, WireError> {
-        let answer = self.router.relay().lookup(what, hash).await;
+    /// The bound of the answer a call is part of, shared by a batch's entries (see
+    /// [`KeepParams`]); a call's own where none was left.
+    fn answer_budget(&self, ext: &Extensions) -> AnswerBudget {
+        ext.get::<AnswerBudget>()
+            .cloned()
+            .unwrap_or_else(|| AnswerBudget::new(self.app.max_relay_answer_bytes))
+    }
+
+    /// A lookup by hash over the router's chains, counted, within the answer's bound.
+    async fn lookup(&self, ext: &Extensions, what: Lookup, hash: &str) -> Result<Value, WireError> {
+        let lookup = self.router.relay().lookup(what, hash);
+        let answer = self.answer_budget(ext).scope(lookup).await;
         let method = match what {
             Lookup::Receipt => "eth_getTransactionReceipt",
             Lookup::Transaction => "eth_getTransactionByHash",
@@ -165,7 +177,8 @@ impl EthNamespaceServer for RouterApi {
             .get::<Caller>()
             .cloned()
             .unwrap_or_else(|| Caller::of(None, None));
-        let sent = self.router.relay().send(&raw, &who.0).await;
+        let send = self.router.relay().send(&raw, &who.0);
+        let sent = self.answer_budget(ext).scope(send).await;
         let chain = sent.as_ref().map_or("none", |(_, chain)| chain.as_str());
         self.app
             .metrics
@@ -174,12 +187,20 @@ impl EthNamespaceServer for RouterApi {
         Ok(format!("{hash:#x}"))
     }
 
-    async fn get_transaction_receipt(&self, hash: String) -> Result<Value, WireError> {
-        self.lookup(Lookup::Receipt, &hash).await
+    async fn get_transaction_receipt(
+        &self,
+        ext: &Extensions,
+        hash: String,
+    ) -> Result<Value, WireError> {
+        self.lookup(ext, Lookup::Receipt, &hash).await
     }
 
-    async fn get_transaction_by_hash(&self, hash: String) -> Result<Value, WireError> {
-        self.lookup(Lookup::Transaction, &hash).await
+    async fn get_transaction_by_hash(
+        &self,
+        ext: &Extensions,
+        hash: String,
+    ) -> Result<Value, WireError> {
+        self.lookup(ext, Lookup::Transaction, &hash).await
     }
 }
 
@@ -217,13 +238,19 @@ fn params_of(ext: &Extensions) -> Params<'_> {
     Params::new(ext.get::<RawParams>().and_then(|p| p.0.as_deref()))
 }
 
-/// RPC middleware leaving each call's params, as sent, in its extensions.
+/// RPC middleware leaving in each call's extensions its params, as sent, and the budget of the
+/// answer it is part of (`server.max_relay_answer_bytes`): one for a call, one shared by every
+/// entry of a batch (access.md §3c).
 #[derive(Clone)]
-pub struct KeepParams<S>(pub S);
+pub struct KeepParams<S> {
+    pub inner: S,
+    pub max_answer_bytes: usize,
+}
 
-fn keep_params(request: &mut Request<'_>) {
+fn keep_params(request: &mut Request<'_>, budget: &AnswerBudget) {
     let raw = RawParams(request.params.as_ref().map(|p| p.get().to_string()));
     request.extensions_mut().insert(raw);
+    request.extensions_mut().insert(budget.clone());
 }
 
 impl<S> RpcServiceT for KeepParams<S>
@@ -238,27 +265,28 @@ where
         &self,
         mut request: Request<'a>,
     ) -> impl Future<Output = Self::MethodResponse> + Send + 'a {
-        keep_params(&mut request);
-        self.0.call(request)
+        keep_params(&mut request, &AnswerBudget::new(self.max_answer_bytes));
+        self.inner.call(request)
     }
 
     fn batch<'a>(
         &self,
         mut batch: Batch<'a>,
     ) -> impl Future<Output = Self::BatchResponse> + Send + 'a {
+        let budget = AnswerBudget::new(self.max_answer_bytes);
         for entry in batch.iter_mut() {
             if let Ok(BatchEntry::Call(request)) = entry {
-                keep_params(request);
+                keep_params(request, &budget);
             }
         }
-        self.0.batch(batch)
+        self.inner.batch(batch)
     }
 
     fn notification<'a>(
         &self,
         n: Notification<'a>,
     ) -> impl Future<Output = Self::NotificationResponse> + Send + 'a {
-        self.0.notification(n)
+        self.inner.notification(n)
     }
 }
 

@@ -166,15 +166,20 @@ impl From<RouteError> for WireError {
 }
 
 /// A wallet's call: what routerd refuses itself in JSON-RPC's codes, the node's own refusals
-/// and reverts as the node said them (its text was scrubbed of the URL by the chain client).
+/// and reverts as the node said them (its text and data were scrubbed of the URL by the chain
+/// client). A spent read budget is EIP-1474's "limit exceeded" with HTTP 503 and `Retry-After`
+/// where the envelope is routerd's own (`POST /chains/<name>`); an answer over its bound is
+/// "limit exceeded" too.
 impl From<RelayError> for WireError {
     fn from(e: RelayError) -> Self {
         let code = match &e {
             RelayError::Raw(_)
             | RelayError::UnknownChain(_)
             | RelayError::WrongChain { .. }
-            | RelayError::InvalidParams(_) => -32602,
+            | RelayError::InvalidParams(_)
+            | RelayError::Refused(_) => -32602,
             RelayError::MethodNotFound(_) => -32601,
+            RelayError::Busy(_) | RelayError::AnswerTooLarge { .. } => LIMIT_EXCEEDED,
             RelayError::Node(node) => node.code,
             RelayError::Unreachable(_) | RelayError::Store(_) => -32603,
         };
@@ -185,19 +190,29 @@ impl From<RelayError> for WireError {
             }
             other => other.to_string(),
         };
+        let (status, retry_after_secs) = match &e {
+            RelayError::Busy(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some(chain::traffic::RETRY_AFTER_SECS),
+            ),
+            _ => (StatusCode::BAD_REQUEST, None),
+        };
         let data = match e {
             RelayError::Node(node) => node.data,
             _ => None,
         };
         Self {
-            status: StatusCode::BAD_REQUEST,
+            status,
             code,
             message,
             data,
-            retry_after_secs: None,
+            retry_after_secs,
         }
     }
 }
+
+/// EIP-1474's "limit exceeded".
+pub const LIMIT_EXCEEDED: i32 = -32005;
 
 /// JSON-RPC view of the same errors, for the router methods.
 impl From<WireError> for ErrorObjectOwned {

@@ -646,6 +646,32 @@ async fn sent_transactions_are_found_until_forgotten(a: &Storage, b: &Storage) {
     assert_eq!(b.sent(new).await.unwrap(), Some(sent("op", 200)));
 }
 
+/// The sent transactions are bounded: beyond `keep`, the oldest are forgotten first, whichever
+/// handle remembered them.
+async fn sent_transactions_are_bounded_oldest_first(a: &Storage, b: &Storage) {
+    let sent = |at| Sent {
+        chain: "op".to_string(),
+        at,
+    };
+    for i in 1..=5u8 {
+        let handle = if i % 2 == 0 { a } else { b };
+        handle
+            .remember_sent(H256::repeat_byte(i), &sent(100 + u64::from(i)))
+            .await
+            .unwrap();
+    }
+    assert_eq!(a.forget_sent_beyond(5).await.unwrap(), 0);
+    assert_eq!(b.forget_sent_beyond(3).await.unwrap(), 2);
+    for i in 1..=2u8 {
+        assert_eq!(a.sent(H256::repeat_byte(i)).await.unwrap(), None, "{i}");
+    }
+    for i in 3..=5u8 {
+        let kept = b.sent(H256::repeat_byte(i)).await.unwrap();
+        assert_eq!(kept, Some(sent(100 + u64::from(i))), "{i}");
+    }
+    assert_eq!(a.forget_sent_beyond(3).await.unwrap(), 0);
+}
+
 /// A cooldown stored through one handle refuses the payer on the other; a shorter one never
 /// shortens it; ended ones are not answered and pruning deletes exactly those.
 async fn cooldowns_are_shared_and_pruned(a: &Storage, b: &Storage) {
@@ -950,6 +976,12 @@ macro_rules! conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sent_transactions_are_found_until_forgotten() {
                 run("router_sent", |a, b| async move { super::sent_transactions_are_found_until_forgotten(&a, &b).await }).await;
+            }
+
+            $(#[$attr])?
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sent_transactions_are_bounded_oldest_first() {
+                run("router_sent_bound", |a, b| async move { super::sent_transactions_are_bounded_oldest_first(&a, &b).await }).await;
             }
 
             $(#[$attr])?

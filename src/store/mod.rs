@@ -286,6 +286,8 @@ pub trait SentStore: Send + Sync {
     async fn sent(&self, hash: H256) -> Result<Option<Sent>, StoreError>;
     /// Forgets transactions sent before `cutoff` (unix seconds); answers how many.
     async fn forget_sent(&self, cutoff: u64) -> Result<usize, StoreError>;
+    /// Forgets all but the `keep` latest sent transactions, oldest first; answers how many.
+    async fn forget_sent_beyond(&self, keep: usize) -> Result<usize, StoreError>;
 }
 
 /// A payer refused until `until` (unix seconds) because a settlement of theirs reverted.

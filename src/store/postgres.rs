@@ -924,6 +924,22 @@ impl SentStore for PgStore {
             .map_err(pg)?;
         Ok(forgotten as usize)
     }
+
+    /// Every instance trims the one table to the same bound; the index on `sent_at` orders it.
+    async fn forget_sent_beyond(&self, keep: usize) -> Result<usize, StoreError> {
+        let keep = i64::try_from(keep).unwrap_or(i64::MAX);
+        let forgotten = self
+            .client()
+            .await?
+            .execute(
+                "DELETE FROM router_sent WHERE hash IN
+                   (SELECT hash FROM router_sent ORDER BY sent_at DESC, hash DESC OFFSET $1)",
+                &[&keep],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(forgotten as usize)
+    }
 }
 
 /// A payer as `payer_cooldowns` keys it (lowercase hex).

@@ -755,6 +755,26 @@ impl SentStore for Store {
         }
         Ok(forgotten)
     }
+
+    /// A scan of every row, as for [`Self::forget_sent`]: the relay calls it once per hundredth
+    /// of the bound remembered, not per send.
+    async fn forget_sent_beyond(&self, keep: usize) -> Result<usize, StoreError> {
+        let mut rows = Vec::new();
+        for entry in self.router_sent.iter() {
+            let (hash, bytes) = entry?;
+            let at = serde_json::from_slice::<SentRow>(&bytes).map_or(0, |row| row.at);
+            rows.push((at, hash));
+        }
+        if rows.len() <= keep {
+            return Ok(0);
+        }
+        rows.sort_unstable();
+        let oldest = rows.len() - keep;
+        for (_, hash) in &rows[..oldest] {
+            self.router_sent.remove(hash)?;
+        }
+        Ok(oldest)
+    }
 }
 
 /// A stored cooldown end (8 bytes, big-endian); anything else reads as ended.

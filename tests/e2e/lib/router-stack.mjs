@@ -53,15 +53,17 @@ const tomlFloat = (x) => (Number.isInteger(x) ? x.toFixed(1) : String(x));
 
 /**
  * A router-only routerd config (no [facilitator], so no signer key). Each chain: {name, chainId,
- * kind, rpcUrls, feeModel?, nativePrice?, pollIntervalMs?, requestTimeoutMs?}; `router` overrides
- * ROUTER_DEFAULTS (whose pollIntervalMs/requestTimeoutMs are the chains' defaults).
+ * kind, rpcUrls, feeModel?, nativePrice?, pollIntervalMs?, requestTimeoutMs?, extra?}; `router` overrides
+ * ROUTER_DEFAULTS (whose pollIntervalMs/requestTimeoutMs are the chains' defaults). `extra` (a
+ * chain's), `router.extra` and `router.serverExtra` are TOML lines added to their sections.
  */
 export function routerOnlyConfig({ port, storePath, chains, router = {} }) {
   const r = { ...ROUTER_DEFAULTS, ...router };
   const parts = [
     `[server]\nlisten = ${q(`127.0.0.1:${port}`)}\nshutdown_grace_secs = 5\n`
       + (r.requestReadTimeoutMs ? `request_read_timeout_ms = ${r.requestReadTimeoutMs}\n` : '')
-      + (r.idleTimeoutSecs ? `idle_timeout_secs = ${r.idleTimeoutSecs}\n` : ''),
+      + (r.idleTimeoutSecs ? `idle_timeout_secs = ${r.idleTimeoutSecs}\n` : '')
+      + (r.serverExtra ?? ''),
     `[storage]\npath = ${q(storePath)}\n`,
   ];
   for (const c of chains) {
@@ -70,7 +72,8 @@ export function routerOnlyConfig({ port, storePath, chains, router = {} }) {
       + `rpc_urls = [${c.rpcUrls.map(q).join(', ')}]\n`
       + `fee_model = ${q(c.feeModel ?? 'auto')}\nnative_price = ${tomlFloat(c.nativePrice ?? 1)}\n`
       + `poll_interval_ms = ${c.pollIntervalMs ?? r.pollIntervalMs}\n`
-      + `request_timeout_ms = ${c.requestTimeoutMs ?? r.requestTimeoutMs}\n`,
+      + `request_timeout_ms = ${c.requestTimeoutMs ?? r.requestTimeoutMs}\n`
+      + (c.extra ?? ''),
     );
   }
   parts.push(
@@ -78,7 +81,8 @@ export function routerOnlyConfig({ port, storePath, chains, router = {} }) {
     + `prefer = [${r.prefer.map(q).join(', ')}]\n`
     + `chain_timeout_ms = ${r.chainTimeoutMs}\nnonce_reservation_ttl_secs = ${r.nonceReservationTtlSecs}\n`
     + `gas_headroom = ${r.gasHeadroom}\n`
-    + (r.maxReservationsAhead ? `max_reservations_ahead = ${r.maxReservationsAhead}\n` : ''),
+    + (r.maxReservationsAhead ? `max_reservations_ahead = ${r.maxReservationsAhead}\n` : '')
+    + (r.extra ?? ''),
   );
   return parts.join('\n');
 }
