@@ -193,6 +193,29 @@ impl SolanaChain {
         })
     }
 
+    /// What each mint's extensions say (`crate::svm::mint`), in one `getMultipleAccounts`:
+    /// read once at start, so that a configured mint that would pay the payee less is named
+    /// before anything is served. A mint that does not exist answers `None`.
+    pub async fn mint_refusals(
+        &self,
+        mints: &[Pubkey],
+    ) -> Result<Vec<Option<MintRefusal>>, SolanaError> {
+        const METHOD: &str = "getMultipleAccounts";
+        let config = json!({"encoding": "base64", "commitment": self.commitment()});
+        let addresses: Vec<String> = mints.iter().map(Pubkey::to_string).collect();
+        let answer = self
+            .client
+            .call(Traffic::Own, METHOD, vec![json!(addresses), config])
+            .await?;
+        let accounts = context_value(METHOD, answer)?;
+        let accounts = accounts.as_array().filter(|a| a.len() == mints.len());
+        let accounts = accounts.ok_or(SolanaError::Malformed {
+            method: METHOD,
+            what: "not one account per mint",
+        })?;
+        Ok(accounts.iter().map(mint_refusal).collect())
+    }
+
     /// The lamports each of `accounts` holds at the commitment, in one batch (`getBalance` each).
     pub async fn balances(&self, accounts: &[Pubkey]) -> Result<Vec<u64>, SolanaError> {
         const METHOD: &str = "getBalance";

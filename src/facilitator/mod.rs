@@ -186,6 +186,15 @@ impl Facilitator {
         }
     }
 
+    /// Refuses configured Solana mints whose extensions change what the payee receives; call
+    /// before serving.
+    pub async fn check_solana_mints(&self) -> Result<(), String> {
+        match &self.svm {
+            Some(svm) => svm.check_mints().await,
+            None => Ok(()),
+        }
+    }
+
     /// v1's kinds name the configured networks; v2's name them by CAIP-2 id and come with v2's
     /// `extensions` (`payment-identifier`: its id is a settle's retry key) and `signers`.
     pub fn supported(&self) -> SupportedResponse {

@@ -5,8 +5,8 @@
 // Token-2022 mint with a transfer fee, and a payer or payee on `facilitator.deny_list_file` (base58
 // keys beside 0x addresses) are each refused at /verify and /settle in both versions, three
 // settles in a row, with nothing sent: the fee payer keeps every lamport and no token moves. An
-// honest payment still settles for two signatures and its priority fee. A deny-list line that is
-// neither kind stops the start, naming its line.
+// honest payment still settles for two signatures and its priority fee. A configured mint with a
+// transfer fee, and a deny-list line that is neither kind, stop the start, naming their key/line.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
@@ -39,12 +39,12 @@ let deniedPayee;
 let feeMint;
 
 /**
- * A Token-2022 mint with a TransferFeeConfig of FEE_BASIS_POINTS in both epochs, laid out as
+ * A Token-2022 mint with a TransferFeeConfig of `basisPoints` in both epochs, laid out as
  * InitializeTransferFeeConfig then InitializeMint leave it (the base mint, zeros to 165 bytes, the
- * account type, the extension record), placed on the node: the real Token-2022 program charges it.
+ * account type, the extension record), placed on the node at `mint`: the real Token-2022 program
+ * charges it. The fee's authority can set it at any time (it applies two epochs later).
  */
-async function createFeeMint() {
-  const mint = (await newSolanaKeypair()).address;
+async function placeFeeMint(mint, basisPoints) {
   const data = Buffer.alloc(166 + 4 + 108);
   data.writeBigUInt64LE(0n, 36); // supply
   data.writeUInt8(6, 44); // decimals
@@ -55,10 +55,9 @@ async function createFeeMint() {
   for (const at of [170 + 72, 170 + 90]) {
     data.writeBigUInt64LE(0n, at); // epoch
     data.writeBigUInt64LE(1_000_000n, at + 8); // maximum fee
-    data.writeUInt16LE(FEE_BASIS_POINTS, at + 16);
+    data.writeUInt16LE(basisPoints, at + 16);
   }
   await setAccount(mint, TOKEN_2022_PROGRAM, data);
-  return mint;
 }
 
 /** `owner`'s associated Token-2022 account of `mint` holding `amount`, with the extensions a fee mint's accounts carry. */
@@ -99,7 +98,10 @@ before(async () => {
   const data = Buffer.from(info.data[0], 'base64');
   data.set(Buffer.from(addressBytes(payer.address)), 32);
   await node.rpc('litesvm_setAccount', [{ address: account, owner: info.owner, lamports: info.lamports, data: data.toString('base64') }]);
-  feeMint = await createFeeMint();
+  // No fee yet: a configured mint with a fee stops the start (the last test); this one gets its
+  // fee once routerd serves, and verify reads it.
+  feeMint = (await newSolanaKeypair()).address;
+  await placeFeeMint(feeMint, 0);
   await createFeeAccount(feeMint, payer.address, 1_000_000);
   await createFeeAccount(feeMint, payee.address, 0);
   const denyList = join(tmp.dir, 'deny.txt');
@@ -206,7 +208,8 @@ it('a signature beyond the fee payer\'s and the authority\'s is refused unsent',
     /3 signatures/, accounts);
 });
 
-it('a Token-2022 mint with a transfer fee is refused: the merchant is never told success for less', async () => {
+it('a Token-2022 mint given a transfer fee after the start is refused at verify: the merchant is never told success for less', async () => {
+  await placeFeeMint(feeMint, FEE_BASIS_POINTS);
   const [source, destination] = await Promise.all([payer, payee].map((w) => associatedTokenAddress(w.address, feeMint, TOKEN_2022_PROGRAM)));
   const ixs = await instructions({ mint: feeMint, program: TOKEN_2022_PROGRAM });
   const transaction = await build(ixs);
@@ -242,6 +245,20 @@ it('an honest payment still settles, for two signatures and its priority fee', a
   // 2 x 5,000 lamports of signatures, and 20,000 units at 1 micro-lamport: 1 lamport.
   assert.equal(before.lamports - after.lamports, 10_001n);
   assert.deepEqual(after.tokens, [before.tokens[0] - BigInt(AMOUNT), before.tokens[1] + BigInt(AMOUNT)]);
+});
+
+it('a configured Token-2022 mint with a transfer fee stops the start, naming its key', async () => {
+  const dir = makeTempDir('routerd-svm-fee-mint-');
+  try {
+    const config = svmFacilitatorConfig({
+      port: await freePort(), storePath: join(dir.dir, 'store'), rpcUrl: node.url, feePayerFile,
+      chain: `[chains.solana-devnet.tokens.FEE]\nmint = "${feeMint}"\ndecimals = 6\n`,
+    });
+    await assert.rejects(startRouterd({ configToml: config, dir: dir.dir }),
+      new RegExp(`chains\\.solana-devnet\\.tokens\\.FEE\\.mint: mint ${feeMint} is refused: it charges a transfer fee \\(up to 100 basis points\\)`));
+  } finally {
+    dir.cleanup();
+  }
 });
 
 it('a deny-list line that is neither a 0x address nor a base58 key stops the start, naming its line', async () => {

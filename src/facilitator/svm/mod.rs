@@ -215,6 +215,38 @@ impl SvmExact {
         Ok(())
     }
 
+    /// Refuses to start with a configured Token-2022 mint whose extensions change what the
+    /// payee receives (access.md 3c), naming its key: every payment in it would be refused.
+    /// Verify reads the mint again, for a fee or a hook set after the start.
+    pub async fn check_mints(&self) -> Result<(), String> {
+        for network in &self.networks {
+            let tokens: Vec<(&String, Pubkey)> = network
+                .chain
+                .settings
+                .tokens
+                .iter()
+                .map(|(symbol, t)| (symbol, Pubkey::from_str(&t.mint).expect("validated")))
+                .collect();
+            let mints: Vec<Pubkey> = tokens.iter().map(|(_, mint)| *mint).collect();
+            if mints.is_empty() {
+                continue;
+            }
+            let refusals = network
+                .chain
+                .mint_refusals(&mints)
+                .await
+                .map_err(|e| format!("chains.{}: reading the mints: {e}", network.name))?;
+            let refused = tokens.iter().zip(refusals).find_map(|(t, r)| Some((t, r?)));
+            if let Some(((symbol, mint), refusal)) = refused {
+                return Err(format!(
+                    "chains.{}.tokens.{symbol}.mint: mint {mint} is refused: {refusal}",
+                    network.name
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// svm.md §3 rules 1 to 7: the local rules, then one upstream request, and beside it the
     /// store's sum of the source's settlements under way (the exposure rule of access.md §2,
     /// which settle's claim then holds atomically).
