@@ -27,7 +27,8 @@ pub enum StartError {
     FeePayer(#[from] FeePayerError),
     #[error("{0}")]
     Setup(#[from] SetupError),
-    /// A Solana node of another cluster, or none that answers `getGenesisHash`.
+    /// A Solana node of another cluster, or none that answers `getGenesisHash`; or a configured
+    /// mint that would pay the payee less.
     #[error("{0}")]
     Solana(String),
     #[error("chains.{0}.rpc_urls: {1}")]
@@ -90,6 +91,10 @@ pub async fn run(settings: Settings) -> Result<(), StartError> {
             )?;
             facilitator
                 .check_solana_genesis()
+                .await
+                .map_err(StartError::Solana)?;
+            facilitator
+                .check_solana_mints()
                 .await
                 .map_err(StartError::Solana)?;
             let resumed = facilitator.start().await?;

@@ -176,6 +176,7 @@ pub fn svm_transaction(data: &[u8]) {
             max_instructions: 7,
             max_compute_units: 400_000,
             max_micro_lamports_per_compute_unit: svm::exact::MAX_MICRO_LAMPORTS_PER_COMPUTE_UNIT,
+            max_priority_fee_lamports: 10_000,
         },
     };
     let _ = svm::check(&tx, &requirements);

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use super::client::{Call, ChainClient, ClientLimits, RpcError, Unreachable};
 use super::traffic::Traffic;
 use crate::config::SolanaChainSettings;
-use crate::svm::Pubkey;
+use crate::svm::{mint, MintRefusal, Pubkey};
 
 /// Requests to one URL at once, and calls per coalesced request: a verify is two calls.
 const MAX_IN_FLIGHT: usize = 64;
@@ -66,6 +66,9 @@ pub struct PaymentState {
     /// `None` when the account does not exist or is no token account.
     pub source: Option<TokenAccount>,
     pub destination: Option<TokenAccount>,
+    /// Why the mint's extensions refuse it (`None` for a mint without such extensions, or none
+    /// read: the simulation fails a transfer of a mint that does not exist).
+    pub mint_refusal: Option<MintRefusal>,
     /// `simulateTransaction`'s error, as the node wrote it; `None` when the simulation succeeded.
     pub simulation_error: Option<String>,
 }
@@ -139,16 +142,21 @@ impl SolanaChain {
             })
     }
 
-    /// The accounts a payment moves funds between, and the simulation of the transaction as the
-    /// payer signed it (`wire`: base64), in one batch.
+    /// The accounts a payment moves funds between, its mint, and the simulation of the
+    /// transaction as the payer signed it (`wire`: base64), in one batch.
     pub async fn payment_state(
         &self,
         source: &Pubkey,
         destination: &Pubkey,
+        mint: &Pubkey,
         wire: &str,
     ) -> Result<PaymentState, SolanaError> {
         let config = json!({"encoding": "base64", "commitment": self.commitment()});
-        let addresses = json!([source.to_string(), destination.to_string()]);
+        let addresses = json!([
+            source.to_string(),
+            destination.to_string(),
+            mint.to_string()
+        ]);
         // The fee payer's signature slot is still empty: only the payer's were checked, locally.
         let simulate = json!({
             "encoding": "base64", "sigVerify": false, "replaceRecentBlockhash": false,
@@ -167,21 +175,45 @@ impl SolanaChain {
             unreachable!("the client answers every call of a batch")
         };
         let accounts = context_value("getMultipleAccounts", accounts)?;
-        let accounts = accounts.as_array().filter(|a| a.len() == 2).ok_or({
+        let accounts = accounts.as_array().filter(|a| a.len() == 3).ok_or({
             SolanaError::Malformed {
                 method: "getMultipleAccounts",
-                what: "not two accounts",
+                what: "not three accounts",
             }
         })?;
         let simulation = context_value("simulateTransaction", simulation)?;
         Ok(PaymentState {
             source: token_account(&accounts[0]),
             destination: token_account(&accounts[1]),
+            mint_refusal: mint_refusal(&accounts[2]),
             simulation_error: simulation
                 .get("err")
                 .filter(|err| !err.is_null())
                 .map(Value::to_string),
         })
+    }
+
+    /// What each mint's extensions say (`crate::svm::mint`), in one `getMultipleAccounts`:
+    /// read once at start, so that a configured mint that would pay the payee less is named
+    /// before anything is served. A mint that does not exist answers `None`.
+    pub async fn mint_refusals(
+        &self,
+        mints: &[Pubkey],
+    ) -> Result<Vec<Option<MintRefusal>>, SolanaError> {
+        const METHOD: &str = "getMultipleAccounts";
+        let config = json!({"encoding": "base64", "commitment": self.commitment()});
+        let addresses: Vec<String> = mints.iter().map(Pubkey::to_string).collect();
+        let answer = self
+            .client
+            .call(Traffic::Own, METHOD, vec![json!(addresses), config])
+            .await?;
+        let accounts = context_value(METHOD, answer)?;
+        let accounts = accounts.as_array().filter(|a| a.len() == mints.len());
+        let accounts = accounts.ok_or(SolanaError::Malformed {
+            method: METHOD,
+            what: "not one account per mint",
+        })?;
+        Ok(accounts.iter().map(mint_refusal).collect())
     }
 
     /// The lamports each of `accounts` holds at the commitment, in one batch (`getBalance` each).
@@ -316,11 +348,27 @@ fn owner(account: &Value) -> Option<Pubkey> {
     Pubkey::from_str(account.get("owner")?.as_str()?).ok()
 }
 
+/// An account's data (`encoding: base64`).
+fn data(account: &Value) -> Option<Vec<u8>> {
+    BASE64.decode(account.get("data")?.get(0)?.as_str()?).ok()
+}
+
+/// What the mint account's extensions say (`crate::svm::mint`); a mint whose data does not
+/// decode is refused as malformed, one that does not exist is left to the simulation.
+fn mint_refusal(account: &Value) -> Option<MintRefusal> {
+    if account.is_null() {
+        return None;
+    }
+    match data(account) {
+        Some(data) => mint::refusal(&data),
+        None => Some(MintRefusal::Malformed),
+    }
+}
+
 /// An account (`encoding: base64`) read as a token account, when its data has that layout.
 fn token_account(account: &Value) -> Option<TokenAccount> {
     let program = owner(account)?;
-    let data = account.get("data")?.get(0)?.as_str()?;
-    let data = BASE64.decode(data).ok()?;
+    let data = data(account)?;
     let key = |at: usize| Pubkey::try_from(data.get(at..at + 32)?).ok();
     let amount = <[u8; 8]>::try_from(data.get(64..72)?).ok()?;
     Some(TokenAccount {

@@ -66,6 +66,10 @@ pub struct SolanaChainSettings {
     /// payer can spend on one settlement.
     #[serde(default = "default_max_compute_units")]
     pub max_compute_units: u32,
+    /// Cap on a payment's priority fee (compute unit limit times unit price, in lamports): what
+    /// the fee payer may spend beyond the signature fees, whatever the limit and price allow.
+    #[serde(default = "default_max_priority_fee_lamports")]
+    pub max_priority_fee_lamports: u64,
     /// Longer than a blockhash lives (about 60 to 90 seconds), so that a settle's wait ends in
     /// an outcome, not a timeout, while the node answers.
     #[serde(default = "default_settle_timeout")]
@@ -108,8 +112,15 @@ impl Commitment {
 /// Solana's own cap on the compute units of one transaction.
 const MAX_TRANSACTION_COMPUTE_UNITS: u32 = 1_400_000;
 
+/// What SPL Token's and Token-2022's TransferChecked need (about 6,000 and 10,000 units), with
+/// the compute budget instructions, a memo and room to spare; `@x402/svm` asks 20,000.
 fn default_max_compute_units() -> u32 {
-    400_000
+    40_000
+}
+/// 40,000 units at 250,000 micro-lamports: far above what the clients ask (1 micro-lamport per
+/// unit), far below the 200,000 lamports the 5 lamports per unit cap alone would allow.
+fn default_max_priority_fee_lamports() -> u64 {
+    10_000
 }
 fn default_settle_timeout() -> u64 {
     90
@@ -184,8 +195,12 @@ mod tests {
         assert_eq!((usdc.mint.as_str(), usdc.decimals), (DEVNET_USDC, 6));
         assert_eq!(chain.commitment, Commitment::Confirmed);
         assert_eq!(
-            (chain.max_compute_units, chain.settle_timeout_secs),
-            (400_000, 90)
+            (
+                chain.max_compute_units,
+                chain.max_priority_fee_lamports,
+                chain.settle_timeout_secs
+            ),
+            (40_000, 10_000, 90)
         );
         assert!(!settings.chains.contains_key("solana-devnet"));
         let path = ["chains", "solana-devnet", "tokens", "USDC", "mint"];

@@ -2,6 +2,7 @@
 //! version (`protocol` maps the versions onto one rule engine and one ledger). No HTTP in here.
 
 pub mod cooldown;
+mod deny_list;
 pub mod discovery;
 mod funds;
 pub mod lens;
@@ -13,7 +14,7 @@ pub mod svm;
 pub mod types;
 pub mod verify;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -22,7 +23,7 @@ use ethers_core::utils::to_checksum;
 
 use crate::chain::{Budget, Chain};
 use crate::config::{ChainSettings, FacilitatorSettings, TransferMethod};
-use crate::evm::{self, erc3009, permit2};
+use crate::evm::{erc3009, permit2};
 use crate::ledger::{Asking, PaymentKey, Reason};
 use crate::signer::Signer;
 use crate::store::{Storage, StoreError};
@@ -43,7 +44,9 @@ use verify::{Network, Verifier};
 pub enum SetupError {
     #[error("facilitator.deny_list_file: cannot read {0}: {1}")]
     DenyList(String, String),
-    #[error("facilitator.deny_list_file: line {0} is not a 0x address")]
+    #[error(
+        "facilitator.deny_list_file: line {0} is neither a 0x address nor a base58 Solana key"
+    )]
     DenyListEntry(usize),
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
@@ -80,7 +83,8 @@ impl Facilitator {
         store: Storage,
         lease: settlement::LeaseSettings,
     ) -> Result<Self, SetupError> {
-        let deny_list = load_deny_list(&settings.deny_list_file)?;
+        let deny_list = deny_list::load(&settings.deny_list_file)?;
+        let svm = svm.map(|svm| svm.deny(deny_list.svm));
         let cooldown = Arc::new(Cooldown::new(
             Duration::from_secs(settings.revert_cooldown_secs),
             store.clone(),
@@ -122,7 +126,7 @@ impl Facilitator {
         let verifier = Arc::new(
             Verifier::new(
                 networks,
-                deny_list,
+                deny_list.evm,
                 cooldown.clone(),
                 settings.max_signature_bytes,
             )
@@ -182,6 +186,15 @@ impl Facilitator {
     pub async fn check_solana_genesis(&self) -> Result<(), String> {
         match &self.svm {
             Some(svm) => svm.check_genesis().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses configured Solana mints whose extensions change what the payee receives; call
+    /// before serving.
+    pub async fn check_solana_mints(&self) -> Result<(), String> {
+        match &self.svm {
+            Some(svm) => svm.check_mints().await,
             None => Ok(()),
         }
     }
@@ -592,19 +605,4 @@ fn token_info(token: &crate::config::TokenSettings, chain_id: u64) -> TokenInfo 
         eip3009: token.transfer_methods.contains(&TransferMethod::Eip3009),
         permit2: token.transfer_methods.contains(&TransferMethod::Permit2),
     }
-}
-
-/// KYT deny list: one address per line; blank lines and `#` comments are skipped.
-fn load_deny_list(path: &str) -> Result<HashSet<Address>, SetupError> {
-    if path.is_empty() {
-        return Ok(HashSet::new());
-    }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| SetupError::DenyList(path.to_string(), e.to_string()))?;
-    text.lines()
-        .map(str::trim)
-        .enumerate()
-        .filter(|(_, line)| !line.is_empty() && !line.starts_with('#'))
-        .map(|(i, line)| evm::parse_address(line).ok_or(SetupError::DenyListEntry(i + 1)))
-        .collect()
 }

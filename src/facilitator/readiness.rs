@@ -192,8 +192,11 @@ async fn network_fee_payers(
         .await
         .ok()
         .and_then(Result::ok);
-    let needed = svm::max_settlement_fee(network.chain.settings.max_compute_units)
-        + svm::exact::RENT_EXEMPT_MINIMUM;
+    let settings = &network.chain.settings;
+    let needed = svm::max_settlement_fee(
+        settings.max_compute_units,
+        settings.max_priority_fee_lamports,
+    ) + svm::exact::RENT_EXEMPT_MINIMUM;
     let funds = fee_payers
         .iter()
         .enumerate()

@@ -116,6 +116,8 @@ pub enum Message {
     ValueBelowAmount,
     /// Rule 10: `authorization.value` is above the amount asked (exact means exact).
     ValueAboveAmount,
+    /// `authorization.from` is the payTo: a self-payment moves no value (access.md 3c).
+    SelfPayment,
 }
 
 impl Message {
@@ -129,6 +131,10 @@ impl Message {
             Message::ToIsNotPayTo => format!("authorization.to is not {}", path(Field::PayTo)),
             Message::ValueBelowAmount => format!("authorization.value is below {}", amount()),
             Message::ValueAboveAmount => format!("authorization.value exceeds {}", amount()),
+            Message::SelfPayment => format!(
+                "authorization.from is {}: a self-payment moves no value, only the facilitator's gas would be spent",
+                path(Field::PayTo)
+            ),
         }
     }
 }

@@ -294,6 +294,11 @@ impl Verifier {
         if let Some(left) = self.cooldown.refuses(auth.from) {
             return Err(cooled_down(left));
         }
+        // The payer paying itself: nothing moves but the facilitator's gas. Named as the
+        // recipient rule is (`authorization.to` is not payTo): the payee is the wrong one.
+        if auth.from == request.pay_to {
+            return Err(invalid(Reason::TypedDataMessage, Message::SelfPayment));
+        }
         let (signature, counterfactual) = self.unwrap_erc6492(&request.signature)?;
         if let Method::Permit2Upto { facilitator } = request.method {
             if !self.signers.contains(&facilitator) {

@@ -20,11 +20,26 @@ pub const LAMPORTS_PER_SIGNATURE: u64 = 5_000;
 /// needs it beside the fee.
 pub const RENT_EXEMPT_MINIMUM: u64 = 890_880;
 
+/// Micro-lamports in a lamport: the compute unit price's unit.
+const MICRO_LAMPORTS_PER_LAMPORT: u64 = 1_000_000;
+/// The signatures a payment needs: the fee payer's and the transfer authority's. Each one more
+/// is a signature fee the fee payer pays.
+const NEEDED_SIGNATURES: usize = 2;
+
 /// The most one settlement costs its fee payer: two signatures (the payer's and its own) and
-/// the compute limit at the price cap. Rule 5 keeps it from paying anything else.
-pub fn max_settlement_fee(max_compute_units: u32) -> u64 {
-    let priority = u64::from(max_compute_units) * MAX_MICRO_LAMPORTS_PER_COMPUTE_UNIT;
-    2 * LAMPORTS_PER_SIGNATURE + priority.div_ceil(1_000_000)
+/// the priority fee, the lower of the compute limit at the price cap and the operator's cap on
+/// it. Rule 5 keeps it from paying anything else.
+pub fn max_settlement_fee(max_compute_units: u32, max_priority_fee_lamports: u64) -> u64 {
+    let priority = priority_fee(max_compute_units, MAX_MICRO_LAMPORTS_PER_COMPUTE_UNIT);
+    NEEDED_SIGNATURES as u64 * LAMPORTS_PER_SIGNATURE + priority.min(max_priority_fee_lamports)
+}
+
+/// What the fee payer pays on top of the signature fees: the compute unit limit times the unit
+/// price, in lamports, a micro-lamport remainder counting as a whole lamport (as the runtime
+/// rounds it).
+fn priority_fee(units: u32, micro_lamports_per_unit: u64) -> u64 {
+    let micro = u128::from(units) * u128::from(micro_lamports_per_unit);
+    u64::try_from(micro.div_ceil(u128::from(MICRO_LAMPORTS_PER_LAMPORT))).unwrap_or(u64::MAX)
 }
 /// The compute limit, the price and the transfer come first.
 const REQUIRED_INSTRUCTIONS: usize = 3;
@@ -40,6 +55,8 @@ pub struct Limits {
     pub max_instructions: usize,
     pub max_compute_units: u32,
     pub max_micro_lamports_per_compute_unit: u64,
+    /// `chains.<cluster>.max_priority_fee_lamports`: the most the limit times the price may be.
+    pub max_priority_fee_lamports: u64,
 }
 
 /// What the payment requirements ask, in Solana's types.
@@ -88,6 +105,10 @@ pub enum Refusal {
     ComputePriceInstruction,
     #[error("the compute unit price is above the cap")]
     ComputePriceTooHigh,
+    #[error("the priority fee (compute unit limit times price) is {lamports} lamports, above the operator's cap of {cap} (max_priority_fee_lamports)")]
+    PriorityFeeTooHigh { lamports: u64, cap: u64 },
+    #[error("the transaction carries {count} signatures: only the fee payer's and the transfer authority's are accepted")]
+    ExcessiveSigners { count: usize },
     #[error("instruction 2 is not a TransferChecked of SPL Token or Token-2022")]
     NoTransferInstruction,
     #[error("instruction {position} is neither Memo nor Lighthouse")]
@@ -98,6 +119,10 @@ pub enum Refusal {
     RecipientMismatch,
     #[error("the transfer amount is not the required amount")]
     AmountMismatch,
+    #[error(
+        "a self-payment: the transfer's authority or source is the payee's, so it moves no value"
+    )]
+    SelfPayment,
     #[error("a fee payer authorises the transfer")]
     AuthorityIsFeePayer,
     #[error("the fee payer is in an instruction's accounts")]
@@ -125,13 +150,25 @@ pub fn check(tx: &PaymentTransaction, req: &Requirements) -> Result<Transfer, Re
     if !(REQUIRED_INSTRUCTIONS..=req.limits.max_instructions).contains(&instructions.len()) {
         return Err(Refusal::InstructionCount);
     }
-    compute_limit(tx, &instructions[0], req.limits.max_compute_units)?;
-    compute_price(
+    let units = compute_limit(tx, &instructions[0], req.limits.max_compute_units)?;
+    let price = compute_price(
         tx,
         &instructions[1],
         req.limits.max_micro_lamports_per_compute_unit,
     )?;
+    let lamports = priority_fee(units, price);
+    if lamports > req.limits.max_priority_fee_lamports {
+        return Err(Refusal::PriorityFeeTooHigh {
+            lamports,
+            cap: req.limits.max_priority_fee_lamports,
+        });
+    }
     let transfer = transfer_checked(tx, &instructions[2])?;
+    // Every signature is one more fee for the fee payer: only the two a payment needs.
+    let count = tx.signers().len();
+    if count > NEEDED_SIGNATURES {
+        return Err(Refusal::ExcessiveSigners { count });
+    }
     let optional = &instructions[REQUIRED_INSTRUCTIONS..];
     only_memos_and_assertions(tx, optional)?;
     transfer_matches(&transfer, req)?;
@@ -150,7 +187,7 @@ fn compute_limit(
     tx: &PaymentTransaction,
     ix: &CompiledInstruction,
     cap: u32,
-) -> Result<(), Refusal> {
+) -> Result<u32, Refusal> {
     let units = match (program(tx, ix), ix.data.as_slice()) {
         (Some(&COMPUTE_BUDGET), [SET_COMPUTE_UNIT_LIMIT, units @ ..]) => {
             <[u8; 4]>::try_from(units).map(u32::from_le_bytes)
@@ -159,7 +196,7 @@ fn compute_limit(
     };
     match units {
         Ok(units) if units > cap => Err(Refusal::ComputeLimitTooHigh),
-        Ok(_) => Ok(()),
+        Ok(units) => Ok(units),
         Err(_) => Err(Refusal::ComputeLimitInstruction),
     }
 }
@@ -168,7 +205,7 @@ fn compute_price(
     tx: &PaymentTransaction,
     ix: &CompiledInstruction,
     cap: u64,
-) -> Result<(), Refusal> {
+) -> Result<u64, Refusal> {
     let price = match (program(tx, ix), ix.data.as_slice()) {
         (Some(&COMPUTE_BUDGET), [SET_COMPUTE_UNIT_PRICE, price @ ..]) => {
             <[u8; 8]>::try_from(price).map(u64::from_le_bytes)
@@ -177,7 +214,7 @@ fn compute_price(
     };
     match price {
         Ok(price) if price > cap => Err(Refusal::ComputePriceTooHigh),
-        Ok(_) => Ok(()),
+        Ok(price) => Ok(price),
         Err(_) => Err(Refusal::ComputePriceInstruction),
     }
 }
@@ -233,6 +270,12 @@ fn transfer_matches(transfer: &Transfer, req: &Requirements) -> Result<(), Refus
     }
     if transfer.destination != associated_token_address(req.pay_to, req.mint, transfer.program) {
         return Err(Refusal::RecipientMismatch);
+    }
+    // Tokens that stay with their owner move no value: the fee payer's fee would be all that
+    // is spent. The destination's owner, when it is not `payTo` (an account whose owner was
+    // reassigned), is read on chain and held to the same rule at verify.
+    if transfer.source == transfer.destination || transfer.authority == *req.pay_to {
+        return Err(Refusal::SelfPayment);
     }
     if transfer.amount != req.amount {
         return Err(Refusal::AmountMismatch);
@@ -363,6 +406,7 @@ pub(crate) mod tests {
                     max_instructions: 7,
                     max_compute_units: 400_000,
                     max_micro_lamports_per_compute_unit: MAX_MICRO_LAMPORTS_PER_COMPUTE_UNIT,
+                    max_priority_fee_lamports: 10_000,
                 },
             }
         }
@@ -613,8 +657,80 @@ pub(crate) mod tests {
     #[test]
     fn a_settlement_costs_at_most_two_signatures_and_the_capped_priority_fee() {
         // 400,000 compute units at 5 lamports each, and 2 x 5,000 for the signatures.
-        assert_eq!(max_settlement_fee(400_000), 2_010_000);
+        assert_eq!(max_settlement_fee(400_000, u64::MAX), 2_010_000);
+        // The operator's cap binds below the price cap.
+        assert_eq!(max_settlement_fee(40_000, 10_000), 20_000);
         // A micro-lamport remainder still costs a whole lamport.
-        assert_eq!(max_settlement_fee(1), 10_005);
+        assert_eq!(max_settlement_fee(1, 10_000), 10_005);
+        assert_eq!(priority_fee(u32::MAX, u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn the_priority_fee_is_held_to_the_operators_cap() {
+        let f = Fixture::new();
+        let with_budget = |units, price| {
+            let mut v = payment(&f);
+            v[0] = compute_limit(units);
+            v[1] = compute_price(price);
+            v
+        };
+        // 20,000 units at 500,000 micro-lamports: exactly the 10,000 lamports allowed.
+        assert!(verdict(&f, with_budget(20_000, 500_000), None).is_ok());
+        assert_eq!(
+            verdict(&f, with_budget(20_000, 500_001), None),
+            Err(Refusal::PriorityFeeTooHigh {
+                lamports: 10_001,
+                cap: 10_000
+            })
+        );
+        // The 400,000 units at 5 lamports each, within the fixture's compute cap.
+        assert_eq!(
+            verdict(&f, with_budget(400_000, 5_000_000), None),
+            Err(Refusal::PriorityFeeTooHigh {
+                lamports: 2_000_000,
+                cap: 10_000
+            })
+        );
+    }
+
+    #[test]
+    fn a_signature_beyond_the_fee_payers_and_the_authoritys_is_refused() {
+        let f = Fixture::new();
+        let extra = Keypair::new();
+        let ixs = [
+            payment(&f),
+            vec![Instruction {
+                accounts: vec![AccountMeta::new_readonly(extra.pubkey(), true)],
+                ..memo("m")
+            }],
+        ]
+        .concat();
+        let mut tx = f.build(ixs, false);
+        let bytes = tx.message.serialize();
+        let at = tx
+            .message
+            .static_account_keys()
+            .iter()
+            .position(|k| *k == extra.pubkey());
+        tx.signatures[at.unwrap()] = extra.sign_message(&bytes);
+        let tx = PaymentTransaction::decode(&f.encode(tx)).unwrap();
+        assert_eq!(
+            check(&tx, &f.requirements(&[f.fee_payer.pubkey()], None)),
+            Err(Refusal::ExcessiveSigners { count: 3 })
+        );
+    }
+
+    #[test]
+    fn a_payment_to_its_own_payer_is_a_self_payment() {
+        let f = Fixture::new();
+        // payTo is the payer: the destination is the source.
+        let own = Fixture {
+            pay_to: f.payer.pubkey(),
+            ..f
+        };
+        assert_eq!(
+            verdict(&own, payment(&own), None),
+            Err(Refusal::SelfPayment)
+        );
     }
 }

@@ -5,11 +5,13 @@
 
 mod ata;
 pub mod exact;
+pub mod mint;
 mod programs;
 mod transaction;
 
 pub use ata::associated_token_address;
 pub use exact::{check, max_settlement_fee, Limits, Refusal, Requirements, Transfer};
+pub use mint::MintRefusal;
 pub use programs::TokenProgram;
 pub use solana_keypair::Keypair;
 pub use solana_pubkey::Pubkey;

@@ -14,6 +14,7 @@
 //   server charges less than the permit and exactly that moves, from the advertised signer; a
 //   zero charge sends nothing; a charge over the permit, or a witness naming another
 //   facilitator, is refused with no transaction;
+// - a self-payment (payTo is the payer), exact or upto, is refused with no transaction;
 // - `eip2612GasSponsoring`: a payer who never approved Permit2 (and holds no ETH) pays with an
 //   EIP-2612 permit carried by the payload; one settleWithPermit approves and pays; a permit not
 //   for Permit2 or not for the amount is refused at verify, a bad one by the settle's trial.
@@ -332,6 +333,18 @@ it('upto: a charge over the permit, or a witness naming another facilitator, is 
   const exact = await uptoBody(payer);
   exact.paymentPayload.payload.permit2Authorization.spender = EXACT_PROXY;
   await expectRefused(exact, 'invalid_permit2_spender', payer, /upto Permit2 proxy/);
+  assert.equal(await balanceOf(payer.address), FUNDS);
+});
+
+it('a self-payment through Permit2 (from = payTo), exact or upto, is refused at verify and settle with no transaction', async () => {
+  const payer = await newPayer();
+  const own = getAddress(payer.address);
+  const reason = 'invalid_exact_evm_payload_recipient_mismatch';
+  await expectRefused(await signedBody(payer, { ...requirements(), payTo: own }), reason, payer, /self-payment/);
+  const reqs = { ...requirements(), payTo: own, scheme: 'upto', extra: { ...TEST_TOKEN_EIP712, facilitatorAddress: getAddress(stack.signer) } };
+  const partial = await new UptoEvmClientScheme(payer).createPaymentPayload(2, reqs);
+  const paymentPayload = { ...partial, x402Version: 2, resource: { url: 'https://example.com/r', description: 'e2e', mimeType: 'application/json' }, accepted: reqs };
+  await expectRefused({ x402Version: 2, paymentPayload, paymentRequirements: reqs }, reason, payer, /self-payment/);
   assert.equal(await balanceOf(payer.address), FUNDS);
 });
 

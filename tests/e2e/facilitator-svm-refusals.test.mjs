@@ -101,7 +101,7 @@ it('every instruction rule answers its exact reason in v2 and v1, settle refuses
   const feePayerAccount = await associatedTokenAddress(feePayer.address, DEVNET_USDC_MINT);
   const payeeAccount = await associatedTokenAddress(payee.address, DEVNET_USDC_MINT);
   const cases = [
-    ['compute unit limit above 400,000', await build(await valid({ units: 400_001 })),
+    ['compute unit limit above 40,000 (the default max_compute_units)', await build(await valid({ units: 40_001 })),
       'invalid_exact_svm_payload_transaction_instructions_compute_limit_instruction_too_high',
       'invalid_exact_svm_payload_transaction_instructions_compute_limit_instruction'],
     ['compute unit price above 5 lamports', await build(await valid({ microLamports: 5_000_001 })),

@@ -192,6 +192,24 @@ it('engine rule 8: authorization.to is not payTo -> invalid_exact_evm_payload_re
   expectInvalid(await stack.verify(p.v2), 'invalid_exact_evm_payload_recipient_mismatch');
 });
 
+it('a self-payment (from = payTo) -> invalid_exact_evm_payload_recipient_mismatch; settles refused unsent, kept out of the catalogue', async () => {
+  const reason = 'invalid_exact_evm_payload_recipient_mismatch';
+  const p = await payment({ payTo: alice.address });
+  const res = await stack.verify(p.v2);
+  expectInvalid(res, reason, { payer: alice.address });
+  assert.match(res.body.invalidMessage, /authorization\.from is paymentRequirements\.payTo: a self-payment/);
+  const nonce = await stack.signerNonce('pending');
+  const gas = await stack.client.getBalance({ address: stack.signer });
+  for (let i = 0; i < 3; i += 1) {
+    expectSettleFailed(await stack.settle(p.v2), reason, { network: CAIP2, payer: alice.address });
+  }
+  assert.equal(await stack.signerNonce('pending'), nonce, 'no transaction may be sent');
+  assert.equal(await stack.client.getBalance({ address: stack.signer }), gas, 'the signer spends no gas');
+  const catalogue = await stack.request('/discovery/resources');
+  assert.equal(catalogue.status, 200, catalogue.text);
+  assert.ok(!catalogue.text.toLowerCase().includes(alice.address.toLowerCase()), catalogue.text);
+});
+
 it('engine rules 9 and 10: value below or above the amount -> invalid_exact_evm_payload_authorization_value', async () => {
   for (const value of [999n, 1001n]) {
     const p = await payment({ amount: 1000n, auth: { value } });

@@ -315,6 +315,23 @@ it('order 7 before 9: denied payTo and a value too low -> ..._to_address_kyt', a
   expectInvalid(await verify(p.body), 'invalid_exact_evm_payload_authorization_to_address_kyt');
 });
 
+it('a self-payment (from = payTo) -> ..._typed_data_message at verify; three settles refused, no transaction, no gas', async () => {
+  const reason = 'invalid_exact_evm_payload_authorization_typed_data_message';
+  const p = await payment({ payTo: alice.address });
+  const res = await verify(p.body);
+  expectInvalid(res, reason, { payer: alice.address });
+  assert.match(res.body.invalidMessage, /self-payment/);
+  const nonce = await stack.signerNonce('pending');
+  const gas = await stack.client.getBalance({ address: stack.signer });
+  const usdc = await stack.balanceOf(alice.address);
+  for (let i = 0; i < 3; i += 1) {
+    expectSettleFailed(await stack.settle(p.body), reason, { network: NETWORK, payer: alice.address });
+  }
+  assert.equal(await stack.signerNonce('pending'), nonce, 'no transaction may be sent');
+  assert.equal(await stack.client.getBalance({ address: stack.signer }), gas, 'the signer spends no gas');
+  assert.equal(await stack.balanceOf(alice.address), usdc);
+});
+
 it('a read the node cannot run (not a revert) is no verdict: 400 {error: 502}, then valid once the node answers', async () => {
   const p = await payment();
   // Lens mode: the one lens call. Batch mode: only isBlacklisted, which a token without a

@@ -14,7 +14,7 @@ use super::v2;
 use crate::facilitator::request::{Field, Invalid, Spelling};
 use crate::facilitator::settlement::SettleError;
 use crate::facilitator::svm::{
-    Failure, Payment, SvmExact, SvmNetwork, SvmSettled, Verified, Version,
+    Failure, Party, Payment, SvmExact, SvmNetwork, SvmSettled, Verified, Version,
 };
 use crate::facilitator::types::{StatusOutcome, SvmSettlementStatus};
 use crate::ledger::{Reason, Record, State};
@@ -410,6 +410,8 @@ fn v1_name(failure: &Failure) -> &'static str {
         Failure::InsufficientFunds { .. } | Failure::Exposed { .. } => "insufficient_funds",
         Failure::CooledDown { .. } => "invalid_payload",
         Failure::Simulation(_) => "invalid_exact_svm_payload_transaction_simulation_failed",
+        Failure::DenyListed(party) => deny_listed(*party),
+        Failure::Mint(_) => "invalid_payment_requirements",
         Failure::Rule(refusal) => match refusal {
             Refusal::SignatureInvalid | Refusal::LookupTables | Refusal::FeePayerMismatch => TX,
             Refusal::InstructionCount => "invalid_exact_svm_payload_transaction_instructions_length",
@@ -419,9 +421,11 @@ fn v1_name(failure: &Failure) -> &'static str {
             Refusal::ComputePriceInstruction => {
                 "invalid_exact_svm_payload_transaction_instructions_compute_price_instruction"
             }
-            Refusal::ComputePriceTooHigh => {
+            Refusal::ComputePriceTooHigh | Refusal::PriorityFeeTooHigh { .. } => {
                 "invalid_exact_svm_payload_transaction_instructions_compute_price_instruction_too_high"
             }
+            // The seed has no name for it: its generic transaction reason.
+            Refusal::ExcessiveSigners { .. } => TX,
             Refusal::NoTransferInstruction => {
                 "invalid_exact_svm_payload_transaction_instruction_not_spl_token_transfer_checked"
             }
@@ -429,7 +433,9 @@ fn v1_name(failure: &Failure) -> &'static str {
                 "invalid_exact_svm_payload_transaction_instructions"
             }
             Refusal::MintMismatch => "invalid_exact_svm_payload_transaction_not_a_transfer_instruction",
-            Refusal::RecipientMismatch => "invalid_exact_svm_payload_transaction_transfer_to_incorrect_ata",
+            Refusal::RecipientMismatch | Refusal::SelfPayment => {
+                "invalid_exact_svm_payload_transaction_transfer_to_incorrect_ata"
+            }
             Refusal::AmountMismatch => "invalid_exact_svm_payload_transaction_amount_mismatch",
             Refusal::AuthorityIsFeePayer => {
                 "invalid_exact_svm_payload_transaction_fee_payer_transferring_funds"
@@ -438,6 +444,15 @@ fn v1_name(failure: &Failure) -> &'static str {
                 "invalid_exact_svm_payload_transaction_fee_payer_included_in_instruction_accounts"
             }
         },
+    }
+}
+
+/// A deny-listed payer or payee, named as an EVM one is in v2 (`Reason::FromKyt`,
+/// `Reason::ToKyt`); v1's KYT names are the EVM payload's, so Solana's v1 answers the same.
+fn deny_listed(party: Party) -> &'static str {
+    match party {
+        Party::Payer => "invalid_payload",
+        Party::Payee => "invalid_payment_requirements",
     }
 }
 
@@ -450,6 +465,8 @@ fn v2_name(failure: &Failure) -> &'static str {
         Failure::RecipientMissing => "invalid_exact_svm_payload_recipient_mismatch",
         Failure::InsufficientFunds { .. } | Failure::Exposed { .. } => "insufficient_funds",
         Failure::CooledDown { .. } => "invalid_payload",
+        Failure::DenyListed(party) => deny_listed(*party),
+        Failure::Mint(_) => "invalid_payment_requirements",
         // @x402/svm learns both from its simulation.
         Failure::SourceMissing | Failure::Simulation(_) => {
             "invalid_exact_svm_transaction_simulation_failed"
@@ -468,9 +485,10 @@ fn v2_name(failure: &Failure) -> &'static str {
             Refusal::ComputePriceInstruction => {
                 "invalid_exact_svm_payload_transaction_instructions_compute_price_instruction"
             }
-            Refusal::ComputePriceTooHigh => {
+            Refusal::ComputePriceTooHigh | Refusal::PriorityFeeTooHigh { .. } => {
                 "invalid_exact_svm_payload_transaction_instructions_compute_price_instruction_too_high"
             }
+            Refusal::ExcessiveSigners { .. } => "invalid_exact_svm_payload_excessive_signers",
             Refusal::NoTransferInstruction => "invalid_exact_svm_payload_no_transfer_instruction",
             Refusal::UnknownInstruction { position } => match position {
                 3 => "invalid_exact_svm_payload_unknown_fourth_instruction",
@@ -479,7 +497,9 @@ fn v2_name(failure: &Failure) -> &'static str {
                 _ => "invalid_exact_svm_payload_unknown_seventh_instruction",
             },
             Refusal::MintMismatch => "invalid_exact_svm_payload_mint_mismatch",
-            Refusal::RecipientMismatch => "invalid_exact_svm_payload_recipient_mismatch",
+            Refusal::RecipientMismatch | Refusal::SelfPayment => {
+                "invalid_exact_svm_payload_recipient_mismatch"
+            }
             Refusal::AmountMismatch => "invalid_exact_svm_payload_amount_mismatch",
             Refusal::AuthorityIsFeePayer | Refusal::FeePayerInAccounts => {
                 "invalid_exact_svm_payload_transaction_fee_payer_transferring_funds"

@@ -6,7 +6,7 @@
 pub mod fee_payer;
 mod settle;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -18,7 +18,9 @@ use crate::config::{solana_preset, FacilitatorSettings, SolanaChainSettings};
 use crate::facilitator::settlement::SettleError;
 use crate::store::Storage;
 use crate::svm::exact::MAX_MICRO_LAMPORTS_PER_COMPUTE_UNIT;
-use crate::svm::{self, DecodeError, Limits, PaymentTransaction, Pubkey, Refusal, Transfer};
+use crate::svm::{
+    self, DecodeError, Limits, MintRefusal, PaymentTransaction, Pubkey, Refusal, Transfer,
+};
 pub use fee_payer::{FeePayerError, FeePayers};
 use settle::exposure_account;
 pub use settle::{cooled_down, payment_key, SvmSettled};
@@ -113,6 +115,12 @@ pub enum Failure {
     Decode(DecodeError),
     #[error("{0}")]
     Rule(Refusal),
+    /// `facilitator.deny_list_file` names the payer (the transfer's authority, or its source
+    /// token account's owner) or the payee.
+    #[error("{0} is on the deny list")]
+    DenyListed(Party),
+    #[error("paymentRequirements.asset: the mint is refused: {0}")]
+    Mint(MintRefusal),
     #[error("the source token account does not exist")]
     SourceMissing,
     #[error("the payee has no token account for the mint (it is not created for it)")]
@@ -131,6 +139,22 @@ pub enum Failure {
     CooledDown { left: u64 },
 }
 
+/// Who a deny-listed key is to the payment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Party {
+    Payer,
+    Payee,
+}
+
+impl std::fmt::Display for Party {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Party::Payer => "payer",
+            Party::Payee => "payTo",
+        })
+    }
+}
+
 /// A payment that passed verify: who pays (the transfer's authority) and what moves, and what the
 /// source token account held.
 #[derive(Debug, Clone, Copy)]
@@ -142,6 +166,8 @@ pub struct Verified {
 pub struct SvmExact {
     networks: Vec<SvmNetwork>,
     fee_payers: FeePayers,
+    /// The base58 keys of `facilitator.deny_list_file`.
+    deny_list: HashSet<Pubkey>,
 }
 
 impl SvmExact {
@@ -149,7 +175,14 @@ impl SvmExact {
         Self {
             networks,
             fee_payers,
+            deny_list: HashSet::new(),
         }
+    }
+
+    /// Refuses payments from or to these keys, as the EVM deny list refuses addresses.
+    pub fn deny(mut self, keys: HashSet<Pubkey>) -> Self {
+        self.deny_list = keys;
+        self
     }
 
     pub fn networks(&self) -> &[SvmNetwork] {
@@ -182,6 +215,38 @@ impl SvmExact {
         Ok(())
     }
 
+    /// Refuses to start with a configured Token-2022 mint whose extensions change what the
+    /// payee receives (access.md 3c), naming its key: every payment in it would be refused.
+    /// Verify reads the mint again, for a fee or a hook set after the start.
+    pub async fn check_mints(&self) -> Result<(), String> {
+        for network in &self.networks {
+            let tokens: Vec<(&String, Pubkey)> = network
+                .chain
+                .settings
+                .tokens
+                .iter()
+                .map(|(symbol, t)| (symbol, Pubkey::from_str(&t.mint).expect("validated")))
+                .collect();
+            let mints: Vec<Pubkey> = tokens.iter().map(|(_, mint)| *mint).collect();
+            if mints.is_empty() {
+                continue;
+            }
+            let refusals = network
+                .chain
+                .mint_refusals(&mints)
+                .await
+                .map_err(|e| format!("chains.{}: reading the mints: {e}", network.name))?;
+            let refused = tokens.iter().zip(refusals).find_map(|(t, r)| Some((t, r?)));
+            if let Some(((symbol, mint), refusal)) = refused {
+                return Err(format!(
+                    "chains.{}.tokens.{symbol}.mint: mint {mint} is refused: {refusal}",
+                    network.name
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// svm.md §3 rules 1 to 7: the local rules, then one upstream request, and beside it the
     /// store's sum of the source's settlements under way (the exposure rule of access.md §2,
     /// which settle's claim then holds atomically).
@@ -200,12 +265,20 @@ impl SvmExact {
             .chain;
         let account = exposure_account(payment.network, &transfer);
         let (state, exposed) = tokio::join!(
-            chain.payment_state(&transfer.source, &transfer.destination, &payment.wire),
+            chain.payment_state(
+                &transfer.source,
+                &transfer.destination,
+                &transfer.mint,
+                &payment.wire
+            ),
             ledger.exposed(&account),
         );
         let state = state.map_err(|e| unreachable(chain, e))?;
         let exposed = exposed?.min(U256::from(u64::MAX)).as_u64();
-        Ok(judge(&transfer, &state, exposed).map(|balance| Verified { transfer, balance }))
+        let verdict = self
+            .judge_parties(&transfer, &state)
+            .and_then(|()| judge(&transfer, &state, exposed));
+        Ok(verdict.map(|balance| Verified { transfer, balance }))
     }
 
     fn check_local(&self, payment: &Payment) -> Result<Transfer, Failure> {
@@ -223,9 +296,32 @@ impl SvmExact {
                 max_instructions: payment.version.max_instructions(),
                 max_compute_units: network.chain.settings.max_compute_units,
                 max_micro_lamports_per_compute_unit: MAX_MICRO_LAMPORTS_PER_COMPUTE_UNIT,
+                max_priority_fee_lamports: network.chain.settings.max_priority_fee_lamports,
             },
         };
-        svm::check(&payment.transaction, &requirements).map_err(Failure::Rule)
+        let transfer = svm::check(&payment.transaction, &requirements).map_err(Failure::Rule)?;
+        if self.deny_list.contains(&transfer.authority) {
+            return Err(Failure::DenyListed(Party::Payer));
+        }
+        if self.deny_list.contains(&payment.pay_to) {
+            return Err(Failure::DenyListed(Party::Payee));
+        }
+        Ok(transfer)
+    }
+
+    /// Who the cluster says the accounts belong to: the source's owner may be deny-listed
+    /// when a delegate authorises the transfer, and a destination whose owner is the payer's
+    /// (its owner reassigned away from `payTo`) makes the payment a self-payment.
+    fn judge_parties(&self, transfer: &Transfer, state: &PaymentState) -> Result<(), Failure> {
+        let source_owner = state.source.map(|s| s.owner);
+        if source_owner.is_some_and(|owner| self.deny_list.contains(&owner)) {
+            return Err(Failure::DenyListed(Party::Payer));
+        }
+        let payee = state.destination.map(|d| d.owner);
+        if payee.is_some_and(|payee| payee == transfer.authority || Some(payee) == source_owner) {
+            return Err(Failure::Rule(Refusal::SelfPayment));
+        }
+        Ok(())
     }
 }
 
@@ -238,6 +334,9 @@ fn judge(transfer: &Transfer, state: &PaymentState, exposed: u64) -> Result<u64,
     };
     if state.destination.is_none() {
         return Err(Failure::RecipientMissing);
+    }
+    if let Some(refusal) = state.mint_refusal {
+        return Err(Failure::Mint(refusal));
     }
     if source.amount < transfer.amount {
         return Err(Failure::InsufficientFunds {
@@ -295,6 +394,7 @@ mod tests {
         PaymentState {
             source: Some(account(t.authority)),
             destination: Some(account(Pubkey::new_unique())),
+            mint_refusal: None,
             simulation_error: None,
         }
     }
@@ -315,6 +415,35 @@ mod tests {
         let mut s = state(&t, 100);
         s.simulation_error = Some("{\"InstructionError\":[2,\"Custom\"]}".into());
         assert!(matches!(judge(&t, &s, 0), Err(Failure::Simulation(_))));
+    }
+
+    #[test]
+    fn the_cluster_names_a_deny_listed_owner_and_a_payee_account_of_the_payers_own() {
+        let t = transfer(100);
+        let fee_payers = FeePayers::new(vec![svm::Keypair::new()]).unwrap();
+        let owner = Pubkey::new_unique();
+        let svm = SvmExact::new(Vec::new(), fee_payers).deny(HashSet::from([owner]));
+        let mut s = state(&t, 100);
+        assert_eq!(svm.judge_parties(&t, &s), Ok(()));
+        // A delegate authorises the transfer from a deny-listed owner's account.
+        s.source.as_mut().unwrap().owner = owner;
+        assert_eq!(
+            svm.judge_parties(&t, &s),
+            Err(Failure::DenyListed(Party::Payer))
+        );
+        // The payee's account belongs to the authority, or to the source's owner.
+        for payee in [t.authority, Pubkey::new_unique()] {
+            let mut s = state(&t, 100);
+            s.source.as_mut().unwrap().owner = payee;
+            s.destination.as_mut().unwrap().owner = payee;
+            assert_eq!(
+                svm.judge_parties(&t, &s),
+                Err(Failure::Rule(Refusal::SelfPayment))
+            );
+        }
+        let mut s = state(&t, 100);
+        s.mint_refusal = Some(MintRefusal::Pausable);
+        assert_eq!(judge(&t, &s, 0), Err(Failure::Mint(MintRefusal::Pausable)));
     }
 
     #[test]
