@@ -28,6 +28,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use super::identity::{Checked, Identity, IdentityState};
 use super::merge::{Merge, Part, Plan};
 use super::traffic::{Budget, Budgets, Overloaded, Traffic};
 use crate::config::Endpoint;
@@ -250,6 +251,8 @@ struct Upstream {
     consecutive_failures: AtomicU32,
     /// Milliseconds since `ChainClient::epoch` until which this URL is skipped.
     cooling_until_ms: AtomicU64,
+    /// Whether it serves the chain's [`Identity`], once asked.
+    identity: IdentityState,
 }
 
 /// Counters the operator sees on /metrics, kept per URL.
@@ -277,6 +280,8 @@ pub struct ChainClient {
     budgets: Budgets,
     /// This client, for the task that sends the queue.
     me: Weak<ChainClient>,
+    /// What each URL must answer before it is used, if anything.
+    identity: Option<Identity>,
 }
 
 type Answers = Result<Vec<CallResult>, Unreachable>;
@@ -296,6 +301,17 @@ impl ChainClient {
     /// `limits.max_in_flight` bounds the requests to each URL at once (the two pools share it):
     /// under load they queue, so a saturated node slows answers down instead of timing them out.
     pub fn new(name: &str, urls: &[Endpoint], limits: ClientLimits) -> Result<Arc<Self>, String> {
+        Self::with_identity(name, urls, limits, None)
+    }
+
+    /// As [`Self::new`], each URL asked for `identity` before its first use and never used
+    /// when it answers another.
+    pub fn with_identity(
+        name: &str,
+        urls: &[Endpoint],
+        limits: ClientLimits,
+        identity: Option<Identity>,
+    ) -> Result<Arc<Self>, String> {
         let mut upstreams = Vec::with_capacity(urls.len());
         for (index, url) in urls.iter().enumerate() {
             let upstream = format!("{name}#{index}");
@@ -315,6 +331,7 @@ impl ChainClient {
                 name: upstream,
                 consecutive_failures: AtomicU32::new(0),
                 cooling_until_ms: AtomicU64::new(0),
+                identity: IdentityState::default(),
             });
         }
         let stats = urls
@@ -332,6 +349,7 @@ impl ChainClient {
             queue: Mutex::new(Vec::new()),
             budgets: Budgets::new(limits.max_caller_reads),
             me: me.clone(),
+            identity,
         }))
     }
 
@@ -568,24 +586,34 @@ impl ChainClient {
 
     /// Tries each URL that is not cooling down, in order; the first answer wins. When every URL
     /// is cooling down they are all tried anyway: a chain is never given up without asking.
-    /// The answer comes with the index of the upstream that gave it.
+    /// A URL on another chain (see [`Identity`]) is never tried. The answer comes with the
+    /// index of the upstream that gave it.
     async fn with_failover<'a, F, Fut, T>(&'a self, attempt: F) -> Result<(T, usize), Unreachable>
     where
         F: Fn(&'a Upstream) -> Fut,
         Fut: std::future::Future<Output = Result<T, ClientError>>,
     {
         let now = self.now_ms();
+        let ours = |&i: &usize| !self.upstreams[i].identity.foreign();
         let mut order: Vec<usize> = (0..self.upstreams.len())
+            .filter(ours)
             .filter(|&i| self.upstreams[i].cooling_until_ms.load(Ordering::Relaxed) <= now)
             .collect();
         if order.is_empty() {
-            order = (0..self.upstreams.len()).collect();
+            order = (0..self.upstreams.len()).filter(ours).collect();
         }
-        let mut last_error = String::from("no upstream URL");
+        let mut last_error = String::from("no upstream URL on the configured chain");
         for i in order {
             let upstream = &self.upstreams[i];
             self.stats[i].0.fetch_add(1, Ordering::Relaxed);
-            let mut answer = attempt(upstream).await;
+            let mut answer = match self.identify(upstream).await {
+                Ok(Checked::Confirmed) => attempt(upstream).await,
+                Ok(Checked::Foreign(_)) => {
+                    last_error = format!("{}: on another chain", upstream.name);
+                    continue;
+                }
+                Err(error) => Err(error),
+            };
             if answer.as_ref().is_err_and(closed_before_answering) {
                 // A pooled connection the node (or a balancer before it) had just closed: the
                 // same URL again, on a new connection. Every call routerd makes may be repeated
@@ -598,26 +626,80 @@ impl ChainClient {
                     self.last_success.store(self.now_ms(), Ordering::Relaxed);
                     return Ok((value, i));
                 }
-                Err(error) => {
-                    self.stats[i].1.fetch_add(1, Ordering::Relaxed);
-                    let failures = upstream
-                        .consecutive_failures
-                        .fetch_add(1, Ordering::Relaxed)
-                        + 1;
-                    if failures >= FAILURES_BEFORE_COOL_DOWN {
-                        let until = self.now_ms() + COOL_DOWN.as_millis() as u64;
-                        upstream.cooling_until_ms.store(until, Ordering::Relaxed);
-                    }
-                    let error = short_error(&error, &upstream.url);
-                    tracing::debug!(chain = %self.name, upstream = %upstream.name, %error, "upstream request failed");
-                    last_error = format!("{}: {error}", upstream.name);
-                }
+                Err(error) => last_error = self.failed(i, &error),
             }
         }
         Err(Unreachable {
             chain: self.name.clone(),
             detail: last_error,
         })
+    }
+
+    /// Counts a failed request of upstream `i` (cooling it down after a few in a row); answers
+    /// what to say of it, by its name only.
+    fn failed(&self, i: usize, error: &ClientError) -> String {
+        let upstream = &self.upstreams[i];
+        self.stats[i].1.fetch_add(1, Ordering::Relaxed);
+        let failures = upstream
+            .consecutive_failures
+            .fetch_add(1, Ordering::Relaxed)
+            + 1;
+        if failures >= FAILURES_BEFORE_COOL_DOWN {
+            let until = self.now_ms() + COOL_DOWN.as_millis() as u64;
+            upstream.cooling_until_ms.store(until, Ordering::Relaxed);
+        }
+        let error = short_error(error, &upstream.url);
+        tracing::debug!(chain = %self.name, upstream = %upstream.name, %error, "upstream request failed");
+        format!("{}: {error}", upstream.name)
+    }
+
+    /// Whether `upstream` serves this chain, asking it first if nobody has (over the engine's
+    /// own connections: a check happens once per URL). A URL found on another chain is logged
+    /// by its name, never its URL.
+    async fn identify(&self, upstream: &Upstream) -> Result<Checked, ClientError> {
+        let Some(identity) = &self.identity else {
+            return Ok(Checked::Confirmed);
+        };
+        let ask = || async {
+            let none: Vec<Value> = Vec::new();
+            let params = Params {
+                values: &none,
+                raw: None,
+            };
+            upstream.own.request::<Value, _>(identity.method, params).await
+        };
+        let checked = upstream.identity.check(identity, ask).await?;
+        if let Checked::Foreign(found) = &checked {
+            if !found.is_empty() {
+                tracing::error!(chain = %self.name, upstream = %upstream.name, found = %found, expected = %identity.expected, method = identity.method, "an RPC URL is on another chain: it is never used");
+            }
+        }
+        Ok(checked)
+    }
+
+    /// Asks every URL for the chain's identity now (at start). Answers each URL that is on
+    /// another chain with what it answered (by name), or the error when no URL answered.
+    pub async fn check_identities(&self) -> Result<Vec<(String, String)>, Unreachable> {
+        let checks = self.upstreams.iter().map(|u| self.identify(u));
+        let (mut foreign, mut answered) = (Vec::new(), false);
+        let mut last_error = String::from("no upstream URL");
+        for (i, checked) in futures::future::join_all(checks).await.into_iter().enumerate() {
+            match checked {
+                Ok(Checked::Confirmed) => answered = true,
+                Ok(Checked::Foreign(found)) => {
+                    foreign.push((self.upstreams[i].name.clone(), found));
+                    answered = true;
+                }
+                Err(error) => last_error = self.failed(i, &error),
+            }
+        }
+        if !answered {
+            return Err(Unreachable {
+                chain: self.name.clone(),
+                detail: last_error,
+            });
+        }
+        Ok(foreign)
     }
 
     /// The span of one request to this chain's nodes, inside the request or settlement it

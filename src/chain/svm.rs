@@ -3,8 +3,12 @@
 //! answers read into typed values here once. What a payment transaction means is `svm`'s.
 //!
 //! Verify asks one batch (`getMultipleAccounts` and `simulateTransaction`): one upstream request
-//! per verify, as on EVM. Settle sends with `sendTransaction` and follows the signature with one
-//! batch per poll (`getBlockHeight` then `getSignatureStatuses`).
+//! per verify, as on EVM. Settle reads again at `processed` right before it sends (the same
+//! batch as its `getLatestBlockhash`), sends with `sendTransaction`, follows the signature with
+//! one batch per poll (`getBlockHeight` then `getSignatureStatuses`), and once a status says it
+//! reached the commitment, decides on the transaction's own record (`getTransaction`).
+
+mod record;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -15,15 +19,17 @@ use base64::Engine;
 use serde_json::{json, Value};
 
 use super::client::{Call, ChainClient, ClientLimits, RpcError, Unreachable};
+use super::identity::Identity;
 use super::traffic::Traffic;
 use crate::config::SolanaChainSettings;
 use crate::svm::Pubkey;
+pub use record::TransactionRecord;
 
 /// Requests to one URL at once, and calls per coalesced request: a verify is two calls.
 const MAX_IN_FLIGHT: usize = 64;
 const MAX_BATCH_CALLS: usize = 64;
-/// Callers' reads in flight per kind, as an EVM chain's default `max_caller_reads`.
-const MAX_CALLER_READS: usize = 1024;
+/// How long a slot read for the status route serves every status asked meanwhile: about a slot.
+const SLOT_READ_FRESH: Duration = Duration::from_millis(400);
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum SolanaError {
@@ -47,6 +53,9 @@ pub struct SolanaChain {
     pub name: String,
     pub settings: SolanaChainSettings,
     client: Arc<ChainClient>,
+    /// The last slot read for the status route and when: one read serves every status asked
+    /// within a slot (`None` inside when that read failed).
+    slot_read: tokio::sync::Mutex<Option<(tokio::time::Instant, Option<u64>)>>,
 }
 
 /// An SPL Token (or Token-2022) account, as its first 72 bytes say: both programs share that
@@ -100,18 +109,28 @@ fn rank(level: &str) -> u8 {
 }
 
 impl SolanaChain {
-    pub fn new(name: &str, settings: &SolanaChainSettings) -> Result<Arc<Self>, String> {
+    /// Each URL is used only once it answered `genesis_hash` (`getGenesisHash`), the cluster's.
+    pub fn new(
+        name: &str,
+        settings: &SolanaChainSettings,
+        genesis_hash: &str,
+    ) -> Result<Arc<Self>, String> {
         let limits = ClientLimits {
             timeout: Duration::from_millis(settings.request_timeout_ms),
             max_in_flight: MAX_IN_FLIGHT,
             max_batch_calls: MAX_BATCH_CALLS,
-            max_caller_reads: MAX_CALLER_READS,
+            max_caller_reads: settings.max_caller_reads,
         };
-        let client = ChainClient::new(name, &settings.rpc_urls, limits)?;
+        let identity = Identity {
+            method: "getGenesisHash",
+            expected: genesis_hash.to_string(),
+        };
+        let client = ChainClient::with_identity(name, &settings.rpc_urls, limits, Some(identity))?;
         Ok(Arc::new(Self {
             name: name.to_string(),
             settings: settings.clone(),
             client,
+            slot_read: tokio::sync::Mutex::new(None),
         }))
     }
 
@@ -123,20 +142,11 @@ impl SolanaChain {
         self.settings.commitment.name()
     }
 
-    pub async fn genesis_hash(&self) -> Result<String, SolanaError> {
-        const METHOD: &str = "getGenesisHash";
-        let answer = self.client.call(Traffic::Own, METHOD, Vec::new()).await?;
-        let value = answer.map_err(|error| SolanaError::Rpc {
-            method: METHOD,
-            error,
-        })?;
-        value
-            .as_str()
-            .map(str::to_string)
-            .ok_or(SolanaError::Malformed {
-                method: METHOD,
-                what: "not a string",
-            })
+    /// Asks every URL for its genesis hash now (at start): the URLs on another cluster, by
+    /// name, with the hash each answered; an error when no URL answered. A URL that did not
+    /// answer is asked before its first use, on failover too.
+    pub async fn check_genesis(&self) -> Result<Vec<(String, String)>, SolanaError> {
+        Ok(self.client.check_identities().await?)
     }
 
     /// The accounts a payment moves funds between, and the simulation of the transaction as the
@@ -147,17 +157,7 @@ impl SolanaChain {
         destination: &Pubkey,
         wire: &str,
     ) -> Result<PaymentState, SolanaError> {
-        let config = json!({"encoding": "base64", "commitment": self.commitment()});
-        let addresses = json!([source.to_string(), destination.to_string()]);
-        // The fee payer's signature slot is still empty: only the payer's were checked, locally.
-        let simulate = json!({
-            "encoding": "base64", "sigVerify": false, "replaceRecentBlockhash": false,
-            "commitment": self.commitment(),
-        });
-        let calls = [
-            Call::new("getMultipleAccounts", vec![addresses, config]),
-            Call::new("simulateTransaction", vec![json!(wire), simulate]),
-        ];
+        let calls = payment_calls(source, destination, wire, self.commitment());
         let mut answers = self
             .client
             .batch(Traffic::Callers, &calls)
@@ -166,22 +166,37 @@ impl SolanaChain {
         let (Some(accounts), Some(simulation)) = (answers.next(), answers.next()) else {
             unreachable!("the client answers every call of a batch")
         };
-        let accounts = context_value("getMultipleAccounts", accounts)?;
-        let accounts = accounts.as_array().filter(|a| a.len() == 2).ok_or({
-            SolanaError::Malformed {
-                method: "getMultipleAccounts",
-                what: "not two accounts",
-            }
-        })?;
-        let simulation = context_value("simulateTransaction", simulation)?;
-        Ok(PaymentState {
-            source: token_account(&accounts[0]),
-            destination: token_account(&accounts[1]),
-            simulation_error: simulation
-                .get("err")
-                .filter(|err| !err.is_null())
-                .map(Value::to_string),
-        })
+        read_payment_state(accounts, simulation)
+    }
+
+    /// What settle reads right before it sends, in one request with its send preparation: the
+    /// accounts and the simulation of the fee payer's signed transaction (`wire`) at
+    /// `processed`, so that a source drained a slot ago is seen; and the latest blockhash's
+    /// `lastValidBlockHeight` at the commitment: no older blockhash (a payer's) stays valid longer.
+    pub async fn presend_state(
+        &self,
+        source: &Pubkey,
+        destination: &Pubkey,
+        wire: &str,
+    ) -> Result<(PaymentState, u64), SolanaError> {
+        let [accounts, simulate] = payment_calls(source, destination, wire, "processed");
+        let latest = Call::new(
+            "getLatestBlockhash",
+            vec![json!({"commitment": self.commitment()})],
+        );
+        let calls = [accounts, simulate, latest];
+        let mut answers = self
+            .client
+            .batch(Traffic::Callers, &calls)
+            .await?
+            .into_iter();
+        let (Some(accounts), Some(simulation), Some(latest)) =
+            (answers.next(), answers.next(), answers.next())
+        else {
+            unreachable!("the client answers every call of a batch")
+        };
+        let state = read_payment_state(accounts, simulation)?;
+        Ok((state, last_valid_height(latest)?))
     }
 
     /// The lamports each of `accounts` holds at the commitment, in one batch (`getBalance` each).
@@ -206,22 +221,25 @@ impl SolanaChain {
             .collect()
     }
 
-    /// `lastValidBlockHeight` of the cluster's latest blockhash at the commitment: no older
-    /// blockhash (a payer's) stays valid longer.
-    pub async fn last_valid_block_height(&self) -> Result<u64, SolanaError> {
-        const METHOD: &str = "getLatestBlockhash";
+    /// The cluster's slot, read at most once per slot time however many statuses ask: the
+    /// status route's confirmations cost no upstream request per request (access.md 3c). A
+    /// slot read before `at_least` (a transaction that landed since) is read again, once.
+    /// `None` when the cluster could not be read (also remembered for a slot time).
+    pub async fn recent_slot(&self, at_least: u64) -> Option<u64> {
+        let mut read = self.slot_read.lock().await;
+        if let Some((at, slot)) = *read {
+            if at.elapsed() < SLOT_READ_FRESH && slot.is_none_or(|slot| slot >= at_least) {
+                return slot;
+            }
+        }
         let config = json!({"commitment": self.commitment()});
         let answer = self
             .client
-            .call(Traffic::Callers, METHOD, vec![config])
-            .await?;
-        context_value(METHOD, answer)?
-            .get("lastValidBlockHeight")
-            .and_then(Value::as_u64)
-            .ok_or(SolanaError::Malformed {
-                method: METHOD,
-                what: "no lastValidBlockHeight",
-            })
+            .call(Traffic::Callers, "getSlot", vec![config])
+            .await;
+        let slot = answer.ok().and_then(Result::ok).and_then(|v| v.as_u64());
+        *read = Some((tokio::time::Instant::now(), slot));
+        slot
     }
 
     /// Sends a signed transaction (`wire`: base64) without preflight: verify simulated it.
@@ -279,6 +297,22 @@ impl SolanaChain {
         })
     }
 
+    /// The transaction `signature` (base58) as the cluster recorded it at the commitment, or
+    /// `None` while it has no record of it: what a settlement's outcome is decided on.
+    pub async fn transaction_record(
+        &self,
+        signature: &str,
+    ) -> Result<Option<TransactionRecord>, SolanaError> {
+        let config = json!({
+            "commitment": self.commitment(), "encoding": "json", "maxSupportedTransactionVersion": 0,
+        });
+        let answer = self
+            .client
+            .call(Traffic::Own, "getTransaction", vec![json!(signature), config])
+            .await?;
+        record::read(answer)
+    }
+
     fn signature_status(&self, status: &Value) -> Option<SignatureStatus> {
         let slot = status.get("slot")?.as_u64()?;
         let level = status
@@ -295,6 +329,57 @@ impl SolanaChain {
             confirmations: status.get("confirmations").and_then(Value::as_u64),
         })
     }
+}
+
+/// `getMultipleAccounts` of a payment's two token accounts and `simulateTransaction` of `wire`,
+/// both at `commitment`.
+fn payment_calls(source: &Pubkey, destination: &Pubkey, wire: &str, commitment: &str) -> [Call; 2] {
+    let config = json!({"encoding": "base64", "commitment": commitment});
+    let addresses = json!([source.to_string(), destination.to_string()]);
+    // Signatures were checked locally; the fee payer's slot may still be empty.
+    let simulate = json!({
+        "encoding": "base64", "sigVerify": false, "replaceRecentBlockhash": false,
+        "commitment": commitment,
+    });
+    [
+        Call::new("getMultipleAccounts", vec![addresses, config]),
+        Call::new("simulateTransaction", vec![json!(wire), simulate]),
+    ]
+}
+
+/// The answers to [`payment_calls`], read.
+fn read_payment_state(
+    accounts: Result<Value, RpcError>,
+    simulation: Result<Value, RpcError>,
+) -> Result<PaymentState, SolanaError> {
+    let accounts = context_value("getMultipleAccounts", accounts)?;
+    let accounts = accounts.as_array().filter(|a| a.len() == 2).ok_or({
+        SolanaError::Malformed {
+            method: "getMultipleAccounts",
+            what: "not two accounts",
+        }
+    })?;
+    let simulation = context_value("simulateTransaction", simulation)?;
+    Ok(PaymentState {
+        source: token_account(&accounts[0]),
+        destination: token_account(&accounts[1]),
+        simulation_error: simulation
+            .get("err")
+            .filter(|err| !err.is_null())
+            .map(Value::to_string),
+    })
+}
+
+/// `getLatestBlockhash`'s `lastValidBlockHeight`.
+fn last_valid_height(answer: Result<Value, RpcError>) -> Result<u64, SolanaError> {
+    const METHOD: &str = "getLatestBlockhash";
+    context_value(METHOD, answer)?
+        .get("lastValidBlockHeight")
+        .and_then(Value::as_u64)
+        .ok_or(SolanaError::Malformed {
+            method: METHOD,
+            what: "no lastValidBlockHeight",
+        })
 }
 
 /// `{context, value}`: the value, or why there is none.

@@ -213,6 +213,14 @@ fn transfer_checked(
     })
 }
 
+/// Where a checked payment's transfer takes from and pays to, as indexes into the message's
+/// accounts (instruction 2's first and third accounts): how the transaction's own record, which
+/// lists token balances by index, is read for it.
+pub fn transfer_indexes(tx: &PaymentTransaction) -> Option<(u8, u8)> {
+    let accounts = &tx.instructions().get(2)?.accounts;
+    Some((*accounts.first()?, *accounts.get(2)?))
+}
+
 fn only_memos_and_assertions(
     tx: &PaymentTransaction,
     optional: &[CompiledInstruction],

@@ -19,7 +19,8 @@
 //                and query it was asked on (unforwarded)
 //     'echo'     every call is answered with a JSON-RPC error whose message quotes the whole URL
 //                (unforwarded), as a provider's "rate limit exceeded for <url>" would
-//   `state.hits[fault]` counts the HTTP requests each fault changed.
+//   `state.hits[fault]` counts the HTTP requests each fault changed; `state.requests` counts HTTP
+//   requests, `state.calls` the JSON-RPC calls they carried and `state.methods` those per method.
 // WebSocket upgrades are recorded in `state.paths` and refused (HTTP 403).
 import { createServer } from 'node:http';
 import { keepLikeANode } from './bad-upstreams.mjs';
@@ -39,7 +40,7 @@ const DELAYS_ONLY = new Set(['stall', 'slow']);
  */
 export async function startNodeProxy({ target = null, stallMs = 2500, slowMs = 300 } = {}) {
   const state = {
-    target, fault: null, stallMs, slowMs, paths: new Set(), requests: 0, hits: Object.fromEntries([...FAULTS, 'slow', 'reject', 'echo'].map((f) => [f, 0])),
+    target, fault: null, stallMs, slowMs, paths: new Set(), requests: 0, calls: 0, methods: {}, hits: Object.fromEntries([...FAULTS, 'slow', 'reject', 'echo'].map((f) => [f, 0])),
   };
   let turn = 0; // which garbage (or short/long) comes next
   const timers = new Set();
@@ -47,6 +48,21 @@ export async function startNodeProxy({ target = null, stallMs = 2500, slowMs = 3
     const timer = setTimeout(() => { timers.delete(timer); resolve(); }, ms);
     timers.add(timer);
   });
+
+  /** `state.calls` counts JSON-RPC calls (each entry of a batch), `state.methods` them per method. */
+  const countCalls = (raw) => {
+    let body;
+    try {
+      body = JSON.parse(raw);
+    } catch {
+      return;
+    }
+    for (const call of [body].flat()) {
+      state.calls += 1;
+      const method = typeof call?.method === 'string' ? call.method : '?';
+      state.methods[method] = (state.methods[method] ?? 0) + 1;
+    }
+  };
 
   const forward = async (raw) => {
     const res = await fetch(state.target, { method: 'POST', headers: { 'content-type': 'application/json' }, body: raw });
@@ -115,6 +131,7 @@ export async function startNodeProxy({ target = null, stallMs = 2500, slowMs = 3
     req.on('end', async () => {
       state.requests += 1;
       const raw = Buffer.concat(chunks).toString('utf8');
+      countCalls(raw);
       if (state.fault === 'reject') {
         state.hits.reject += 1;
         res.writeHead(401, { 'content-type': 'application/json' });
