@@ -666,7 +666,10 @@ impl ChainClient {
                 values: &none,
                 raw: None,
             };
-            upstream.own.request::<Value, _>(identity.method, params).await
+            upstream
+                .own
+                .request::<Value, _>(identity.method, params)
+                .await
         };
         let checked = upstream.identity.check(identity, ask).await?;
         if let Checked::Foreign(found) = &checked {
@@ -683,7 +686,11 @@ impl ChainClient {
         let checks = self.upstreams.iter().map(|u| self.identify(u));
         let (mut foreign, mut answered) = (Vec::new(), false);
         let mut last_error = String::from("no upstream URL");
-        for (i, checked) in futures::future::join_all(checks).await.into_iter().enumerate() {
+        for (i, checked) in futures::future::join_all(checks)
+            .await
+            .into_iter()
+            .enumerate()
+        {
             match checked {
                 Ok(Checked::Confirmed) => answered = true,
                 Ok(Checked::Foreign(found)) => {

@@ -116,9 +116,19 @@ mod tests {
             asked.fetch_add(1, Ordering::Relaxed);
             Ok(json!("G"))
         };
-        assert_eq!(state.check(&identity(), up).await.unwrap(), Checked::Confirmed);
-        assert_eq!(state.check(&identity(), up).await.unwrap(), Checked::Confirmed);
-        assert_eq!(asked.load(Ordering::Relaxed), 2, "confirmed once, then known");
+        assert_eq!(
+            state.check(&identity(), up).await.unwrap(),
+            Checked::Confirmed
+        );
+        assert_eq!(
+            state.check(&identity(), up).await.unwrap(),
+            Checked::Confirmed
+        );
+        assert_eq!(
+            asked.load(Ordering::Relaxed),
+            2,
+            "confirmed once, then known"
+        );
         assert!(!state.foreign());
     }
 

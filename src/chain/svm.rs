@@ -308,7 +308,11 @@ impl SolanaChain {
         });
         let answer = self
             .client
-            .call(Traffic::Own, "getTransaction", vec![json!(signature), config])
+            .call(
+                Traffic::Own,
+                "getTransaction",
+                vec![json!(signature), config],
+            )
             .await?;
         record::read(answer)
     }

@@ -276,7 +276,9 @@ impl Facilitator {
         }
         let verified = {
             let chain = svm.network(payment.network).map(|n| n.chain.client());
-            let _read = chain.expect("lowered onto a served network").admit(Budget::Verify)?;
+            let _read = chain
+                .expect("lowered onto a served network")
+                .admit(Budget::Verify)?;
             match svm.verify(&self.ledger, &payment).await? {
                 Ok(verified) => verified,
                 Err(failure) => return Ok(Err(Refused::Svm(failure))),

@@ -36,7 +36,9 @@ impl TransactionRecord {
 }
 
 /// `getTransaction`'s answer: `None` when the node has no record of the signature.
-pub(super) fn read(answer: Result<Value, RpcError>) -> Result<Option<TransactionRecord>, SolanaError> {
+pub(super) fn read(
+    answer: Result<Value, RpcError>,
+) -> Result<Option<TransactionRecord>, SolanaError> {
     let answer = answer.map_err(|error| SolanaError::Rpc {
         method: METHOD,
         error,
@@ -112,7 +114,11 @@ mod tests {
         assert!(!record.moved(2, 1, 100), "the other way");
         assert!(!record.moved(1, 3, 100), "an account it did not touch");
         // A destination with no balance before held nothing.
-        let fresh = answer(Value::Null, vec![balance(1, 100)], vec![balance(1, 0), balance(2, 100)]);
+        let fresh = answer(
+            Value::Null,
+            vec![balance(1, 100)],
+            vec![balance(1, 0), balance(2, 100)],
+        );
         assert!(read(Ok(fresh)).unwrap().unwrap().moved(1, 2, 100));
         // Nothing moved: a payment to itself, or a transfer that took a fee on the way.
         let same = answer(Value::Null, vec![balance(1, 100)], vec![balance(1, 100)]);

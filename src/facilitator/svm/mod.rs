@@ -349,7 +349,11 @@ mod tests {
 
     #[test]
     fn confirmations_count_slots_above_until_rooted() {
-        assert_eq!(confirmations(10, 9), Some(0), "a slot read before it landed");
+        assert_eq!(
+            confirmations(10, 9),
+            Some(0),
+            "a slot read before it landed"
+        );
         assert_eq!(confirmations(10, 12), Some(2));
         assert_eq!(confirmations(10, 41), Some(31));
         assert_eq!(confirmations(10, 42), None);

@@ -435,7 +435,11 @@ enum Landing {
 /// What a status means, checked against the transaction's own record when it claims the
 /// commitment: one status answer (a node that says `confirmed` of a transaction that never
 /// landed) does not make a success, the record does (access.md 3c).
-async fn landing(chain: &SolanaChain, svm: &SvmSettlement, status: Option<SignatureStatus>) -> Landing {
+async fn landing(
+    chain: &SolanaChain,
+    svm: &SvmSettlement,
+    status: Option<SignatureStatus>,
+) -> Landing {
     match status {
         None => Landing::Unknown,
         Some(status) if !status.committed => Landing::Pending,
@@ -465,8 +469,7 @@ fn outcome_error(landed: &TransactionRecord, svm: &SvmSettlement) -> Option<Stri
     let indexes = PaymentTransaction::decode(&svm.transaction)
         .ok()
         .and_then(|tx| transfer_indexes(&tx));
-    let moved = indexes.is_some_and(|(source, destination)| {
-        landed.moved(source, destination, svm.amount)
-    });
+    let moved =
+        indexes.is_some_and(|(source, destination)| landed.moved(source, destination, svm.amount));
     (!moved).then(|| NOT_MOVED.to_string())
 }
