@@ -457,6 +457,9 @@ pub(crate) mod tests {
                 let transfer = check(&tx, &f.requirements(&[f.fee_payer.pubkey()], None)).unwrap();
                 assert_eq!(transfer.authority, f.payer.pubkey());
                 assert_eq!(transfer.source, f.source());
+                let (source, destination) = transfer_indexes(&tx).unwrap();
+                assert_eq!(tx.account(source), Some(&transfer.source));
+                assert_eq!(tx.account(destination), Some(&transfer.destination));
                 assert_eq!(
                     transfer.program.id(),
                     if program == TokenProgram::Token {

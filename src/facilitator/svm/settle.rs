@@ -235,17 +235,18 @@ pub(super) fn exposure_account(network: &str, transfer: &Transfer) -> Account {
 
 /// The revert cooldown of the payment's owner (access.md 3c): its transfer authority, on every
 /// token account and mint of the family. A cooldown stored by an earlier release under the source
-/// token account still refuses that account until it ends.
+/// token account still refuses that account until it ends (those are all loaded at start, so
+/// memory knows them: no second store read).
 pub async fn cooled_down(
     cooldown: &Cooldown,
     transfer: &Transfer,
 ) -> Result<Result<(), Failure>, StoreError> {
-    for key in [&transfer.authority, &transfer.source] {
-        if let Some(left) = cooldown.refuses_stored(account_address(key)).await? {
-            return Ok(Err(Failure::CooledDown { left }));
-        }
-    }
-    Ok(Ok(()))
+    let owner = cooldown.refuses_stored(account_address(&transfer.authority));
+    let left = match owner.await? {
+        Some(left) => Some(left),
+        None => cooldown.refuses(account_address(&transfer.source)),
+    };
+    Ok(left.map_or(Ok(()), |left| Err(Failure::CooledDown { left })))
 }
 
 /// The key a failed settlement cools down: its payer's (the transfer authority's), as
@@ -472,4 +473,45 @@ fn outcome_error(landed: &TransactionRecord, svm: &SvmSettlement) -> Option<Stri
     let moved =
         indexes.is_some_and(|(source, destination)| landed.moved(source, destination, svm.amount));
     (!moved).then(|| NOT_MOVED.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::svm::TokenProgram;
+
+    fn transfer(authority: Pubkey, source: Pubkey) -> Transfer {
+        Transfer {
+            program: TokenProgram::Token,
+            source,
+            mint: Pubkey::new_unique(),
+            destination: Pubkey::new_unique(),
+            authority,
+            amount: 1,
+            decimals: 6,
+        }
+    }
+
+    fn cooldown(name: &str) -> Cooldown {
+        let dir = crate::testing::temp_dir(&format!("svm-cooldown-{name}"));
+        let store: Storage = Arc::new(crate::store::sled::Store::open(&dir).unwrap());
+        Cooldown::new(Duration::from_secs(60), store)
+    }
+
+    /// A failed settlement refuses its owner from any token account; one stored by the
+    /// previous release under a source account still refuses that account.
+    #[tokio::test]
+    async fn a_cooldown_follows_the_owner_across_token_accounts() {
+        let cooldown = cooldown("owner");
+        let (owner, source) = (Pubkey::new_unique(), Pubkey::new_unique());
+        cooldown.impose(account_address(&owner)).await;
+        let fresh = transfer(owner, Pubkey::new_unique());
+        let refused = cooled_down(&cooldown, &fresh).await.unwrap();
+        assert!(matches!(refused, Err(Failure::CooledDown { .. })));
+        let stranger = transfer(Pubkey::new_unique(), source);
+        assert_eq!(cooled_down(&cooldown, &stranger).await.unwrap(), Ok(()));
+        cooldown.impose(account_address(&source)).await;
+        let refused = cooled_down(&cooldown, &stranger).await.unwrap();
+        assert!(matches!(refused, Err(Failure::CooledDown { .. })));
+    }
 }
