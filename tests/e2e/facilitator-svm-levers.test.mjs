@@ -290,7 +290,8 @@ it('an RPC URL on another cluster is never used, also when failover first reache
     await second.up();
     const feePayerBefore = await lamports(feePayer.address);
     const refused = await post('/settle', body, failover.url);
-    assert.notEqual(refused.body.success, true, JSON.stringify(refused.body));
+    assert.deepEqual({ status: refused.status, error: refused.body.error }, { status: 400, error: 502 }, JSON.stringify(refused.body));
+    assert.match(refused.body.message, /solana-devnet#1: on another chain/);
     const asked = Object.keys(second.state.methods);
     assert.deepEqual(asked, ['getGenesisHash'], `the other cluster was asked only for its genesis hash: ${JSON.stringify(second.state.methods)}`);
     await post('/verify', body, failover.url);
