@@ -53,9 +53,40 @@ pub struct SolanaChain {
     pub name: String,
     pub settings: SolanaChainSettings,
     client: Arc<ChainClient>,
-    /// The last slot read for the status route and when: one read serves every status asked
-    /// within a slot (`None` inside when that read failed).
-    slot_read: tokio::sync::Mutex<Option<(tokio::time::Instant, Option<u64>)>>,
+    /// The last slot read for the status route: one read serves every status asked within a
+    /// slot time.
+    slot_read: tokio::sync::Mutex<Option<SlotRead>>,
+}
+
+/// A slot read for the status route.
+#[derive(Debug, Clone, Copy)]
+struct SlotRead {
+    at: tokio::time::Instant,
+    /// `None` when the read failed.
+    slot: Option<u64>,
+    /// Read again within the slot time for a transaction that landed after the last read.
+    again: bool,
+}
+
+/// Whether a slot read serves a status.
+#[derive(Debug, PartialEq, Eq)]
+enum Serves {
+    Yes(Option<u64>),
+    /// Fresh, but older than the transaction asked about: read once more.
+    ReadAgain,
+    Stale,
+}
+
+impl SlotRead {
+    fn serves(&self, at_least: u64) -> Serves {
+        if self.at.elapsed() >= SLOT_READ_FRESH {
+            return Serves::Stale;
+        }
+        if self.again || self.slot.is_none_or(|slot| slot >= at_least) {
+            return Serves::Yes(self.slot);
+        }
+        Serves::ReadAgain
+    }
 }
 
 /// An SPL Token (or Token-2022) account, as its first 72 bytes say: both programs share that
@@ -223,26 +254,28 @@ impl SolanaChain {
 
     /// The cluster's slot, read at most once per slot time however many statuses ask: the
     /// status route's confirmations cost no upstream request per request (access.md 3c). A
-    /// slot read before `at_least` (a transaction that landed since) is read again, once.
-    /// `None` when the cluster could not be read (also remembered for a slot time).
+    /// slot read before `at_least` (a transaction that landed since) is read again, once per
+    /// slot time: at most two reads per slot time whatever the records say. `None` when the
+    /// cluster could not be read (also remembered for a slot time).
     pub async fn recent_slot(&self, at_least: u64) -> Option<u64> {
         let mut read = self.slot_read.lock().await;
-        if let Some((at, slot)) = *read {
-            if at.elapsed() < SLOT_READ_FRESH && slot.is_none_or(|slot| slot >= at_least) {
-                return slot;
-            }
-        }
+        let again = match read.map(|last| last.serves(at_least)) {
+            Some(Serves::Yes(slot)) => return slot,
+            Some(Serves::ReadAgain) => true,
+            Some(Serves::Stale) | None => false,
+        };
         let config = json!({"commitment": self.commitment()});
         let answer = self
             .client
             .call(Traffic::Callers, "getSlot", vec![config])
             .await;
         let slot = answer.ok().and_then(Result::ok).and_then(|v| v.as_u64());
-        *read = Some((tokio::time::Instant::now(), slot));
+        let at = tokio::time::Instant::now();
+        *read = Some(SlotRead { at, slot, again });
         slot
     }
 
-    /// Sends a signed transaction (`wire`: base64) without preflight: verify simulated it.
+    /// Sends a signed transaction (`wire`: base64) without preflight: settle simulated it.
     /// Sending it again is harmless: the cluster runs a signature once.
     pub async fn send_transaction(&self, wire: &str) -> Result<(), SolanaError> {
         const METHOD: &str = "sendTransaction";
@@ -450,6 +483,25 @@ mod tests {
         assert_eq!(token_account(&account(&program, &data[..70])), None);
         assert_eq!(token_account(&Value::Null), None);
         assert_eq!(owner(&account(&program, &[])), Some(program));
+    }
+
+    #[test]
+    fn a_slot_read_serves_a_slot_time_and_is_read_again_once_for_a_newer_landing() {
+        let now = tokio::time::Instant::now();
+        let read = |slot, again| SlotRead {
+            at: now,
+            slot,
+            again,
+        };
+        assert_eq!(read(Some(10), false).serves(10), Serves::Yes(Some(10)));
+        assert_eq!(read(Some(10), false).serves(11), Serves::ReadAgain);
+        assert_eq!(read(Some(10), true).serves(99), Serves::Yes(Some(10)));
+        assert_eq!(read(None, false).serves(99), Serves::Yes(None));
+        let old = SlotRead {
+            at: now - SLOT_READ_FRESH,
+            ..read(Some(10), false)
+        };
+        assert_eq!(old.serves(1), Serves::Stale);
     }
 
     #[test]
