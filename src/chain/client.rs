@@ -508,7 +508,7 @@ impl ChainClient {
     async fn send_one(&self, traffic: Traffic, calls: &[Call]) -> Answered {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         let _in_flight = InFlight(&self.in_flight);
-        self.with_failover(|upstream| async move {
+        self.with_failover(traffic, |upstream| async move {
             let mut batch = BatchRequestBuilder::new();
             for call in calls {
                 batch
@@ -564,7 +564,7 @@ impl ChainClient {
         params: Vec<Value>,
     ) -> Result<(CallResult, usize), Unreachable> {
         let params = &params;
-        self.with_failover(|upstream| async move {
+        self.with_failover(traffic, |upstream| async move {
             match upstream
                 .http(traffic)
                 .request::<Value, _>(
@@ -588,7 +588,11 @@ impl ChainClient {
     /// is cooling down they are all tried anyway: a chain is never given up without asking.
     /// A URL on another chain (see [`Identity`]) is never tried. The answer comes with the
     /// index of the upstream that gave it.
-    async fn with_failover<'a, F, Fut, T>(&'a self, attempt: F) -> Result<(T, usize), Unreachable>
+    async fn with_failover<'a, F, Fut, T>(
+        &'a self,
+        traffic: Traffic,
+        attempt: F,
+    ) -> Result<(T, usize), Unreachable>
     where
         F: Fn(&'a Upstream) -> Fut,
         Fut: std::future::Future<Output = Result<T, ClientError>>,
@@ -606,7 +610,7 @@ impl ChainClient {
         for i in order {
             let upstream = &self.upstreams[i];
             self.stats[i].0.fetch_add(1, Ordering::Relaxed);
-            let mut answer = match self.identify(upstream).await {
+            let mut answer = match self.identify(upstream, traffic).await {
                 Ok(Checked::Confirmed) => attempt(upstream).await,
                 Ok(Checked::Foreign(_)) => {
                     last_error = format!("{}: on another chain", upstream.name);
@@ -653,10 +657,13 @@ impl ChainClient {
         format!("{}: {error}", upstream.name)
     }
 
-    /// Whether `upstream` serves this chain, asking it first if nobody has (over the engine's
-    /// own connections: a check happens once per URL). A URL found on another chain is logged
-    /// by its name, never its URL.
-    async fn identify(&self, upstream: &Upstream) -> Result<Checked, ClientError> {
+    /// Whether `upstream` serves this chain, asking it first (over `traffic`'s connections) if
+    /// nobody has. A URL found on another chain is logged by its name, never its URL.
+    async fn identify(
+        &self,
+        upstream: &Upstream,
+        traffic: Traffic,
+    ) -> Result<Checked, ClientError> {
         let Some(identity) = &self.identity else {
             return Ok(Checked::Confirmed);
         };
@@ -667,23 +674,28 @@ impl ChainClient {
                 raw: None,
             };
             upstream
-                .own
+                .http(traffic)
                 .request::<Value, _>(identity.method, params)
                 .await
         };
-        let checked = upstream.identity.check(identity, ask).await?;
-        if let Checked::Foreign(found) = &checked {
-            if !found.is_empty() {
+        Ok(match upstream.identity.check(identity, ask).await? {
+            // What a node answered may quote the URL it was asked on: scrubbed as its errors are.
+            Checked::Foreign(found) if !found.is_empty() => {
+                let found = scrubbed(&found, &upstream.url);
                 tracing::error!(chain = %self.name, upstream = %upstream.name, found = %found, expected = %identity.expected, method = identity.method, "an RPC URL is on another chain: it is never used");
+                Checked::Foreign(found)
             }
-        }
-        Ok(checked)
+            checked => checked,
+        })
     }
 
     /// Asks every URL for the chain's identity now (at start). Answers each URL that is on
     /// another chain with what it answered (by name), or the error when no URL answered.
     pub async fn check_identities(&self) -> Result<Vec<(String, String)>, Unreachable> {
-        let checks = self.upstreams.iter().map(|u| self.identify(u));
+        let checks = self
+            .upstreams
+            .iter()
+            .map(|u| self.identify(u, Traffic::Own));
         let (mut foreign, mut answered) = (Vec::new(), false);
         let mut last_error = String::from("no upstream URL");
         for (i, checked) in futures::future::join_all(checks)
