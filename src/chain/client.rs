@@ -10,6 +10,8 @@
 //! round trip, its parsing on both ends and its syscalls are paid once per moment instead of
 //! once per request.
 
+mod identity;
+
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -28,10 +30,11 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use super::identity::{Checked, Identity, IdentityState};
 use super::merge::{Merge, Part, Plan};
 use super::traffic::{Budget, Budgets, Overloaded, Traffic};
 use crate::config::Endpoint;
+use identity::IdentityState;
+pub use identity::{Checked, Identity};
 
 /// jsonrpsee's HTTP client without its default logger middleware: that layer serializes every
 /// request and answer to JSON a second time, for a `trace` line, even when tracing is off. At
@@ -655,70 +658,6 @@ impl ChainClient {
         let error = short_error(error, &upstream.url);
         tracing::debug!(chain = %self.name, upstream = %upstream.name, %error, "upstream request failed");
         format!("{}: {error}", upstream.name)
-    }
-
-    /// Whether `upstream` serves this chain, asking it first (over `traffic`'s connections) if
-    /// nobody has. A URL found on another chain is logged by its name, never its URL.
-    async fn identify(
-        &self,
-        upstream: &Upstream,
-        traffic: Traffic,
-    ) -> Result<Checked, ClientError> {
-        let Some(identity) = &self.identity else {
-            return Ok(Checked::Confirmed);
-        };
-        let ask = || async {
-            let none: Vec<Value> = Vec::new();
-            let params = Params {
-                values: &none,
-                raw: None,
-            };
-            upstream
-                .http(traffic)
-                .request::<Value, _>(identity.method, params)
-                .await
-        };
-        Ok(match upstream.identity.check(identity, ask).await? {
-            // What a node answered may quote the URL it was asked on: scrubbed as its errors are.
-            Checked::Foreign(found) if !found.is_empty() => {
-                let found = scrubbed(&found, &upstream.url);
-                tracing::error!(chain = %self.name, upstream = %upstream.name, found = %found, expected = %identity.expected, method = identity.method, "an RPC URL is on another chain: it is never used");
-                Checked::Foreign(found)
-            }
-            checked => checked,
-        })
-    }
-
-    /// Asks every URL for the chain's identity now (at start). Answers each URL that is on
-    /// another chain with what it answered (by name), or the error when no URL answered.
-    pub async fn check_identities(&self) -> Result<Vec<(String, String)>, Unreachable> {
-        let checks = self
-            .upstreams
-            .iter()
-            .map(|u| self.identify(u, Traffic::Own));
-        let (mut foreign, mut answered) = (Vec::new(), false);
-        let mut last_error = String::from("no upstream URL");
-        for (i, checked) in futures::future::join_all(checks)
-            .await
-            .into_iter()
-            .enumerate()
-        {
-            match checked {
-                Ok(Checked::Confirmed) => answered = true,
-                Ok(Checked::Foreign(found)) => {
-                    foreign.push((self.upstreams[i].name.clone(), found));
-                    answered = true;
-                }
-                Err(error) => last_error = self.failed(i, &error),
-            }
-        }
-        if !answered {
-            return Err(Unreachable {
-                chain: self.name.clone(),
-                detail: last_error,
-            });
-        }
-        Ok(foreign)
     }
 
     /// The span of one request to this chain's nodes, inside the request or settlement it

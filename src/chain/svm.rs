@@ -18,8 +18,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use serde_json::{json, Value};
 
-use super::client::{Call, ChainClient, ClientLimits, RpcError, Unreachable};
-use super::identity::Identity;
+use super::client::{Call, ChainClient, ClientLimits, Identity, RpcError, Unreachable};
 use super::traffic::Traffic;
 use crate::config::SolanaChainSettings;
 use crate::svm::Pubkey;

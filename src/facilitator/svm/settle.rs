@@ -93,22 +93,8 @@ impl SvmExact {
             Ok(ready) => ready,
             Err(failure) => return Ok(SvmSettled::Refused(failure.into())),
         };
-        let record = new_record(
-            &key,
-            &transfer,
-            asking,
-            SvmSettlement {
-                signature: signed.signature.to_string(),
-                transaction: signed.wire,
-                last_valid_block_height,
-                payer: transfer.authority.to_string(),
-                pay_to: payment.pay_to.to_string(),
-                mint: transfer.mint.to_string(),
-                amount: payment.amount,
-                error: None,
-            },
-            message_digest(payment),
-        );
+        let svm = svm_settlement(payment, &transfer, signed, last_valid_block_height);
+        let record = new_record(&key, &transfer, asking, svm, message_digest(payment));
         // The source's settlements under way and this one stay within what it holds now.
         let limits = Limits::balance(U256::from(balance));
         match ledger.claim(&key, &record, None, &limits).await? {
@@ -282,6 +268,26 @@ fn record_signature(record: &Record) -> String {
         .as_ref()
         .map(|s| s.signature.clone())
         .unwrap_or_default()
+}
+
+/// What a claim stores of a Solana payment: the signed transaction, its blockhash bound and what
+/// it pays.
+fn svm_settlement(
+    payment: &Payment,
+    transfer: &Transfer,
+    signed: SignedTransaction,
+    last_valid_block_height: u64,
+) -> SvmSettlement {
+    SvmSettlement {
+        signature: signed.signature.to_string(),
+        transaction: signed.wire,
+        last_valid_block_height,
+        payer: transfer.authority.to_string(),
+        pay_to: payment.pay_to.to_string(),
+        mint: transfer.mint.to_string(),
+        amount: payment.amount,
+        error: None,
+    }
 }
 
 fn new_record(

@@ -5,8 +5,11 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use jsonrpsee::core::client::Error as ClientError;
+use jsonrpsee::core::client::{ClientT, Error as ClientError};
 use serde_json::Value;
+
+use super::{scrubbed, ChainClient, Params, Unreachable, Upstream};
+use crate::chain::Traffic;
 
 /// What every URL of a chain must answer before it is used.
 #[derive(Debug, Clone)]
@@ -87,6 +90,72 @@ fn judge(identity: &Identity, found: &Value) -> Checked {
         Some(found) if found == identity.expected => Checked::Confirmed,
         Some(found) => Checked::Foreign(found.chars().take(88).collect()),
         None => Checked::Foreign("an answer that is not a string".to_string()),
+    }
+}
+
+impl ChainClient {
+    /// Whether `upstream` serves this chain, asking it first (over `traffic`'s connections) if
+    /// nobody has. A URL found on another chain is logged by its name, never its URL.
+    pub(super) async fn identify(
+        &self,
+        upstream: &Upstream,
+        traffic: Traffic,
+    ) -> Result<Checked, ClientError> {
+        let Some(identity) = &self.identity else {
+            return Ok(Checked::Confirmed);
+        };
+        let ask = || async {
+            let none: Vec<Value> = Vec::new();
+            let params = Params {
+                values: &none,
+                raw: None,
+            };
+            upstream
+                .http(traffic)
+                .request::<Value, _>(identity.method, params)
+                .await
+        };
+        Ok(match upstream.identity.check(identity, ask).await? {
+            // What a node answered may quote the URL it was asked on: scrubbed as its errors are.
+            Checked::Foreign(found) if !found.is_empty() => {
+                let found = scrubbed(&found, &upstream.url);
+                tracing::error!(chain = %self.name, upstream = %upstream.name, found = %found, expected = %identity.expected, method = identity.method, "an RPC URL is on another chain: it is never used");
+                Checked::Foreign(found)
+            }
+            checked => checked,
+        })
+    }
+
+    /// Asks every URL for the chain's identity now (at start). Answers each URL that is on
+    /// another chain with what it answered (by name), or the error when no URL answered.
+    pub async fn check_identities(&self) -> Result<Vec<(String, String)>, Unreachable> {
+        let checks = self
+            .upstreams
+            .iter()
+            .map(|u| self.identify(u, Traffic::Own));
+        let (mut foreign, mut answered) = (Vec::new(), false);
+        let mut last_error = String::from("no upstream URL");
+        for (i, checked) in futures::future::join_all(checks)
+            .await
+            .into_iter()
+            .enumerate()
+        {
+            match checked {
+                Ok(Checked::Confirmed) => answered = true,
+                Ok(Checked::Foreign(found)) => {
+                    foreign.push((self.upstreams[i].name.clone(), found));
+                    answered = true;
+                }
+                Err(error) => last_error = self.failed(i, &error),
+            }
+        }
+        if !answered {
+            return Err(Unreachable {
+                chain: self.name.clone(),
+                detail: last_error,
+            });
+        }
+        Ok(foreign)
     }
 }
 
