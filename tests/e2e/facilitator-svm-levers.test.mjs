@@ -159,6 +159,7 @@ it('a settlement that fails on chain cools its owner down on a fresh token accou
   assert.deepEqual({ success: failed.body.success, errorReason: failed.body.errorReason }, { success: false, errorReason: 'transaction_failed' },
     JSON.stringify(failed.body));
   const paid = feePayerBefore - await lamports(feePayer.address);
+  console.log(`a settlement failed on chain: ${paid} lamports paid by the fee payer`);
   assert.ok(paid > 0n && paid <= MAX_FEE, `the one failed settlement cost ${paid} lamports`);
   // The same owner from its token account of the other configured mint: refused at verify and
   // settle, nothing sent.
