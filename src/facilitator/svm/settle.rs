@@ -400,6 +400,7 @@ async fn follow(
                     record.landed(slot, error, unix_now());
                     ledger.save(&[&record], true).await?;
                     if failed {
+                        tracing::warn!(chain = %chain.name, signature = %svm.signature, payer = %svm.payer, "a Solana settlement failed on chain: its payer (the transfer's authority) is cooled down");
                         cooldown.impose(owner_key(&record, &svm)).await;
                     }
                     return Ok(Some(record));
