@@ -10,6 +10,8 @@
 //! round trip, its parsing on both ends and its syscalls are paid once per moment instead of
 //! once per request.
 
+mod identity;
+
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -32,6 +34,8 @@ use super::answer_bound::{self, CountAnswers, CountAnswersLayer};
 use super::merge::{Merge, Part, Plan};
 use super::traffic::{Budget, Budgets, Overloaded, Traffic};
 use crate::config::Endpoint;
+use identity::IdentityState;
+pub use identity::{Checked, Identity};
 
 /// jsonrpsee's HTTP client without its default logger middleware: that layer serializes every
 /// request and answer to JSON a second time, for a `trace` line, even when tracing is off. At
@@ -252,6 +256,8 @@ struct Upstream {
     consecutive_failures: AtomicU32,
     /// Milliseconds since `ChainClient::epoch` until which this URL is skipped.
     cooling_until_ms: AtomicU64,
+    /// Whether it serves the chain's [`Identity`], once asked.
+    identity: IdentityState,
 }
 
 /// Counters the operator sees on /metrics, kept per URL.
@@ -279,6 +285,8 @@ pub struct ChainClient {
     budgets: Budgets,
     /// This client, for the task that sends the queue.
     me: Weak<ChainClient>,
+    /// What each URL must answer before it is used, if anything.
+    identity: Option<Identity>,
 }
 
 type Answers = Result<Vec<CallResult>, Unreachable>;
@@ -298,6 +306,17 @@ impl ChainClient {
     /// `limits.max_in_flight` bounds the requests to each URL at once (the two pools share it):
     /// under load they queue, so a saturated node slows answers down instead of timing them out.
     pub fn new(name: &str, urls: &[Endpoint], limits: ClientLimits) -> Result<Arc<Self>, String> {
+        Self::with_identity(name, urls, limits, None)
+    }
+
+    /// As [`Self::new`], each URL asked for `identity` before its first use and never used
+    /// when it answers another.
+    pub fn with_identity(
+        name: &str,
+        urls: &[Endpoint],
+        limits: ClientLimits,
+        identity: Option<Identity>,
+    ) -> Result<Arc<Self>, String> {
         let mut upstreams = Vec::with_capacity(urls.len());
         for (index, url) in urls.iter().enumerate() {
             let upstream = format!("{name}#{index}");
@@ -318,6 +337,7 @@ impl ChainClient {
                 name: upstream,
                 consecutive_failures: AtomicU32::new(0),
                 cooling_until_ms: AtomicU64::new(0),
+                identity: IdentityState::default(),
             });
         }
         let stats = urls
@@ -335,6 +355,7 @@ impl ChainClient {
             queue: Mutex::new(Vec::new()),
             budgets: Budgets::new(limits.max_caller_reads),
             me: me.clone(),
+            identity,
         }))
     }
 
@@ -493,7 +514,7 @@ impl ChainClient {
     async fn send_one(&self, traffic: Traffic, calls: &[Call]) -> Answered {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         let _in_flight = InFlight(&self.in_flight);
-        self.with_failover(|upstream| async move {
+        self.with_failover(traffic, |upstream| async move {
             let mut batch = BatchRequestBuilder::new();
             for call in calls {
                 batch
@@ -549,7 +570,7 @@ impl ChainClient {
         params: Vec<Value>,
     ) -> Result<(CallResult, usize), Unreachable> {
         let params = &params;
-        self.with_failover(|upstream| async move {
+        self.with_failover(traffic, |upstream| async move {
             match upstream
                 .http(traffic)
                 .request::<Value, _>(
@@ -571,24 +592,38 @@ impl ChainClient {
 
     /// Tries each URL that is not cooling down, in order; the first answer wins. When every URL
     /// is cooling down they are all tried anyway: a chain is never given up without asking.
-    /// The answer comes with the index of the upstream that gave it.
-    async fn with_failover<'a, F, Fut, T>(&'a self, attempt: F) -> Result<(T, usize), Unreachable>
+    /// A URL on another chain (see [`Identity`]) is never tried. The answer comes with the
+    /// index of the upstream that gave it.
+    async fn with_failover<'a, F, Fut, T>(
+        &'a self,
+        traffic: Traffic,
+        attempt: F,
+    ) -> Result<(T, usize), Unreachable>
     where
         F: Fn(&'a Upstream) -> Fut,
         Fut: std::future::Future<Output = Result<T, ClientError>>,
     {
         let now = self.now_ms();
+        let ours = |&i: &usize| !self.upstreams[i].identity.foreign();
         let mut order: Vec<usize> = (0..self.upstreams.len())
+            .filter(ours)
             .filter(|&i| self.upstreams[i].cooling_until_ms.load(Ordering::Relaxed) <= now)
             .collect();
         if order.is_empty() {
-            order = (0..self.upstreams.len()).collect();
+            order = (0..self.upstreams.len()).filter(ours).collect();
         }
-        let mut last_error = String::from("no upstream URL");
+        let mut last_error = String::from("no upstream URL on the configured chain");
         for i in order {
             let upstream = &self.upstreams[i];
             self.stats[i].0.fetch_add(1, Ordering::Relaxed);
-            let mut answer = attempt(upstream).await;
+            let mut answer = match self.identify(upstream, traffic).await {
+                Ok(Checked::Confirmed) => attempt(upstream).await,
+                Ok(Checked::Foreign(_)) => {
+                    last_error = format!("{}: on another chain", upstream.name);
+                    continue;
+                }
+                Err(error) => Err(error),
+            };
             if answer.is_err() && answer_bound::exceeded_here() {
                 // The caller's answer outgrew its bound: the node did nothing wrong, and no other
                 // URL is asked for more of it.
@@ -609,26 +644,31 @@ impl ChainClient {
                     self.last_success.store(self.now_ms(), Ordering::Relaxed);
                     return Ok((value, i));
                 }
-                Err(error) => {
-                    self.stats[i].1.fetch_add(1, Ordering::Relaxed);
-                    let failures = upstream
-                        .consecutive_failures
-                        .fetch_add(1, Ordering::Relaxed)
-                        + 1;
-                    if failures >= FAILURES_BEFORE_COOL_DOWN {
-                        let until = self.now_ms() + COOL_DOWN.as_millis() as u64;
-                        upstream.cooling_until_ms.store(until, Ordering::Relaxed);
-                    }
-                    let error = short_error(&error, &upstream.url);
-                    tracing::debug!(chain = %self.name, upstream = %upstream.name, %error, "upstream request failed");
-                    last_error = format!("{}: {error}", upstream.name);
-                }
+                Err(error) => last_error = self.failed(i, &error),
             }
         }
         Err(Unreachable {
             chain: self.name.clone(),
             detail: last_error,
         })
+    }
+
+    /// Counts a failed request of upstream `i` (cooling it down after a few in a row); answers
+    /// what to say of it, by its name only.
+    fn failed(&self, i: usize, error: &ClientError) -> String {
+        let upstream = &self.upstreams[i];
+        self.stats[i].1.fetch_add(1, Ordering::Relaxed);
+        let failures = upstream
+            .consecutive_failures
+            .fetch_add(1, Ordering::Relaxed)
+            + 1;
+        if failures >= FAILURES_BEFORE_COOL_DOWN {
+            let until = self.now_ms() + COOL_DOWN.as_millis() as u64;
+            upstream.cooling_until_ms.store(until, Ordering::Relaxed);
+        }
+        let error = short_error(error, &upstream.url);
+        tracing::debug!(chain = %self.name, upstream = %upstream.name, %error, "upstream request failed");
+        format!("{}: {error}", upstream.name)
     }
 
     /// The span of one request to this chain's nodes, inside the request or settlement it

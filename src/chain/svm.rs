@@ -3,8 +3,12 @@
 //! answers read into typed values here once. What a payment transaction means is `svm`'s.
 //!
 //! Verify asks one batch (`getMultipleAccounts` and `simulateTransaction`): one upstream request
-//! per verify, as on EVM. Settle sends with `sendTransaction` and follows the signature with one
-//! batch per poll (`getBlockHeight` then `getSignatureStatuses`).
+//! per verify, as on EVM. Settle reads again at `processed` right before it sends (the same
+//! batch as its `getLatestBlockhash`), sends with `sendTransaction`, follows the signature with
+//! one batch per poll (`getBlockHeight` then `getSignatureStatuses`), and once a status says it
+//! reached the commitment, decides on the transaction's own record (`getTransaction`).
+
+mod record;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -14,16 +18,17 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use serde_json::{json, Value};
 
-use super::client::{Call, ChainClient, ClientLimits, RpcError, Unreachable};
+use super::client::{Call, ChainClient, ClientLimits, Identity, RpcError, Unreachable};
 use super::traffic::Traffic;
 use crate::config::SolanaChainSettings;
 use crate::svm::{mint, MintRefusal, Pubkey};
+pub use record::TransactionRecord;
 
 /// Requests to one URL at once, and calls per coalesced request: a verify is two calls.
 const MAX_IN_FLIGHT: usize = 64;
 const MAX_BATCH_CALLS: usize = 64;
-/// Callers' reads in flight per kind, as an EVM chain's default `max_caller_reads`.
-const MAX_CALLER_READS: usize = 1024;
+/// How long a slot read for the status route serves every status asked meanwhile: about a slot.
+const SLOT_READ_FRESH: Duration = Duration::from_millis(400);
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum SolanaError {
@@ -47,6 +52,40 @@ pub struct SolanaChain {
     pub name: String,
     pub settings: SolanaChainSettings,
     client: Arc<ChainClient>,
+    /// The last slot read for the status route: one read serves every status asked within a
+    /// slot time.
+    slot_read: tokio::sync::Mutex<Option<SlotRead>>,
+}
+
+/// A slot read for the status route.
+#[derive(Debug, Clone, Copy)]
+struct SlotRead {
+    at: tokio::time::Instant,
+    /// `None` when the read failed.
+    slot: Option<u64>,
+    /// Read again within the slot time for a transaction that landed after the last read.
+    again: bool,
+}
+
+/// Whether a slot read serves a status.
+#[derive(Debug, PartialEq, Eq)]
+enum Serves {
+    Yes(Option<u64>),
+    /// Fresh, but older than the transaction asked about: read once more.
+    ReadAgain,
+    Stale,
+}
+
+impl SlotRead {
+    fn serves(&self, at_least: u64) -> Serves {
+        if self.at.elapsed() >= SLOT_READ_FRESH {
+            return Serves::Stale;
+        }
+        if self.again || self.slot.is_none_or(|slot| slot >= at_least) {
+            return Serves::Yes(self.slot);
+        }
+        Serves::ReadAgain
+    }
 }
 
 /// An SPL Token (or Token-2022) account, as its first 72 bytes say: both programs share that
@@ -103,18 +142,28 @@ fn rank(level: &str) -> u8 {
 }
 
 impl SolanaChain {
-    pub fn new(name: &str, settings: &SolanaChainSettings) -> Result<Arc<Self>, String> {
+    /// Each URL is used only once it answered `genesis_hash` (`getGenesisHash`), the cluster's.
+    pub fn new(
+        name: &str,
+        settings: &SolanaChainSettings,
+        genesis_hash: &str,
+    ) -> Result<Arc<Self>, String> {
         let limits = ClientLimits {
             timeout: Duration::from_millis(settings.request_timeout_ms),
             max_in_flight: MAX_IN_FLIGHT,
             max_batch_calls: MAX_BATCH_CALLS,
-            max_caller_reads: MAX_CALLER_READS,
+            max_caller_reads: settings.max_caller_reads,
         };
-        let client = ChainClient::new(name, &settings.rpc_urls, limits)?;
+        let identity = Identity {
+            method: "getGenesisHash",
+            expected: genesis_hash.to_string(),
+        };
+        let client = ChainClient::with_identity(name, &settings.rpc_urls, limits, Some(identity))?;
         Ok(Arc::new(Self {
             name: name.to_string(),
             settings: settings.clone(),
             client,
+            slot_read: tokio::sync::Mutex::new(None),
         }))
     }
 
@@ -126,20 +175,11 @@ impl SolanaChain {
         self.settings.commitment.name()
     }
 
-    pub async fn genesis_hash(&self) -> Result<String, SolanaError> {
-        const METHOD: &str = "getGenesisHash";
-        let answer = self.client.call(Traffic::Own, METHOD, Vec::new()).await?;
-        let value = answer.map_err(|error| SolanaError::Rpc {
-            method: METHOD,
-            error,
-        })?;
-        value
-            .as_str()
-            .map(str::to_string)
-            .ok_or(SolanaError::Malformed {
-                method: METHOD,
-                what: "not a string",
-            })
+    /// Asks every URL for its genesis hash now (at start): the URLs on another cluster, by
+    /// name, with the hash each answered; an error when no URL answered. A URL that did not
+    /// answer is asked before its first use, on failover too.
+    pub async fn check_genesis(&self) -> Result<Vec<(String, String)>, SolanaError> {
+        Ok(self.client.check_identities().await?)
     }
 
     /// The accounts a payment moves funds between, its mint, and the simulation of the
@@ -151,21 +191,7 @@ impl SolanaChain {
         mint: &Pubkey,
         wire: &str,
     ) -> Result<PaymentState, SolanaError> {
-        let config = json!({"encoding": "base64", "commitment": self.commitment()});
-        let addresses = json!([
-            source.to_string(),
-            destination.to_string(),
-            mint.to_string()
-        ]);
-        // The fee payer's signature slot is still empty: only the payer's were checked, locally.
-        let simulate = json!({
-            "encoding": "base64", "sigVerify": false, "replaceRecentBlockhash": false,
-            "commitment": self.commitment(),
-        });
-        let calls = [
-            Call::new("getMultipleAccounts", vec![addresses, config]),
-            Call::new("simulateTransaction", vec![json!(wire), simulate]),
-        ];
+        let calls = payment_calls(source, destination, mint, wire, self.commitment());
         let mut answers = self
             .client
             .batch(Traffic::Callers, &calls)
@@ -174,23 +200,38 @@ impl SolanaChain {
         let (Some(accounts), Some(simulation)) = (answers.next(), answers.next()) else {
             unreachable!("the client answers every call of a batch")
         };
-        let accounts = context_value("getMultipleAccounts", accounts)?;
-        let accounts = accounts.as_array().filter(|a| a.len() == 3).ok_or({
-            SolanaError::Malformed {
-                method: "getMultipleAccounts",
-                what: "not three accounts",
-            }
-        })?;
-        let simulation = context_value("simulateTransaction", simulation)?;
-        Ok(PaymentState {
-            source: token_account(&accounts[0]),
-            destination: token_account(&accounts[1]),
-            mint_refusal: mint_refusal(&accounts[2]),
-            simulation_error: simulation
-                .get("err")
-                .filter(|err| !err.is_null())
-                .map(Value::to_string),
-        })
+        read_payment_state(accounts, simulation)
+    }
+
+    /// What settle reads right before it sends, in one request with its send preparation: the
+    /// accounts and the simulation of the fee payer's signed transaction (`wire`) at
+    /// `processed`, so that a source drained a slot ago is seen; and the latest blockhash's
+    /// `lastValidBlockHeight` at the commitment: no older blockhash (a payer's) stays valid longer.
+    pub async fn presend_state(
+        &self,
+        source: &Pubkey,
+        destination: &Pubkey,
+        mint: &Pubkey,
+        wire: &str,
+    ) -> Result<(PaymentState, u64), SolanaError> {
+        let [accounts, simulate] = payment_calls(source, destination, mint, wire, "processed");
+        let latest = Call::new(
+            "getLatestBlockhash",
+            vec![json!({"commitment": self.commitment()})],
+        );
+        let calls = [accounts, simulate, latest];
+        let mut answers = self
+            .client
+            .batch(Traffic::Callers, &calls)
+            .await?
+            .into_iter();
+        let (Some(accounts), Some(simulation), Some(latest)) =
+            (answers.next(), answers.next(), answers.next())
+        else {
+            unreachable!("the client answers every call of a batch")
+        };
+        let state = read_payment_state(accounts, simulation)?;
+        Ok((state, last_valid_height(latest)?))
     }
 
     /// What each mint's extensions say (`crate::svm::mint`), in one `getMultipleAccounts`:
@@ -238,25 +279,30 @@ impl SolanaChain {
             .collect()
     }
 
-    /// `lastValidBlockHeight` of the cluster's latest blockhash at the commitment: no older
-    /// blockhash (a payer's) stays valid longer.
-    pub async fn last_valid_block_height(&self) -> Result<u64, SolanaError> {
-        const METHOD: &str = "getLatestBlockhash";
+    /// The cluster's slot, read at most once per slot time however many statuses ask: the
+    /// status route's confirmations cost no upstream request per request (access.md 3c). A
+    /// slot read before `at_least` (a transaction that landed since) is read again, once per
+    /// slot time: at most two reads per slot time whatever the records say. `None` when the
+    /// cluster could not be read (also remembered for a slot time).
+    pub async fn recent_slot(&self, at_least: u64) -> Option<u64> {
+        let mut read = self.slot_read.lock().await;
+        let again = match read.map(|last| last.serves(at_least)) {
+            Some(Serves::Yes(slot)) => return slot,
+            Some(Serves::ReadAgain) => true,
+            Some(Serves::Stale) | None => false,
+        };
         let config = json!({"commitment": self.commitment()});
         let answer = self
             .client
-            .call(Traffic::Callers, METHOD, vec![config])
-            .await?;
-        context_value(METHOD, answer)?
-            .get("lastValidBlockHeight")
-            .and_then(Value::as_u64)
-            .ok_or(SolanaError::Malformed {
-                method: METHOD,
-                what: "no lastValidBlockHeight",
-            })
+            .call(Traffic::Callers, "getSlot", vec![config])
+            .await;
+        let slot = answer.ok().and_then(Result::ok).and_then(|v| v.as_u64());
+        let at = tokio::time::Instant::now();
+        *read = Some(SlotRead { at, slot, again });
+        slot
     }
 
-    /// Sends a signed transaction (`wire`: base64) without preflight: verify simulated it.
+    /// Sends a signed transaction (`wire`: base64) without preflight: settle simulated it.
     /// Sending it again is harmless: the cluster runs a signature once.
     pub async fn send_transaction(&self, wire: &str) -> Result<(), SolanaError> {
         const METHOD: &str = "sendTransaction";
@@ -311,6 +357,26 @@ impl SolanaChain {
         })
     }
 
+    /// The transaction `signature` (base58) as the cluster recorded it at the commitment, or
+    /// `None` while it has no record of it: what a settlement's outcome is decided on.
+    pub async fn transaction_record(
+        &self,
+        signature: &str,
+    ) -> Result<Option<TransactionRecord>, SolanaError> {
+        let config = json!({
+            "commitment": self.commitment(), "encoding": "json", "maxSupportedTransactionVersion": 0,
+        });
+        let answer = self
+            .client
+            .call(
+                Traffic::Own,
+                "getTransaction",
+                vec![json!(signature), config],
+            )
+            .await?;
+        record::read(answer)
+    }
+
     fn signature_status(&self, status: &Value) -> Option<SignatureStatus> {
         let slot = status.get("slot")?.as_u64()?;
         let level = status
@@ -327,6 +393,68 @@ impl SolanaChain {
             confirmations: status.get("confirmations").and_then(Value::as_u64),
         })
     }
+}
+
+/// `getMultipleAccounts` of a payment's two token accounts and `simulateTransaction` of `wire`,
+/// both at `commitment`.
+fn payment_calls(
+    source: &Pubkey,
+    destination: &Pubkey,
+    mint: &Pubkey,
+    wire: &str,
+    commitment: &str,
+) -> [Call; 2] {
+    let config = json!({"encoding": "base64", "commitment": commitment});
+    let addresses = json!([
+        source.to_string(),
+        destination.to_string(),
+        mint.to_string()
+    ]);
+    // Signatures were checked locally; the fee payer's slot may still be empty.
+    let simulate = json!({
+        "encoding": "base64", "sigVerify": false, "replaceRecentBlockhash": false,
+        "commitment": commitment,
+    });
+    [
+        Call::new("getMultipleAccounts", vec![addresses, config]),
+        Call::new("simulateTransaction", vec![json!(wire), simulate]),
+    ]
+}
+
+/// The answers to [`payment_calls`], read.
+fn read_payment_state(
+    accounts: Result<Value, RpcError>,
+    simulation: Result<Value, RpcError>,
+) -> Result<PaymentState, SolanaError> {
+    let accounts = context_value("getMultipleAccounts", accounts)?;
+    let accounts = accounts.as_array().filter(|a| a.len() == 3).ok_or({
+        SolanaError::Malformed {
+            method: "getMultipleAccounts",
+            what: "not three accounts",
+        }
+    })?;
+    let simulation = context_value("simulateTransaction", simulation)?;
+    Ok(PaymentState {
+        source: token_account(&accounts[0]),
+        destination: token_account(&accounts[1]),
+        mint_refusal: mint_refusal(&accounts[2]),
+        simulation_error: simulation
+            .get("err")
+            .filter(|err| !err.is_null())
+            .map(Value::to_string),
+    })
+}
+
+/// `getLatestBlockhash`'s `lastValidBlockHeight`.
+fn last_valid_height(answer: Result<Value, RpcError>) -> Result<u64, SolanaError> {
+    const METHOD: &str = "getLatestBlockhash";
+    context_value(METHOD, answer)?
+        .get("lastValidBlockHeight")
+        .and_then(Value::as_u64)
+        .ok_or(SolanaError::Malformed {
+            method: METHOD,
+            what: "no lastValidBlockHeight",
+        })
 }
 
 /// `{context, value}`: the value, or why there is none.
@@ -409,6 +537,25 @@ mod tests {
         assert_eq!(token_account(&account(&program, &data[..70])), None);
         assert_eq!(token_account(&Value::Null), None);
         assert_eq!(owner(&account(&program, &[])), Some(program));
+    }
+
+    #[test]
+    fn a_slot_read_serves_a_slot_time_and_is_read_again_once_for_a_newer_landing() {
+        let now = tokio::time::Instant::now();
+        let read = |slot, again| SlotRead {
+            at: now,
+            slot,
+            again,
+        };
+        assert_eq!(read(Some(10), false).serves(10), Serves::Yes(Some(10)));
+        assert_eq!(read(Some(10), false).serves(11), Serves::ReadAgain);
+        assert_eq!(read(Some(10), true).serves(99), Serves::Yes(Some(10)));
+        assert_eq!(read(None, false).serves(99), Serves::Yes(None));
+        let old = SlotRead {
+            at: now - SLOT_READ_FRESH,
+            ..read(Some(10), false)
+        };
+        assert_eq!(old.serves(1), Serves::Stale);
     }
 
     #[test]

@@ -290,7 +290,7 @@ fn default_max_concurrent_requests() -> usize {
 }
 /// Room for a burst of a thousand honest settles arriving at once (each holds its place only
 /// while its checks read the chain), while a flood still meets a bound.
-fn default_max_caller_reads() -> usize {
+pub(super) fn default_max_caller_reads() -> usize {
     1024
 }
 fn default_max_batch_calls() -> usize {

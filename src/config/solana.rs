@@ -77,6 +77,10 @@ pub struct SolanaChainSettings {
     /// Bound on one upstream request to this cluster.
     #[serde(default = "default_request_timeout")]
     pub request_timeout_ms: u64,
+    /// Callers' reads in flight on this cluster, per kind (verify, settle), as on an EVM chain:
+    /// over it a caller is answered 503 at once (access.md 3b, 3c).
+    #[serde(default = "super::schema::default_max_caller_reads")]
+    pub max_caller_reads: usize,
     #[serde(default)]
     pub tokens: BTreeMap<String, SolanaTokenSettings>,
 }
@@ -157,6 +161,7 @@ impl SolanaChainSettings {
         for (field, value) in [
             ("settle_timeout_secs", self.settle_timeout_secs),
             ("request_timeout_ms", self.request_timeout_ms),
+            ("max_caller_reads", self.max_caller_reads as u64),
         ] {
             if value == 0 {
                 return Err(ConfigError::new(key(field), "must be at least 1"));
@@ -194,6 +199,7 @@ mod tests {
         let usdc = &chain.tokens["USDC"];
         assert_eq!((usdc.mint.as_str(), usdc.decimals), (DEVNET_USDC, 6));
         assert_eq!(chain.commitment, Commitment::Confirmed);
+        assert_eq!(chain.max_caller_reads, 1024);
         assert_eq!(
             (
                 chain.max_compute_units,
@@ -242,6 +248,10 @@ mod tests {
             (
                 "settle_timeout_secs = 0\n",
                 "chains.solana-devnet.settle_timeout_secs",
+            ),
+            (
+                "max_caller_reads = 0\n",
+                "chains.solana-devnet.max_caller_reads",
             ),
             (
                 "commitment = \"processed\"\n",

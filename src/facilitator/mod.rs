@@ -291,9 +291,15 @@ impl Facilitator {
             };
             return Ok(Err(Invalid::new(Reason::Payload, message).into()));
         }
-        let verified = match svm.verify(&self.ledger, &payment).await? {
-            Ok(verified) => verified,
-            Err(failure) => return Ok(Err(Refused::Svm(failure))),
+        let verified = {
+            let chain = svm.network(payment.network).map(|n| n.chain.client());
+            let _read = chain
+                .expect("lowered onto a served network")
+                .admit(Budget::Verify)?;
+            match svm.verify(&self.ledger, &payment).await? {
+                Ok(verified) => verified,
+                Err(failure) => return Ok(Err(Refused::Svm(failure))),
+            }
         };
         Ok(svm::cooled_down(&self.cooldown, &verified.transfer)
             .await?
@@ -526,6 +532,7 @@ impl Facilitator {
 
     /// What happened to one Solana payment, by its network (v1 name or CAIP-2) and its
     /// transaction's signature; `None` if routerd never settled it (or the network is not served).
+    /// Answered from the store: the follower keeps a pending record current.
     pub async fn svm_status(
         &self,
         network: &str,
@@ -543,11 +550,11 @@ impl Facilitator {
         let Some(mut status) = record.as_ref().and_then(protocol::svm::status_answer) else {
             return Ok(None);
         };
-        if status.slot.is_some() {
-            // Best effort: the stored answer stands when the cluster cannot be asked.
-            if let Ok(tracked) = network.chain.track(&status.signature).await {
-                status.confirmations = tracked.status.and_then(|s| s.confirmations);
-            }
+        if let Some(slot) = status.slot {
+            // One slot read per chain and slot, however many ask (access.md 3c); the stored
+            // answer stands when the cluster cannot be read.
+            let now = network.chain.recent_slot(slot).await;
+            status.confirmations = now.and_then(|now| svm::confirmations(slot, now));
         }
         Ok(Some(status))
     }

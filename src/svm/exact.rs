@@ -250,6 +250,14 @@ fn transfer_checked(
     })
 }
 
+/// Where a checked payment's transfer takes from and pays to, as indexes into the message's
+/// accounts (instruction 2's first and third accounts): how the transaction's own record, which
+/// lists token balances by index, is read for it.
+pub fn transfer_indexes(tx: &PaymentTransaction) -> Option<(u8, u8)> {
+    let accounts = &tx.instructions().get(2)?.accounts;
+    Some((*accounts.first()?, *accounts.get(2)?))
+}
+
 fn only_memos_and_assertions(
     tx: &PaymentTransaction,
     optional: &[CompiledInstruction],
@@ -493,6 +501,9 @@ pub(crate) mod tests {
                 let transfer = check(&tx, &f.requirements(&[f.fee_payer.pubkey()], None)).unwrap();
                 assert_eq!(transfer.authority, f.payer.pubkey());
                 assert_eq!(transfer.source, f.source());
+                let (source, destination) = transfer_indexes(&tx).unwrap();
+                assert_eq!(tx.account(source), Some(&transfer.source));
+                assert_eq!(tx.account(destination), Some(&transfer.destination));
                 assert_eq!(
                     transfer.program.id(),
                     if program == TokenProgram::Token {

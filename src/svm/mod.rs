@@ -10,7 +10,9 @@ mod programs;
 mod transaction;
 
 pub use ata::associated_token_address;
-pub use exact::{check, max_settlement_fee, Limits, Refusal, Requirements, Transfer};
+pub use exact::{
+    check, max_settlement_fee, transfer_indexes, Limits, Refusal, Requirements, Transfer,
+};
 pub use mint::MintRefusal;
 pub use programs::TokenProgram;
 pub use solana_keypair::Keypair;

@@ -313,3 +313,42 @@ test('slots advance on the timer, and the interval is a control', withLog(async 
   assert.equal(slotMs, 50);
   await node.setSlotInterval(100);
 }));
+
+test('getTransaction records a landed payment by its token balances; the faults lag confirmed reads and fake statuses', withLog(async () => {
+  const { payer, payee, payeeAccount } = await parties(usdc, 70_000n);
+  const tx = await coSigned(await clientPayment(payer, requirementsFor({ mint: usdc, payee, amount: 30_000n })));
+  const source = await associatedTokenAddress(payer.address, usdc);
+  const config = { commitment: 'confirmed', maxSupportedTransactionVersion: 0 };
+  await withPaused(async () => {
+    const signature = await node.rpc('sendTransaction', [getBase64EncodedWireTransaction(tx), { encoding: 'base64' }]);
+    await node.rpc('litesvm_setFaults', [{ lagConfirmed: true }]);
+    try {
+      await node.advanceSlots(1);
+      assert.equal(await node.rpc('getTransaction', [signature, config]), null, 'processed only: no record at confirmed');
+      const amount = async (commitment) => (await node.rpc('getTokenAccountBalance', [payeeAccount, { commitment }])).value.amount;
+      assert.deepEqual([await amount('processed'), await amount('confirmed')], ['30000', '0'], 'confirmed trails processed by a slot');
+      await node.advanceSlots(1);
+      assert.equal(await amount('confirmed'), '30000');
+    } finally {
+      await node.rpc('litesvm_setFaults', [{ lagConfirmed: false }]);
+    }
+    await assert.rejects(node.rpc('getTransaction', [signature, { commitment: 'confirmed' }]), (err) => err.code === -32015);
+    const record = await node.rpc('getTransaction', [signature, config]);
+    assert.equal(record.meta.err, null);
+    const keys = record.transaction.message.accountKeys;
+    const balance = (list, account) => list.find((b) => keys[b.accountIndex] === account)?.uiTokenAmount.amount;
+    assert.deepEqual([balance(record.meta.preTokenBalances, source), balance(record.meta.postTokenBalances, source)], ['70000', '40000']);
+    assert.deepEqual([balance(record.meta.preTokenBalances, payeeAccount), balance(record.meta.postTokenBalances, payeeAccount)], ['0', '30000']);
+    assert.equal(record.meta.fee, Number(record.meta.preBalances[0] - record.meta.postBalances[0]));
+  });
+  // A lying node: any unknown signature is confirmed, and what is sent never lands.
+  await node.rpc('litesvm_setFaults', [{ fakeConfirmed: true }]);
+  try {
+    const never = '1'.repeat(64);
+    assert.equal((await statusOf(never)).confirmationStatus, 'confirmed');
+    assert.equal(await node.rpc('getTransaction', [never, config]), null);
+  } finally {
+    await node.rpc('litesvm_setFaults', [{ fakeConfirmed: false }]);
+  }
+  assert.equal(await statusOf('1'.repeat(64)), null);
+}));

@@ -233,6 +233,25 @@ export function uiAmount(amount, decimals) {
   return { amount: amount.toString(), decimals, uiAmount: Number(text), uiAmountString: text };
 }
 
+/**
+ * The balances getTransaction reports of a transaction over `keys` (its static accounts, by
+ * index): lamports before and after, and token balances of the token accounts among them.
+ */
+function balancesOf(keys, before, after, decimalsOf) {
+  const tokens = (read) => keys.flatMap((k, accountIndex) => {
+    const a = read(k);
+    const parsed = a && parseTokenAccount(a.owner, a.data);
+    if (parsed?.parsed.type !== 'account') return [];
+    const { mint, owner, tokenAmount } = parsed.parsed.info;
+    return [{ accountIndex, mint, owner, programId: a.owner, uiTokenAmount: uiAmount(BigInt(tokenAmount.amount), decimalsOf(mint)) }];
+  });
+  const lamports = (read) => keys.map((k) => read(k)?.lamports ?? 0n);
+  return {
+    preBalances: lamports(before), postBalances: lamports(after),
+    preTokenBalances: tokens(before), postTokenBalances: tokens(after),
+  };
+}
+
 export class SvmChain {
   /**
    * @param {object} o
@@ -256,7 +275,9 @@ export class SvmChain {
     this.blockHeight = 0;
     this.blockhashes = new Map(); // blockhash -> block height it was produced at
     this.pending = []; // decoded transactions sent, executed at the next slot
-    this.statuses = new Map(); // signature -> {slot, err}
+    this.statuses = new Map(); // signature -> {slot, err, logs, unitsConsumed, record}
+    this.history = []; // [{slot, before: Map(address -> account | null)}]: what transactions overwrote, newest last
+    this.faults = { lagConfirmed: false, fakeConfirmed: false }; // see setFaults
     this.transactionCount = 0;
     this.paused = false;
     this.timer = null;
@@ -325,12 +346,17 @@ export class SvmChain {
       this.log(`slot ${this.slot}: dropped ${signature} (blockhash ${decoded.blockhash} expired or unknown)`);
       return;
     }
+    const keys = decoded.message.staticAccounts;
+    const before = new Map(keys.map((k) => [k, this.account(k)]));
     const result = this.run(decoded, { sigverify: true, simulate: false });
     if (result.err && !LANDS_WITH_ERROR(result.err)) {
       this.log(`slot ${this.slot}: dropped ${signature} (${JSON.stringify(result.err)})`);
       return;
     }
-    this.statuses.set(signature, { slot: this.slot, err: result.err, logs: result.logs, unitsConsumed: result.unitsConsumed });
+    this.history.push({ slot: this.slot, before });
+    if (this.history.length > 256) this.history.shift();
+    const record = { decoded, ...balancesOf(keys, (k) => before.get(k), (k) => this.account(k), (m) => this.decimalsOf(m)) };
+    this.statuses.set(signature, { slot: this.slot, err: result.err, logs: result.logs, unitsConsumed: result.unitsConsumed, record });
     this.transactionCount += 1;
     this.log(`slot ${this.slot}: landed ${signature}${result.err ? ` with error ${JSON.stringify(result.err)}` : ''}`);
   }
@@ -360,7 +386,21 @@ export class SvmChain {
    * replaceRecentBlockhash the transaction's own blockhash is not checked; otherwise an unknown or
    * expired one is err "BlockhashNotFound", as on a cluster.
    */
-  simulate(decoded, { sigVerify = false, replaceRecentBlockhash = false } = {}) {
+  simulate(decoded, { sigVerify = false, replaceRecentBlockhash = false, commitment } = {}) {
+    const lagged = this.lagged(commitment);
+    if (lagged.size === 0) return this.simulateNow(decoded, { sigVerify, replaceRecentBlockhash });
+    // The state an older commitment sees: what the recent transactions overwrote, put back for
+    // the simulation only.
+    const now = new Map([...lagged.keys()].map((k) => [k, this.account(k)]));
+    for (const [k, a] of lagged) if (a) this.setAccount(k, a);
+    try {
+      return this.simulateNow(decoded, { sigVerify, replaceRecentBlockhash });
+    } finally {
+      for (const [k, a] of now) if (a) this.setAccount(k, a);
+    }
+  }
+
+  simulateNow(decoded, { sigVerify, replaceRecentBlockhash }) {
     if (sigVerify && !signaturesValid(decoded.tx, decoded.tx.messageBytes)) {
       throw new RpcError(-32003, 'Transaction signature verification failure');
     }
@@ -395,15 +435,66 @@ export class SvmChain {
         });
       }
     }
+    if (this.faults.fakeConfirmed) {
+      this.log(`dropped ${decoded.signature} (fakeConfirmed: accepted, never landed)`);
+      return decoded.signature;
+    }
     if (!this.statuses.has(decoded.signature) && !this.pending.some((p) => p.signature === decoded.signature)) {
       this.pending.push(decoded);
     }
     return decoded.signature;
   }
 
+  /**
+   * Test faults: `lagConfirmed` makes reads and simulations at any commitment but `processed`
+   * see accounts as they were before the transactions of the last `confirmedDepth` slots (a
+   * cluster's confirmed state trails what a leader processed); `fakeConfirmed` makes
+   * getSignatureStatuses answer `confirmed` without error for any signature it does not know,
+   * and sendTransaction accept and drop every transaction (a lying node).
+   */
+  setFaults(faults) {
+    for (const [k, v] of Object.entries(faults)) {
+      if (!(k in this.faults) || typeof v !== 'boolean') throw invalidParams(`faults: ${Object.keys(this.faults).join(', ')} (booleans)`);
+      this.faults[k] = v;
+    }
+    this.log(`faults ${JSON.stringify(this.faults)}`);
+    return { ...this.faults };
+  }
+
+  /** Accounts as a read at `commitment` sees them where that differs from now: address -> account (or null). */
+  lagged(commitment) {
+    const out = new Map();
+    if (!this.faults.lagConfirmed || commitment === 'processed') return out;
+    for (const { slot, before } of this.history) {
+      if (slot <= this.slot - this.confirmedDepth) continue;
+      for (const [k, a] of before) if (!out.has(k)) out.set(k, a);
+    }
+    return out;
+  }
+
+  /** getTransaction's record of `signature` at `commitment`, or null. */
+  transaction(signature, commitment = 'finalized') {
+    const s = this.statuses.get(signature);
+    if (!s?.record) return null;
+    const depth = this.slot - s.slot;
+    if (depth < (commitment === 'finalized' ? this.finalizedDepth : this.confirmedDepth)) return null;
+    return { slot: s.slot, err: s.err, logs: s.logs, unitsConsumed: s.unitsConsumed, ...s.record };
+  }
+
+  decimalsOf(mint) {
+    try {
+      return this.mintInfo(mint).decimals;
+    } catch {
+      return 0;
+    }
+  }
+
   /** A status as getSignatureStatuses answers it, or null (never landed, or aged out of the cache). */
   status(signature, { searchTransactionHistory = false } = {}) {
     const s = this.statuses.get(signature);
+    if (!s && this.faults.fakeConfirmed) {
+      return { slot: this.slot, confirmations: 1, err: null, status: { Ok: null }, confirmationStatus: 'confirmed' };
+    }
     if (!s) return null;
     const depth = this.slot - s.slot;
     if (!searchTransactionHistory && depth > this.statusCacheSlots) return null;
@@ -423,8 +514,10 @@ export class SvmChain {
 
   // ---- accounts ----
 
-  /** {lamports, owner, data, executable, rentEpoch} or null. */
-  account(address) {
+  /** {lamports, owner, data, executable, rentEpoch} or null, as a read at `commitment` sees it. */
+  account(address, commitment = 'processed') {
+    const lagged = this.lagged(commitment);
+    if (lagged.has(address)) return lagged.get(address);
     const a = this.svm.getAccount(addressBytes(address));
     if (!a) return null;
     return { lamports: a.lamports(), owner: addressOf(a.owner()), data: a.data(), executable: a.executable(), rentEpoch: a.rentEpoch() };

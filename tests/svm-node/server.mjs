@@ -59,7 +59,7 @@ export class SvmRpc {
   }
 
   encodeAccount(address, c) {
-    const a = this.chain.account(address);
+    const a = this.chain.account(address, c.commitment);
     if (!a) return null;
     const encoding = c.encoding ?? 'base58';
     let data = Buffer.from(a.data);
@@ -127,7 +127,7 @@ export class SvmRpc {
   getBalance(params) {
     const c = config(params, 1);
     this.checkMinContextSlot(c);
-    const a = this.chain.account(params[0]);
+    const a = this.chain.account(params[0], c.commitment);
     return this.withContext(a ? a.lamports : 0n);
   }
   getAccountInfo(params) {
@@ -146,7 +146,7 @@ export class SvmRpc {
     return this.withContext(addresses.map((a) => this.encodeAccount(a, c)));
   }
   getTokenAccountBalance(params) {
-    const a = this.chain.account(params[0]);
+    const a = this.chain.account(params[0], config(params, 1).commitment);
     const parsed = a && parseTokenAccount(a.owner, a.data);
     if (parsed?.parsed.type !== 'account') throw invalidParams('Invalid param: not a Token account');
     const { decimals } = this.chain.mintInfo(parsed.parsed.info.mint);
@@ -162,12 +162,48 @@ export class SvmRpc {
     }
     return this.withContext(signatures.map((s) => this.chain.status(s, c)));
   }
+  getTransaction(params) {
+    const [signature] = params;
+    if (typeof signature !== 'string' || !/^[1-9A-HJ-NP-Za-km-z]{64,88}$/.test(signature)) throw invalidParams('Invalid param: Invalid');
+    const c = config(params, 1);
+    if (c.commitment === 'processed') throw invalidParams('Method does not support commitment below `confirmed`');
+    const encoding = c.encoding ?? 'json';
+    if (encoding !== 'json') throw invalidParams(`this test node answers getTransaction in json only, not ${encoding}`);
+    const t = this.chain.transaction(signature, c.commitment);
+    if (!t) return null;
+    const { decoded } = t;
+    if (decoded.versioned && c.maxSupportedTransactionVersion === undefined) {
+      throw new RpcError(-32015, 'Transaction version (0) is not supported by the requesting client. Please try the request again with the following configuration parameter: "maxSupportedTransactionVersion": 0');
+    }
+    const m = decoded.message;
+    return {
+      slot: t.slot, blockTime: null, version: decoded.versioned ? 0 : 'legacy',
+      transaction: {
+        signatures: Object.values(decoded.tx.signatures).map((sig) => bs58(sig ?? new Uint8Array(64))),
+        message: {
+          accountKeys: m.staticAccounts, header: m.header, recentBlockhash: m.lifetimeToken,
+          instructions: m.instructions.map((ix) => ({
+            programIdIndex: ix.programAddressIndex, accounts: ix.accountIndices ?? [], data: bs58(ix.data ?? new Uint8Array(0)), stackHeight: null,
+          })),
+        },
+      },
+      meta: {
+        err: t.err, status: t.err ? { Err: t.err } : { Ok: null }, fee: t.preBalances[0] - t.postBalances[0],
+        preBalances: t.preBalances, postBalances: t.postBalances,
+        preTokenBalances: t.preTokenBalances, postTokenBalances: t.postTokenBalances,
+        logMessages: t.logs, computeUnitsConsumed: t.unitsConsumed, innerInstructions: [], rewards: [],
+        loadedAddresses: { writable: [], readonly: [] },
+      },
+    };
+  }
   simulateTransaction(params) {
     const c = config(params, 1);
     if (c.sigVerify && c.replaceRecentBlockhash) throw invalidParams('sigVerify may not be used with replaceRecentBlockhash');
     this.checkMinContextSlot(c);
     const decoded = decodeWireTransaction(params[0], c.encoding ?? 'base58');
-    const sim = this.chain.simulate(decoded, { sigVerify: !!c.sigVerify, replaceRecentBlockhash: !!c.replaceRecentBlockhash });
+    const sim = this.chain.simulate(decoded, {
+      sigVerify: !!c.sigVerify, replaceRecentBlockhash: !!c.replaceRecentBlockhash, commitment: c.commitment,
+    });
     const value = {
       accounts: null, err: sim.err, innerInstructions: null, loadedAccountsDataSize: 0, logs: sim.logs, replacementBlockhash: sim.replacementBlockhash ?? null,
       returnData: null, unitsConsumed: sim.unitsConsumed,
@@ -245,6 +281,9 @@ export class SvmRpc {
     if (!Number.isInteger(n) || n < 1 || n > 100_000) throw invalidParams('slots: an integer 1..100000');
     for (let i = 0; i < n; i += 1) this.chain.produceSlot();
     return this.litesvm_status();
+  }
+  litesvm_setFaults(params) {
+    return this.chain.setFaults(config(params, 0));
   }
   litesvm_dropPending() {
     return this.chain.dropPending();

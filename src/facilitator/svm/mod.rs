@@ -63,7 +63,8 @@ impl SvmNetwork {
         let network = |name: &'static str| {
             let preset = solana_preset(name).expect("a Solana network's name");
             let settings = &chains[name];
-            let chain = SolanaChain::new(name, settings).map_err(|e| (name.to_string(), e))?;
+            let chain = SolanaChain::new(name, settings, preset.genesis_hash)
+                .map_err(|e| (name.to_string(), e))?;
             let mints = settings
                 .tokens
                 .values()
@@ -134,8 +135,9 @@ pub enum Failure {
     Exposed { balance: u64, exposed: u64 },
     #[error("the simulation failed: {0}")]
     Simulation(String),
-    /// A settlement from the same source token account failed on chain (access.md §2).
-    #[error("the source token account is refused for {left} s more: a settlement from it failed on chain (facilitator.revert_cooldown_secs)")]
+    /// A settlement of the same payer (its transfer authority, on any token account) failed on
+    /// chain (access.md §2, 3c).
+    #[error("the payer (the transfer's authority) is refused for {left} s more: a settlement from it failed on chain (facilitator.revert_cooldown_secs)")]
     CooledDown { left: u64 },
 }
 
@@ -197,17 +199,19 @@ impl SvmExact {
         self.fee_payers.pubkeys()
     }
 
-    /// Refuses a node of another cluster, as an EVM node with another chain id is refused.
+    /// Refuses a node of another cluster, as an EVM node with another chain id is refused:
+    /// every URL that answers now must be on the cluster (one that does not is checked before
+    /// its first use, and never used when it is not).
     pub async fn check_genesis(&self) -> Result<(), String> {
         for network in &self.networks {
-            let found = network
+            let foreign = network
                 .chain
-                .genesis_hash()
+                .check_genesis()
                 .await
                 .map_err(|e| format!("chains.{}: getGenesisHash: {e}", network.name))?;
-            if found != network.genesis_hash {
+            if let Some((upstream, found)) = foreign.first() {
                 return Err(format!(
-                    "chains.{}.rpc_urls: the node's genesis hash is {found}, not {}'s {}",
+                    "chains.{}.rpc_urls: {upstream}: the node's genesis hash is {found}, not {}'s {}",
                     network.name, network.name, network.genesis_hash
                 ));
             }
@@ -263,22 +267,17 @@ impl SvmExact {
             .network(payment.network)
             .expect("lowered onto a served network")
             .chain;
-        let account = exposure_account(payment.network, &transfer);
-        let (state, exposed) = tokio::join!(
-            chain.payment_state(
-                &transfer.source,
-                &transfer.destination,
-                &transfer.mint,
-                &payment.wire
-            ),
-            ledger.exposed(&account),
+        let read = chain.payment_state(
+            &transfer.source,
+            &transfer.destination,
+            &transfer.mint,
+            &payment.wire,
         );
-        let state = state.map_err(|e| unreachable(chain, e))?;
-        let exposed = exposed?.min(U256::from(u64::MAX)).as_u64();
-        let verdict = self
-            .judge_parties(&transfer, &state)
-            .and_then(|()| judge(&transfer, &state, exposed));
-        Ok(verdict.map(|balance| Verified { transfer, balance }))
+        let read = async { read.await.map(|state| (state, ())) };
+        let verified = self
+            .verify_read(ledger, payment.network, chain, &transfer, read)
+            .await?;
+        Ok(verified.map(|(verified, ())| verified))
     }
 
     fn check_local(&self, payment: &Payment) -> Result<Transfer, Failure> {
@@ -323,6 +322,41 @@ impl SvmExact {
         }
         Ok(())
     }
+
+    /// Rule 7 on `read` (the payment's accounts and simulation, and whatever else the request
+    /// carried: `T`), beside the store's sum of the source's settlements under way; the parties
+    /// the cluster names are judged first.
+    async fn verify_read<T>(
+        &self,
+        ledger: &Storage,
+        network: &str,
+        chain: &SolanaChain,
+        transfer: &Transfer,
+        read: impl std::future::Future<Output = Result<(PaymentState, T), SolanaError>>,
+    ) -> Result<Result<(Verified, T), Failure>, SettleError> {
+        let account = exposure_account(network, transfer);
+        let (state, exposed) = tokio::join!(read, ledger.exposed(&account));
+        let (state, carried) = state.map_err(|e| unreachable(chain, e))?;
+        let exposed = exposed?.min(U256::from(u64::MAX)).as_u64();
+        let verified = self
+            .judge_parties(transfer, &state)
+            .and_then(|()| judge(transfer, &state, exposed))
+            .map(|balance| Verified {
+                transfer: *transfer,
+                balance,
+            });
+        Ok(verified.map(|verified| (verified, carried)))
+    }
+}
+
+/// How deep a slot is once the cluster has rooted (finalized) it.
+const ROOTED_DEPTH: u64 = 32;
+
+/// Slots confirmed above a transaction that landed at `landed`, with the cluster at `now`, as
+/// `getSignatureStatuses` counts them: `None` once the cluster has rooted it.
+pub fn confirmations(landed: u64, now: u64) -> Option<u64> {
+    let depth = now.saturating_sub(landed);
+    (depth < ROOTED_DEPTH).then_some(depth)
 }
 
 /// Rule 7 on what the cluster answered and the store counts (`exposed`: the source's
@@ -444,6 +478,18 @@ mod tests {
         let mut s = state(&t, 100);
         s.mint_refusal = Some(MintRefusal::Pausable);
         assert_eq!(judge(&t, &s, 0), Err(Failure::Mint(MintRefusal::Pausable)));
+    }
+
+    #[test]
+    fn confirmations_count_slots_above_until_rooted() {
+        assert_eq!(
+            confirmations(10, 9),
+            Some(0),
+            "a slot read before it landed"
+        );
+        assert_eq!(confirmations(10, 12), Some(2));
+        assert_eq!(confirmations(10, 41), Some(31));
+        assert_eq!(confirmations(10, 42), None);
     }
 
     #[test]

@@ -1,12 +1,15 @@
-//! Solana settle (svm.md §4): one transaction, no nonce lanes. Verify as `/verify` does, sign as
-//! fee payer, claim (the claim stores the signed transaction: the write-ahead, made durable before
-//! the first `sendTransaction`), then follow the signature until it reaches the commitment, fails
-//! on chain, or can no longer land; the same signed bytes are sent again while they may land.
+//! Solana settle (svm.md §4): one transaction, no nonce lanes. Sign as fee payer, verify as
+//! `/verify` does but read at `processed`, in the one request that prepares the send (a refusal
+//! there stores nothing: the payment stays unclaimed), claim (the claim stores the signed transaction:
+//! the write-ahead, made durable before the first `sendTransaction`), then follow the signature
+//! until its record shows it ran at the commitment, or it can no longer land; the same signed
+//! bytes are sent again while they may land.
 //!
 //! A payment's key is its network and the SHA-256 of its fee payer signature: ed25519 signing is
 //! deterministic and the message names its fee payer, so one message has one such signature, and
 //! the status route finds the payment by the transaction id callers were told.
 
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,20 +18,26 @@ use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::{unreachable, Failure, Payment, SvmExact};
-use crate::chain::svm::SolanaChain;
+use super::{Failure, Payment, SvmExact};
+use crate::chain::svm::{SignatureStatus, SolanaChain, TransactionRecord};
+use crate::chain::Budget;
 use crate::clock::unix_now;
 use crate::facilitator::cooldown::Cooldown;
 use crate::facilitator::protocol::svm::Refused;
 use crate::facilitator::settlement::{caller_of, key_taken, Caller, SettleError};
 use crate::ledger::{Account, Asking, Lost, PaymentKey, Record, State, SvmSettlement};
 use crate::store::{Claim, Limits, Storage, StoreError};
-use crate::svm::{Pubkey, Signature, SignedTransaction, Transfer};
+use crate::svm::{
+    transfer_indexes, PaymentTransaction, Pubkey, Signature, SignedTransaction, Transfer,
+};
 
 /// How often a followed signature is read.
 const POLL: Duration = Duration::from_millis(400);
 /// How often a transaction the cluster does not know yet is sent again.
 const RESEND_EVERY: Duration = Duration::from_secs(2);
+/// The failure of a transaction that ran without moving the amount from the source to the
+/// destination.
+const NOT_MOVED: &str = "it ran, but the token balances did not move by the amount";
 
 /// What a Solana settle came to, in no version's words.
 #[derive(Debug)]
@@ -79,34 +88,15 @@ impl SvmExact {
             ))
             .await;
         }
-        let verified = match Box::pin(self.verify(ledger, payment)).await? {
-            Ok(verified) => verified,
+        let ready = self.ready_to_send(ledger, cooldown, payment, &transfer, &signed.wire);
+        let (balance, last_valid_block_height) = match Box::pin(ready).await? {
+            Ok(ready) => ready,
             Err(failure) => return Ok(SvmSettled::Refused(failure.into())),
         };
-        if let Err(failure) = cooled_down(cooldown, &transfer).await? {
-            return Ok(SvmSettled::Refused(failure.into()));
-        }
-        let last_valid_block_height = Box::pin(chain.last_valid_block_height())
-            .await
-            .map_err(|e| unreachable(&chain, e))?;
-        let record = new_record(
-            &key,
-            &transfer,
-            asking,
-            SvmSettlement {
-                signature: signed.signature.to_string(),
-                transaction: signed.wire,
-                last_valid_block_height,
-                payer: verified.transfer.authority.to_string(),
-                pay_to: payment.pay_to.to_string(),
-                mint: transfer.mint.to_string(),
-                amount: payment.amount,
-                error: None,
-            },
-            message_digest(payment),
-        );
-        // The source's settlements under way and this one stay within what verify read it holds.
-        let limits = Limits::balance(U256::from(verified.balance));
+        let svm = svm_settlement(payment, &transfer, signed, last_valid_block_height);
+        let record = new_record(&key, &transfer, asking, svm, message_digest(payment));
+        // The source's settlements under way and this one stay within what it holds now.
+        let limits = Limits::balance(U256::from(balance));
         match ledger.claim(&key, &record, None, &limits).await? {
             Claim::Claimed => {}
             Claim::Exists(existing) => {
@@ -116,7 +106,7 @@ impl SvmExact {
             Claim::KeyTaken => return Err(key_taken(&record)),
             Claim::OverLimit { exposed } => {
                 let failure = Failure::Exposed {
-                    balance: verified.balance,
+                    balance,
                     exposed: exposed.min(U256::from(u64::MAX)).as_u64(),
                 };
                 return Ok(SvmSettled::Refused(failure.into()));
@@ -138,6 +128,43 @@ impl SvmExact {
             Ok(Ok(Ok(None))) | Ok(Err(_)) | Err(_) => Ok(SvmSettled::Pending { signature }),
         };
         pass_on(ledger, outcome, &key, asking).await
+    }
+
+    /// Verify's rules, read again right before sending (access.md 3c): the source and the
+    /// simulation of the fee payer's signed transaction at `processed`, in the one request that
+    /// also prepares the send (its blockhash bound), so that a source drained since `/verify`
+    /// read it is refused unsent; then the cooldown. Answers what the source holds and the
+    /// last valid block height. The read takes the cluster's settle budget (503 beyond it).
+    async fn ready_to_send(
+        &self,
+        ledger: &Storage,
+        cooldown: &Cooldown,
+        payment: &Payment,
+        transfer: &Transfer,
+        signed: &str,
+    ) -> Result<Result<(u64, u64), Failure>, SettleError> {
+        let chain = &self
+            .network(payment.network)
+            .expect("lowered onto a served network")
+            .chain;
+        let _read = chain.client().admit(Budget::Settle)?;
+        let read = chain.presend_state(
+            &transfer.source,
+            &transfer.destination,
+            &transfer.mint,
+            signed,
+        );
+        let verified = self
+            .verify_read(ledger, payment.network, chain, transfer, read)
+            .await?;
+        let (verified, last_valid) = match verified {
+            Ok(verified) => verified,
+            Err(failure) => return Ok(Err(failure)),
+        };
+        if let Err(failure) = cooled_down(cooldown, transfer).await? {
+            return Ok(Err(failure));
+        }
+        Ok(Ok((verified.balance, last_valid)))
     }
 
     /// The stored settlement of this payment's transaction, if any: verify refuses a transaction
@@ -199,16 +226,27 @@ pub(super) fn exposure_account(network: &str, transfer: &Transfer) -> Account {
     }
 }
 
-/// The revert cooldown of the payment's source token account (access.md §2).
+/// The revert cooldown of the payment's owner (access.md 3c): its transfer authority, on every
+/// token account and mint of the family. A cooldown stored by an earlier release under the source
+/// token account still refuses that account until it ends (those are all loaded at start, so
+/// memory knows them: no second store read).
 pub async fn cooled_down(
     cooldown: &Cooldown,
     transfer: &Transfer,
 ) -> Result<Result<(), Failure>, StoreError> {
-    let source = account_address(&transfer.source);
-    Ok(match cooldown.refuses_stored(source).await? {
-        Some(left) => Err(Failure::CooledDown { left }),
-        None => Ok(()),
-    })
+    let owner = cooldown.refuses_stored(account_address(&transfer.authority));
+    let left = match owner.await? {
+        Some(left) => Some(left),
+        None => cooldown.refuses(account_address(&transfer.source)),
+    };
+    Ok(left.map_or(Ok(()), |left| Err(Failure::CooledDown { left })))
+}
+
+/// The key a failed settlement cools down: its payer's (the transfer authority's), as
+/// [`cooled_down`] reads it; the record's source account for a payer that does not parse (a
+/// record routerd did not write).
+fn owner_key(record: &Record, svm: &SvmSettlement) -> Address {
+    Pubkey::from_str(&svm.payer).map_or(record.payer, |owner| account_address(&owner))
 }
 
 /// The message's digest, kept as the record's `digest`: a Solana key already binds the message.
@@ -237,6 +275,26 @@ fn record_signature(record: &Record) -> String {
         .as_ref()
         .map(|s| s.signature.clone())
         .unwrap_or_default()
+}
+
+/// What a claim stores of a Solana payment: the signed transaction, its blockhash bound and what
+/// it pays.
+fn svm_settlement(
+    payment: &Payment,
+    transfer: &Transfer,
+    signed: SignedTransaction,
+    last_valid_block_height: u64,
+) -> SvmSettlement {
+    SvmSettlement {
+        signature: signed.signature.to_string(),
+        transaction: signed.wire,
+        last_valid_block_height,
+        payer: transfer.authority.to_string(),
+        pay_to: payment.pay_to.to_string(),
+        mint: transfer.mint.to_string(),
+        amount: payment.amount,
+        error: None,
+    }
 }
 
 fn new_record(
@@ -327,8 +385,9 @@ async fn pass_on(
 }
 
 /// Follows a stored settlement until it ends (stored durably), or answers `None` once `deadline`
-/// passes. Only the chain decides: the signature at the commitment (success, or
-/// its error on chain), or unknown once the block height is past the blockhash's last valid one.
+/// passes. Only the chain decides: the transaction's own record once a status says it reached
+/// the commitment (success when it ran and moved the amount, else its failure), or unknown once
+/// the block height is past the blockhash's last valid one.
 async fn follow(
     chain: Arc<SolanaChain>,
     (ledger, cooldown): (Storage, Arc<Cooldown>),
@@ -339,33 +398,33 @@ async fn follow(
     let mut sent_at: Option<Instant> = None;
     loop {
         match chain.track(&svm.signature).await {
-            Ok(tracked) => match tracked.status {
-                Some(status) if status.committed => {
-                    let failed = status.error.is_some();
+            Ok(tracked) => match landing(&chain, &svm, tracked.status).await {
+                Landing::Ended { slot, error } => {
+                    let failed = error.is_some();
                     let span = tracing::Span::current();
-                    span.record("block", status.slot);
+                    span.record("block", slot);
                     span.record("success", !failed);
-                    record.landed(status.slot, status.error, unix_now());
+                    record.landed(slot, error, unix_now());
                     ledger.save(&[&record], true).await?;
                     if failed {
-                        cooldown.impose(record.payer).await;
+                        tracing::warn!(chain = %chain.name, signature = %svm.signature, payer = %svm.payer, "a Solana settlement failed on chain: its payer (the transfer's authority) is cooled down");
+                        cooldown.impose(owner_key(&record, &svm)).await;
                     }
                     return Ok(Some(record));
                 }
-                // Landed, not yet at the commitment.
-                Some(_) => {}
-                None if tracked.block_height > svm.last_valid_block_height => {
+                Landing::Pending => {}
+                Landing::Unknown if tracked.block_height > svm.last_valid_block_height => {
                     record.expire(Lost::BlockHeightExceeded, unix_now());
                     ledger.save(&[&record], true).await?;
                     return Ok(Some(record));
                 }
-                None if sent_at.is_none_or(|at| at.elapsed() >= RESEND_EVERY) => {
+                Landing::Unknown if sent_at.is_none_or(|at| at.elapsed() >= RESEND_EVERY) => {
                     if let Err(e) = chain.send_transaction(&svm.transaction).await {
                         tracing::warn!(chain = %chain.name, signature = %svm.signature, error = %e, "sendTransaction failed; trying again");
                     }
                     sent_at = Some(Instant::now());
                 }
-                None => {}
+                Landing::Unknown => {}
             },
             Err(e) => {
                 tracing::warn!(chain = %chain.name, signature = %svm.signature, error = %e, "could not read the settlement's status; trying again")
@@ -375,5 +434,98 @@ async fn follow(
             return Ok(None);
         }
         tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Where a sent transaction stands.
+enum Landing {
+    /// Recorded at the commitment: `error` when it failed or moved other than the amount.
+    Ended { slot: u64, error: Option<String> },
+    /// Landed, not yet at the commitment, or its record could not be read this time.
+    Pending,
+    /// Not known to have landed.
+    Unknown,
+}
+
+/// What a status means, checked against the transaction's own record when it claims the
+/// commitment: one status answer (a node that says `confirmed` of a transaction that never
+/// landed) does not make a success, the record does (access.md 3c).
+async fn landing(
+    chain: &SolanaChain,
+    svm: &SvmSettlement,
+    status: Option<SignatureStatus>,
+) -> Landing {
+    match status {
+        None => Landing::Unknown,
+        Some(status) if !status.committed => Landing::Pending,
+        Some(_) => match chain.transaction_record(&svm.signature).await {
+            Ok(Some(landed)) => Landing::Ended {
+                slot: landed.slot,
+                error: outcome_error(&landed, svm),
+            },
+            Ok(None) => {
+                tracing::warn!(chain = %chain.name, signature = %svm.signature, "a status at the commitment, but the cluster has no record of the transaction: not believed");
+                Landing::Unknown
+            }
+            Err(e) => {
+                tracing::warn!(chain = %chain.name, signature = %svm.signature, error = %e, "could not read the transaction's record; trying again");
+                Landing::Pending
+            }
+        },
+    }
+}
+
+/// Why a recorded transaction is no success: its error on chain, or token balances that did not
+/// move by exactly the amount from the source to the destination.
+fn outcome_error(landed: &TransactionRecord, svm: &SvmSettlement) -> Option<String> {
+    if let Some(error) = &landed.error {
+        return Some(error.clone());
+    }
+    let indexes = PaymentTransaction::decode(&svm.transaction)
+        .ok()
+        .and_then(|tx| transfer_indexes(&tx));
+    let moved =
+        indexes.is_some_and(|(source, destination)| landed.moved(source, destination, svm.amount));
+    (!moved).then(|| NOT_MOVED.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::svm::TokenProgram;
+
+    fn transfer(authority: Pubkey, source: Pubkey) -> Transfer {
+        Transfer {
+            program: TokenProgram::Token,
+            source,
+            mint: Pubkey::new_unique(),
+            destination: Pubkey::new_unique(),
+            authority,
+            amount: 1,
+            decimals: 6,
+        }
+    }
+
+    fn cooldown(name: &str) -> Cooldown {
+        let dir = crate::testing::temp_dir(&format!("svm-cooldown-{name}"));
+        let store: Storage = Arc::new(crate::store::sled::Store::open(&dir).unwrap());
+        Cooldown::new(Duration::from_secs(60), store)
+    }
+
+    /// A failed settlement refuses its owner from any token account; one stored by the
+    /// previous release under a source account still refuses that account.
+    #[tokio::test]
+    async fn a_cooldown_follows_the_owner_across_token_accounts() {
+        let cooldown = cooldown("owner");
+        let (owner, source) = (Pubkey::new_unique(), Pubkey::new_unique());
+        cooldown.impose(account_address(&owner)).await;
+        let fresh = transfer(owner, Pubkey::new_unique());
+        let refused = cooled_down(&cooldown, &fresh).await.unwrap();
+        assert!(matches!(refused, Err(Failure::CooledDown { .. })));
+        let stranger = transfer(Pubkey::new_unique(), source);
+        assert_eq!(cooled_down(&cooldown, &stranger).await.unwrap(), Ok(()));
+        cooldown.impose(account_address(&source)).await;
+        let refused = cooled_down(&cooldown, &stranger).await.unwrap();
+        assert!(matches!(refused, Err(Failure::CooledDown { .. })));
     }
 }

@@ -19,8 +19,8 @@
 //                and query it was asked on (unforwarded)
 //     'echo'     every call is answered with a JSON-RPC error whose message quotes the whole URL
 //                (unforwarded), as a provider's "rate limit exceeded for <url>" would
-//   `state.hits[fault]` counts the HTTP requests each fault changed; `state.methods[m]` the
-//   requests that carried method `m`.
+//   `state.hits[fault]` counts the HTTP requests each fault changed; `state.requests` counts HTTP
+//   requests, `state.calls` the JSON-RPC calls they carried and `state.methods` those per method.
 // WebSocket upgrades are recorded in `state.paths` and refused (HTTP 403).
 import { createServer } from 'node:http';
 import { keepLikeANode } from './bad-upstreams.mjs';
@@ -29,17 +29,6 @@ const U64_MAX = '0xffffffffffffffff';
 const U256_MAX = `0x${'f'.repeat(64)}`;
 
 /** Adds one to `methods[m]` for each method `m` the JSON-RPC request (or batch) `raw` carries. */
-function countMethods(methods, raw) {
-  let body;
-  try {
-    body = JSON.parse(raw);
-  } catch {
-    return;
-  }
-  const carried = new Set([body].flat().map((c) => c?.method).filter((m) => typeof m === 'string'));
-  for (const m of carried) methods[m] = (methods[m] ?? 0) + 1;
-}
-
 export const FAULTS = Object.freeze(['short', 'garbage', 'huge', 'stall']);
 /** Faults that only hold a request, then forward it and pass the node's answer on unchanged. */
 const DELAYS_ONLY = new Set(['stall', 'slow']);
@@ -52,15 +41,29 @@ const DELAYS_ONLY = new Set(['stall', 'slow']);
  */
 export async function startNodeProxy({ target = null, stallMs = 2500, slowMs = 300 } = {}) {
   const state = {
-    target, fault: null, stallMs, slowMs, paths: new Set(), requests: 0, hits: Object.fromEntries([...FAULTS, 'slow', 'reject', 'echo'].map((f) => [f, 0])),
+    target, fault: null, stallMs, slowMs, paths: new Set(), requests: 0, calls: 0, methods: {}, hits: Object.fromEntries([...FAULTS, 'slow', 'reject', 'echo'].map((f) => [f, 0])),
   };
-  state.methods = {};
   let turn = 0; // which garbage (or short/long) comes next
   const timers = new Set();
   const hold = (ms) => new Promise((resolve) => {
     const timer = setTimeout(() => { timers.delete(timer); resolve(); }, ms);
     timers.add(timer);
   });
+
+  /** `state.calls` counts JSON-RPC calls (each entry of a batch), `state.methods` them per method. */
+  const countCalls = (raw) => {
+    let body;
+    try {
+      body = JSON.parse(raw);
+    } catch {
+      return;
+    }
+    for (const call of [body].flat()) {
+      state.calls += 1;
+      const method = typeof call?.method === 'string' ? call.method : '?';
+      state.methods[method] = (state.methods[method] ?? 0) + 1;
+    }
+  };
 
   const forward = async (raw) => {
     const res = await fetch(state.target, { method: 'POST', headers: { 'content-type': 'application/json' }, body: raw });
@@ -129,7 +132,7 @@ export async function startNodeProxy({ target = null, stallMs = 2500, slowMs = 3
     req.on('end', async () => {
       state.requests += 1;
       const raw = Buffer.concat(chunks).toString('utf8');
-      countMethods(state.methods, raw);
+      countCalls(raw);
       if (state.fault === 'reject') {
         state.hits.reject += 1;
         res.writeHead(401, { 'content-type': 'application/json' });
