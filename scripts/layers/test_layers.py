@@ -49,7 +49,8 @@ CLEAN = {
     "src/store/mod.rs": "pub mod postgres;\npub mod sled;\nuse crate::ledger::Record;\n",
     "src/store/sled/mod.rs": "pub struct Store;\n",
     "src/store/postgres/mod.rs": "pub struct PgStore;\n",
-    "src/facilitator/mod.rs": "pub mod evm;\npub mod protocol;\npub mod settlement;\npub mod svm;\n",
+    "src/facilitator/mod.rs":
+        "pub mod evm;\npub mod protocol;\npub mod settlement;\npub mod svm;\n",
     "src/facilitator/evm/mod.rs": "use super::settlement::Core;\nuse crate::evm::hex;\n",
     "src/facilitator/svm/mod.rs": "use super::settlement::Core;\nuse crate::svm::Pubkey;\n",
     "src/facilitator/protocol/mod.rs": "pub struct Envelope;\n",
@@ -146,10 +147,11 @@ class Rules(unittest.TestCase):
             use crate::evm;
             fn f() { let _ = super::svm::Fee; }
             """)
+        core = "src/facilitator/settlement/mod.rs"
         self.assertEqual(found, [
-            ("settlement-imports", "src/facilitator/settlement/mod.rs", "crate::chain::evm::Client"),
-            ("settlement-imports", "src/facilitator/settlement/mod.rs", "crate::evm"),
-            ("settlement-imports", "src/facilitator/settlement/mod.rs", "crate::facilitator::svm::Fee")])
+            ("settlement-imports", core, "crate::chain::evm::Client"),
+            ("settlement-imports", core, "crate::evm"),
+            ("settlement-imports", core, "crate::facilitator::svm::Fee")])
 
     def test_the_ledger_imports_no_family_leaf(self):
         # The map lets the ledger import evm; the rule does not.
@@ -175,6 +177,8 @@ class Rules(unittest.TestCase):
             }
             #[cfg(test)]
             mod fixtures;
+            #[cfg(all(test, unix))]
+            fn helper() { crate::facilitator::thing(); }
             """, src__ledger__fixtures_DOT_rs="use crate::facilitator::Thing;\n")
         self.assertEqual(found, [])
 
