@@ -103,7 +103,7 @@ fn show_deny_list(facilitator: &FacilitatorSettings) -> Result<(), String> {
     }
     let loaded = deny_list::load(&facilitator.deny_list_file)
         .map_err(|e| format!("facilitator.deny_list_file: {e}"))?;
-    println!("# facilitator.deny_list_file: {loaded}");
+    println!("# facilitator.deny_list_file: {}", loaded.summary());
     Ok(())
 }
 

@@ -82,9 +82,9 @@ impl Facilitator {
         store: Storage,
         lease: settlement::LeaseSettings,
     ) -> Result<Self, SetupError> {
-        let (deny_list, loaded) = DenyLists::load(&settings.deny_list_file)?;
+        let (deny_list, summary) = DenyLists::load(&settings.deny_list_file)?;
         if deny_list.configured() {
-            tracing::info!("facilitator.deny_list_file: {loaded}");
+            tracing::info!("facilitator.deny_list_file: {summary}");
         }
         let deny_list = Arc::new(deny_list);
         let svm = svm.map(|svm| svm.deny(deny_list.clone()));

@@ -109,6 +109,16 @@ pub struct Loaded {
 }
 
 impl Loaded {
+    pub fn summary(&self) -> Summary {
+        Summary {
+            format: self.format,
+            evm: self.list.evm.len(),
+            svm: self.list.svm.len(),
+            other_chains: self.other_chains,
+            malformed: self.malformed,
+        }
+    }
+
     fn new(format: Format) -> Self {
         Self {
             format: Some(format),
@@ -138,12 +148,20 @@ impl Loaded {
     }
 }
 
-/// "3 EVM addresses and 2 Solana keys from the SDN advanced XML (...)", for check-config and
-/// the log.
-impl fmt::Display for Loaded {
+/// What a read took and what it left out, for check-config and the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Summary {
+    pub format: Option<Format>,
+    pub evm: usize,
+    pub svm: usize,
+    pub other_chains: usize,
+    pub malformed: usize,
+}
+
+/// "3 EVM addresses and 2 Solana keys from the SDN advanced XML (...)".
+impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (evm, svm) = (self.list.evm.len(), self.list.svm.len());
-        write!(f, "{evm} EVM addresses and {svm} Solana keys")?;
+        write!(f, "{} EVM addresses and {} Solana keys", self.evm, self.svm)?;
         let Some(format) = self.format else {
             return f.write_str(" (no file)");
         };
@@ -200,14 +218,14 @@ pub struct DenyLists {
 
 impl DenyLists {
     /// Reads the file once, for the start: a bad file stops it.
-    pub fn load(path: &str) -> Result<(Self, Loaded), DenyListError> {
-        let mut loaded = load(path)?;
-        let list = std::mem::take(&mut loaded.list);
+    pub fn load(path: &str) -> Result<(Self, Summary), DenyListError> {
+        let loaded = load(path)?;
+        let summary = loaded.summary();
         let lists = Self {
             path: path.to_string(),
-            current: RwLock::new(Arc::new(list)),
+            current: RwLock::new(Arc::new(loaded.list)),
         };
-        Ok((lists, loaded))
+        Ok((lists, summary))
     }
 
     /// Whether a file is configured (without one there is nothing to reload).
@@ -216,11 +234,11 @@ impl DenyLists {
     }
 
     /// Reads the file again; on failure the list in force stays.
-    pub fn reload(&self) -> Result<Loaded, DenyListError> {
-        let mut loaded = load(&self.path)?;
-        let list = Arc::new(std::mem::take(&mut loaded.list));
-        *self.current.write().unwrap_or_else(PoisonError::into_inner) = list;
-        Ok(loaded)
+    pub fn reload(&self) -> Result<Summary, DenyListError> {
+        let loaded = load(&self.path)?;
+        let summary = loaded.summary();
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(loaded.list);
+        Ok(summary)
     }
 
     fn current(&self) -> Arc<DenyList> {
@@ -254,11 +272,23 @@ mod tests {
     #[test]
     fn the_shape_is_told_by_content() {
         let cases: [(&[u8], Format); 6] = [
-            (b"\xEF\xBB\xBF<?xml version=\"1.0\"?>\n<Sanctions/>", Format::SdnAdvancedXml),
+            (
+                b"\xEF\xBB\xBF<?xml version=\"1.0\"?>\n<Sanctions/>",
+                Format::SdnAdvancedXml,
+            ),
             (b"\n  <Sanctions>", Format::SdnAdvancedXml),
-            (b"36,\"AEROCARIBBEAN AIRLINES\",-0- ,\"CUBA\"\n", Format::SdnCsv),
-            (b"# payers, by hand\n0x00000000000000000000000000000000000000aB\n", Format::Lines),
-            (b"0x00000000000000000000000000000000000000aB\n", Format::Lines),
+            (
+                b"36,\"AEROCARIBBEAN AIRLINES\",-0- ,\"CUBA\"\n",
+                Format::SdnCsv,
+            ),
+            (
+                b"# payers, by hand\n0x00000000000000000000000000000000000000aB\n",
+                Format::Lines,
+            ),
+            (
+                b"0x00000000000000000000000000000000000000aB\n",
+                Format::Lines,
+            ),
             (b"", Format::Lines),
         ];
         for (text, format) in cases {

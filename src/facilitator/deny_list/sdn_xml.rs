@@ -44,10 +44,12 @@ pub fn read(reader: impl BufRead) -> Result<Loaded, DenyListError> {
     let mut buf = Vec::new();
     loop {
         buf.clear();
-        let event = xml.read_event_into(&mut buf).map_err(|e| DenyListError::Xml {
-            position: xml.error_position(),
-            reason: e.to_string(),
-        })?;
+        let event = xml
+            .read_event_into(&mut buf)
+            .map_err(|e| DenyListError::Xml {
+                position: xml.error_position(),
+                reason: e.to_string(),
+            })?;
         match event {
             Event::Start(element) => walk.open(&element)?,
             Event::End(element) => walk.close(element.local_name().as_ref()),
@@ -57,7 +59,9 @@ pub fn read(reader: impl BufRead) -> Result<Loaded, DenyListError> {
             Event::GeneralRef(entity) => {
                 let resolved = match entity.resolve_char_ref() {
                     Ok(Some(c)) => c.to_string(),
-                    _ => resolve_predefined_entity(&entity).unwrap_or_default().to_string(),
+                    _ => resolve_predefined_entity(&entity)
+                        .unwrap_or_default()
+                        .to_string(),
                 };
                 walk.gather(&resolved);
             }

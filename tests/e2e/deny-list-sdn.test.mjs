@@ -1,0 +1,103 @@
+// The KYT deny list as the Treasury publishes it (issue 48, access.md 3c): routerd started with
+// `facilitator.deny_list_file` holding the SDN advanced XML refuses an EVM payer listed there,
+// `check-config` says how many addresses it took and from which format, the file replaced by the
+// SDN CSV and SIGHUP make the CSV's payer refused and the XML's accepted, and a partial download
+// then SIGHUP keeps the list in force, the log saying why. The shipped samples
+// (tests/fixtures/sdn/) are the published formats; one ETH address of each is swapped for a test
+// payer's.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { spawnSync } from 'node:child_process';
+import { startFacilitatorStack, withLogTail } from './lib/stack.mjs';
+import { freshAccount } from './lib/accounts.mjs';
+import { expectInvalid, expectValid } from './lib/expect.mjs';
+import { routerdBin } from './lib/routerd.mjs';
+import { sleep } from './lib/util.mjs';
+
+const FIXTURES = new URL('../fixtures/sdn/', import.meta.url);
+const XML = readFileSync(new URL('sdn_advanced_sample.xml', FIXTURES), 'utf8');
+const CSV = readFileSync(new URL('sdn_sample.csv', FIXTURES), 'latin1');
+// The first ETH address each sample lists.
+const XML_LISTED = '0x098B716B8Aaf21512996dC57EB0615e2383E2f96';
+const CSV_LISTED = '0x8576aCC5C05D6Ce88f4e49bf65BdF0C62F91353C';
+const KYT = 'invalid_exact_evm_payload_authorization_from_address_kyt';
+
+const inXml = freshAccount();
+const inCsv = freshAccount();
+const xml = XML.replace(XML_LISTED, inXml.address);
+const csv = CSV.replace(CSV_LISTED, inCsv.address);
+
+let stack;
+let denyListFile;
+const it = (name, fn) => test(name, { timeout: 60_000 }, withLogTail(() => stack, fn));
+
+before(async () => {
+  assert.ok(XML.includes(XML_LISTED) && CSV.includes(CSV_LISTED), 'the samples list their addresses');
+  // The stack writes one line per entry: the document's own lines.
+  stack = await startFacilitatorStack({ denyList: xml.split('\n') });
+  denyListFile = stack.config.denyListFile;
+  for (const payer of [inXml, inCsv]) await stack.mint(payer.address, 1_000_000n);
+});
+
+after(async () => {
+  await stack?.stop();
+});
+
+const verifyFrom = async (account) => stack.verify((await stack.pay({ account })).body);
+
+/** `routerd check-config` on the running daemon's configuration: {status, out}. */
+function checkConfig(configFile = stack.routerd.configFile) {
+  const run = spawnSync(routerdBin(), ['check-config', '--config', configFile], {
+    env: { ...process.env, ROUTERD_SIGNER_KEY: stack.signerKey }, encoding: 'utf8', timeout: 30_000,
+  });
+  return { status: run.status, out: run.stdout + run.stderr };
+}
+
+/** SIGHUP, then wait until the log says the reload's outcome (matching `line`). */
+async function hangUp(line) {
+  const before = stack.routerd.tail(10_000).split('\n').filter((l) => line.test(l)).length;
+  stack.routerd.child.kill('SIGHUP');
+  for (let i = 0; i < 100; i += 1) {
+    const now = stack.routerd.tail(10_000).split('\n').filter((l) => line.test(l)).length;
+    if (now > before) return;
+    await sleep(100);
+  }
+  assert.fail(`no log line ${line} after SIGHUP`);
+}
+
+it('started with the SDN advanced XML: its ETH payer is refused, another is not', async () => {
+  expectInvalid(await verifyFrom(inXml), KYT, { payer: inXml.address });
+  expectValid(await verifyFrom(inCsv), { payer: inCsv.address });
+  assert.match(stack.routerd.tail(400),
+    /facilitator\.deny_list_file: 3 EVM addresses and 1 Solana keys from the SDN advanced XML/);
+});
+
+it('check-config says how many addresses it took and from which format', () => {
+  const { status, out } = checkConfig();
+  assert.equal(status, 0, out);
+  assert.match(out, /# facilitator\.deny_list_file: 3 EVM addresses and 1 Solana keys from the SDN advanced XML \(1 addresses of other chains left out, 1 not well-formed skipped\)/);
+});
+
+it('the file replaced by the SDN CSV and SIGHUP: the CSV payer is refused, the XML payer accepted', async () => {
+  writeFileSync(denyListFile, csv, 'latin1');
+  await hangUp(/deny_list_file reloaded: 3 EVM addresses and 1 Solana keys from the SDN CSV/);
+  expectInvalid(await verifyFrom(inCsv), KYT, { payer: inCsv.address });
+  expectValid(await verifyFrom(inXml), { payer: inXml.address });
+  const { status, out } = checkConfig();
+  assert.equal(status, 0, out);
+  assert.match(out, /# facilitator\.deny_list_file: 3 EVM addresses and 1 Solana keys from the SDN CSV/);
+});
+
+it('a partial download and SIGHUP keep the list in force, and the log says why', async () => {
+  writeFileSync(denyListFile, xml.slice(0, xml.indexOf('</DistinctParties>')));
+  await hangUp(/deny_list_file not reloaded; the previous list stays: the SDN advanced XML ends before <\/Sanctions>/);
+  expectInvalid(await verifyFrom(inCsv), KYT, { payer: inCsv.address });
+  expectValid(await verifyFrom(inXml), { payer: inXml.address });
+  assert.ok(stack.routerd.running);
+  // The same file stops a start, and check-config names it.
+  const { status, out } = checkConfig();
+  assert.equal(status, 2, out);
+  assert.match(out, /facilitator\.deny_list_file: the SDN advanced XML ends before <\/Sanctions>: a partial download\?/);
+});
