@@ -87,8 +87,9 @@ const SOLANA_TICKERS: [&str; 3] = ["SOL", "USDC", "USDT"];
 /// The text after `Digital Currency Address - ` names the ticker; a 0x address is an EVM key
 /// whatever chain it was listed for (the same key holds funds on every EVM chain).
 fn classify(ticker: &str, address: &str) -> Listed {
-    if address.starts_with("0x") || address.starts_with("0X") {
-        return evm::parse_address(address).map_or(Listed::Malformed, Listed::Evm);
+    if let Some(hex) = address.strip_prefix("0x").or(address.strip_prefix("0X")) {
+        let address = evm::parse_address(&format!("0x{hex}"));
+        return address.map_or(Listed::Malformed, Listed::Evm);
     }
     match Pubkey::from_str(address) {
         Ok(key) if SOLANA_TICKERS.contains(&ticker) => Listed::Svm(key),
@@ -256,7 +257,7 @@ impl DenyLists {
         self.current().svm.contains(key)
     }
 
-    /// A list of these entries (the unit tests').
+    /// A list of these entries, from no file (a reload has nothing to read).
     pub fn of(list: DenyList) -> Self {
         Self {
             path: String::new(),
@@ -302,6 +303,10 @@ mod tests {
         let sol = "4zMMC9srt5Ri5X14GAgXhaHii3GnPAEERYPJgZJDncDU";
         assert!(matches!(classify("ETH", eth), Listed::Evm(_)));
         assert!(matches!(classify("ARB", eth), Listed::Evm(_)));
+        assert_eq!(
+            classify("ETH", &eth.replace("0x", "0X")),
+            classify("ETH", eth)
+        );
         assert!(matches!(classify("SOL", sol), Listed::Svm(_)));
         assert!(matches!(classify("USDC", sol), Listed::Svm(_)));
         assert_eq!(classify("ETH", "0x098B716B8Aaf"), Listed::Malformed);
