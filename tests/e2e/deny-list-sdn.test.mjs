@@ -2,7 +2,8 @@
 // `facilitator.deny_list_file` holding the SDN advanced XML refuses an EVM payer listed there,
 // `check-config` says how many addresses it took and from which format, the file replaced by the
 // SDN CSV and SIGHUP make the CSV's payer refused and the XML's accepted, and a partial download
-// then SIGHUP keeps the list in force, the log saying why. The same holds for Solana payers (a
+// then SIGHUP keeps the list in force, the log saying why; a 60 MB XML is read as a stream (the
+// peak RSS barely moves). The same holds for Solana payers (a
 // second routerd, on the Solana test node): the XML's SOL key is refused, then the CSV's after
 // SIGHUP. The shipped samples (tests/fixtures/sdn/) are the published formats; one ETH address
 // and the SOL key of each are swapped for test payers'.
@@ -75,7 +76,7 @@ function checkConfig(configFile = stack.routerd.configFile) {
 async function hangUp(line) {
   const before = stack.routerd.tail(10_000).split('\n').filter((l) => line.test(l)).length;
   stack.routerd.child.kill('SIGHUP');
-  for (let i = 0; i < 100; i += 1) {
+  for (let i = 0; i < 300; i += 1) {
     const now = stack.routerd.tail(10_000).split('\n').filter((l) => line.test(l)).length;
     if (now > before) return;
     await sleep(100);
@@ -116,6 +117,32 @@ it('a partial download and SIGHUP keep the list in force, and the log says why',
   const { status, out } = checkConfig();
   assert.equal(status, 2, out);
   assert.match(out, /facilitator\.deny_list_file: the SDN advanced XML ends before <\/Sanctions>: a partial download\?/);
+});
+
+/** The peak resident set of a process (kB), from /proc. */
+const peakRssKb = (pid) => Number(readFileSync(`/proc/${pid}/status`, 'utf8').match(/^VmHWM:\s+(\d+) kB/m)[1]);
+
+it('a 60 MB SDN advanced XML is read as a stream: the reload takes every address, and the peak RSS grows by far less than the file', async () => {
+  // The published file is about 100 MB: parties repeated, each with an address of its own.
+  const start = xml.indexOf('    <DistinctParty FixedRef="47121">');
+  const end = xml.indexOf('  </DistinctParties>');
+  const party = xml.slice(start, end);
+  const parties = [];
+  let bytes = 0;
+  for (let i = 0; bytes < 60_000_000; i += 1) {
+    const address = `0x${i.toString(16).padStart(40, '0')}`;
+    parties.push(party.replace('0x7F367cC41522cE07553e823bf3be79A889DEbe1B', address));
+    bytes += party.length;
+  }
+  writeFileSync(denyListFile, xml.slice(0, start) + parties.join('') + xml.slice(start));
+  const before = peakRssKb(stack.routerd.child.pid);
+  // The sample's three EVM addresses, and one per party added.
+  await hangUp(new RegExp(`deny_list_file reloaded: ${parties.length + 3} EVM addresses and 1 Solana keys from the SDN advanced XML`));
+  const grown = peakRssKb(stack.routerd.child.pid) - before;
+  console.log(`# reload of a ${bytes}-byte SDN advanced XML (${parties.length + 3} EVM addresses): peak RSS grew by ${grown} kB`);
+  assert.ok(grown < 30_000, `peak RSS grew by ${grown} kB reading a file of ${bytes} bytes`);
+  expectInvalid(await verifyFrom(inXml), KYT, { payer: inXml.address });
+  expectValid(await verifyFrom(inCsv), { payer: inCsv.address });
 });
 
 // ---------------------------------------------------------------------------------------------
