@@ -3,10 +3,10 @@
 // `check-config` says how many addresses it took and from which format, the file replaced by the
 // SDN CSV and SIGHUP make the CSV's payer refused and the XML's accepted, and a partial download
 // then SIGHUP keeps the list in force, the log saying why; a 60 MB XML is read as a stream (the
-// peak RSS barely moves). The same holds for Solana payers (a
-// second routerd, on the Solana test node): the XML's SOL key is refused, then the CSV's after
-// SIGHUP. The shipped samples (tests/fixtures/sdn/) are the published formats; one ETH address
-// and the SOL key of each are swapped for test payers'.
+// peak RSS barely moves). The same holds for Solana payers (a second routerd, on the Solana test
+// node): the XML's SOL key is refused, then the CSV's after SIGHUP. The shipped samples
+// (tests/fixtures/sdn/) are the published formats; one ETH address and the SOL key of each are
+// swapped for test payers'.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
