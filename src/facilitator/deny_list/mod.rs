@@ -1,7 +1,7 @@
 //! The KYT deny list (`facilitator.deny_list_file`), in one of three shapes told apart by
 //! content, not by name: one key a line (a 0x address or a base58 Solana key), the Treasury's
 //! SDN advanced XML (`sdn_advanced.xml`), or its SDN CSV (`sdn.csv`, whose remarks carry the
-//! digital currency addresses; `sdn_comments.csv`, their overflow, reads the same). From the
+//! digital currency addresses, followed or not by `sdn_comments.csv`, their overflow). From the
 //! SDN files routerd takes the addresses of the families it serves and leaves the others. Each
 //! family's verify refuses its own kind (`access.md` 3c: the list holds for every family), from
 //! the list in force: SIGHUP reads the file again, and a file that does not parse keeps it.
@@ -48,7 +48,7 @@ pub enum Format {
     Lines,
     /// The Treasury's `sdn_advanced.xml`.
     SdnAdvancedXml,
-    /// The Treasury's `sdn.csv` (or `sdn_comments.csv`).
+    /// The Treasury's `sdn.csv` (and `sdn_comments.csv` after it).
     SdnCsv,
 }
 

@@ -1,30 +1,44 @@
-//! The Treasury's SDN CSV (`sdn.csv`): one record per party, no header, its twelfth field the
-//! remarks, where each digital currency address is a clause such as
+//! The Treasury's SDN CSV (`sdn.csv`): one record per party, no header, its ent_num first and its
+//! remarks last (the twelfth field), where each digital currency address is a clause such as
 //! `Digital Currency Address - ETH 0x098B...; alt. Digital Currency Address - ETH 0xa0e1...;`.
-//! Every field is searched, so `sdn_comments.csv` (the remarks that overflow `sdn.csv`) reads
-//! the same. The file's last line, a lone end-of-file byte, is a record like any other.
+//! Remarks longer than the field's 1,000 characters go on in `sdn_comments.csv` (ent_num, then
+//! the rest): a party's last fields are joined in file order before they are searched, so the two
+//! files concatenated (`cat sdn.csv sdn_comments.csv`) give every address, even one cut by the
+//! limit. Each file's last line, a lone end-of-file byte, is a record like any other.
 
+use std::collections::HashMap;
 use std::io::BufRead;
 
 use super::{classify, DenyListError, Format, Loaded};
 
 const CLAUSE: &str = "Digital Currency Address - ";
+/// The DOS end-of-file byte the Treasury ends each file with.
+const END_OF_FILE: char = '\x1a';
 
 pub fn read(reader: impl BufRead) -> Result<Loaded, DenyListError> {
     let mut csv = csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)
         .from_reader(reader);
-    let mut loaded = Loaded::new(Format::SdnCsv);
+    // The remarks by ent_num, with their continuations.
+    let mut remarks: HashMap<String, String> = HashMap::new();
     for record in csv.byte_records() {
         let record = record.map_err(|e| DenyListError::Csv {
             line: e.position().map_or(0, |p| p.line()),
             reason: e.to_string(),
         })?;
-        for field in &record {
-            for (ticker, address) in clauses(&String::from_utf8_lossy(field)) {
-                loaded.take(classify(ticker, address));
-            }
+        let (Some(id), Some(text)) = (record.get(0), record.iter().next_back()) else {
+            continue;
+        };
+        let id = String::from_utf8_lossy(id);
+        let id = id.trim_matches(|c: char| c == END_OF_FILE || c.is_whitespace());
+        let text = String::from_utf8_lossy(text);
+        remarks.entry(id.to_string()).or_default().push_str(&text);
+    }
+    let mut loaded = Loaded::new(Format::SdnCsv);
+    for text in remarks.values() {
+        for (ticker, address) in clauses(text) {
+            loaded.take(classify(ticker, address));
         }
     }
     Ok(loaded)
@@ -65,6 +79,24 @@ mod tests {
         let sol = Pubkey::from_str("3CBwgSdKhe9ixNTxNLGNeGRb4hWQTi1fs3aYKzUNLRbi").unwrap();
         assert_eq!(loaded.list.svm, [sol].into());
         assert_eq!((loaded.other_chains, loaded.malformed), (1, 1));
+    }
+
+    #[test]
+    fn remarks_cut_at_the_limit_go_on_in_the_comments_file() {
+        let text = String::from_utf8_lossy(SAMPLE).into_owned();
+        let address = "0x1da5821544e25c636c1417Ba96Ade4Cf6D2f9B5A";
+        let cut = text.find(address).unwrap() + 20;
+        let rest = text[cut..].split('"').next().unwrap();
+        // sdn.csv with the Lazarus Group's remarks cut inside an address, then sdn_comments.csv.
+        let sdn = format!("{}{}", &text[..cut], &text[cut + rest.len()..]);
+        let both = format!("{sdn}30618,\"{rest}\"\r\n\x1a");
+        let alone = read(sdn.as_bytes()).unwrap();
+        assert!(!alone
+            .list
+            .evm
+            .contains(&evm::parse_address(address).unwrap()));
+        let joined = read(both.as_bytes()).unwrap();
+        assert_eq!(joined.list, read(SAMPLE).unwrap().list);
     }
 
     #[test]
