@@ -88,23 +88,23 @@ it('started with the SDN advanced XML: its ETH payer is refused, another is not'
   expectInvalid(await verifyFrom(inXml), KYT, { payer: inXml.address });
   expectValid(await verifyFrom(inCsv), { payer: inCsv.address });
   assert.match(stack.routerd.tail(400),
-    /facilitator\.deny_list_file: 3 EVM addresses and 1 Solana keys from the SDN advanced XML/);
+    /facilitator\.deny_list_file: 3 EVM addresses and 1 Solana key from the SDN advanced XML/);
 });
 
 it('check-config says how many addresses it took and from which format', () => {
   const { status, out } = checkConfig();
   assert.equal(status, 0, out);
-  assert.match(out, /# facilitator\.deny_list_file: 3 EVM addresses and 1 Solana keys from the SDN advanced XML \(1 addresses of other chains left out, 1 not well-formed skipped\)/);
+  assert.match(out, /# facilitator\.deny_list_file: 3 EVM addresses and 1 Solana key from the SDN advanced XML \(1 address of other chains left out, 1 not well-formed skipped\)/);
 });
 
 it('the file replaced by the SDN CSV and SIGHUP: the CSV payer is refused, the XML payer accepted', async () => {
   writeFileSync(denyListFile, csv, 'latin1');
-  await hangUp(/deny_list_file reloaded: 3 EVM addresses and 1 Solana keys from the SDN CSV/);
+  await hangUp(/deny_list_file reloaded: 3 EVM addresses and 1 Solana key from the SDN CSV/);
   expectInvalid(await verifyFrom(inCsv), KYT, { payer: inCsv.address });
   expectValid(await verifyFrom(inXml), { payer: inXml.address });
   const { status, out } = checkConfig();
   assert.equal(status, 0, out);
-  assert.match(out, /# facilitator\.deny_list_file: 3 EVM addresses and 1 Solana keys from the SDN CSV/);
+  assert.match(out, /# facilitator\.deny_list_file: 3 EVM addresses and 1 Solana key from the SDN CSV/);
 });
 
 it('a partial download and SIGHUP keep the list in force, and the log says why', async () => {
@@ -137,7 +137,7 @@ it('a 60 MB SDN advanced XML is read as a stream: the reload takes every address
   writeFileSync(denyListFile, xml.slice(0, start) + parties.join('') + xml.slice(start));
   const before = peakRssKb(stack.routerd.child.pid);
   // The sample's three EVM addresses, and one per party added.
-  await hangUp(new RegExp(`deny_list_file reloaded: ${parties.length + 3} EVM addresses and 1 Solana keys from the SDN advanced XML`));
+  await hangUp(new RegExp(`deny_list_file reloaded: ${parties.length + 3} EVM addresses and 1 Solana key from the SDN advanced XML`));
   const grown = peakRssKb(stack.routerd.child.pid) - before;
   console.log(`# reload of a ${bytes}-byte SDN advanced XML (${parties.length + 3} EVM addresses): peak RSS grew by ${grown} kB`);
   assert.ok(grown < 30_000, `peak RSS grew by ${grown} kB reading a file of ${bytes} bytes`);
@@ -186,7 +186,7 @@ test('Solana: the SOL key of the SDN XML is refused; after the CSV and SIGHUP, t
     assert.equal((await verifySolana(svm.inCsv)).isValid, true);
     writeFileSync(svm.denyListFile, csv, 'latin1');
     svm.routerd.child.kill('SIGHUP');
-    for (let i = 0; i < 100 && !svm.routerd.tail(400).includes('reloaded: 3 EVM addresses and 1 Solana keys from the SDN CSV'); i += 1) {
+    for (let i = 0; i < 100 && !svm.routerd.tail(400).includes('reloaded: 3 EVM addresses and 1 Solana key from the SDN CSV'); i += 1) {
       await sleep(100);
     }
     expectDenied(await verifySolana(svm.inCsv));

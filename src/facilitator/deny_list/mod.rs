@@ -162,19 +162,44 @@ pub struct Summary {
 /// "3 EVM addresses and 2 Solana keys from the SDN advanced XML (...)".
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} EVM addresses and {} Solana keys", self.evm, self.svm)?;
+        let (evm, svm) = (self.evm, self.svm);
+        write!(
+            f,
+            "{evm} EVM {} and {svm} Solana {}",
+            addresses(evm),
+            keys(svm)
+        )?;
         let Some(format) = self.format else {
             return f.write_str(" (no file)");
         };
         write!(f, " from the {format}")?;
         if format != Format::Lines {
+            let other = self.other_chains;
+            let malformed = self.malformed;
             write!(
                 f,
-                " ({} addresses of other chains left out, {} not well-formed skipped)",
-                self.other_chains, self.malformed
+                " ({other} {} of other chains left out, ",
+                addresses(other)
             )?;
+            write!(f, "{malformed} not well-formed skipped)")?;
         }
         Ok(())
+    }
+}
+
+fn addresses(count: usize) -> &'static str {
+    if count == 1 {
+        "address"
+    } else {
+        "addresses"
+    }
+}
+
+fn keys(count: usize) -> &'static str {
+    if count == 1 {
+        "key"
+    } else {
+        "keys"
     }
 }
 
@@ -340,5 +365,22 @@ mod tests {
         assert!(lists.reload().is_err(), "a partial download");
         assert!(lists.denies_evm(&in_csv), "the list in force stays");
         std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn the_summary_says_what_was_taken_and_from_where() {
+        let xml = include_str!("../../../tests/fixtures/sdn/sdn_advanced_sample.xml");
+        let loaded = sdn_xml::read(xml.as_bytes()).unwrap();
+        assert_eq!(
+            loaded.summary().to_string(),
+            "3 EVM addresses and 1 Solana key from the SDN advanced XML \
+             (1 address of other chains left out, 1 not well-formed skipped)"
+        );
+        let key = "4zMMC9srt5Ri5X14GAgXhaHii3GnPAEERYPJgZJDncDU";
+        let lines = lines::read(format!("{key}\n").as_bytes()).unwrap();
+        assert_eq!(
+            lines.summary().to_string(),
+            "0 EVM addresses and 1 Solana key from the list of one key a line"
+        );
     }
 }
