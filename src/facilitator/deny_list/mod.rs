@@ -35,6 +35,8 @@ pub enum DenyListError {
     NotSdnXml(String),
     #[error("the SDN advanced XML ends before </Sanctions>: a partial download?")]
     Truncated,
+    #[error("the SDN advanced XML has another element after </Sanctions>")]
+    AfterRoot,
     #[error("the CSV does not parse at line {line}: {reason}")]
     Csv { line: u64, reason: String },
     #[error("the {0} names no digital currency address: not the SDN list?")]

@@ -74,6 +74,9 @@ pub fn read(reader: impl BufRead) -> Result<Loaded, DenyListError> {
 impl Walk {
     /// The document's element must be `<Sanctions>`: another XML file is not the list.
     fn root(&mut self, element: &BytesStart<'_>) -> Result<(), DenyListError> {
+        if self.loaded.is_some() {
+            return Err(DenyListError::AfterRoot);
+        }
         let name = element.local_name();
         if name.as_ref() != "Sanctions" {
             return Err(DenyListError::NotSdnXml(name.as_ref().to_string()));
@@ -182,6 +185,11 @@ mod tests {
         assert!(matches!(
             read(cut.as_bytes()),
             Err(DenyListError::Truncated)
+        ));
+        let twice = format!("{SAMPLE}<Sanctions/>");
+        assert!(matches!(
+            read(twice.as_bytes()),
+            Err(DenyListError::AfterRoot)
         ));
         let broken = SAMPLE.replacen("</Profile>", "</Profil>", 1);
         assert!(matches!(
