@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::chain::Chain;
 use crate::config::{ServerSettings, Settings};
+use crate::facilitator::deny_list::DenyLists;
 use crate::facilitator::settlement::LeaseSettings;
 use crate::facilitator::svm::{FeePayerError, FeePayers, SvmExact, SvmNetwork};
 use crate::facilitator::{Facilitator, SettleError, SetupError};
@@ -141,7 +142,12 @@ pub async fn run(settings: Settings) -> Result<(), StartError> {
         connections: Gate::new(connections),
         keys,
     });
-    tokio::spawn(reload_keys_on_sighup(app.keys.clone()));
+    let deny_list = app
+        .services
+        .facilitator
+        .as_ref()
+        .map(|f| f.deny_list().clone());
+    tokio::spawn(reload_on_sighup(app.keys.clone(), deny_list));
     let listeners = server::start(&settings.server, app.clone()).await?;
     log_banner(&settings, &app, &listeners, &store.describe());
     notify_systemd_ready(app.clone());
@@ -304,22 +310,46 @@ fn load_keys(settings: &Settings) -> Result<Option<Arc<Keys>>, StartError> {
     Ok(Some(Arc::new(keys)))
 }
 
-/// SIGHUP reads the API keys file again; a bad file keeps the keys in use. Without keys it is
-/// only logged (SIGHUP's default would end the process).
-async fn reload_keys_on_sighup(keys: Option<Arc<Keys>>) {
+/// SIGHUP reads the API keys file and the deny list file again; a bad file keeps what is in
+/// use. Without either it is only logged (SIGHUP's default would end the process).
+async fn reload_on_sighup(keys: Option<Arc<Keys>>, deny_list: Option<Arc<DenyLists>>) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
-        tracing::error!("cannot install a SIGHUP handler: API keys are not reloaded");
+        tracing::error!(
+            "cannot install a SIGHUP handler: API keys and the deny list are not reloaded"
+        );
         return;
     };
+    let deny_list = deny_list.filter(|d| d.configured());
     while hup.recv().await.is_some() {
-        let Some(keys) = &keys else {
-            tracing::info!("SIGHUP: no auth.api_keys_file, nothing to reload");
-            continue;
-        };
-        match keys.reload() {
-            Ok(count) => tracing::info!(keys = count, "API keys reloaded"),
-            Err(e) => tracing::error!(error = %e, "API keys not reloaded; the previous keys stay"),
+        if keys.is_none() && deny_list.is_none() {
+            tracing::info!(
+                "SIGHUP: no auth.api_keys_file nor facilitator.deny_list_file, nothing to reload"
+            );
+        }
+        if let Some(keys) = &keys {
+            match keys.reload() {
+                Ok(count) => tracing::info!(keys = count, "API keys reloaded"),
+                Err(e) => {
+                    tracing::error!(error = %e, "API keys not reloaded; the previous keys stay")
+                }
+            }
+        }
+        if let Some(deny_list) = &deny_list {
+            reload_deny_list(deny_list.clone()).await;
+        }
+    }
+}
+
+/// Off the runtime's threads: the published SDN XML is about 100 MB.
+async fn reload_deny_list(deny_list: Arc<DenyLists>) {
+    match tokio::task::spawn_blocking(move || deny_list.reload()).await {
+        Ok(Ok(summary)) => tracing::info!("facilitator.deny_list_file reloaded: {summary}"),
+        Ok(Err(e)) => {
+            tracing::error!("facilitator.deny_list_file not reloaded; the previous list stays: {e}")
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "facilitator.deny_list_file reload stopped; the previous list stays")
         }
     }
 }

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use routerd::config::{default_config_path, FacilitatorSettings, Settings, StorageBackend};
+use routerd::facilitator::deny_list;
 use routerd::facilitator::svm::FeePayers;
 use routerd::signer::load_signers;
 use routerd::store::postgres::PgStore;
@@ -61,7 +62,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<Cli>, Str
 fn check_config(settings: &Settings) -> ExitCode {
     print!("{}", settings.render());
     if let Some(facilitator) = &settings.facilitator {
-        if let Err(error) = show_keys(facilitator) {
+        if let Err(error) = show_keys(facilitator).and_then(|()| show_deny_list(facilitator)) {
             eprintln!("routerd: bad configuration: {error}");
             return ExitCode::from(2);
         }
@@ -92,6 +93,17 @@ fn show_keys(facilitator: &FacilitatorSettings) -> Result<(), String> {
             pubkeys.join(", ")
         );
     }
+    Ok(())
+}
+
+/// How many addresses of each family the deny list file gave, and from which format.
+fn show_deny_list(facilitator: &FacilitatorSettings) -> Result<(), String> {
+    if facilitator.deny_list_file.is_empty() {
+        return Ok(());
+    }
+    let loaded = deny_list::load(&facilitator.deny_list_file)
+        .map_err(|e| format!("facilitator.deny_list_file: {e}"))?;
+    println!("# facilitator.deny_list_file: {}", loaded.summary());
     Ok(())
 }
 

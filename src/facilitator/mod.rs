@@ -2,7 +2,7 @@
 //! version (`protocol` maps the versions onto one rule engine and one ledger). No HTTP in here.
 
 pub mod cooldown;
-mod deny_list;
+pub mod deny_list;
 pub mod discovery;
 mod funds;
 pub mod lens;
@@ -28,6 +28,7 @@ use crate::ledger::{Asking, PaymentKey, Reason};
 use crate::signer::Signer;
 use crate::store::{Storage, StoreError};
 use cooldown::Cooldown;
+use deny_list::DenyLists;
 use discovery::Catalogue;
 use protocol::svm::{Refused, SvmRequest};
 use protocol::v1::{self, SettleResponse, VerifyResponse};
@@ -42,12 +43,8 @@ use verify::{Network, Verifier};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
-    #[error("facilitator.deny_list_file: cannot read {0}: {1}")]
-    DenyList(String, String),
-    #[error(
-        "facilitator.deny_list_file: line {0} is neither a 0x address nor a base58 Solana key"
-    )]
-    DenyListEntry(usize),
+    #[error("facilitator.deny_list_file: {0}")]
+    DenyList(#[from] deny_list::DenyListError),
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
 }
@@ -71,6 +68,8 @@ pub struct Facilitator {
     catalogue: Option<Arc<Catalogue>>,
     /// Signers' and fee payers' funds as last read, for `/ready` and `/metrics`.
     funds: readiness::KeptFunds,
+    /// `facilitator.deny_list_file` as last read, for SIGHUP to read again.
+    deny_list: Arc<DenyLists>,
 }
 
 impl Facilitator {
@@ -83,8 +82,12 @@ impl Facilitator {
         store: Storage,
         lease: settlement::LeaseSettings,
     ) -> Result<Self, SetupError> {
-        let deny_list = deny_list::load(&settings.deny_list_file)?;
-        let svm = svm.map(|svm| svm.deny(deny_list.svm));
+        let (deny_list, summary) = DenyLists::load(&settings.deny_list_file)?;
+        if deny_list.configured() {
+            tracing::info!("facilitator.deny_list_file: {summary}");
+        }
+        let deny_list = Arc::new(deny_list);
+        let svm = svm.map(|svm| svm.deny(deny_list.clone()));
         let cooldown = Arc::new(Cooldown::new(
             Duration::from_secs(settings.revert_cooldown_secs),
             store.clone(),
@@ -126,7 +129,7 @@ impl Facilitator {
         let verifier = Arc::new(
             Verifier::new(
                 networks,
-                deny_list.evm,
+                deny_list.clone(),
                 cooldown.clone(),
                 settings.max_signature_bytes,
             )
@@ -155,6 +158,7 @@ impl Facilitator {
             settle_timeout: Duration::from_secs(settings.settle_timeout_secs),
             catalogue,
             funds: readiness::KeptFunds::default(),
+            deny_list,
         })
     }
 
@@ -557,6 +561,11 @@ impl Facilitator {
             status.confirmations = now.and_then(|now| svm::confirmations(slot, now));
         }
         Ok(Some(status))
+    }
+
+    /// The deny list both families read; a reload replaces it for both.
+    pub fn deny_list(&self) -> &Arc<DenyLists> {
+        &self.deny_list
     }
 
     pub async fn surrender_lanes(&self) {

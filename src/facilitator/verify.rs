@@ -9,6 +9,7 @@ use ethers_core::types::{Address, Bytes, H256, U256};
 use serde_json::{json, Value};
 
 use super::cooldown::Cooldown;
+use super::deny_list::DenyLists;
 use super::lens;
 use super::request::{Invalid, Message, Method, Request, Served, TokenInfo};
 use crate::chain::Traffic;
@@ -200,7 +201,8 @@ struct ChainFacts {
 
 pub struct Verifier {
     networks: HashMap<String, Network>,
-    deny_list: HashSet<Address>,
+    /// `facilitator.deny_list_file`, as last read.
+    deny_list: Arc<DenyLists>,
     /// Payers refused for a while after a settlement of theirs reverted (rule 6).
     cooldown: Arc<Cooldown>,
     /// `facilitator.allow_http_resource`: rule 4 also accepts `http://` resources.
@@ -216,7 +218,7 @@ pub struct Verifier {
 impl Verifier {
     pub fn new(
         networks: Vec<Network>,
-        deny_list: HashSet<Address>,
+        deny_list: Arc<DenyLists>,
         cooldown: Arc<Cooldown>,
         max_signature_bytes: usize,
     ) -> Self {
@@ -288,7 +290,7 @@ impl Verifier {
                 )
             })?;
         let auth = request.authorization.clone();
-        if self.deny_list.contains(&auth.from) {
+        if self.deny_list.denies_evm(&auth.from) {
             return Err(invalid(Reason::FromKyt, "payer is on the deny list"));
         }
         if let Some(left) = self.cooldown.refuses(auth.from) {
@@ -391,7 +393,7 @@ impl Verifier {
                 "payer is blacklisted by the token",
             ));
         }
-        if self.deny_list.contains(&payment.pay_to) || facts.to_blacklisted {
+        if self.deny_list.denies_evm(&payment.pay_to) || facts.to_blacklisted {
             return Err(invalid(
                 Reason::ToKyt,
                 "recipient is on the deny list or blacklisted by the token",

@@ -6,7 +6,7 @@
 pub mod fee_payer;
 mod settle;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -15,6 +15,7 @@ use ethers_core::types::U256;
 use crate::chain::svm::{PaymentState, SolanaChain, SolanaError};
 use crate::chain::Unreachable;
 use crate::config::{solana_preset, FacilitatorSettings, SolanaChainSettings};
+use crate::facilitator::deny_list::{DenyList, DenyLists};
 use crate::facilitator::settlement::SettleError;
 use crate::store::Storage;
 use crate::svm::exact::MAX_MICRO_LAMPORTS_PER_COMPUTE_UNIT;
@@ -168,8 +169,8 @@ pub struct Verified {
 pub struct SvmExact {
     networks: Vec<SvmNetwork>,
     fee_payers: FeePayers,
-    /// The base58 keys of `facilitator.deny_list_file`.
-    deny_list: HashSet<Pubkey>,
+    /// `facilitator.deny_list_file`, as last read (its base58 keys).
+    deny_list: Arc<DenyLists>,
 }
 
 impl SvmExact {
@@ -177,13 +178,13 @@ impl SvmExact {
         Self {
             networks,
             fee_payers,
-            deny_list: HashSet::new(),
+            deny_list: Arc::new(DenyLists::of(DenyList::default())),
         }
     }
 
     /// Refuses payments from or to these keys, as the EVM deny list refuses addresses.
-    pub fn deny(mut self, keys: HashSet<Pubkey>) -> Self {
-        self.deny_list = keys;
+    pub fn deny(mut self, lists: Arc<DenyLists>) -> Self {
+        self.deny_list = lists;
         self
     }
 
@@ -299,10 +300,10 @@ impl SvmExact {
             },
         };
         let transfer = svm::check(&payment.transaction, &requirements).map_err(Failure::Rule)?;
-        if self.deny_list.contains(&transfer.authority) {
+        if self.deny_list.denies_svm(&transfer.authority) {
             return Err(Failure::DenyListed(Party::Payer));
         }
-        if self.deny_list.contains(&payment.pay_to) {
+        if self.deny_list.denies_svm(&payment.pay_to) {
             return Err(Failure::DenyListed(Party::Payee));
         }
         Ok(transfer)
@@ -313,7 +314,7 @@ impl SvmExact {
     /// (its owner reassigned away from `payTo`) makes the payment a self-payment.
     fn judge_parties(&self, transfer: &Transfer, state: &PaymentState) -> Result<(), Failure> {
         let source_owner = state.source.map(|s| s.owner);
-        if source_owner.is_some_and(|owner| self.deny_list.contains(&owner)) {
+        if source_owner.is_some_and(|owner| self.deny_list.denies_svm(&owner)) {
             return Err(Failure::DenyListed(Party::Payer));
         }
         let payee = state.destination.map(|d| d.owner);
@@ -402,6 +403,8 @@ fn unreachable(chain: &SolanaChain, error: SolanaError) -> Unreachable {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
     use super::*;
     use crate::chain::svm::TokenAccount;
     use crate::svm::TokenProgram;
@@ -456,7 +459,10 @@ mod tests {
         let t = transfer(100);
         let fee_payers = FeePayers::new(vec![svm::Keypair::new()]).unwrap();
         let owner = Pubkey::new_unique();
-        let svm = SvmExact::new(Vec::new(), fee_payers).deny(HashSet::from([owner]));
+        let svm = SvmExact::new(Vec::new(), fee_payers).deny(Arc::new(DenyLists::of(DenyList {
+            evm: HashSet::new(),
+            svm: HashSet::from([owner]),
+        })));
         let mut s = state(&t, 100);
         assert_eq!(svm.judge_parties(&t, &s), Ok(()));
         // A delegate authorises the transfer from a deny-listed owner's account.
