@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::chain::Chain;
 use crate::config::{ServerSettings, Settings};
-use crate::facilitator::settlement::LeaseSettings;
+use crate::facilitator::evm::LeaseSettings;
 use crate::facilitator::svm::{FeePayerError, FeePayers, SvmExact, SvmNetwork};
 use crate::facilitator::{Facilitator, SettleError, SetupError};
 use crate::router::nonces::NonceBook;

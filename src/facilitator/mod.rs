@@ -4,15 +4,12 @@
 pub mod cooldown;
 mod deny_list;
 pub mod discovery;
+pub mod evm;
 mod funds;
-pub mod lens;
 pub mod protocol;
 pub mod readiness;
-pub mod request;
-pub mod settlement;
 pub mod svm;
 pub mod types;
-pub mod verify;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
@@ -32,13 +29,14 @@ use discovery::Catalogue;
 use protocol::svm::{Refused, SvmRequest};
 use protocol::v1::{self, SettleResponse, VerifyResponse};
 use protocol::{eip2612, v2};
-use request::TokenInfo;
-use request::{Invalid, Request};
-use settlement::ClaimOn;
-use settlement::{Begun, Settled};
-pub use settlement::{Lane, LaneSettings, SettleError};
+use evm::request::TokenInfo;
+use evm::request::{Invalid, Request};
+use evm::settle::ClaimOn;
+use evm::settle::{Begun, Settled};
+pub use evm::settle::SettleError;
+pub use evm::{Lane, LaneSettings};
 use types::{SettlementStatus, SupportedKind, SupportedResponse};
-use verify::{Network, Verifier};
+use evm::verify::{Network, Verifier};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
@@ -54,7 +52,7 @@ pub enum SetupError {
 
 pub struct Facilitator {
     verifier: Arc<Verifier>,
-    settler: Arc<settlement::Settler>,
+    settler: Arc<evm::settle::Settler>,
     max_batch: usize,
     serves_v1: bool,
     /// Served chain ids and their configured network names, when x402 v2 is served.
@@ -81,7 +79,7 @@ impl Facilitator {
         signers: Vec<Arc<Signer>>,
         svm: Option<svm::SvmExact>,
         store: Storage,
-        lease: settlement::LeaseSettings,
+        lease: evm::LeaseSettings,
     ) -> Result<Self, SetupError> {
         let deny_list = deny_list::load(&settings.deny_list_file)?;
         let svm = svm.map(|svm| svm.deny(deny_list.svm));
@@ -134,7 +132,7 @@ impl Facilitator {
             .erc6492_factories(settings.erc6492_factories()?)
             .signers(signers.iter().map(|s| s.address).collect()),
         );
-        let settler = settlement::Settler::new(
+        let settler = evm::settle::Settler::new(
             verifier.clone(),
             store.clone(),
             lanes,
@@ -397,7 +395,7 @@ impl Facilitator {
             Err(failure) => return Ok(Err(failure)),
             Ok(payment) => payment,
         };
-        if let Err(failure) = verify::check_upto_maximum(&payment) {
+        if let Err(failure) = evm::verify::check_upto_maximum(&payment) {
             return Ok(Err(failure));
         }
         let message = match self.settler.claim_on(&payment).await? {

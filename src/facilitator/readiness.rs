@@ -16,7 +16,7 @@ use ethers_core::types::{Address, U256};
 use serde_json::json;
 
 use super::funds::{Due, Kept, SOLANA_BLOCK_TIME};
-use super::settlement::lane::SETTLEMENT_GAS;
+use super::evm::lane::SETTLEMENT_GAS;
 use super::svm::SvmNetwork;
 use super::{Facilitator, Lane};
 use crate::chain::Traffic;

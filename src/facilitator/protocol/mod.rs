@@ -29,9 +29,9 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::facilitator::request::Served;
-    use crate::facilitator::request::TokenInfo;
-    use crate::facilitator::request::{Invalid, Request};
+    use crate::facilitator::evm::request::Served;
+    use crate::facilitator::evm::request::TokenInfo;
+    use crate::facilitator::evm::request::{Invalid, Request};
     use crate::ledger::Reason;
 
     const ASSET: &str = "0x036CbD53842c5426634e7929541eC2318f3dCF7e";

@@ -18,9 +18,9 @@ use super::v1::{self, SettleResponse, VerifyResponse};
 use super::values::{self, Values};
 use super::values::{ExactEvmPayloadV2, Payload, Scheme};
 use crate::evm;
-use crate::facilitator::request::Served;
-use crate::facilitator::request::{Field, Invalid, Request};
-use crate::facilitator::settlement::{SettleError, Settled};
+use crate::facilitator::evm::request::Served;
+use crate::facilitator::evm::request::{Field, Invalid, Request};
+use crate::facilitator::evm::settle::{SettleError, Settled};
 use crate::ledger::Reason;
 
 /// `eip155:<chain id>`: the CAIP-2 namespace of EVM chains.
@@ -346,7 +346,7 @@ pub fn settle_answer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::facilitator::request::Message;
+    use crate::facilitator::evm::request::Message;
 
     fn served() -> BTreeMap<u64, String> {
         BTreeMap::from([(84532, "base-sepolia".to_string())])

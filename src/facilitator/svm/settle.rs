@@ -24,7 +24,7 @@ use crate::chain::Budget;
 use crate::clock::unix_now;
 use crate::facilitator::cooldown::Cooldown;
 use crate::facilitator::protocol::svm::Refused;
-use crate::facilitator::settlement::{caller_of, key_taken, Caller, SettleError};
+use crate::facilitator::evm::settle::{caller_of, key_taken, Caller, SettleError};
 use crate::ledger::{Account, Asking, Lost, PaymentKey, Record, State, SvmSettlement};
 use crate::store::{Claim, Limits, Storage, StoreError};
 use crate::svm::{

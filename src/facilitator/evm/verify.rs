@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 use ethers_core::types::{Address, Bytes, H256, U256};
 use serde_json::{json, Value};
 
-use super::cooldown::Cooldown;
+use crate::facilitator::cooldown::Cooldown;
 use super::lens;
 use super::request::{Invalid, Message, Method, Request, Served, TokenInfo};
 use crate::chain::Traffic;

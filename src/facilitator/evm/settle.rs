@@ -7,14 +7,6 @@
 //! EIP-712 digest) and whose requirements that authorization meets: a success can never be given
 //! to a merchant whose payment it is not.
 
-mod follower;
-mod front_run;
-pub(crate) mod inclusions;
-pub mod lane;
-mod lease;
-pub mod waiters;
-mod worker;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,10 +24,9 @@ use crate::evm::{erc3009, erc6492, permit2};
 use crate::ledger::Reason;
 use crate::ledger::{Asking, LaneId, Outcome, PaymentKey, Record, RequestTag, State, TagKind};
 use crate::store::{Claim, Lease, Limits, Permit2Clash, Storage, StoreError};
-use lane::Reservation;
-pub use lane::{Lane, LaneSettings, Lanes};
-use waiters::{Progress, Running, Waiters};
-use worker::Worker;
+use super::lane::{Lane, Lanes, Reservation};
+use super::worker::Worker;
+use super::waiters::{Progress, Running, Waiters};
 
 /// The settlement ledger, lanes and leases, in whichever backend is configured.
 pub type Ledger = Storage;
