@@ -6,8 +6,10 @@ mod deny_list;
 pub mod discovery;
 pub mod evm;
 mod funds;
+pub mod outcome;
 pub mod protocol;
 pub mod readiness;
+pub mod settlement;
 pub mod svm;
 pub mod types;
 
@@ -26,17 +28,18 @@ use crate::signer::Signer;
 use crate::store::{Storage, StoreError};
 use cooldown::Cooldown;
 use discovery::Catalogue;
+use evm::request::Request;
+use evm::request::TokenInfo;
+use evm::settle::Begun;
+use evm::verify::{Network, Verifier};
+pub use evm::{Lane, LaneSettings};
+pub use outcome::SettleError;
+use outcome::{Invalid, Settled};
 use protocol::svm::{Refused, SvmRequest};
 use protocol::v1::{self, SettleResponse, VerifyResponse};
 use protocol::{eip2612, v2};
-use evm::request::TokenInfo;
-use evm::request::{Invalid, Request};
-use evm::settle::ClaimOn;
-use evm::settle::{Begun, Settled};
-pub use evm::settle::SettleError;
-pub use evm::{Lane, LaneSettings};
+use settlement::ClaimOn;
 use types::{SettlementStatus, SupportedKind, SupportedResponse};
-use evm::verify::{Network, Verifier};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {

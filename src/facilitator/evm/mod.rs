@@ -10,7 +10,6 @@ pub mod lens;
 pub mod request;
 pub mod settle;
 pub mod verify;
-pub mod waiters;
 mod worker;
 
 pub use lane::{Lane, LaneSettings, Lanes};

@@ -1,14 +1,13 @@
-//! The version-free request and verdict. A [`Request`] is a payment as verify and settle take it,
+//! The version-free EVM request. A [`Request`] is a payment as verify and settle take it,
 //! whichever x402 version carried it: every value typed, and the rules that need only the
-//! request and the served configuration (x402-facilitator.md §2, rules 1-5) passed. A refusal
-//! names the fields it means by [`Field`], never by text: each version spells them when it
-//! raises the answer, so no message is ever rewritten.
+//! request and the served configuration (x402-facilitator.md §2, rules 1-5) passed. Its verdict
+//! (`Invalid`, naming fields by `Field`) is every family's: `facilitator::outcome`.
 
 use ethers_core::types::{Address, H256, U256};
 
 use crate::evm::erc3009::TransferAuthorization;
 use crate::evm::permit2::Eip2612Permit;
-use crate::ledger::{Reason, TransferMethod};
+use crate::ledger::TransferMethod;
 
 /// One payment, parsed: what every rule from rule 6 on and the settlement read.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,112 +68,6 @@ impl Method {
     }
 }
 
-/// A field of the request that a refusal names. Its path differs between versions (v1's
-/// `paymentRequirements.maxAmountRequired` is v2's `paymentRequirements.amount`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Field {
-    Amount,
-    Resource,
-    PayTo,
-    Asset,
-    MaxTimeoutSeconds,
-    ExtraName,
-    ExtraVersion,
-    Signature,
-    From,
-    To,
-    Value,
-    ValidAfter,
-    ValidBefore,
-    Nonce,
-    /// The payload's authorization object, whichever kind.
-    Authorization,
-    Permit2From,
-    Permit2Token,
-    Permit2Amount,
-    Permit2Spender,
-    Permit2Nonce,
-    Permit2Deadline,
-    WitnessTo,
-    WitnessValidAfter,
-    WitnessFacilitator,
-}
-
-/// A version's spelling of the fields: the JSON path of each in that version's request.
-pub type Spelling = fn(Field) -> &'static str;
-
-/// Why a payment fails, in words a version renders with its own [`Spelling`].
-#[derive(Debug, Clone, PartialEq)]
-pub enum Message {
-    /// Words that name no renamed field: the same in every version.
-    Text(String),
-    /// A field's value is refused: `<path>: <problem>`.
-    Field(Field, String),
-    /// Rule 8: `authorization.to` is not the requirements' payTo.
-    ToIsNotPayTo,
-    /// Rule 9: `authorization.value` is below the amount asked.
-    ValueBelowAmount,
-    /// Rule 10: `authorization.value` is above the amount asked (exact means exact).
-    ValueAboveAmount,
-    /// `authorization.from` is the payTo: a self-payment moves no value (access.md 3c).
-    SelfPayment,
-}
-
-impl Message {
-    /// The message as the version with spelling `path` says it.
-    pub fn render(&self, path: Spelling) -> String {
-        // The terms rules name the amount by its bare name, as the requirements spell it.
-        let amount = || path(Field::Amount).rsplit('.').next().unwrap_or_default();
-        match self {
-            Message::Text(text) => text.clone(),
-            Message::Field(field, problem) => format!("{}: {problem}", path(*field)),
-            Message::ToIsNotPayTo => format!("authorization.to is not {}", path(Field::PayTo)),
-            Message::ValueBelowAmount => format!("authorization.value is below {}", amount()),
-            Message::ValueAboveAmount => format!("authorization.value exceeds {}", amount()),
-            Message::SelfPayment => format!(
-                "authorization.from is {}: a self-payment moves no value, only the facilitator's gas would be spent",
-                path(Field::PayTo)
-            ),
-        }
-    }
-}
-
-impl From<String> for Message {
-    fn from(text: String) -> Self {
-        Message::Text(text)
-    }
-}
-
-impl From<&str> for Message {
-    fn from(text: &str) -> Self {
-        Message::Text(text.to_string())
-    }
-}
-
-/// A payment that fails a rule: the rule's reason, and why in typed words.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Invalid {
-    pub reason: Reason,
-    pub message: Message,
-}
-
-impl Invalid {
-    pub fn new(reason: Reason, message: impl Into<Message>) -> Self {
-        Invalid {
-            reason,
-            message: message.into(),
-        }
-    }
-
-    /// A field's value refused under `reason` (rule 4 or 5).
-    pub fn field(reason: Reason, field: Field, problem: impl Into<String>) -> Self {
-        Invalid {
-            reason,
-            message: Message::Field(field, problem.into()),
-        }
-    }
-}
-
 /// A token the facilitator settles, as configured.
 pub struct TokenInfo {
     pub address: Address,
@@ -194,38 +87,4 @@ pub trait Served {
     fn allow_http_resource(&self) -> bool;
     /// `facilitator.max_signature_bytes`: longer signatures fail rule 5.
     fn max_signature_bytes(&self) -> usize;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn short(field: Field) -> &'static str {
-        match field {
-            Field::Amount => "requirements.price",
-            Field::PayTo => "requirements.to",
-            _ => "other",
-        }
-    }
-
-    #[test]
-    fn messages_name_fields_in_the_given_spelling() {
-        assert_eq!(
-            Message::Field(Field::Amount, "not a number".into()).render(short),
-            "requirements.price: not a number"
-        );
-        assert_eq!(
-            Message::ValueBelowAmount.render(short),
-            "authorization.value is below price"
-        );
-        assert_eq!(
-            Message::ValueAboveAmount.render(short),
-            "authorization.value exceeds price"
-        );
-        assert_eq!(
-            Message::ToIsNotPayTo.render(short),
-            "authorization.to is not requirements.to"
-        );
-        assert_eq!(Message::from("as is").render(short), "as is");
-    }
 }

@@ -15,18 +15,22 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::request::{Invalid, Message, Method, Request};
+use super::lane::{Lane, Lanes, Reservation};
+use super::request::{Method, Request};
 use super::verify::{check_terms, Payer, Payment, Trial, Tried, Verifier};
-use crate::chain::{Budget, Head, Overloaded, Unreachable};
+use super::worker::Worker;
+use crate::chain::{Budget, Unreachable};
 use crate::clock::unix_now;
 use crate::evm;
 use crate::evm::{erc3009, erc6492, permit2};
+use crate::facilitator::outcome::{Invalid, SettleError, Settled};
+use crate::facilitator::settlement::recheck::{exposure_may_clear, next_head, MAX_RECHECKS};
+use crate::facilitator::settlement::waiters::{Progress, Running, Waiters};
+use crate::facilitator::settlement::{caller_of, duplicate, key_taken, pass_on, with_pass};
+use crate::facilitator::settlement::{Caller, ClaimOn};
 use crate::ledger::Reason;
-use crate::ledger::{Asking, LaneId, Outcome, PaymentKey, Record, RequestTag, State, TagKind};
+use crate::ledger::{Asking, LaneId, Outcome, PaymentKey, Record, RequestTag, State};
 use crate::store::{Claim, Lease, Limits, Permit2Clash, Storage, StoreError};
-use super::lane::{Lane, Lanes, Reservation};
-use super::worker::Worker;
-use super::waiters::{Progress, Running, Waiters};
 
 /// The settlement ledger, lanes and leases, in whichever backend is configured.
 pub type Ledger = Storage;
@@ -44,46 +48,6 @@ const GAS_HEADROOM_PERCENT: u64 = 25;
 const STORED_POLL: Duration = Duration::from_millis(50);
 /// How often finished records older than the retention are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
-
-#[derive(Debug, thiserror::Error)]
-pub enum SettleError {
-    #[error(transparent)]
-    Unreachable(#[from] Unreachable),
-    /// The chain's budget for callers' reads of this kind is spent: busy, try again shortly.
-    #[error(transparent)]
-    Overloaded(#[from] Overloaded),
-    /// Still unknown at the deadline: the hash once broadcast, `None` while still being signed.
-    #[error("{}", pending_message(.0))]
-    Pending(Option<H256>),
-    /// A Solana transaction sent, its outcome still unknown at the deadline: its signature.
-    #[error("settlement pending: {0}; settle the same payment again for the outcome")]
-    PendingSignature(String),
-    /// Nothing was sent and the claim is released: the same payment may be settled again.
-    #[error("the settlement was not sent: {0}; settle the same payment again")]
-    Abandoned(String),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// The request's idempotency key was first used with another body.
-    #[error("Idempotency-Key {0:?} was first used with another request body")]
-    KeyReused(String),
-    /// The payer's `payment-identifier` id already names another payment of this caller.
-    #[error(
-        "paymentPayload.extensions.payment-identifier.info.id {0:?} already names another payment"
-    )]
-    IdentifierReused(String),
-}
-
-fn pending_message(hash: &Option<H256>) -> String {
-    match hash {
-        Some(hash) => {
-            format!("settlement pending: {hash:?}; settle the same payment again for the outcome")
-        }
-        None => {
-            "settlement pending: not yet broadcast; settle the same payment again for the outcome"
-                .to_string()
-        }
-    }
-}
 
 pub struct Settler {
     verifier: Arc<Verifier>,
@@ -264,7 +228,9 @@ impl Settler {
             }
         };
         let Pending { key, span, .. } = *pending;
-        self.pass_on(outcome, &key, asking).instrument(span).await
+        pass_on(&self.ledger, outcome, &key, asking)
+            .instrument(span)
+            .await
     }
 
     /// Prepares and claims on the lane `reservation` holds, in the `settlement` span.
@@ -488,37 +454,19 @@ impl Settler {
         }
     }
 
-    /// A request the claimant's pending answer passed the outcome on to is the claimant now
-    /// (access.md §1); the store hands each pass to one request.
+    /// A request the claimant's pending answer passed the outcome on to is the claimant now.
     async fn with_pass(
         &self,
         known: Known,
         key: &PaymentKey,
         asking: &Asking,
     ) -> Result<Known, SettleError> {
-        match known {
-            Known::Bound(found, Caller::Another)
-                if self.ledger.take_pass(key, &asking.pass).await? =>
-            {
-                Ok(Known::Bound(found, Caller::Claimant))
+        Ok(match known {
+            Known::Bound(found, caller) => {
+                Known::Bound(found, with_pass(&self.ledger, caller, key, asking).await?)
             }
-            other => Ok(other),
-        }
-    }
-
-    /// A claimant told "pending" passes the outcome on to its identical next request.
-    async fn pass_on(
-        &self,
-        outcome: Result<Settled, SettleError>,
-        key: &PaymentKey,
-        asking: &Asking,
-    ) -> Result<Settled, SettleError> {
-        if matches!(outcome, Err(SettleError::Pending(_))) && asking.passes_on() {
-            if let Err(e) = self.ledger.grant_pass(key, &asking.pass).await {
-                tracing::warn!(payment = %key, error = %e, "could not keep the pending answer's pass");
-            }
-        }
-        outcome
+            unmet => unmet,
+        })
     }
 
     /// Creates the ledger record, then registers its waiters. The store's claim is atomic (also
@@ -594,8 +542,8 @@ impl Settler {
             Found::Unfinished(record) => self.await_stored(*record, deadline).await,
         };
         match caller {
-            Caller::Claimant => self.pass_on(outcome, key, asking).await,
-            Caller::Another => Settled::duplicate(outcome),
+            Caller::Claimant => pass_on(&self.ledger, outcome, key, asking).await,
+            Caller::Another => duplicate(outcome),
         }
     }
 
@@ -700,19 +648,6 @@ fn settlement_span(lane: &Lane) -> tracing::Span {
     )
 }
 
-/// The answer to a claim refused for its request key: a header's key, or the payer's
-/// `payment-identifier` id, already names another payment.
-pub(crate) fn key_taken(record: &Record) -> SettleError {
-    match (&record.request, &record.payment_id) {
-        (Some(tag), Some(id)) if tag.kind == TagKind::PaymentIdentifier => {
-            SettleError::IdentifierReused(id.clone())
-        }
-        (tag, _) => {
-            SettleError::KeyReused(tag.as_ref().map_or_else(String::new, |t| t.key.clone()))
-        }
-    }
-}
-
 /// The Permit2 allowance a Permit2 payment's claim keeps to: the payer's, as read, or for one
 /// carrying an EIP-2612 permit, what that permit sets it to (its value: the claim then keeps it
 /// alone among the payer's Permit2 payments in flight).
@@ -763,30 +698,6 @@ fn refusal(refused: Claim, value: U256, payer: &Payer, limits: &Limits) -> Inval
     }
 }
 
-/// A refusal for the payer's balance or Permit2 allowance beside its settlements under way: one
-/// of those may be mined already, and leave the exposure once answered.
-fn exposure_may_clear(failure: &Invalid) -> bool {
-    matches!(
-        failure.reason,
-        Reason::InsufficientFunds | Reason::Permit2Allowance
-    )
-}
-
-/// How many times a claim refused for the payer's balance is tried again: enough for a lane to
-/// answer what was mined (also an instance that restarted and follows its settlements again).
-const MAX_RECHECKS: u32 = 5;
-
-/// The longest a refused claim waits for a new head before it is tried again: on a chain that
-/// mines nothing the refusal then comes a few seconds late, not at the settle timeout.
-const RECHECK_WAIT: Duration = Duration::from_secs(1);
-
-/// Waits for the chain's next head, or RECHECK_WAIT; false when `deadline` has passed.
-async fn next_head(heads: &mut watch::Receiver<Option<Head>>, deadline: Instant) -> bool {
-    let until = deadline.min(Instant::now() + RECHECK_WAIT);
-    let _ = tokio::time::timeout_at(until, heads.changed()).await;
-    Instant::now() < deadline
-}
-
 /// The gas limit of a settlement that the trial measured at `tried` gas: with headroom, never
 /// under the calldata floor (EIP-7623), never over `bound` (`max_settlement_gas`); a settlement
 /// that needs more than `bound` is refused before anything is sent.
@@ -815,29 +726,6 @@ fn bind(digest: H256, payment: &Payment<'_>) -> Result<(), Invalid> {
         });
     }
     check_terms(payment)
-}
-
-/// Who a request is to the settlement of its payment: the request that claimed it (the same
-/// `Idempotency-Key`: a retry), or another one. A header key claimed with another body is an
-/// error. The payer's `payment-identifier` never makes a claimant: the same payment under it
-/// is a duplicate like any other (access.md §1).
-pub(crate) fn caller_of(
-    claimed_by: Option<&RequestTag>,
-    tag: Option<&RequestTag>,
-) -> Result<Caller, SettleError> {
-    match (claimed_by, tag) {
-        (Some(first), Some(this))
-            if first.key == this.key
-                && first.kind == TagKind::Header
-                && this.kind == TagKind::Header =>
-        {
-            match first.body == this.body {
-                true => Ok(Caller::Claimant),
-                false => Err(SettleError::KeyReused(this.key.clone())),
-            }
-        }
-        _ => Ok(Caller::Another),
-    }
 }
 
 /// The transaction that settles a payment: `transferWithAuthorization` on the token, or, for a
@@ -1007,21 +895,6 @@ enum Found {
     Unfinished(Box<Record>),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Caller {
-    /// The request that claimed the payment, or a retry of it.
-    Claimant,
-    /// Any other request carrying the same authorization.
-    Another,
-}
-
-/// What verify says of a payment whose nonce is claimed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClaimOn {
-    BeingSettled,
-    Settled,
-}
-
 impl Known {
     fn from_running(
         running: Running,
@@ -1054,64 +927,10 @@ impl Known {
     }
 }
 
-/// What settling a payment came to, in no version's words: each version raises it into its
-/// own answer (`protocol`), with the payer and network as its request gave them.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Settled {
-    pub success: bool,
-    pub reason: Option<Reason>,
-    pub message: Option<Message>,
-    /// The settling transaction; `None` when nothing was sent.
-    pub transaction: Option<H256>,
-}
-
-impl Settled {
-    /// A payment refused before anything was sent.
-    pub fn failed(failure: Invalid) -> Self {
-        Settled {
-            success: false,
-            reason: Some(failure.reason),
-            message: Some(failure.message),
-            transaction: None,
-        }
-    }
-
-    /// What another request than the claimant is told: never the success, only which
-    /// transaction settles the payment (access.md §1).
-    fn duplicate(outcome: Result<Settled, SettleError>) -> Result<Settled, SettleError> {
-        let (transaction, message) = match outcome {
-            Ok(settled) if settled.success => {
-                let hash = settled.transaction.map(evm::hex_bytes).unwrap_or_default();
-                (settled.transaction, format!("already settled by {hash}"))
-            }
-            Err(SettleError::Pending(Some(hash))) => {
-                let message = format!("already being settled by {}", evm::hex_bytes(hash));
-                (Some(hash), message)
-            }
-            other => return other,
-        };
-        Ok(Settled {
-            success: false,
-            reason: Some(Reason::AlreadySettled),
-            message: Some(Message::Text(message)),
-            transaction,
-        })
-    }
-
-    /// A stored outcome.
-    fn of(outcome: &Outcome) -> Self {
-        Settled {
-            success: outcome.success,
-            reason: outcome.reason,
-            message: outcome.message.clone().map(Message::Text),
-            transaction: outcome.transaction,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::facilitator::outcome::Message;
 
     #[test]
     fn the_gas_limit_has_headroom_covers_the_calldata_floor_and_keeps_the_bound() {

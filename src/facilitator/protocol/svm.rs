@@ -11,8 +11,8 @@ use serde_json::{Map, Number, Value};
 
 use super::v1::{self, SettleResponse, VerifyResponse};
 use super::v2;
-use crate::facilitator::evm::request::{Field, Invalid, Spelling};
-use crate::facilitator::evm::settle::SettleError;
+use crate::facilitator::outcome::SettleError;
+use crate::facilitator::outcome::{Field, Invalid, Spelling};
 use crate::facilitator::svm::{
     Failure, Party, Payment, SvmExact, SvmNetwork, SvmSettled, Verified, Version,
 };

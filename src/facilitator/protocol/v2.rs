@@ -18,9 +18,10 @@ use super::v1::{self, SettleResponse, VerifyResponse};
 use super::values::{self, Values};
 use super::values::{ExactEvmPayloadV2, Payload, Scheme};
 use crate::evm;
+use crate::facilitator::evm::request::Request;
 use crate::facilitator::evm::request::Served;
-use crate::facilitator::evm::request::{Field, Invalid, Request};
-use crate::facilitator::evm::settle::{SettleError, Settled};
+use crate::facilitator::outcome::{Field, Invalid};
+use crate::facilitator::outcome::{SettleError, Settled};
 use crate::ledger::Reason;
 
 /// `eip155:<chain id>`: the CAIP-2 namespace of EVM chains.
@@ -346,7 +347,7 @@ pub fn settle_answer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::facilitator::evm::request::Message;
+    use crate::facilitator::outcome::Message;
 
     fn served() -> BTreeMap<u64, String> {
         BTreeMap::from([(84532, "base-sepolia".to_string())])

@@ -15,7 +15,7 @@ use ethers_core::types::U256;
 use crate::chain::svm::{PaymentState, SolanaChain, SolanaError};
 use crate::chain::Unreachable;
 use crate::config::{solana_preset, FacilitatorSettings, SolanaChainSettings};
-use crate::facilitator::evm::settle::SettleError;
+use crate::facilitator::outcome::SettleError;
 use crate::store::Storage;
 use crate::svm::exact::MAX_MICRO_LAMPORTS_PER_COMPUTE_UNIT;
 use crate::svm::{

@@ -9,7 +9,6 @@ use std::sync::{Mutex, MutexGuard};
 use ethers_core::types::H256;
 use tokio::sync::watch;
 
-use crate::evm;
 use crate::ledger::{Attempt, Outcome, PaymentKey, Record, RequestTag};
 
 /// What waiters learn about a settlement.
@@ -99,7 +98,9 @@ impl Waiters {
     pub fn sent(&self, key: &PaymentKey, attempt: &Attempt) {
         if let Some(entry) = self.lock().get(key) {
             if !entry.span.is_disabled() {
-                entry.span.record("signer", evm::hex_bytes(attempt.signer));
+                entry
+                    .span
+                    .record("signer", format!("{:#x}", attempt.signer));
                 entry.span.record("nonce", attempt.nonce);
                 entry
                     .span
