@@ -35,10 +35,10 @@ use evm::verify::{Network, Verifier};
 pub use evm::{Lane, LaneSettings};
 pub use outcome::SettleError;
 use outcome::{Invalid, Settled};
-use protocol::svm::{Refused, SvmRequest};
 use protocol::v1::{self, SettleResponse, VerifyResponse};
 use protocol::{eip2612, v2};
 use settlement::ClaimOn;
+use svm::wire::{self as svm_wire, Refused, SvmRequest};
 use types::{SettlementStatus, SupportedKind, SupportedResponse};
 
 #[derive(Debug, thiserror::Error)]
@@ -266,7 +266,7 @@ impl Facilitator {
     /// `/verify` of a Solana payment (svm.md §3), in its version's names.
     pub async fn verify_svm(&self, request: &SvmRequest) -> Result<VerifyResponse, SettleError> {
         let verdict = self.svm_verdict(request).await?;
-        Ok(protocol::svm::verify_answer(
+        Ok(svm_wire::verify_answer(
             request.version(),
             request.transaction(),
             &verdict,
@@ -347,7 +347,7 @@ impl Facilitator {
             }
             Err(refused) => Ok(svm::SvmSettled::Refused(refused)),
         };
-        protocol::svm::settle_answer(request, settled)
+        svm_wire::settle_answer(request, settled)
     }
 
     /// The v2 extensions routerd implements: `payment-identifier`, `eip2612GasSponsoring`
@@ -548,7 +548,7 @@ impl Facilitator {
         };
         let key = svm::payment_key(network.name, signature);
         let record = self.ledger.get(&key).await?;
-        let Some(mut status) = record.as_ref().and_then(protocol::svm::status_answer) else {
+        let Some(mut status) = record.as_ref().and_then(svm_wire::status_answer) else {
             return Ok(None);
         };
         if let Some(slot) = status.slot {

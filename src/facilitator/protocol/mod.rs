@@ -6,7 +6,6 @@
 
 pub mod eip2612;
 pub mod status;
-pub mod svm;
 pub mod v1;
 pub mod v2;
 pub mod values;

@@ -17,7 +17,7 @@ use crate::facilitator::outcome::Settled;
 use crate::facilitator::outcome::{Field, Invalid};
 use crate::ledger::Reason;
 
-/// A v1 request; `P` is its family's payload (`protocol::svm` carries Solana's).
+/// A v1 request; `P` is its family's payload (`facilitator::svm::wire` carries Solana's).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PaymentRequest<P = ExactEvmPayload> {

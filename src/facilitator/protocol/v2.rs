@@ -31,7 +31,7 @@ const EIP155: &str = "eip155:";
 /// treated as one carrying that id in an `Idempotency-Key` header (access.md §1).
 pub const PAYMENT_IDENTIFIER: &str = "payment-identifier";
 
-/// A v2 request; `P` is its family's payload (`protocol::svm` carries Solana's).
+/// A v2 request; `P` is its family's payload (`facilitator::svm::wire` carries Solana's).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PaymentRequest<P = ExactEvmPayloadV2> {

@@ -5,6 +5,7 @@
 
 pub mod fee_payer;
 mod settle;
+pub mod wire;
 
 use std::collections::{BTreeMap, HashSet};
 use std::str::FromStr;
@@ -105,7 +106,7 @@ pub struct Payment {
 }
 
 /// Why a Solana payment is refused, past the rules every family shares (version, scheme,
-/// network, requirement values); `protocol::svm` names each in both versions.
+/// network, requirement values); `wire` names each in both versions.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Failure {
     #[error("paymentRequirements.extra.feePayer: missing")]

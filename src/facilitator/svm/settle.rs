@@ -18,13 +18,13 @@ use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::wire::Refused;
 use super::{Failure, Payment, SvmExact};
 use crate::chain::svm::{SignatureStatus, SolanaChain, TransactionRecord};
 use crate::chain::Budget;
 use crate::clock::unix_now;
 use crate::facilitator::cooldown::Cooldown;
 use crate::facilitator::outcome::SettleError;
-use crate::facilitator::protocol::svm::Refused;
 use crate::facilitator::settlement::{caller_of, key_taken, pass_on, with_pass};
 use crate::facilitator::settlement::{Answer, Caller};
 use crate::ledger::{Account, Asking, Lost, PaymentKey, Record, State, SvmSettlement};
