@@ -1,7 +1,6 @@
 //! The x402 `exact` facilitator: supported kinds, verify, settle, for each served protocol
 //! version (`protocol` maps the versions onto one rule engine and one ledger). No HTTP in here.
 
-pub mod cooldown;
 mod deny_list;
 pub mod discovery;
 pub mod evm;
@@ -26,7 +25,6 @@ use crate::evm::{erc3009, permit2};
 use crate::ledger::{Asking, PaymentKey, Reason};
 use crate::signer::Signer;
 use crate::store::{Storage, StoreError};
-use cooldown::Cooldown;
 use discovery::Catalogue;
 use evm::request::Request;
 use evm::request::TokenInfo;
@@ -37,6 +35,7 @@ pub use outcome::SettleError;
 use outcome::{Invalid, Settled};
 use protocol::v1::{self, SettleResponse, VerifyResponse};
 use protocol::{eip2612, v2};
+use settlement::cooldown::Cooldown;
 use settlement::ClaimOn;
 use svm::wire::{self as svm_wire, Refused, SvmRequest};
 use types::{SettlementStatus, SupportedKind, SupportedResponse};
