@@ -5,32 +5,37 @@
 //!
 //! An answer is handed only to a request that carries the settled authorization (the same
 //! EIP-712 digest) and whose requirements that authorization meets: a success can never be given
-//! to a merchant whose payment it is not.
+//! to a merchant whose payment it is not. The transaction and record a claim stores are
+//! `call`'s; what a request is told of a payment claimed before it is `known`'s, through the
+//! settlement core shared with every family.
+
+mod call;
+mod known;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ethers_core::types::{Address, Bytes, H256, U256};
+use ethers_core::types::U256;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::lane::{Lane, Lanes, Reservation};
 use super::request::{Method, Request};
-use super::verify::{check_terms, Payer, Payment, Trial, Tried, Verifier};
+use super::verify::{Payer, Payment, Trial, Tried, Verifier};
 use super::worker::Worker;
 use crate::chain::{Budget, Unreachable};
 use crate::clock::unix_now;
 use crate::evm;
-use crate::evm::{erc3009, erc6492, permit2};
 use crate::facilitator::outcome::{Invalid, SettleError, Settled};
 use crate::facilitator::settlement::recheck::{exposure_may_clear, next_head, MAX_RECHECKS};
-use crate::facilitator::settlement::waiters::{Progress, Running, Waiters};
-use crate::facilitator::settlement::{caller_of, duplicate, key_taken, pass_on, with_pass};
-use crate::facilitator::settlement::{Caller, ClaimOn};
+use crate::facilitator::settlement::waiters::{Progress, Waiters};
+use crate::facilitator::settlement::{key_taken, pass_on, ClaimOn};
 use crate::ledger::Reason;
-use crate::ledger::{Asking, LaneId, Outcome, PaymentKey, Record, RequestTag, State};
-use crate::store::{Claim, Lease, Limits, Permit2Clash, Storage, StoreError};
+use crate::ledger::{Asking, LaneId, PaymentKey, Record};
+use crate::store::{Claim, Lease, Limits, Storage, StoreError};
+use call::{gas_limit, new_record, permit2_allowance, refusal, SettlementCall};
+use known::Known;
 
 /// The settlement ledger, lanes and leases, in whichever backend is configured.
 pub type Ledger = Storage;
@@ -42,10 +47,6 @@ pub struct LeaseSettings {
     pub ttl: Duration,
 }
 
-/// Gas added on top of the tried gas of `transferWithAuthorization`.
-const GAS_HEADROOM_PERCENT: u64 = 25;
-/// How often a duplicate waiting on a settlement it does not run reads its record again.
-const STORED_POLL: Duration = Duration::from_millis(50);
 /// How often finished records older than the retention are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
@@ -432,43 +433,6 @@ impl Settler {
         })
     }
 
-    /// What a running settlement or the ledger already says of this payment, if anything,
-    /// bound to this request.
-    async fn known(
-        &self,
-        key: &PaymentKey,
-        payment: &Payment<'_>,
-        asking: &Asking,
-    ) -> Result<Option<Known>, SettleError> {
-        let tag = asking.tag.as_ref();
-        let known = match self.waiters.get(key) {
-            Some(running) => Some(Known::from_running(running, payment, tag)?),
-            None => match self.ledger.get(key).await? {
-                Some(record) => Some(Known::from_record(record, payment, tag)?),
-                None => None,
-            },
-        };
-        match known {
-            Some(known) => Ok(Some(self.with_pass(known, key, asking).await?)),
-            None => Ok(None),
-        }
-    }
-
-    /// A request the claimant's pending answer passed the outcome on to is the claimant now.
-    async fn with_pass(
-        &self,
-        known: Known,
-        key: &PaymentKey,
-        asking: &Asking,
-    ) -> Result<Known, SettleError> {
-        Ok(match known {
-            Known::Bound(found, caller) => {
-                Known::Bound(found, with_pass(&self.ledger, caller, key, asking).await?)
-            }
-            unmet => unmet,
-        })
-    }
-
     /// Creates the ledger record, then registers its waiters. The store's claim is atomic (also
     /// across instances), so exactly one caller registers; a duplicate arriving in between finds
     /// the stored record and waits for its outcome (`await_stored`). Without `lease` (no lane of
@@ -523,99 +487,6 @@ impl Settler {
         }
     }
 
-    /// The answer to a request for a payment already claimed: the claimant's outcome for the
-    /// claimant and its retries; for anybody else, the transaction as a failure.
-    async fn answer_known(
-        &self,
-        known: Known,
-        key: &PaymentKey,
-        asking: &Asking,
-        deadline: Instant,
-    ) -> Result<Settled, SettleError> {
-        let (found, caller) = match known {
-            Known::Unmet(failure) => return Ok(Settled::failed(failure)),
-            Known::Bound(found, caller) => (found, caller),
-        };
-        let outcome = match found {
-            Found::Running(progress) => self.wait(progress, key, deadline).await,
-            Found::Finished(outcome) => Ok(Settled::of(&outcome)),
-            Found::Unfinished(record) => self.await_stored(*record, deadline).await,
-        };
-        match caller {
-            Caller::Claimant => pass_on(&self.ledger, outcome, key, asking).await,
-            Caller::Another => duplicate(outcome),
-        }
-    }
-
-    /// A bound, unfinished record this process is not waiting on: settled by another instance,
-    /// or claimed here a moment ago. Its outcome is read back from the store until the deadline.
-    /// A record of a lane no instance follows (a signer or network since removed, embedded
-    /// store) is answered pending at once.
-    async fn await_stored(
-        &self,
-        record: Record,
-        deadline: Instant,
-    ) -> Result<Settled, SettleError> {
-        let key = record.key();
-        let followed = self.ledger.shared()
-            || record.latest().is_none_or(|a| {
-                let lane = LaneId {
-                    network: record.network.clone(),
-                    signer: a.signer,
-                };
-                self.lanes.find(&lane).is_some()
-            });
-        let mut hash = record.latest().map(|a| a.hash);
-        while followed && Instant::now() + STORED_POLL < deadline {
-            tokio::time::sleep(STORED_POLL).await;
-            let Some(current) = self.ledger.get(&key).await? else {
-                return Err(SettleError::Abandoned(
-                    "the claim was released before anything was sent".to_string(),
-                ));
-            };
-            if let Some(outcome) = current.outcome {
-                return Ok(Settled::of(&outcome));
-            }
-            hash = current.latest().map(|a| a.hash);
-        }
-        Err(SettleError::Pending(hash))
-    }
-
-    async fn wait(
-        &self,
-        mut progress: watch::Receiver<Progress>,
-        key: &PaymentKey,
-        deadline: Instant,
-    ) -> Result<Settled, SettleError> {
-        let settled = tokio::time::timeout_at(deadline, progress.wait_for(Progress::finished))
-            .await
-            .map(|waited| waited.map(|state| state.clone()));
-        match settled {
-            Ok(Ok(Progress::Done(outcome))) => Ok(Settled::of(&outcome)),
-            Ok(Ok(Progress::Abandoned(reason))) => Err(SettleError::Abandoned(reason)),
-            Ok(Ok(Progress::Elsewhere)) => Box::pin(self.await_elsewhere(key, deadline)).await,
-            // Out of time (or shutting down): the ledger keeps the record and the lane goes on.
-            _ => match &*progress.borrow() {
-                Progress::Sent(hash) => Err(SettleError::Pending(Some(*hash))),
-                _ => Err(SettleError::Pending(None)),
-            },
-        }
-    }
-
-    /// This instance lost the lane: another one settles it, and the store tells how.
-    async fn await_elsewhere(
-        &self,
-        key: &PaymentKey,
-        deadline: Instant,
-    ) -> Result<Settled, SettleError> {
-        match self.ledger.get(key).await? {
-            Some(record) => self.await_stored(record, deadline).await,
-            None => Err(SettleError::Abandoned(
-                "the claim was released before anything was sent".to_string(),
-            )),
-        }
-    }
-
     /// The wait is bounded by the earlier of the authorization's expiry (plus a block) and the
     /// configured settle timeout.
     fn wait_bound(&self, valid_before: U256) -> Duration {
@@ -646,170 +517,6 @@ fn settlement_span(lane: &Lane) -> tracing::Span {
         block = empty,
         success = empty,
     )
-}
-
-/// The Permit2 allowance a Permit2 payment's claim keeps to: the payer's, as read, or for one
-/// carrying an EIP-2612 permit, what that permit sets it to (its value: the claim then keeps it
-/// alone among the payer's Permit2 payments in flight).
-fn permit2_allowance(payment: &Payment<'_>, payer: &Payer) -> U256 {
-    let read = payer.permit2_allowance.unwrap_or(U256::MAX);
-    match &payment.eip2612 {
-        Some(permit) => read.max(permit.value),
-        None => read,
-    }
-}
-
-/// Why a claim that did not fit beside the payer's settlements in flight was refused.
-fn refusal(refused: Claim, value: U256, payer: &Payer, limits: &Limits) -> Invalid {
-    let (reason, message) = match refused {
-        Claim::OverLimit { exposed } if exposed.saturating_add(value) <= payer.balance => (
-            Reason::Payload,
-            "a smart-wallet payer settles one payment at a time: settle again once its settlement under way is answered".to_string(),
-        ),
-        Claim::OverLimit { exposed } => (
-            Reason::InsufficientFunds,
-            format!(
-                "payer balance {} does not cover this payment and its {exposed} still being settled",
-                payer.balance
-            ),
-        ),
-        Claim::OverAllowance { exposed } => (
-            Reason::Permit2Allowance,
-            format!(
-                "the payer's Permit2 allowance {} does not cover this payment and its {exposed} still being settled through Permit2",
-                limits.permit2_allowance
-            ),
-        ),
-        Claim::Permit2Clash(Permit2Clash::Approval) => (
-            Reason::Payload,
-            "an EIP-2612 permit approving Permit2 rides with this payment or with another Permit2 payment of this payer and token still being settled: the permit sets the allowance and spends the token's one permit nonce, so it is settled alone; settle again once that one is answered".to_string(),
-        ),
-        Claim::Permit2Clash(Permit2Clash::Nonce) => (
-            Reason::Payload,
-            "another payment of this payer still being settled uses the same Permit2 nonce (Permit2's nonces are the owner's across all tokens)".to_string(),
-        ),
-        Claim::Claimed | Claim::Exists(_) | Claim::KeyTaken => {
-            unreachable!("`claim` answers these itself")
-        }
-    };
-    Invalid {
-        reason,
-        message: message.into(),
-    }
-}
-
-/// The gas limit of a settlement that the trial measured at `tried` gas: with headroom, never
-/// under the calldata floor (EIP-7623), never over `bound` (`max_settlement_gas`); a settlement
-/// that needs more than `bound` is refused before anything is sent.
-fn gas_limit(tried: u64, calldata: &[u8], bound: u64) -> Result<u64, Invalid> {
-    let needed = tried.max(erc3009::calldata_floor_gas(calldata));
-    if needed > bound {
-        return Err(Invalid {
-            reason: Reason::Payload,
-            message: format!(
-                "the settlement needs {needed} gas, above this network's max_settlement_gas ({bound})"
-            )
-            .into(),
-        });
-    }
-    let limit = needed.saturating_mul(100 + GAS_HEADROOM_PERCENT) / 100;
-    Ok(limit.min(bound))
-}
-
-/// Whether a request may be told what is known under its payment key: only the same signed
-/// authorization, with requirements it meets.
-fn bind(digest: H256, payment: &Payment<'_>) -> Result<(), Invalid> {
-    if digest != payment.digest {
-        return Err(Invalid {
-            reason: Reason::Payload,
-            message: "authorization nonce already claimed by another authorization".into(),
-        });
-    }
-    check_terms(payment)
-}
-
-/// The transaction that settles a payment: `transferWithAuthorization` on the token, or, for a
-/// wallet not yet deployed (ERC-6492), the deployment and that call in one Multicall3 call.
-struct SettlementCall {
-    to: Address,
-    data: Bytes,
-}
-
-impl SettlementCall {
-    fn of(payment: &Payment<'_>) -> Self {
-        let (to, transfer) = match payment.method {
-            Method::Eip3009 => {
-                let smart_wallet = payment.recovered != Some(payment.auth.from);
-                let call = erc3009::transfer_with_authorization(
-                    &payment.auth,
-                    &payment.signature,
-                    smart_wallet,
-                );
-                (payment.token.address, call)
-            }
-            Method::Permit2 => (permit2::EXACT_PROXY, permit2_settle(payment)),
-            Method::Permit2Upto { .. } => (permit2::UPTO_PROXY, permit2_settle(payment)),
-        };
-        match payment.counterfactual.deployment() {
-            Some(deployment) => SettlementCall {
-                to: erc6492::MULTICALL3,
-                data: erc6492::deploy_then_call(deployment, to, &transfer),
-            },
-            None => SettlementCall { to, data: transfer },
-        }
-    }
-}
-
-/// The proxy's call: `settle`, or `settleWithPermit` when the payer approves Permit2 by an
-/// EIP-2612 permit in the same transaction.
-fn permit2_settle(payment: &Payment<'_>) -> Bytes {
-    let (auth, signature) = (payment.permit2(), &payment.signature);
-    match (payment.method, &payment.eip2612) {
-        (Method::Permit2Upto { .. }, None) => {
-            permit2::settle_upto(&auth, payment.charge(), signature)
-        }
-        (Method::Permit2Upto { .. }, Some(permit)) => {
-            permit2::settle_upto_with_permit(permit, &auth, payment.charge(), signature)
-        }
-        (_, None) => permit2::settle(&auth, signature),
-        (_, Some(permit)) => permit2::settle_with_permit(permit, &auth, signature),
-    }
-}
-
-fn new_record(
-    payment: &Payment<'_>,
-    call: SettlementCall,
-    gas_limit: u64,
-    asking: &Asking,
-) -> Record {
-    let valid_before = payment.auth.valid_before.min(U256::from(u64::MAX)).as_u64();
-    Record {
-        network: payment.network.name.clone(),
-        token: payment.token.address,
-        payer: payment.auth.from,
-        pay_to: payment.auth.to,
-        value: payment.charge(),
-        nonce: payment.auth.nonce,
-        valid_before,
-        digest: payment.digest,
-        method: payment.method.transfer_method(),
-        approves_permit2: payment.eip2612.is_some(),
-        via: (call.to != payment.token.address).then_some(call.to),
-        sender: match payment.method {
-            Method::Permit2Upto { facilitator } => Some(facilitator),
-            _ => None,
-        },
-        calldata: call.data,
-        gas_limit,
-        request: asking.tag.clone(),
-        payment_id: asking.payment_id.clone(),
-        state: State::Claimed,
-        attempts: Vec::new(),
-        outcome: None,
-        lost: false,
-        finished_at: None,
-        svm: None,
-    }
 }
 
 /// A settlement whose request has done its part (`Settler::begin`): answered, or waiting.
@@ -879,74 +586,4 @@ enum Claimed {
     Known(Known),
     /// Not claimed: the payer's balance does not cover it beside its settlements under way.
     OverLimit(Invalid),
-}
-
-/// How far a settlement ahead of this request went, as far as this request may be told.
-enum Known {
-    Bound(Found, Caller),
-    /// The request is not bound to what is known: judged on its own, it fails.
-    Unmet(Invalid),
-}
-
-enum Found {
-    Running(watch::Receiver<Progress>),
-    Finished(Outcome),
-    /// Stored without an outcome, and not running in this process.
-    Unfinished(Box<Record>),
-}
-
-impl Known {
-    fn from_running(
-        running: Running,
-        payment: &Payment<'_>,
-        tag: Option<&RequestTag>,
-    ) -> Result<Self, SettleError> {
-        let caller = caller_of(running.request.as_ref(), tag)?;
-        Ok(match bind(running.digest, payment) {
-            Err(unmet) => Known::Unmet(unmet),
-            Ok(()) => Known::Bound(Found::Running(running.progress), caller),
-        })
-    }
-
-    fn from_record(
-        record: Record,
-        payment: &Payment<'_>,
-        tag: Option<&RequestTag>,
-    ) -> Result<Self, SettleError> {
-        let caller = caller_of(record.request.as_ref(), tag)?;
-        if let Err(unmet) = bind(record.digest, payment) {
-            return Ok(Known::Unmet(unmet));
-        }
-        Ok(Known::Bound(
-            match record.outcome {
-                Some(outcome) => Found::Finished(outcome),
-                None => Found::Unfinished(Box::new(record)),
-            },
-            caller,
-        ))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::facilitator::outcome::Message;
-
-    #[test]
-    fn the_gas_limit_has_headroom_covers_the_calldata_floor_and_keeps_the_bound() {
-        let small = [1u8; 100];
-        assert_eq!(gas_limit(80_000, &small, 300_000), Ok(100_000));
-        // A long signature's calldata: its floor (21,000 + 40 per byte) is above the trial.
-        let long = [1u8; 5_000];
-        assert_eq!(gas_limit(110_000, &long, 300_000), Ok(276_250));
-        // Headroom never takes the limit over the bound.
-        assert_eq!(gas_limit(280_000, &small, 300_000), Ok(300_000));
-        for (tried, calldata) in [(300_001, &small[..]), (50_000, &[1u8; 8_000][..])] {
-            let refused = gas_limit(tried, calldata, 300_000).unwrap_err();
-            assert_eq!(refused.reason, Reason::Payload);
-            assert!(
-                matches!(&refused.message, Message::Text(text) if text.contains("max_settlement_gas"))
-            );
-        }
-    }
 }
