@@ -8,8 +8,9 @@
 //! Small batches of callers that are ready at the same moment (the reads of concurrent verifies,
 //! say) go out together as one HTTP request: each call is still its own JSON-RPC call, but the HTTP
 //! round trip, its parsing on both ends and its syscalls are paid once per moment instead of
-//! once per request.
+//! once per request (`coalesce`). A node's errors and their scrubbing are `error`'s.
 
+mod coalesce;
 mod error;
 mod identity;
 
@@ -17,7 +18,6 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use tokio::sync::oneshot;
 use tracing::Instrument;
 
 use jsonrpsee::core::client::{BatchResponse, ClientT, Error as ClientError};
@@ -35,6 +35,7 @@ use super::answer_bound::{self, CountAnswers, CountAnswersLayer};
 use super::merge::{Merge, Part, Plan};
 use super::traffic::{Budget, Budgets, Overloaded, Traffic};
 use crate::config::Endpoint;
+use coalesce::Queued;
 use error::{closed_before_answering, rpc_error, scrubbed, short_error};
 pub use error::{CallResult, Refusal, RpcError, Unreachable};
 use identity::IdentityState;
@@ -45,11 +46,6 @@ pub use identity::{Checked, Identity};
 /// one upstream call per verify that was a large share of verify's own CPU. Bodies are counted
 /// against a relayed answer's bound while they are read (`answer_bound`).
 type HttpClient = LoggedHttpClient<RpcService<CountAnswers<HttpBackend>>>;
-
-/// Batches of at most this many calls (and at most half of `max_batch_calls`) are sent together
-/// with the other small batches ready at the same moment; larger ones (a block's receipts, a
-/// lane's broadcasts) go out on their own, split at `max_batch_calls`.
-const COALESCE_MAX_CALLS: usize = 8;
 
 /// Consecutive failures after which a URL is skipped for [`COOL_DOWN`].
 const FAILURES_BEFORE_COOL_DOWN: u32 = 3;
@@ -159,12 +155,6 @@ type Answers = Result<Vec<CallResult>, Unreachable>;
 /// back for the caller's span, not recorded on the sender's.
 type Answered = Result<(Vec<CallResult>, usize), Unreachable>;
 
-/// A small batch waiting in the queue, and where its answers go.
-struct Queued {
-    calls: Vec<Call>,
-    reply: oneshot::Sender<Answered>,
-}
-
 impl ChainClient {
     /// `limits.max_in_flight` bounds the requests to each URL at once (the two pools share it):
     /// under load they queue, so a saturated node slows answers down instead of timing them out.
@@ -246,83 +236,6 @@ impl ChainClient {
             .instrument(span.clone())
             .await;
         self.finish_span(&span, started, answered)
-    }
-
-    async fn batch_untraced(&self, traffic: Traffic, calls: &[Call]) -> Answered {
-        // An idle chain gets the request at once: waiting for company would only add latency.
-        if traffic == Traffic::Own
-            || calls.len() > COALESCE_MAX_CALLS.min(self.max_batch_calls / 2)
-            || self.in_flight.load(Ordering::Relaxed) == 0
-        {
-            return self.send(traffic, calls).await;
-        }
-        let (reply, answer) = oneshot::channel();
-        let first = {
-            let mut queue = self.queue.lock().expect("queue lock");
-            queue.push(Queued {
-                calls: calls.to_vec(),
-                reply,
-            });
-            queue.len() == 1
-        };
-        if first {
-            // A task, not this caller, sends the queue: a caller that gives up must not take
-            // the other callers' answers with it.
-            let client = self.me.upgrade().expect("a client is used through its Arc");
-            tokio::spawn(async move { client.send_queue().await });
-        }
-        answer.await.unwrap_or_else(|_| {
-            Err(Unreachable {
-                chain: self.name.clone(),
-                detail: "the coalesced request was dropped".to_string(),
-            })
-        })
-    }
-
-    /// Sends what is queued once every task ready now has had its turn to add to it, in
-    /// requests of at most `max_batch_calls` calls, at once.
-    async fn send_queue(&self) {
-        tokio::task::yield_now().await;
-        let queued = std::mem::take(&mut *self.queue.lock().expect("queue lock"));
-        let mut groups: Vec<Vec<Queued>> = Vec::new();
-        let mut calls_in_last = 0;
-        for entry in queued {
-            match groups.last_mut() {
-                Some(group) if calls_in_last + entry.calls.len() <= self.max_batch_calls => {
-                    calls_in_last += entry.calls.len();
-                    group.push(entry);
-                }
-                _ => {
-                    calls_in_last = entry.calls.len();
-                    groups.push(vec![entry]);
-                }
-            }
-        }
-        futures::future::join_all(groups.into_iter().map(|group| self.send_group(group))).await;
-    }
-
-    /// One HTTP request for every call of `group`; each caller gets its own answers back.
-    async fn send_group(&self, group: Vec<Queued>) {
-        let sizes: Vec<usize> = group.iter().map(|entry| entry.calls.len()).collect();
-        let (calls, replies): (Vec<Vec<Call>>, Vec<oneshot::Sender<Answered>>) = group
-            .into_iter()
-            .map(|entry| (entry.calls, entry.reply))
-            .unzip();
-        let calls: Vec<Call> = calls.into_iter().flatten().collect();
-        let answers = self.send_merged(Traffic::Callers, calls).await;
-        match answers {
-            Ok((answers, upstream)) => {
-                let mut answers = answers.into_iter();
-                for (reply, size) in replies.into_iter().zip(sizes) {
-                    let _ = reply.send(Ok((answers.by_ref().take(size).collect(), upstream)));
-                }
-            }
-            Err(unreachable) => {
-                for reply in replies {
-                    let _ = reply.send(Err(unreachable.clone()));
-                }
-            }
-        }
     }
 
     /// `calls`, those that merge as one call per kind (`merge.rs`). A merged call that fails
