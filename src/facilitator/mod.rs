@@ -18,11 +18,12 @@ use std::time::Duration;
 
 use ethers_core::types::Address;
 use ethers_core::utils::to_checksum;
+use tokio::sync::mpsc;
 
 use crate::chain::{Budget, Chain};
 use crate::config::{ChainSettings, FacilitatorSettings, TransferMethod};
 use crate::evm::{erc3009, permit2};
-use crate::ledger::{Asking, PaymentKey, Reason};
+use crate::ledger::{Asking, PaymentKey, Reason, Record};
 use crate::signer::Signer;
 use crate::store::{Storage, StoreError};
 use discovery::Catalogue;
@@ -89,32 +90,7 @@ impl Facilitator {
             Duration::from_secs(settings.revert_cooldown_secs),
             store.clone(),
         ));
-        let mut networks = Vec::new();
-        let mut lanes = Vec::new();
-        for name in settings.evm_networks() {
-            let chain = chains[name].clone();
-            let tokens = chain_settings[name]
-                .tokens
-                .values()
-                .map(|t| token_info(t, chain.settings.chain_id))
-                .collect();
-            let settings = lane_settings(&chain, settings.bump_after_blocks);
-            for signer in &signers {
-                lanes.push(Lane::new(
-                    chain.clone(),
-                    signer.clone(),
-                    settings.clone(),
-                    cooldown.clone(),
-                ));
-            }
-            networks.push(Network {
-                permit2_domain: permit2::domain_separator(chain.settings.chain_id),
-                name: name.clone(),
-                chain,
-                tokens,
-                settle_gas: OnceLock::new(),
-            });
-        }
+        let (networks, lanes) = evm_networks(settings, chain_settings, chains, &signers, &cooldown);
         let v2_networks = settings.serves_version(2).then(|| {
             networks
                 .iter()
@@ -584,6 +560,46 @@ impl Facilitator {
     pub fn pending_settlements(&self) -> usize {
         self.settler.pending_settlements()
     }
+}
+
+/// A lane, and the queue its worker takes settlements from.
+type LaneQueue = (Arc<Lane>, mpsc::Receiver<Record>);
+
+/// The served EVM networks, and a lane per signer on each.
+fn evm_networks(
+    settings: &FacilitatorSettings,
+    chain_settings: &BTreeMap<String, ChainSettings>,
+    chains: &BTreeMap<String, Arc<Chain>>,
+    signers: &[Arc<Signer>],
+    cooldown: &Arc<Cooldown>,
+) -> (Vec<Network>, Vec<LaneQueue>) {
+    let mut networks = Vec::new();
+    let mut lanes = Vec::new();
+    for name in settings.evm_networks() {
+        let chain = chains[name].clone();
+        let tokens = chain_settings[name]
+            .tokens
+            .values()
+            .map(|t| token_info(t, chain.settings.chain_id))
+            .collect();
+        let settings = lane_settings(&chain, settings.bump_after_blocks);
+        for signer in signers {
+            lanes.push(Lane::new(
+                chain.clone(),
+                signer.clone(),
+                settings.clone(),
+                cooldown.clone(),
+            ));
+        }
+        networks.push(Network {
+            permit2_domain: permit2::domain_separator(chain.settings.chain_id),
+            name: name.clone(),
+            chain,
+            tokens,
+            settle_gas: OnceLock::new(),
+        });
+    }
+    (networks, lanes)
 }
 
 fn lane_settings(chain: &Chain, bump_after_blocks: u64) -> LaneSettings {

@@ -6,7 +6,7 @@
 use ethers_core::types::{Address, Bytes, U256};
 use serde_json::{json, Value};
 
-use super::{Payment, SettleGas};
+use super::{Network, Payment, SettleGas};
 use crate::chain::Traffic;
 use crate::chain::{self, Batch, Call, CallResult, Chain, ReadMode, Slot, Unreachable};
 use crate::evm;
@@ -180,16 +180,7 @@ async fn read_with_lens(
     let by_estimate = estimate
         .map(|slot| estimate_tried(chain, answers.get(slot)))
         .transpose()?;
-    let tried = match (by_lens, by_estimate) {
-        (Some(Tried::Gas(tried)), Some(Tried::Gas(estimated))) => {
-            network.learn_settle_gas(tried, estimated);
-            Some(Tried::Gas(tried.max(estimated)))
-        }
-        (Some(Tried::Reverted(reason)), _) | (_, Some(Tried::Reverted(reason))) => {
-            Some(Tried::Reverted(reason))
-        }
-        (by_lens, by_estimate) => by_lens.or(by_estimate),
-    };
+    let tried = both_tried(network, by_lens, by_estimate);
     let token_said = |value: Option<U256>, what: &str| {
         value.ok_or_else(|| unreadable(chain, what, "the token did not answer".into()))
     };
@@ -210,6 +201,25 @@ async fn read_with_lens(
         block_timestamp: read.timestamp,
     };
     Ok(LensRead::Read((facts, tried)))
+}
+
+/// The settlement as the lens tried it and as the node estimated it: a revert by either is the
+/// answer; with both, the larger gas (and the network learns which of the two to ask next).
+fn both_tried(
+    network: &Network,
+    by_lens: Option<Tried>,
+    by_estimate: Option<Tried>,
+) -> Option<Tried> {
+    match (by_lens, by_estimate) {
+        (Some(Tried::Gas(tried)), Some(Tried::Gas(estimated))) => {
+            network.learn_settle_gas(tried, estimated);
+            Some(Tried::Gas(tried.max(estimated)))
+        }
+        (Some(Tried::Reverted(reason)), _) | (_, Some(Tried::Reverted(reason))) => {
+            Some(Tried::Reverted(reason))
+        }
+        (by_lens, by_estimate) => by_lens.or(by_estimate),
+    }
 }
 
 /// The token's `permit` call of the payment's EIP-2612 permit, if it carries one.
