@@ -297,7 +297,7 @@ pub fn node_block(data: &[u8]) {
     }
 }
 
-/// The lens's `eth_call` answer (`facilitator::lens::decode_answer`). Input: the answer as JSON
+/// The lens's `eth_call` answer (`facilitator::evm::lens::decode_answer`). Input: the answer as JSON
 /// (a string of 0x-hex, or anything a node may send instead), or else the raw return data.
 pub fn lens_answer(data: &[u8]) {
     match serde_json::from_slice::<Value>(data) {
