@@ -10,7 +10,7 @@ pragma solidity 0.8.26;
 /// reads one by one: a token without `isBlacklisted` blacklists nobody, and a balance or an
 /// authorization state that cannot be read makes the chain unreadable for this request.
 ///
-/// Rebuild `src/facilitator/lens.hex` from this file with `scripts/build-lens`.
+/// Rebuild `src/facilitator/evm/lens.hex` from this file with `scripts/build-lens`.
 contract VerifyLens {
     struct Facts {
         uint256 blockNumber;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::chain::Chain;
 use crate::config::{ServerSettings, Settings};
 use crate::facilitator::deny_list::DenyLists;
-use crate::facilitator::settlement::LeaseSettings;
+use crate::facilitator::evm::LeaseSettings;
 use crate::facilitator::svm::{FeePayerError, FeePayers, SvmExact, SvmNetwork};
 use crate::facilitator::{Facilitator, SettleError, SetupError};
 use crate::router::nonces::NonceBook;

@@ -14,14 +14,14 @@ use serde_json::Value;
 use crate::chain::{self, head};
 use crate::evm;
 use crate::evm::erc3009;
-use crate::facilitator::lens;
-use crate::facilitator::protocol::svm as svm_wire;
+use crate::facilitator::evm::inclusions;
+use crate::facilitator::evm::lens;
+use crate::facilitator::evm::request::Served;
+use crate::facilitator::evm::request::TokenInfo;
+use crate::facilitator::outcome::Spelling;
 use crate::facilitator::protocol::values::{self, Payload};
 use crate::facilitator::protocol::{v1, v2};
-use crate::facilitator::request::Served;
-use crate::facilitator::request::Spelling;
-use crate::facilitator::request::TokenInfo;
-use crate::facilitator::settlement::inclusions;
+use crate::facilitator::svm::wire as svm_wire;
 use crate::facilitator::svm::Failure;
 use crate::router::{probe, raw};
 use crate::server::rest::{self, Payment};
@@ -297,7 +297,7 @@ pub fn node_block(data: &[u8]) {
     }
 }
 
-/// The lens's `eth_call` answer (`facilitator::lens::decode_answer`). Input: the answer as JSON
+/// The lens's `eth_call` answer (`facilitator::evm::lens::decode_answer`). Input: the answer as JSON
 /// (a string of 0x-hex, or anything a node may send instead), or else the raw return data.
 pub fn lens_answer(data: &[u8]) {
     match serde_json::from_slice::<Value>(data) {

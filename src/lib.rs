@@ -13,10 +13,24 @@
 //!                  the relay: a wallet's signed transaction sent, remembered and looked up,
 //!                  each chain's served methods (/chains/<name>)
 //!                                           -> chain store ledger evm config clock
-//! facilitator      x402 verify and settle (exact, upto; ERC-3009, Permit2): protocol versions,
-//!                  the lens, lanes, the follower
-//!                  and Solana's exact (its own rooms under `facilitator::svm`)
+//! facilitator      x402 verify and settle: the facade (mod.rs), discovery, readiness and the
+//!                  rooms below, each importing only rooms after it in this list
 //!                                           -> chain store ledger signer evm svm config guard clock
+//!   svm            Solana's exact: verify, settle, fee payers, its wire shapes (wire.rs)
+//!                                           -> protocol settlement outcome types; never evm
+//!   protocol       the x402 versions' shapes, field paths and reason names (v1, v2)
+//!                                           -> outcome types; never svm or settlement (its EVM
+//!                                              lowering still names evm::request until the
+//!                                              registry moves it into evm)
+//!   evm            EVM's exact and upto (ERC-3009, Permit2): the parsed request, verify and
+//!                  the lens, the settle pipeline, lanes, the follower, front-runs, leases
+//!                                           -> settlement outcome; never svm
+//!   settlement     what every family's settlement shares: who a caller is, passes, one
+//!                  success per payment, the exposure recheck, waiters, cooldowns
+//!                                           -> outcome; no family leaf (evm, svm, chain::evm,
+//!                                              chain::svm) and no family room
+//!   outcome, types what a payment comes to (Invalid, Settled, SettleError) and the status and
+//!                  supported answers, in no family's words
 //! store            sled and PostgreSQL behind one set of traits, one codec, one conformance
 //!                  suite                    -> ledger evm config clock
 //! ledger           the settlement record, its keys and reasons: plain data, pure transitions

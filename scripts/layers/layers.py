@@ -345,6 +345,7 @@ def parse_map(lib):
     if not m:
         return None
     entries = []
+    in_sub_room = False
     for line in m.group(1).split("\n"):
         if not line.strip():
             continue
@@ -352,7 +353,12 @@ def parse_map(lib):
             head = re.split(r"\s{2,}", line, maxsplit=1)
             names = [n.strip() for n in head[0].split(",")]
             entries.append([names, line[len(head[0]):]])
-        elif entries:
+            in_sub_room = False
+        elif re.match(r"^ {1,3}" + IDENT, line):
+            # A sub-room of the room above (`  svm  ...`): its own rules are the named checks',
+            # and its arrow is not its parent's.
+            in_sub_room = True
+        elif entries and not in_sub_room:
             entries[-1][1] += " " + line.strip()
     declared = set(re.findall(r"^(?:pub\s+)?mod\s+(" + IDENT + r")\s*;", lib.code, re.M))
     known = declared | {"main"}

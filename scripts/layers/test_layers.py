@@ -166,6 +166,20 @@ class Rules(unittest.TestCase):
             """)
         self.assertEqual(found, [("room-imports", "src/store/mod.rs", "crate::facilitator")])
 
+    def test_a_sub_rooms_arrow_is_not_its_parents(self):
+        # `  evm  ... -> settlement` under facilitator: facilitator may still import chain.
+        lib = LIB.replace(
+            "//! facilitator      x402               -> chain store ledger evm svm\n",
+            "//! facilitator      x402               -> chain store ledger evm svm\n"
+            "//!   evm            the mechanism      -> settlement\n"
+            "//!                                      and more words\n",
+        )
+        found = self.tree(
+            src__lib_DOT_rs=lib,
+            src__facilitator__evm__mod_DOT_rs="use super::settlement::Core;\nuse crate::chain::evm;\n",
+        )
+        self.assertEqual(found, [])
+
     def test_tests_are_not_code_for_the_import_rules(self):
         found = self.tree(src__ledger__mod_DOT_rs="""\
             pub struct Record;

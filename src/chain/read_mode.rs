@@ -1,6 +1,6 @@
 //! Whether a chain's node runs `eth_call` with a state override (code placed at an address for
 //! that one call). With it, verify reads every fact it needs in one call through the lens
-//! (`facilitator/lens.rs`); without it, verify sends a batch of plain reads.
+//! (`facilitator/evm/lens.rs`); without it, verify sends a batch of plain reads.
 //!
 //! Learnt per chain with a probe at start, or at the first read after a start during which the
 //! chain did not answer. When a node stops running the override (a failover URL of another make,

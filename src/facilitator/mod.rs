@@ -1,18 +1,16 @@
 //! The x402 `exact` facilitator: supported kinds, verify, settle, for each served protocol
 //! version (`protocol` maps the versions onto one rule engine and one ledger). No HTTP in here.
 
-pub mod cooldown;
 pub mod deny_list;
 pub mod discovery;
+pub mod evm;
 mod funds;
-pub mod lens;
+pub mod outcome;
 pub mod protocol;
 pub mod readiness;
-pub mod request;
 pub mod settlement;
 pub mod svm;
 pub mod types;
-pub mod verify;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
@@ -20,26 +18,29 @@ use std::time::Duration;
 
 use ethers_core::types::Address;
 use ethers_core::utils::to_checksum;
+use tokio::sync::mpsc;
 
 use crate::chain::{Budget, Chain};
 use crate::config::{ChainSettings, FacilitatorSettings, TransferMethod};
 use crate::evm::{erc3009, permit2};
-use crate::ledger::{Asking, PaymentKey, Reason};
+use crate::ledger::{Asking, PaymentKey, Reason, Record};
 use crate::signer::Signer;
 use crate::store::{Storage, StoreError};
-use cooldown::Cooldown;
 use deny_list::DenyLists;
 use discovery::Catalogue;
-use protocol::svm::{Refused, SvmRequest};
+use evm::request::Request;
+use evm::request::TokenInfo;
+use evm::settle::Begun;
+use evm::verify::{Network, Verifier};
+pub use evm::{Lane, LaneSettings};
+pub use outcome::SettleError;
+use outcome::{Invalid, Settled};
 use protocol::v1::{self, SettleResponse, VerifyResponse};
 use protocol::{eip2612, v2};
-use request::TokenInfo;
-use request::{Invalid, Request};
+use settlement::cooldown::Cooldown;
 use settlement::ClaimOn;
-use settlement::{Begun, Settled};
-pub use settlement::{Lane, LaneSettings, SettleError};
+use svm::wire::{self as svm_wire, Refused, SvmRequest};
 use types::{SettlementStatus, SupportedKind, SupportedResponse};
-use verify::{Network, Verifier};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
@@ -51,7 +52,7 @@ pub enum SetupError {
 
 pub struct Facilitator {
     verifier: Arc<Verifier>,
-    settler: Arc<settlement::Settler>,
+    settler: Arc<evm::settle::Settler>,
     max_batch: usize,
     serves_v1: bool,
     /// Served chain ids and their configured network names, when x402 v2 is served.
@@ -80,7 +81,7 @@ impl Facilitator {
         signers: Vec<Arc<Signer>>,
         svm: Option<svm::SvmExact>,
         store: Storage,
-        lease: settlement::LeaseSettings,
+        lease: evm::LeaseSettings,
     ) -> Result<Self, SetupError> {
         let (deny_list, summary) = DenyLists::load(&settings.deny_list_file)?;
         if deny_list.configured() {
@@ -92,32 +93,7 @@ impl Facilitator {
             Duration::from_secs(settings.revert_cooldown_secs),
             store.clone(),
         ));
-        let mut networks = Vec::new();
-        let mut lanes = Vec::new();
-        for name in settings.evm_networks() {
-            let chain = chains[name].clone();
-            let tokens = chain_settings[name]
-                .tokens
-                .values()
-                .map(|t| token_info(t, chain.settings.chain_id))
-                .collect();
-            let settings = lane_settings(&chain, settings.bump_after_blocks);
-            for signer in &signers {
-                lanes.push(Lane::new(
-                    chain.clone(),
-                    signer.clone(),
-                    settings.clone(),
-                    cooldown.clone(),
-                ));
-            }
-            networks.push(Network {
-                permit2_domain: permit2::domain_separator(chain.settings.chain_id),
-                name: name.clone(),
-                chain,
-                tokens,
-                settle_gas: OnceLock::new(),
-            });
-        }
+        let (networks, lanes) = evm_networks(settings, chain_settings, chains, &signers, &cooldown);
         let v2_networks = settings.serves_version(2).then(|| {
             networks
                 .iter()
@@ -137,7 +113,7 @@ impl Facilitator {
             .erc6492_factories(settings.erc6492_factories()?)
             .signers(signers.iter().map(|s| s.address).collect()),
         );
-        let settler = settlement::Settler::new(
+        let settler = evm::settle::Settler::new(
             verifier.clone(),
             store.clone(),
             lanes,
@@ -269,7 +245,7 @@ impl Facilitator {
     /// `/verify` of a Solana payment (svm.md §3), in its version's names.
     pub async fn verify_svm(&self, request: &SvmRequest) -> Result<VerifyResponse, SettleError> {
         let verdict = self.svm_verdict(request).await?;
-        Ok(protocol::svm::verify_answer(
+        Ok(svm_wire::verify_answer(
             request.version(),
             request.transaction(),
             &verdict,
@@ -350,7 +326,7 @@ impl Facilitator {
             }
             Err(refused) => Ok(svm::SvmSettled::Refused(refused)),
         };
-        protocol::svm::settle_answer(request, settled)
+        svm_wire::settle_answer(request, settled)
     }
 
     /// The v2 extensions routerd implements: `payment-identifier`, `eip2612GasSponsoring`
@@ -401,7 +377,7 @@ impl Facilitator {
             Err(failure) => return Ok(Err(failure)),
             Ok(payment) => payment,
         };
-        if let Err(failure) = verify::check_upto_maximum(&payment) {
+        if let Err(failure) = evm::verify::check_upto_maximum(&payment) {
             return Ok(Err(failure));
         }
         let message = match self.settler.claim_on(&payment).await? {
@@ -551,7 +527,7 @@ impl Facilitator {
         };
         let key = svm::payment_key(network.name, signature);
         let record = self.ledger.get(&key).await?;
-        let Some(mut status) = record.as_ref().and_then(protocol::svm::status_answer) else {
+        let Some(mut status) = record.as_ref().and_then(svm_wire::status_answer) else {
             return Ok(None);
         };
         if let Some(slot) = status.slot {
@@ -593,6 +569,46 @@ impl Facilitator {
     pub fn pending_settlements(&self) -> usize {
         self.settler.pending_settlements()
     }
+}
+
+/// A lane, and the queue its worker takes settlements from.
+type LaneQueue = (Arc<Lane>, mpsc::Receiver<Record>);
+
+/// The served EVM networks, and a lane per signer on each.
+fn evm_networks(
+    settings: &FacilitatorSettings,
+    chain_settings: &BTreeMap<String, ChainSettings>,
+    chains: &BTreeMap<String, Arc<Chain>>,
+    signers: &[Arc<Signer>],
+    cooldown: &Arc<Cooldown>,
+) -> (Vec<Network>, Vec<LaneQueue>) {
+    let mut networks = Vec::new();
+    let mut lanes = Vec::new();
+    for name in settings.evm_networks() {
+        let chain = chains[name].clone();
+        let tokens = chain_settings[name]
+            .tokens
+            .values()
+            .map(|t| token_info(t, chain.settings.chain_id))
+            .collect();
+        let settings = lane_settings(&chain, settings.bump_after_blocks);
+        for signer in signers {
+            lanes.push(Lane::new(
+                chain.clone(),
+                signer.clone(),
+                settings.clone(),
+                cooldown.clone(),
+            ));
+        }
+        networks.push(Network {
+            permit2_domain: permit2::domain_separator(chain.settings.chain_id),
+            name: name.clone(),
+            chain,
+            tokens,
+            settle_gas: OnceLock::new(),
+        });
+    }
+    (networks, lanes)
 }
 
 fn lane_settings(chain: &Chain, bump_after_blocks: u64) -> LaneSettings {

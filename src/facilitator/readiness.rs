@@ -15,8 +15,8 @@ use std::time::Duration;
 use ethers_core::types::{Address, U256};
 use serde_json::json;
 
+use super::evm::lane::SETTLEMENT_GAS;
 use super::funds::{Due, Kept, SOLANA_BLOCK_TIME};
-use super::settlement::lane::SETTLEMENT_GAS;
 use super::svm::SvmNetwork;
 use super::{Facilitator, Lane};
 use crate::chain::Traffic;

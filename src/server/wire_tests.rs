@@ -242,7 +242,7 @@ async fn answers_with_a_facilitator() {
         vec![signer],
         None,
         store,
-        crate::facilitator::settlement::LeaseSettings {
+        crate::facilitator::evm::LeaseSettings {
             holder: "test".to_string(),
             ttl: std::time::Duration::from_secs(60),
         },

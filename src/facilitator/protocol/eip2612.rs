@@ -10,7 +10,8 @@ use serde_json::Value;
 use crate::evm::erc3009::split_signature;
 use crate::evm::permit2::{self, Eip2612Permit};
 use crate::evm::{parse_address, parse_decimal};
-use crate::facilitator::request::{Invalid, Request};
+use crate::facilitator::evm::request::Request;
+use crate::facilitator::outcome::Invalid;
 use crate::ledger::Reason;
 
 /// The extension's key in `paymentPayload.extensions`.

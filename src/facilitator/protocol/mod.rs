@@ -1,12 +1,11 @@
 //! The wire layer of the x402 versions, side by side: `v1` and `v2` each lower their request
-//! into the one version-free, already-parsed `facilitator::request::Request` (their own rules
+//! into the one version-free, already-parsed `facilitator::evm::request::Request` (their own rules
 //! 1-3, then the shared rules 4-5 of `values`), and raise verdicts and settlements back into
 //! their own names and field paths. The version lives here only: past this layer a payment is
 //! the same payment whichever version carried it.
 
 pub mod eip2612;
 pub mod status;
-pub mod svm;
 pub mod v1;
 pub mod v2;
 pub mod values;
@@ -29,9 +28,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::facilitator::request::Served;
-    use crate::facilitator::request::TokenInfo;
-    use crate::facilitator::request::{Invalid, Request};
+    use crate::facilitator::evm::request::Request;
+    use crate::facilitator::evm::request::Served;
+    use crate::facilitator::evm::request::TokenInfo;
+    use crate::facilitator::outcome::Invalid;
     use crate::ledger::Reason;
 
     const ASSET: &str = "0x036CbD53842c5426634e7929541eC2318f3dCF7e";

@@ -11,12 +11,13 @@ use serde_json::{Map, Number, Value};
 use super::values::{self, ExactEvmPayload, Payload, Scheme, Values};
 use crate::evm;
 use crate::evm::parse_address;
-use crate::facilitator::request::Served;
-use crate::facilitator::request::{Field, Invalid, Request};
-use crate::facilitator::settlement::Settled;
+use crate::facilitator::evm::request::Request;
+use crate::facilitator::evm::request::Served;
+use crate::facilitator::outcome::Settled;
+use crate::facilitator::outcome::{Field, Invalid};
 use crate::ledger::Reason;
 
-/// A v1 request; `P` is its family's payload (`protocol::svm` carries Solana's).
+/// A v1 request; `P` is its family's payload (`facilitator::svm::wire` carries Solana's).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PaymentRequest<P = ExactEvmPayload> {
@@ -245,7 +246,7 @@ pub fn settle_reason(reason: Reason) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::facilitator::request::Message;
+    use crate::facilitator::outcome::Message;
 
     #[test]
     fn settle_names_are_all_in_the_settle_list() {

@@ -18,9 +18,10 @@ use super::v1::{self, SettleResponse, VerifyResponse};
 use super::values::{self, Values};
 use super::values::{ExactEvmPayloadV2, Payload, Scheme};
 use crate::evm;
-use crate::facilitator::request::Served;
-use crate::facilitator::request::{Field, Invalid, Request};
-use crate::facilitator::settlement::{SettleError, Settled};
+use crate::facilitator::evm::request::Request;
+use crate::facilitator::evm::request::Served;
+use crate::facilitator::outcome::{Field, Invalid};
+use crate::facilitator::outcome::{SettleError, Settled};
 use crate::ledger::Reason;
 
 /// `eip155:<chain id>`: the CAIP-2 namespace of EVM chains.
@@ -30,7 +31,7 @@ const EIP155: &str = "eip155:";
 /// treated as one carrying that id in an `Idempotency-Key` header (access.md §1).
 pub const PAYMENT_IDENTIFIER: &str = "payment-identifier";
 
-/// A v2 request; `P` is its family's payload (`protocol::svm` carries Solana's).
+/// A v2 request; `P` is its family's payload (`facilitator::svm::wire` carries Solana's).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PaymentRequest<P = ExactEvmPayloadV2> {
@@ -346,7 +347,7 @@ pub fn settle_answer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::facilitator::request::Message;
+    use crate::facilitator::outcome::Message;
 
     fn served() -> BTreeMap<u64, String> {
         BTreeMap::from([(84532, "base-sepolia".to_string())])

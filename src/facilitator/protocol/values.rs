@@ -10,8 +10,9 @@ use crate::evm;
 use crate::evm::erc3009::TransferAuthorization;
 use crate::evm::permit2;
 use crate::evm::{parse_address, parse_decimal};
-use crate::facilitator::request::{Field, Invalid, Method, Request};
-use crate::facilitator::request::{Served, TokenInfo};
+use crate::facilitator::evm::request::{Method, Request};
+use crate::facilitator::evm::request::{Served, TokenInfo};
+use crate::facilitator::outcome::{Field, Invalid};
 use crate::ledger::Reason;
 
 /// The `exact` scheme's EVM payload as v1 carries it: ERC-3009 only.

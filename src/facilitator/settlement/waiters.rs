@@ -9,8 +9,7 @@ use std::sync::{Mutex, MutexGuard};
 use ethers_core::types::H256;
 use tokio::sync::watch;
 
-use crate::evm;
-use crate::ledger::{Attempt, Outcome, PaymentKey, Record, RequestTag};
+use crate::ledger::{Outcome, PaymentKey, Record, RequestTag};
 
 /// What waiters learn about a settlement.
 #[derive(Debug, Clone)]
@@ -21,7 +20,8 @@ pub enum Progress {
     Done(Outcome),
     /// Nothing was sent and the claim is released: the payment may be settled again.
     Abandoned(String),
-    /// This instance lost the lane's lease: another instance settles it (see the store).
+    /// This instance no longer holds the settlement (a lane's lease lost): another instance
+    /// settles it (see the store).
     Elsewhere,
 }
 
@@ -95,17 +95,14 @@ impl Waiters {
         receiver
     }
 
-    /// Broadcast as `attempt` (its span learns the signer, nonce and transaction).
-    pub fn sent(&self, key: &PaymentKey, attempt: &Attempt) {
+    /// Sent as `hash` (its span learns the transaction; what else the family's sender records
+    /// there, it records itself).
+    pub fn sent(&self, key: &PaymentKey, hash: H256) {
         if let Some(entry) = self.lock().get(key) {
             if !entry.span.is_disabled() {
-                entry.span.record("signer", evm::hex_bytes(attempt.signer));
-                entry.span.record("nonce", attempt.nonce);
-                entry
-                    .span
-                    .record("transaction", format!("{:?}", attempt.hash));
+                entry.span.record("transaction", format!("{hash:?}"));
             }
-            entry.sender.send_replace(Progress::Sent(attempt.hash));
+            entry.sender.send_replace(Progress::Sent(hash));
         }
     }
 

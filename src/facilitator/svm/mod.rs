@@ -5,6 +5,7 @@
 
 pub mod fee_payer;
 mod settle;
+pub mod wire;
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
@@ -16,7 +17,7 @@ use crate::chain::svm::{PaymentState, SolanaChain, SolanaError};
 use crate::chain::Unreachable;
 use crate::config::{solana_preset, FacilitatorSettings, SolanaChainSettings};
 use crate::facilitator::deny_list::{DenyList, DenyLists};
-use crate::facilitator::settlement::SettleError;
+use crate::facilitator::outcome::SettleError;
 use crate::store::Storage;
 use crate::svm::exact::MAX_MICRO_LAMPORTS_PER_COMPUTE_UNIT;
 use crate::svm::{
@@ -106,7 +107,7 @@ pub struct Payment {
 }
 
 /// Why a Solana payment is refused, past the rules every family shares (version, scheme,
-/// network, requirement values); `protocol::svm` names each in both versions.
+/// network, requirement values); `wire` names each in both versions.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Failure {
     #[error("paymentRequirements.extra.feePayer: missing")]

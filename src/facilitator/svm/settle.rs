@@ -18,13 +18,15 @@ use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::wire::Refused;
 use super::{Failure, Payment, SvmExact};
 use crate::chain::svm::{SignatureStatus, SolanaChain, TransactionRecord};
 use crate::chain::Budget;
 use crate::clock::unix_now;
-use crate::facilitator::cooldown::Cooldown;
-use crate::facilitator::protocol::svm::Refused;
-use crate::facilitator::settlement::{caller_of, key_taken, Caller, SettleError};
+use crate::facilitator::outcome::SettleError;
+use crate::facilitator::settlement::cooldown::Cooldown;
+use crate::facilitator::settlement::{caller_of, key_taken, pass_on, with_pass};
+use crate::facilitator::settlement::{Answer, Caller};
 use crate::ledger::{Account, Asking, Lost, PaymentKey, Record, State, SvmSettlement};
 use crate::store::{Claim, Limits, Storage, StoreError};
 use crate::svm::{
@@ -342,10 +344,8 @@ async fn known(
     asking: &Asking,
     deadline: Instant,
 ) -> Result<SvmSettled, SettleError> {
-    let caller = match caller_of(record.request.as_ref(), asking.tag.as_ref())? {
-        Caller::Another if ledger.take_pass(key, &asking.pass).await? => Caller::Claimant,
-        caller => caller,
-    };
+    let caller = caller_of(record.request.as_ref(), asking.tag.as_ref())?;
+    let caller = with_pass(ledger, caller, key, asking).await?;
     let signature = record_signature(&record);
     match (&record.outcome, caller) {
         // A failure is nobody's success: everybody is told it.
@@ -369,19 +369,10 @@ async fn known(
     pass_on(ledger, outcome, key, asking).await
 }
 
-/// A claimant told "pending" passes the outcome on to its identical next request (access.md §1).
-async fn pass_on(
-    ledger: &Storage,
-    outcome: Result<SvmSettled, SettleError>,
-    key: &PaymentKey,
-    asking: &Asking,
-) -> Result<SvmSettled, SettleError> {
-    if matches!(outcome, Ok(SvmSettled::Pending { .. })) && asking.passes_on() {
-        if let Err(e) = ledger.grant_pass(key, &asking.pass).await {
-            tracing::warn!(payment = %key, error = %e, "could not keep the pending answer's pass");
-        }
+impl Answer for Result<SvmSettled, SettleError> {
+    fn pending(&self) -> bool {
+        matches!(self, Ok(SvmSettled::Pending { .. }))
     }
-    outcome
 }
 
 /// Follows a stored settlement until it ends (stored durably), or answers `None` once `deadline`

@@ -1,10 +1,10 @@
-// The verify lens as routerd calls it (src/facilitator/lens.rs, src/chain/read_mode.rs): its code,
+// The verify lens as routerd calls it (src/facilitator/evm/lens.rs, src/chain/read_mode.rs): its code,
 // where the state override places it, its ABI, and an ask for an ERC-3009 payment. Shared by the
 // lens's own tests and the bench's "same read straight to anvil".
 import { readFileSync } from 'node:fs';
 import { encodeFunctionData, getAddress, keccak256, parseAbi, toHex } from 'viem';
 
-export const LENS_CODE = readFileSync(new URL('../../../src/facilitator/lens.hex', import.meta.url), 'utf8').trim();
+export const LENS_CODE = readFileSync(new URL('../../../src/facilitator/evm/lens.hex', import.meta.url), 'utf8').trim();
 export const LENS_AT = getAddress(`0x${keccak256(toHex('routerd.lens')).slice(-40)}`);
 export const LENS_ABI = parseAbi([
   'struct Ask { address token; address from; address payTo; address stateTarget; bytes stateCall; uint256 stateMask; address allowanceSpender; address factory; bytes factoryCall; bytes erc1271Call; address trialTarget; bytes trialCall; bytes permitCall; }',

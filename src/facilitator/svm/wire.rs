@@ -9,13 +9,11 @@ use std::str::FromStr;
 use serde::Deserialize;
 use serde_json::{Map, Number, Value};
 
-use super::v1::{self, SettleResponse, VerifyResponse};
-use super::v2;
-use crate::facilitator::request::{Field, Invalid, Spelling};
-use crate::facilitator::settlement::SettleError;
-use crate::facilitator::svm::{
-    Failure, Party, Payment, SvmExact, SvmNetwork, SvmSettled, Verified, Version,
-};
+use super::{Failure, Party, Payment, SvmExact, SvmNetwork, SvmSettled, Verified, Version};
+use crate::facilitator::outcome::SettleError;
+use crate::facilitator::outcome::{Field, Invalid, Spelling};
+use crate::facilitator::protocol::v1::{self, SettleResponse, VerifyResponse};
+use crate::facilitator::protocol::v2;
 use crate::facilitator::types::{StatusOutcome, SvmSettlementStatus};
 use crate::ledger::{Reason, Record, State};
 use crate::svm::{PaymentTransaction, Pubkey, Refusal};

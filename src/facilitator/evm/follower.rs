@@ -13,7 +13,7 @@ use serde_json::json;
 use super::front_run::{front_runner, Lookup};
 use super::inclusions::{self, Asked, Found};
 use super::lane::{Lane, SETTLEMENT_GAS};
-use super::worker::{Slot, Worker, FILLER_GAS};
+use super::worker::{announce_sent, Slot, Worker, FILLER_GAS};
 use crate::chain::Traffic;
 use crate::chain::{self, Batch, Call, Canonical, Chain, Head};
 use crate::clock::unix_now;
@@ -522,9 +522,7 @@ impl Worker {
                     tracing::error!(payment = %record.key(), error = %e, "could not store a replacement");
                     return None;
                 }
-                self.out
-                    .waiters
-                    .sent(&record.key(), record.latest().expect("signed"));
+                announce_sent(&self.out.waiters, &record);
                 Some(raw)
             }
             Slot::Filler { attempts } => {

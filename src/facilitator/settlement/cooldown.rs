@@ -86,7 +86,7 @@ impl Cooldown {
         let until = unix_now().saturating_add(self.period.as_secs());
         self.remember(payer, until);
         self.imposed.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(payer = %crate::evm::hex_bytes(payer), seconds = self.period.as_secs(), "a settlement reverted on chain: payer refused for the revert cooldown");
+        tracing::warn!(payer = %format_args!("{payer:#x}"), seconds = self.period.as_secs(), "a settlement reverted on chain: payer refused for the revert cooldown");
         if self.period.is_zero() {
             return;
         }

@@ -12,9 +12,9 @@ use std::sync::atomic::Ordering;
 use tokio::time::Instant;
 
 use super::follower::Seen;
-use super::waiters::Progress;
 use super::worker::{transaction_count, Slot, Worker, MAX_BATCH};
 use super::{LeaseSettings, Ledger};
+use crate::facilitator::settlement::waiters::Progress;
 use crate::ledger::{LaneId, Record};
 use crate::store::{Lease, StoreError};
 

@@ -31,13 +31,13 @@ use tracing::Instrument;
 use super::follower::Seen;
 use super::lane::{Lane, Lanes};
 use super::lease::LeaseHold;
-use super::waiters::{Progress, Waiters};
 use super::{LeaseSettings, Ledger};
 use crate::chain::Traffic;
 use crate::chain::{Call, Refusal};
 use crate::clock::unix_now;
 use crate::evm;
 use crate::evm::TxFees;
+use crate::facilitator::settlement::waiters::{Progress, Waiters};
 use crate::ledger::{Attempt, Lost, Record, State};
 use crate::signer::UnsignedTx;
 use crate::store::{Lease, StoreError};
@@ -489,9 +489,7 @@ impl Worker {
             tracing::error!(lane = %self.lane.id, settlements = records.len(), error = %e, "could not store sent states");
         }
         for record in records {
-            self.out
-                .waiters
-                .sent(&record.key(), record.latest().expect("signed"));
+            announce_sent(&self.out.waiters, &record);
             let nonce = record.state.nonce().expect("just signed");
             self.nonces.slots.insert(nonce, Slot::settlement(record));
         }
@@ -647,6 +645,19 @@ pub(super) async fn transaction_count(lane: &Lane, block: &str) -> Option<u64> {
         .ok()?
         .ok()?;
     evm::parse_u64(&answer)
+}
+
+/// Tells a settlement's waiters it was sent as its latest attempt: its span learns the signer
+/// and nonce here, the transaction from the waiters.
+pub(super) fn announce_sent(waiters: &Waiters, record: &Record) {
+    let attempt = record.latest().expect("signed");
+    let key = record.key();
+    let span = waiters.span(&key);
+    if !span.is_disabled() {
+        span.record("signer", evm::hex_bytes(attempt.signer));
+        span.record("nonce", attempt.nonce);
+    }
+    waiters.sent(&key, attempt.hash);
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use ethers_core::types::{Address, U256};
 use tokio::sync::mpsc;
 
 use crate::chain::{Chain, FeeCap};
-use crate::facilitator::cooldown::Cooldown;
+use crate::facilitator::settlement::cooldown::Cooldown;
 use crate::guard::Guard;
 use crate::ledger::{LaneId, Record};
 use crate::signer::Signer;

@@ -1,0 +1,16 @@
+//! The EVM family's mechanism: verify's chain rules and the lens, the settle pipeline, and the
+//! lanes (a worker per signer and network, the follower of each head, front-runs, leases).
+
+mod follower;
+mod front_run;
+pub(crate) mod inclusions;
+pub mod lane;
+mod lease;
+pub mod lens;
+pub mod request;
+pub mod settle;
+pub mod verify;
+mod worker;
+
+pub use lane::{Lane, LaneSettings, Lanes};
+pub use settle::{LeaseSettings, Ledger};
