@@ -66,46 +66,82 @@ pub async fn run(settings: Settings) -> Result<(), StartError> {
     let chains = connect_chains(&settings)?;
     learn_read_modes(&chains);
     let facilitator = match &settings.facilitator {
-        Some(f) => {
-            // A facilitator serving only Solana needs no EVM key, and one serving only EVM no
-            // fee payer key.
-            let signers = match f.evm_networks().next() {
-                Some(_) => load_signers(&f.signer_key_file)?
-                    .into_iter()
-                    .map(Arc::new)
-                    .collect(),
-                None => Vec::new(),
-            };
-            let svm = solana(&settings, f)?;
-            let lease = LeaseSettings {
-                holder: settings.storage.instance_id.clone(),
-                ttl: Duration::from_secs(settings.storage.lease_ttl_secs),
-            };
-            let facilitator = Facilitator::new(
-                f,
-                &settings.chains,
-                &chains,
-                signers,
-                svm,
-                store.clone(),
-                lease,
-            )?;
-            facilitator
-                .check_solana_genesis()
-                .await
-                .map_err(StartError::Solana)?;
-            facilitator
-                .check_solana_mints()
-                .await
-                .map_err(StartError::Solana)?;
-            let resumed = facilitator.start().await?;
-            if resumed > 0 {
-                tracing::info!(resumed, "resumed unfinished settlements");
-            }
-            Some(Arc::new(facilitator))
-        }
+        Some(f) => Some(start_facilitator(&settings, f, &chains, &store).await?),
         None => None,
     };
+    let router = start_router(&settings, &chains, &store);
+    let services = Services {
+        facilitator,
+        router,
+        chains,
+    };
+    let app = Arc::new(app(&settings.server, services, connections, keys));
+    let deny_list = app
+        .services
+        .facilitator
+        .as_ref()
+        .map(|f| f.deny_list().clone());
+    tokio::spawn(reload_on_sighup(app.keys.clone(), deny_list));
+    let listeners = server::start(&settings.server, app.clone()).await?;
+    log_banner(&settings, &app, &listeners, &store.describe());
+    notify_systemd_ready(app.clone());
+
+    wait_for_shutdown_signal().await;
+    shut_down(&settings.server, &app, listeners, &store).await
+}
+
+/// The facilitator with its signers, checked against its clusters, its unfinished settlements
+/// resumed.
+async fn start_facilitator(
+    settings: &Settings,
+    f: &crate::config::FacilitatorSettings,
+    chains: &BTreeMap<String, Arc<Chain>>,
+    store: &store::Storage,
+) -> Result<Arc<Facilitator>, StartError> {
+    // A facilitator serving only Solana needs no EVM key, and one serving only EVM no
+    // fee payer key.
+    let signers = match f.evm_networks().next() {
+        Some(_) => load_signers(&f.signer_key_file)?
+            .into_iter()
+            .map(Arc::new)
+            .collect(),
+        None => Vec::new(),
+    };
+    let svm = solana(settings, f)?;
+    let lease = LeaseSettings {
+        holder: settings.storage.instance_id.clone(),
+        ttl: Duration::from_secs(settings.storage.lease_ttl_secs),
+    };
+    let facilitator = Facilitator::new(
+        f,
+        &settings.chains,
+        chains,
+        signers,
+        svm,
+        store.clone(),
+        lease,
+    )?;
+    facilitator
+        .check_solana_genesis()
+        .await
+        .map_err(StartError::Solana)?;
+    facilitator
+        .check_solana_mints()
+        .await
+        .map_err(StartError::Solana)?;
+    let resumed = facilitator.start().await?;
+    if resumed > 0 {
+        tracing::info!(resumed, "resumed unfinished settlements");
+    }
+    Ok(Arc::new(facilitator))
+}
+
+/// The router, when configured, with its background pruning started.
+fn start_router(
+    settings: &Settings,
+    chains: &BTreeMap<String, Arc<Chain>>,
+    store: &store::Storage,
+) -> Option<Arc<Router>> {
     let router = settings.router.as_ref().map(|r| {
         let candidates = r.chains.iter().map(|name| chains[name].clone()).collect();
         Arc::new(Router::new(
@@ -123,39 +159,41 @@ pub async fn run(settings: Settings) -> Result<(), StartError> {
         tokio::spawn(router.relay().clone().forget_periodically());
         tokio::spawn(router.nonces().clone().prune_periodically());
     }
-    let app = Arc::new(App {
-        services: Services {
-            facilitator,
-            router,
-            chains,
-        },
+    router
+}
+
+/// The state every request shares: the services and the server's bounds.
+fn app(
+    server: &ServerSettings,
+    services: Services,
+    connections: ConnectionLimits,
+    keys: Option<Arc<Keys>>,
+) -> App {
+    App {
+        services,
         metrics: Metrics::new(),
-        max_body_bytes: settings.server.max_body_bytes,
-        max_relay_answer_bytes: settings.server.max_relay_answer_bytes as usize,
-        read_timeout: Duration::from_millis(settings.server.request_read_timeout_ms),
-        client_limit: ClientLimit::new(
-            settings.server.client_rate_per_sec,
-            settings.server.client_burst,
-        )
-        .filter(|_| keys.is_none()),
-        proxies: TrustedProxies::new(settings.server.trusted_proxies.clone()),
+        max_body_bytes: server.max_body_bytes,
+        max_relay_answer_bytes: server.max_relay_answer_bytes as usize,
+        read_timeout: Duration::from_millis(server.request_read_timeout_ms),
+        client_limit: ClientLimit::new(server.client_rate_per_sec, server.client_burst)
+            .filter(|_| keys.is_none()),
+        proxies: TrustedProxies::new(server.trusted_proxies.clone()),
         connections: Gate::new(connections),
         keys,
-    });
-    let deny_list = app
-        .services
-        .facilitator
-        .as_ref()
-        .map(|f| f.deny_list().clone());
-    tokio::spawn(reload_on_sighup(app.keys.clone(), deny_list));
-    let listeners = server::start(&settings.server, app.clone()).await?;
-    log_banner(&settings, &app, &listeners, &store.describe());
-    notify_systemd_ready(app.clone());
+    }
+}
 
-    wait_for_shutdown_signal().await;
+/// Stops taking connections, waits the grace period for requests in flight, hands the lanes
+/// back and flushes the store.
+async fn shut_down(
+    server: &ServerSettings,
+    app: &App,
+    listeners: Vec<server::Listener>,
+    store: &store::Storage,
+) -> Result<(), StartError> {
     tracing::info!("shutting down: no new connections; waiting for requests in flight");
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
-    let grace = Duration::from_secs(settings.server.shutdown_grace_secs);
+    let grace = Duration::from_secs(server.shutdown_grace_secs);
     let drained = tokio::time::timeout(grace, async {
         for listener in listeners {
             let _ = listener.handle.stop();
