@@ -74,9 +74,16 @@ fn call(method: &str, params: Option<&str>) -> String {
 /// A transfer signed without EIP-155 (the widely published "Nick's method" deployment).
 const PRE_155: &str = r#"["0xf8a58085174876e800830186a08080b853604580600e600039806000f350fe7fffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffe03601600081602082378035828234f58015156039578182fd5b8082525050506014600cf31ba02222222222222222222222222222222222222222222222222222222222222222a02222222222222222222222222222222222222222222222222222222222222222"]"#;
 
+/// What each route answers, in the order the recorded answers list them.
 fn requests() -> Vec<(&'static str, &'static str, String)> {
+    let mut requests = json_rpc_requests();
+    requests.extend(plain_requests());
+    requests
+}
+
+/// The probes and the router's JSON-RPC methods, one call and one batch.
+fn json_rpc_requests() -> Vec<(&'static str, &'static str, String)> {
     let tx_list = format!("[{TX}]");
-    let hash = format!(r#"["0x{}"]"#, "ab".repeat(32));
     vec![
         ("GET", "/metrics", String::new()),
         ("GET", "/health", String::new()),
@@ -122,6 +129,13 @@ fn requests() -> Vec<(&'static str, &'static str, String)> {
                 call("router_quote", Some(TX))
             ),
         ),
+    ]
+}
+
+/// Bodies that are not JSON-RPC calls, the REST routes, and the methods passed on to a node.
+fn plain_requests() -> Vec<(&'static str, &'static str, String)> {
+    let hash = format!(r#"["0x{}"]"#, "ab".repeat(32));
+    vec![
         ("POST", "/", "not json".to_string()),
         ("POST", "/", TX.to_string()),
         (

@@ -545,90 +545,119 @@ pub(crate) mod tests {
         assert_eq!(check(&tx, &req), Err(Refusal::InstructionCount));
     }
 
+    /// The payment with its instruction at `i` replaced by `ix`.
+    fn with(f: &Fixture, i: usize, ix: Instruction) -> Vec<Instruction> {
+        let mut v = payment(f);
+        v[i] = ix;
+        v
+    }
+
+    /// Each transaction is refused for the reason it is paired with.
+    fn refuses_each(f: &Fixture, cases: Vec<(Vec<Instruction>, Option<&str>, Refusal)>) {
+        for (ixs, memo, refusal) in cases {
+            assert_eq!(verdict(f, ixs, memo), Err(refusal), "{refusal}");
+        }
+    }
+
     #[test]
-    fn each_rule_refuses_its_transaction() {
+    fn each_compute_budget_rule_refuses_its_transaction() {
+        let f = Fixture::new();
+        refuses_each(
+            &f,
+            vec![
+                (payment(&f)[..2].to_vec(), None, Refusal::InstructionCount),
+                (
+                    with(&f, 0, compute_price(1)),
+                    None,
+                    Refusal::ComputeLimitInstruction,
+                ),
+                (
+                    with(&f, 0, compute_limit(400_001)),
+                    None,
+                    Refusal::ComputeLimitTooHigh,
+                ),
+                (
+                    with(&f, 1, compute_limit(1)),
+                    None,
+                    Refusal::ComputePriceInstruction,
+                ),
+                (
+                    with(&f, 1, compute_price(5_000_001)),
+                    None,
+                    Refusal::ComputePriceTooHigh,
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn each_transfer_rule_refuses_its_transaction() {
         let f = Fixture::new();
         let ata = associated_token_address(&f.pay_to, &f.mint, f.program);
         let me = f.payer.pubkey();
-        let with = |i: usize, ix: Instruction| {
-            let mut v = payment(&f);
-            v[i] = ix;
-            v
-        };
-        let cases: Vec<(Vec<Instruction>, Option<&str>, Refusal)> = vec![
-            (payment(&f)[..2].to_vec(), None, Refusal::InstructionCount),
-            (
-                with(0, compute_price(1)),
-                None,
-                Refusal::ComputeLimitInstruction,
-            ),
-            (
-                with(0, compute_limit(400_001)),
-                None,
-                Refusal::ComputeLimitTooHigh,
-            ),
-            (
-                with(1, compute_limit(1)),
-                None,
-                Refusal::ComputePriceInstruction,
-            ),
-            (
-                with(1, compute_price(5_000_001)),
-                None,
-                Refusal::ComputePriceTooHigh,
-            ),
-            (
-                with(2, memo("not a transfer")),
-                None,
-                Refusal::NoTransferInstruction,
-            ),
-            (
-                [payment(&f), vec![compute_limit(1)]].concat(),
-                None,
-                Refusal::UnknownInstruction { position: 3 },
-            ),
-            (
-                with(2, transfer(&f, Pubkey::new_unique(), me, AMOUNT)),
-                None,
-                Refusal::RecipientMismatch,
-            ),
-            (
-                with(2, transfer(&f, ata, me, AMOUNT + 1)),
-                None,
-                Refusal::AmountMismatch,
-            ),
-            (
-                with(2, transfer(&f, ata, f.fee_payer.pubkey(), AMOUNT)),
-                None,
-                Refusal::AuthorityIsFeePayer,
-            ),
-            (
-                [
-                    payment(&f),
-                    vec![Instruction {
-                        accounts: vec![AccountMeta::new(f.fee_payer.pubkey(), true)],
-                        ..memo("m")
-                    }],
-                ]
-                .concat(),
-                None,
-                Refusal::FeePayerInAccounts,
-            ),
-            (payment(&f), Some("order-1"), Refusal::MemoCount),
-            (
-                [payment(&f), vec![memo("order-1"), memo("order-1")]].concat(),
-                Some("order-1"),
-                Refusal::MemoCount,
-            ),
-            (
-                [payment(&f), vec![memo("order-2")]].concat(),
-                Some("order-1"),
-                Refusal::MemoMismatch,
-            ),
-        ];
-        for (ixs, memo, refusal) in cases {
-            assert_eq!(verdict(&f, ixs, memo), Err(refusal), "{refusal}");
-        }
+        refuses_each(
+            &f,
+            vec![
+                (
+                    with(&f, 2, memo("not a transfer")),
+                    None,
+                    Refusal::NoTransferInstruction,
+                ),
+                (
+                    [payment(&f), vec![compute_limit(1)]].concat(),
+                    None,
+                    Refusal::UnknownInstruction { position: 3 },
+                ),
+                (
+                    with(&f, 2, transfer(&f, Pubkey::new_unique(), me, AMOUNT)),
+                    None,
+                    Refusal::RecipientMismatch,
+                ),
+                (
+                    with(&f, 2, transfer(&f, ata, me, AMOUNT + 1)),
+                    None,
+                    Refusal::AmountMismatch,
+                ),
+                (
+                    with(&f, 2, transfer(&f, ata, f.fee_payer.pubkey(), AMOUNT)),
+                    None,
+                    Refusal::AuthorityIsFeePayer,
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn each_fee_payer_and_memo_rule_refuses_its_transaction() {
+        let f = Fixture::new();
+        refuses_each(
+            &f,
+            vec![
+                (
+                    [
+                        payment(&f),
+                        vec![Instruction {
+                            accounts: vec![AccountMeta::new(f.fee_payer.pubkey(), true)],
+                            ..memo("m")
+                        }],
+                    ]
+                    .concat(),
+                    None,
+                    Refusal::FeePayerInAccounts,
+                ),
+                (payment(&f), Some("order-1"), Refusal::MemoCount),
+                (
+                    [payment(&f), vec![memo("order-1"), memo("order-1")]].concat(),
+                    Some("order-1"),
+                    Refusal::MemoCount,
+                ),
+                (
+                    [payment(&f), vec![memo("order-2")]].concat(),
+                    Some("order-1"),
+                    Refusal::MemoMismatch,
+                ),
+            ],
+        );
     }
 
     #[test]
