@@ -15,7 +15,7 @@ import {
   startSvmNode, newSolanaKeypair, svmFacilitatorConfig, newFeePayer, testWithLogs, postTo, associatedTokenAddress,
   DEVNET_USDC_MINT, TOKEN_2022_PROGRAM,
 } from './lib/svm.mjs';
-import { v1Requirements, v2Requirements } from './lib/svm-payment.mjs';
+import { svmBodies } from './lib/svm-payment.mjs';
 import { getAddressEncoder } from '@solana/kit';
 import { paymentInstructions, memo, compileMessage, wireTransaction } from './lib/svm-tx.mjs';
 import { startRouterd, freePort } from './lib/routerd.mjs';
@@ -128,19 +128,7 @@ const post = (path, body) => postTo(routerd.url, path, body);
 
 /** The v2 and the v1 body of one wire transaction paying AMOUNT of `mint` to `payTo`. */
 function bodies(transaction, { payTo = payee.address, mint = DEVNET_USDC_MINT } = {}) {
-  const terms = { payTo, mint, amount: AMOUNT, feePayer: feePayer.address };
-  const v2 = v2Requirements(terms);
-  const v1 = v1Requirements(terms);
-  return {
-    v2: {
-      x402Version: 2, paymentRequirements: v2,
-      paymentPayload: { x402Version: 2, accepted: v2, resource: { url: 'http://shop.test/report' }, payload: { transaction } },
-    },
-    v1: {
-      x402Version: 1, paymentRequirements: v1,
-      paymentPayload: { x402Version: 1, scheme: 'exact', network: 'solana-devnet', payload: { transaction } },
-    },
-  };
+  return svmBodies(transaction, { payTo, mint, amount: AMOUNT, feePayer: feePayer.address });
 }
 
 async function build(instructions, signers = [payer]) {

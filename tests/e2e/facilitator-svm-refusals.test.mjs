@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import {
   startSvmNode, newSolanaKeypair, svmFacilitatorConfig, newFeePayer, testWithLogs, postTo, associatedTokenAddress, DEVNET_USDC_MINT,
 } from './lib/svm.mjs';
-import { v1Requirements, v2Requirements } from './lib/svm-payment.mjs';
+import { svmBodies } from './lib/svm-payment.mjs';
 import {
   paymentInstructions, computeLimit, computePrice, memo, transferChecked, compileMessage, wireTransaction, SYSTEM,
 } from './lib/svm-tx.mjs';
@@ -60,19 +60,7 @@ const post = (path, body) => postTo(routerd.url, path, body);
 
 /** The v2 and the v1 body of one wire transaction paying AMOUNT to the payee. */
 function bodies(transaction) {
-  const terms = { payTo: payee.address, amount: AMOUNT, feePayer: feePayer.address };
-  const v2 = v2Requirements(terms);
-  const v1 = v1Requirements(terms);
-  return {
-    v2: {
-      x402Version: 2, paymentRequirements: v2,
-      paymentPayload: { x402Version: 2, accepted: v2, resource: { url: 'http://shop.test/report' }, payload: { transaction } },
-    },
-    v1: {
-      x402Version: 1, paymentRequirements: v1,
-      paymentPayload: { x402Version: 1, scheme: 'exact', network: 'solana-devnet', payload: { transaction } },
-    },
-  };
+  return svmBodies(transaction, { payTo: payee.address, amount: AMOUNT, feePayer: feePayer.address });
 }
 
 /** A transaction of `instructions` with routerd's fee payer, signed by the payer (and `signers`). */

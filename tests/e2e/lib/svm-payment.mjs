@@ -32,6 +32,25 @@ export function v2Requirements({ payTo, mint = DEVNET_USDC_MINT, amount, feePaye
 }
 
 /**
+ * The v2 and the v1 body of one wire `transaction` (base64) paying `amount` of `mint` to
+ * `payTo`, for tests that build their own transactions.
+ */
+export function svmBodies(transaction, terms) {
+  const v2 = v2Requirements(terms);
+  const v1 = v1Requirements(terms);
+  return {
+    v2: {
+      x402Version: 2, paymentRequirements: v2,
+      paymentPayload: { x402Version: 2, accepted: v2, resource: { url: RESOURCE }, payload: { transaction } },
+    },
+    v1: {
+      x402Version: 1, paymentRequirements: v1,
+      paymentPayload: { x402Version: 1, scheme: 'exact', network: 'solana-devnet', payload: { transaction } },
+    },
+  };
+}
+
+/**
  * The /verify or /settle body of one payment by `signer` (a @solana/kit KeyPairSigner), built by
  * the version's official client against the node at `rpc`.
  */
