@@ -13,6 +13,8 @@
 // - the proxy fails every receipt and log lookup while a settlement is mined and for heads after:
 //   the settlement is not taken for one whose nonce went to another transaction, and answers its
 //   hash;
+// - routerd restarted reads one head: a rollback below it, of a settlement mined before the
+//   restart, is seen from the signer's nonce at the new head, and the settlement is sent again;
 // - the proxy swallows eth_sendRawTransaction, routerd is SIGKILLed with the settlement signed and
 //   stored but never broadcast, and restarted straight on the node with the same store: the
 //   payment settles by the transaction stored before the kill.
@@ -295,5 +297,40 @@ it('SIGKILL with the settlement stored but never broadcast: restarted on the nod
 
   assert.equal(before?.transaction, signed, `before the kill, the status route named the stored transaction: ${JSON.stringify(before)}`);
   assert.equal(before.state, 'signed', `stored, never broadcast: ${JSON.stringify(before)}`);
+  await expectStatusIncluded(p, hash, receipt);
+});
+
+it('a reorganisation just after a restart takes away a settlement mined before it: the restarted routerd, which never saw that block, sends it again', async () => {
+  const p = await newPayment();
+  const mark = await chainMark(stack.anvil, stack.signer);
+  const key = idempotencyKey();
+  const hash = expectSettled(await settleUntilDone(stack, p.body, { key, mine: false }), { network: NETWORK, payer: p.authorization.from });
+  const [mined] = await waitMined([hash], 'the settlement mined');
+  const included = Number(mined.blockNumber);
+  // Two blocks on top, so the including block is below the first head the restarted routerd reads.
+  await waitFor(async () => Number(await rpc('eth_blockNumber')) >= included + 2, { timeoutMs: 10_000, what: 'two blocks past the settlement' });
+  await rpc('evm_setIntervalMining', [0]);
+  try {
+    await stack.routerd.kill();
+    await stack.routerd.restart();
+    await sleep(1500); // its head watcher reads the head once: that block is all it knows
+    const head = Number(await rpc('eth_blockNumber'));
+    // The including block and all above it go, and one block fewer comes back: the head moves down,
+    // to a height the watcher never knew the parent of.
+    await frozen(stack.routerd, async () => {
+      await rpc('anvil_rollback', [head - included + 1]);
+      assert.equal(await rpc('eth_getTransactionByHash', [hash]), null, 'precondition: the rollback took the settlement away, pool included');
+      await rpc('anvil_mine', [`0x${(head - included).toString(16)}`]);
+    });
+    await sleep(3000); // routerd follows the lower head before any block is added on top
+  } finally {
+    await rpc('evm_setIntervalMining', [1]);
+  }
+  const [receipt] = await waitMined([hash], 'the answered transaction mined again on the canonical chain');
+  await expectPaidOnceBy([p], [hash], [receipt]);
+  assert.equal(expectSettled(await stack.settle(p.body, { key }), { network: NETWORK, payer: p.authorization.from }), hash, 'the first request retried answers the same hash');
+  await waitPoolEmpty(stack.anvil);
+  const history = await expectCleanSignerHistory(stack.anvil, { signer: stack.signer, usdc: stack.usdc, mark });
+  assert.deepEqual(history.all.map((t) => t.hash), [hash], 'one transaction, no other nonce used');
   await expectStatusIncluded(p, hash, receipt);
 });

@@ -71,7 +71,7 @@ impl Worker {
                 }
             }
         }
-        let mut resend = self.check_reorgs(head);
+        let mut resend = self.check_reorgs(head, chain_nonce);
         let included = self.find_inclusions(head, chain_nonce).await;
         let found = started.elapsed();
         self.confirm(head, &included).await;
@@ -124,23 +124,29 @@ impl Worker {
     }
 
     /// Inclusions whose block left the canonical chain go back to `Sent`; answers their raw
-    /// transactions to send again (same nonce, same hash).
-    fn check_reorgs(&mut self, head: &Head) -> Vec<Bytes> {
+    /// transactions to send again (same nonce, same hash). The watcher knows the blocks it saw;
+    /// for an older one (one mined before a restart) the chain's nonce at this head speaks: an
+    /// inclusion at or below the head whose nonce the chain has not used is not on the chain.
+    fn check_reorgs(&mut self, head: &Head, chain_nonce: u64) -> Vec<Bytes> {
         let mut resend = Vec::new();
-        for slot in self.nonces.slots.values_mut() {
+        for (nonce, slot) in self.nonces.slots.iter_mut() {
             let Slot::Settlement { record, .. } = slot else {
                 continue;
             };
             let State::Included { inclusion, .. } = record.state else {
                 continue;
             };
-            if self
+            let gone = match self
                 .lane
                 .chain
                 .head
                 .canonical(inclusion.block, inclusion.block_hash)
-                != Canonical::No
             {
+                Canonical::No => true,
+                Canonical::Yes => false,
+                Canonical::Unknown => *nonce >= chain_nonce && inclusion.block <= head.number,
+            };
+            if !gone {
                 continue;
             }
             tracing::warn!(payment = %record.key(), block = inclusion.block, head = head.number, "settlement's block left the canonical chain; sending it again");
