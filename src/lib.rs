@@ -34,14 +34,17 @@
 //! store            sled and PostgreSQL behind one set of traits, one codec, one conformance
 //!                  suite                    -> ledger evm config clock
 //! ledger           the settlement record, its keys and reasons: plain data, pure transitions
-//!                                           -> evm
+//!                                           -> primitives
 //! chain            upstream nodes: batches, failover, refusals, heads and fees; Solana
 //!                  clusters (`chain::svm`)  -> evm svm config guard clock
 //! signer           keys and signatures      -> evm
 //! evm              hex, quantities, fees, revert data, ERC-3009 (and what its logs say),
 //!                  ERC-6492, Permit2 and nonce reads: no I/O
+//!                                           -> primitives
 //! svm              Solana: the payer's wire transaction, the exact instruction rules,
 //!                  associated token accounts: no I/O (never imports evm, nor evm it)
+//! primitives       what the ledger and evm both hold: hex of bytes, a signed transaction's
+//!                  fee fields: no I/O
 //! config, guard, clock                      leaves
 //! ```
 //!
@@ -56,6 +59,7 @@ pub mod facilitator;
 pub mod fuzzing;
 pub mod guard;
 pub mod ledger;
+pub mod primitives;
 pub mod router;
 pub mod server;
 pub mod signer;

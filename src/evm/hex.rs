@@ -4,14 +4,10 @@
 use ethers_core::types::{H256, U256};
 use serde_json::Value;
 
+pub use crate::primitives::hex_bytes;
+
 pub fn hex_u256(n: U256) -> String {
     format!("{n:#x}")
-}
-
-/// `0x` and lowercase hex: bytes, or an address or hash (what their `{:?}` prints, without
-/// primitive-types' byte-by-byte formatting, which was a tenth of verify's own instructions).
-pub fn hex_bytes(bytes: impl AsRef<[u8]>) -> String {
-    const_hex::encode_prefixed(bytes)
 }
 
 /// Decodes `0x`-prefixed hex with an even number of digits.

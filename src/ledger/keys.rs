@@ -6,7 +6,7 @@ use std::fmt;
 
 use ethers_core::types::{Address, H256};
 
-use crate::evm::hex_bytes;
+use crate::primitives::hex_bytes;
 
 /// A payment, as x402-facilitator.md §3 identifies it: (network, asset, from, nonce).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

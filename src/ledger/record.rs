@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::keys::{Account, PaymentKey, Permit2Nonce};
 use super::Reason;
-use crate::evm::{NonceRead, TxFees};
+use crate::primitives::TxFees;
 
 /// The request key a payment was claimed with, bound to a hash of the body it first came with.
 /// An `Idempotency-Key` header (set by the caller of `/settle`, never by the payer) names the
@@ -229,13 +229,6 @@ impl TransferMethod {
         *self == TransferMethod::Eip3009
     }
 
-    /// Where a payment of `token` by `payer` moved this way marks `nonce` used.
-    pub fn nonce_read(self, token: Address, payer: Address, nonce: H256) -> NonceRead {
-        match self {
-            TransferMethod::Eip3009 => NonceRead::erc3009(token, payer, nonce),
-            TransferMethod::Permit2 => NonceRead::permit2(payer, nonce),
-        }
-    }
 }
 
 /// The settled authorization and its requirements, and everything the settlement went through.
@@ -322,11 +315,6 @@ impl Record {
             from: self.payer,
             nonce: self.nonce,
         }
-    }
-
-    /// Where the token or Permit2 marks this payment's nonce used.
-    pub fn nonce_read(&self) -> NonceRead {
-        self.method.nonce_read(self.token, self.payer, self.nonce)
     }
 
     /// Where the settlement transaction goes.

@@ -13,6 +13,7 @@ use serde_json::json;
 use super::front_run::{front_runner, Lookup};
 use super::inclusions::{self, Asked, Found};
 use super::lane::{Lane, SETTLEMENT_GAS};
+use super::nonce::record_nonce_read;
 use super::worker::{announce_sent, Slot, Worker, FILLER_GAS};
 use crate::chain::Traffic;
 use crate::chain::{self, Batch, Call, Canonical, Chain, Head};
@@ -625,7 +626,7 @@ impl Worker {
 
 /// The read of whether the record's authorization nonce is used now, and how to judge its answer.
 fn nonce_call(record: &Record) -> (NonceRead, Call) {
-    let read = record.nonce_read();
+    let read = record_nonce_read(record);
     let call = chain::eth_call(read.target, &read.call, "latest");
     (read, call)
 }

@@ -9,6 +9,7 @@ use ethers_core::types::{Bytes, H256};
 use serde_json::{json, Value};
 
 use super::inclusions::inclusion_of;
+use super::nonce::record_nonce_read;
 use super::worker::{Slot, Worker};
 use crate::chain::Traffic;
 use crate::chain::{self, Batch, Chain, Head};
@@ -161,7 +162,7 @@ impl Worker {
             };
             let unmined = matches!(record.state, State::Signed { .. } | State::Sent { .. });
             if unmined && signed_transfer(record).is_some() {
-                let read = record.nonce_read();
+                let read = record_nonce_read(record);
                 let slot = batch.add(chain::eth_call(read.target, &read.call, &block));
                 asked.push((*nonce, read, slot));
             }

@@ -7,6 +7,7 @@ pub(crate) mod inclusions;
 pub mod lane;
 mod lease;
 pub mod lens;
+mod nonce;
 pub mod request;
 pub mod settle;
 pub mod verify;

@@ -9,6 +9,7 @@ use std::sync::{Arc, OnceLock};
 
 use ethers_core::types::{Address, H256, U256};
 
+use super::nonce::nonce_read;
 use super::request::{Method, Request, Served, TokenInfo};
 use crate::chain::{Chain, Unreachable};
 use crate::clock::unix_now;
@@ -141,7 +142,7 @@ impl Payment<'_> {
     /// Where this payment's nonce is marked used.
     pub fn nonce_read(&self) -> NonceRead {
         let method = self.method.transfer_method();
-        method.nonce_read(self.token.address, self.auth.from, self.auth.nonce)
+        nonce_read(method, self.token.address, self.auth.from, self.auth.nonce)
     }
 
     /// The idempotency key of x402-facilitator.md §3: (network, asset, from, nonce).

@@ -1,0 +1,20 @@
+//! Where the token or Permit2 marks a payment's nonce used. The ledger stores how a payment's
+//! funds move (`TransferMethod`); what to read on chain for it is the EVM mechanism's to know.
+
+use ethers_core::types::{Address, H256};
+
+use crate::evm::NonceRead;
+use crate::ledger::{Record, TransferMethod};
+
+/// Where a payment of `token` by `payer` moved by `method` marks `nonce` used.
+pub fn nonce_read(method: TransferMethod, token: Address, payer: Address, nonce: H256) -> NonceRead {
+    match method {
+        TransferMethod::Eip3009 => NonceRead::erc3009(token, payer, nonce),
+        TransferMethod::Permit2 => NonceRead::permit2(payer, nonce),
+    }
+}
+
+/// Where a stored settlement's nonce is marked used.
+pub fn record_nonce_read(record: &Record) -> NonceRead {
+    nonce_read(record.method, record.token, record.payer, record.nonce)
+}
