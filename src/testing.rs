@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use ethers_core::types::{Address, Bytes, H256, U256};
 
 use crate::evm::TxFees;
-use crate::ledger::{Attempt, Record, State, SvmSettlement};
+use crate::ledger::{Attempt, EvmTerms, Record, SvmSettlement, Terms};
 
 /// anvil's first development account: a key published with anvil (and hardhat), never used
 /// for value. Tests that need a signer use it; no real signer key is ever written in code.
@@ -13,30 +13,21 @@ pub const ANVIL_KEY_0: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5ef
 
 /// A claimed payment of 1000 from 0x02…02 to 0x03…03 on `net`, told apart by `nonce`.
 pub fn record(nonce: u8) -> Record {
-    Record {
-        network: "net".to_string(),
+    let terms = EvmTerms {
         token: Address::repeat_byte(1),
         payer: Address::repeat_byte(2),
         pay_to: Address::repeat_byte(3),
-        value: U256::from(1000),
         nonce: H256::repeat_byte(nonce),
         valid_before: u64::MAX / 2,
-        digest: H256::repeat_byte(0xd0),
         method: Default::default(),
         approves_permit2: false,
         via: None,
         sender: None,
         calldata: Bytes::from(vec![1, 2, 3]),
         gas_limit: 90_000,
-        request: None,
-        payment_id: None,
-        state: State::Claimed,
-        attempts: Vec::new(),
-        outcome: None,
-        lost: false,
-        finished_at: None,
-        svm: None,
-    }
+    };
+    let digest = H256::repeat_byte(0xd0);
+    Record::new("net".to_string(), U256::from(1000), digest, Terms::Evm(terms))
 }
 
 /// A legacy-priced transaction of `signer` at `nonce`, its hash told apart by the nonce.

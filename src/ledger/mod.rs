@@ -2,10 +2,12 @@
 //! keyed by and why it failed. Plain data and pure transitions, no I/O: the store keeps it, the
 //! facilitator drives it, and neither is known here.
 
+mod claim;
 pub mod keys;
 mod reason;
 pub mod record;
 
+pub use claim::{stored_prefix, EvmTerms, SvmTerms, Terms};
 pub use keys::{Account, LaneId, PaymentKey, Permit2Nonce, RouterNonceKey};
 pub use reason::Reason;
 pub use record::{

@@ -6,7 +6,8 @@
 // `fixture_router_key()`: in 53628ba the reservation's key was its encoded string,
 // FIXTURE_ROUTER_KEY; here it is a RouterNonceKey that encodes to the same. 53628ba's Record
 // had no `method` or `via` (its records read back as ERC-3009, called on the token): to write the
-// fixture there again, drop those lines.
+// fixture there again, drop those lines. The record is written out field by field, not by
+// `Record::new`, for the same reason: 53628ba has no constructor.
 
 const FIXTURE_AT: u64 = 1_700_000_000;
 const FIXTURE_ROUTER_KEY: &str = "l1|0x7070707070707070707070707070707070707070|ip:127.0.0.1";

@@ -154,30 +154,24 @@ mod v1 {
                 None => (State::Sent { nonce }, None, None),
                 Some((state, outcome)) => (state, Some(outcome), Some(now)),
             };
-            Some(ledger::Record {
-                network: self.network,
+            let terms = ledger::EvmTerms {
                 token: self.token,
                 payer: self.payer,
                 pay_to: erc3009::payee(&self.calldata).unwrap_or_default(),
-                value: self.value,
                 nonce: self.nonce,
                 valid_before: self.valid_before,
-                digest: self.digest,
                 method: Default::default(),
                 approves_permit2: false,
                 via: None,
                 sender: None,
                 calldata: self.calldata,
                 gas_limit: self.gas_limit,
-                request: None,
-                payment_id: None,
-                state,
-                attempts,
-                outcome,
-                lost: false,
-                finished_at,
-                svm: None,
-            })
+            };
+            let terms = ledger::Terms::Evm(terms);
+            let mut record = ledger::Record::new(self.network, self.value, self.digest, terms);
+            (record.state, record.attempts) = (state, attempts);
+            (record.outcome, record.finished_at) = (outcome, finished_at);
+            Some(record)
         }
     }
 

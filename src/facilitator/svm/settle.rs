@@ -27,7 +27,8 @@ use crate::facilitator::outcome::SettleError;
 use crate::facilitator::settlement::cooldown::Cooldown;
 use crate::facilitator::settlement::{caller_of, key_taken, pass_on, with_pass};
 use crate::facilitator::settlement::{Answer, Caller};
-use crate::ledger::{Account, Asking, Lost, PaymentKey, Record, State, SvmSettlement};
+use crate::ledger::{Account, Asking, Lost, PaymentKey, Record, SvmSettlement};
+use crate::ledger::{SvmTerms, Terms};
 use crate::store::{Claim, Limits, Storage, StoreError};
 use crate::svm::{
     transfer_indexes, PaymentTransaction, Pubkey, Signature, SignedTransaction, Transfer,
@@ -306,30 +307,14 @@ fn new_record(
     svm: SvmSettlement,
     digest: H256,
 ) -> Record {
-    Record {
-        network: key.network.clone(),
-        token: account_address(&transfer.mint),
-        payer: account_address(&transfer.source),
-        pay_to: Default::default(),
-        value: U256::from(svm.amount),
-        nonce: key.nonce,
-        valid_before: 0,
-        digest,
-        method: Default::default(),
-        approves_permit2: false,
-        via: None,
-        sender: None,
-        calldata: Default::default(),
-        gas_limit: 0,
-        request: asking.tag.clone(),
-        payment_id: asking.payment_id.clone(),
-        state: State::Claimed,
-        attempts: Vec::new(),
-        outcome: None,
-        lost: false,
-        finished_at: None,
-        svm: Some(svm),
-    }
+    let value = U256::from(svm.amount);
+    let terms = SvmTerms {
+        signature_digest: key.nonce.0,
+        mint: transfer.mint,
+        source: transfer.source,
+        settlement: svm,
+    };
+    Record::new(key.network.clone(), value, digest, Terms::Svm(terms)).asked_by(asking)
 }
 
 /// A payment already claimed: the claimant (its `Idempotency-Key`, or the identical request a

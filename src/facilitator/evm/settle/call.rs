@@ -10,7 +10,7 @@ use crate::evm::{erc3009, erc6492, permit2};
 use crate::facilitator::evm::request::Method;
 use crate::facilitator::evm::verify::{Payer, Payment};
 use crate::facilitator::outcome::Invalid;
-use crate::ledger::{Asking, Reason, Record, State};
+use crate::ledger::{Asking, EvmTerms, Reason, Record, Terms};
 use crate::store::{Claim, Limits, Permit2Clash};
 
 /// Gas added on top of the tried gas of `transferWithAuthorization`.
@@ -139,15 +139,12 @@ pub(super) fn new_record(
     asking: &Asking,
 ) -> Record {
     let valid_before = payment.auth.valid_before.min(U256::from(u64::MAX)).as_u64();
-    Record {
-        network: payment.network.name.clone(),
+    let terms = EvmTerms {
         token: payment.token.address,
         payer: payment.auth.from,
         pay_to: payment.auth.to,
-        value: payment.charge(),
         nonce: payment.auth.nonce,
         valid_before,
-        digest: payment.digest,
         method: payment.method.transfer_method(),
         approves_permit2: payment.eip2612.is_some(),
         via: (call.to != payment.token.address).then_some(call.to),
@@ -157,15 +154,9 @@ pub(super) fn new_record(
         },
         calldata: call.data,
         gas_limit,
-        request: asking.tag.clone(),
-        payment_id: asking.payment_id.clone(),
-        state: State::Claimed,
-        attempts: Vec::new(),
-        outcome: None,
-        lost: false,
-        finished_at: None,
-        svm: None,
-    }
+    };
+    let (network, value) = (payment.network.name.clone(), payment.charge());
+    Record::new(network, value, payment.digest, Terms::Evm(terms)).asked_by(asking)
 }
 
 #[cfg(test)]
