@@ -27,7 +27,12 @@ pub fn record(nonce: u8) -> Record {
         gas_limit: 90_000,
     };
     let digest = H256::repeat_byte(0xd0);
-    Record::new("net".to_string(), U256::from(1000), digest, Terms::Evm(terms))
+    Record::new(
+        "net".to_string(),
+        U256::from(1000),
+        digest,
+        Terms::Evm(terms),
+    )
 }
 
 /// A legacy-priced transaction of `signer` at `nonce`, its hash told apart by the nonce.

@@ -104,3 +104,65 @@ impl Record {
         self
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::ledger::{Payer, PaymentKey};
+
+    /// A Solana claim is stored field for field as the landed release stored it (its JSON, its
+    /// key and account), and reads back unchanged: no migration.
+    #[test]
+    fn a_solana_claim_is_stored_as_the_landed_release_stored_it() {
+        let (mint, source) = (
+            Pubkey::new_from_array([0x11; 32]),
+            Pubkey::new_from_array([0x22; 32]),
+        );
+        let settlement = crate::testing::svm_settlement();
+        let terms = SvmTerms {
+            signature_digest: [0x5a; 32],
+            mint,
+            source,
+            settlement: settlement.clone(),
+        };
+        let record = Record::new(
+            "solana-devnet".into(),
+            U256::from(1000),
+            H256::repeat_byte(0xd0),
+            Terms::Svm(terms),
+        );
+        let landed = json!({
+            "network": "solana-devnet",
+            "token": format!("0x{}", "11".repeat(20)),
+            "payer": format!("0x{}", "22".repeat(20)),
+            "pay_to": format!("0x{}", "00".repeat(20)),
+            "value": "0x3e8",
+            "nonce": format!("0x{}", "5a".repeat(32)),
+            "valid_before": 0,
+            "digest": format!("0x{}", "d0".repeat(32)),
+            "calldata": "0x",
+            "gas_limit": 0,
+            "request": null,
+            "state": "Claimed",
+            "attempts": [],
+            "outcome": null,
+            "lost": false,
+            "finished_at": null,
+            "svm": serde_json::to_value(&settlement).unwrap(),
+        });
+        assert_eq!(serde_json::to_value(&record).unwrap(), landed);
+        let read: Record = serde_json::from_value(landed.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&read).unwrap(), landed);
+        assert_eq!(read.key(), PaymentKey::svm("solana-devnet", [0x5a; 32]));
+        assert_eq!(
+            read.account().storage_key(),
+            format!("solana-devnet|0x{}|0x{}", "11".repeat(20), "22".repeat(20))
+        );
+        assert_eq!(read.paid_by(), None, "the fixture's authority is not a key");
+        let mut paid = read;
+        paid.svm.as_mut().unwrap().payer = source.to_string();
+        assert_eq!(paid.paid_by(), Some(Payer::Svm(source)));
+    }
+}

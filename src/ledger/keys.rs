@@ -5,39 +5,88 @@
 use std::fmt;
 
 use ethers_core::types::{Address, H256};
+use solana_pubkey::Pubkey;
 
+use super::claim::stored_prefix;
 use crate::primitives::hex_bytes;
 
-/// A payment, as x402-facilitator.md §3 identifies it: (network, asset, from, nonce).
+/// A payment: its network and what names it there, in its family's terms. Each family's key has
+/// the one storage encoding earlier releases wrote for it, so both read the same stores.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PaymentKey {
     pub network: String,
-    pub asset: Address,
-    pub from: Address,
-    pub nonce: H256,
+    pub id: PaymentId,
 }
 
+/// What names a payment on its network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PaymentId {
+    /// x402-facilitator.md §3: (asset, from, nonce).
+    Evm {
+        asset: Address,
+        from: Address,
+        nonce: H256,
+    },
+    /// svm.md §4: the SHA-256 of its fee payer's signature (ed25519 signs deterministically and
+    /// the message names its fee payer: one message, one signature).
+    Svm { signature_digest: [u8; 32] },
+}
+
+/// Where a Solana key's encoding has the EVM key's asset and payer: earlier releases wrote a
+/// Solana payment beside EVM ones as `network|<zero address>|<zero address>|0x<digest>`.
+const NO_ADDRESS: &str = "0x0000000000000000000000000000000000000000";
+
 impl PaymentKey {
-    /// A Solana payment: its network (which names the family) and its message hash; the EVM
-    /// fields are zero. Stored as `network|0x0…0|0x0…0|0x<message hash>`, beside EVM keys.
-    pub fn svm(network: &str, message_hash: [u8; 32]) -> Self {
+    /// An EVM payment's key.
+    pub fn evm(network: String, asset: Address, from: Address, nonce: H256) -> Self {
+        PaymentKey {
+            network,
+            id: PaymentId::Evm { asset, from, nonce },
+        }
+    }
+
+    /// A Solana payment's key.
+    pub fn svm(network: &str, signature_digest: [u8; 32]) -> Self {
         PaymentKey {
             network: network.to_string(),
-            asset: Address::zero(),
-            from: Address::zero(),
-            nonce: H256(message_hash),
+            id: PaymentId::Svm { signature_digest },
         }
     }
 
     /// The record's primary key in every backend.
     pub fn storage_key(&self) -> String {
-        format!(
-            "{}|{}|{}|{}",
-            self.network,
-            hex_bytes(self.asset),
-            hex_bytes(self.from),
-            hex_bytes(self.nonce)
-        )
+        let network = &self.network;
+        match &self.id {
+            PaymentId::Evm { asset, from, nonce } => format!(
+                "{network}|{}|{}|{}",
+                hex_bytes(asset),
+                hex_bytes(from),
+                hex_bytes(nonce)
+            ),
+            PaymentId::Svm { signature_digest } => format!(
+                "{network}|{NO_ADDRESS}|{NO_ADDRESS}|{}",
+                hex_bytes(signature_digest)
+            ),
+        }
+    }
+}
+
+/// Who pays, in their family's terms: the one a revert cooldown refuses (access.md §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Payer {
+    Evm(Address),
+    /// A transfer's authority (or a token account that an earlier release cooled down).
+    Svm(Pubkey),
+}
+
+impl Payer {
+    /// The 20 bytes its cooldown is stored and kept under: the address, or a Solana key's first
+    /// 20, as earlier releases stored them (so their cooldowns still refuse).
+    pub fn cooldown_id(&self) -> Address {
+        match self {
+            Payer::Evm(address) => *address,
+            Payer::Svm(key) => stored_prefix(key),
+        }
     }
 }
 
@@ -48,7 +97,8 @@ impl fmt::Display for PaymentKey {
 }
 
 /// One payer's funds in one token on one network: what the payer-exposure rule (access.md §2)
-/// adds its unfinished settlements up on.
+/// adds its unfinished settlements up on. A Solana account is a token account of a mint, each
+/// known by its first 20 bytes ([`Account::svm`]): the key earlier releases indexed it by.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Account {
     pub network: String,
@@ -57,6 +107,16 @@ pub struct Account {
 }
 
 impl Account {
+    /// A Solana token account of `mint` (`source`), under the key earlier releases gave it:
+    /// the first 20 bytes of each.
+    pub fn svm(network: &str, mint: &Pubkey, source: &Pubkey) -> Self {
+        Account {
+            network: network.to_string(),
+            asset: stored_prefix(mint),
+            payer: stored_prefix(source),
+        }
+    }
+
     /// The key its exposure is kept and serialised under.
     pub fn storage_key(&self) -> String {
         format!(
@@ -133,15 +193,29 @@ impl RouterNonceKey {
 mod tests {
     use super::*;
 
+    /// A Solana payer's cooldown and account are kept where earlier releases kept them.
+    #[test]
+    fn a_solana_payer_and_account_encode_as_before() {
+        let key = Pubkey::new_from_array(std::array::from_fn(|i| i as u8));
+        let prefix = Address::from_slice(&key.to_bytes()[..20]);
+        assert_eq!(Payer::Svm(key).cooldown_id(), prefix);
+        assert_eq!(Payer::Evm(prefix).cooldown_id(), prefix);
+        let mint = Pubkey::new_from_array([0xAB; 32]);
+        assert_eq!(
+            Account::svm("solana-devnet", &mint, &key).storage_key(),
+            format!("solana-devnet|0x{}|{}", "ab".repeat(20), hex_bytes(prefix))
+        );
+    }
+
     /// The encodings are what earlier releases wrote: changing one orphans every stored record.
     #[test]
     fn storage_encodings_are_the_ones_on_disk() {
-        let key = PaymentKey {
-            network: "base".into(),
-            asset: Address::repeat_byte(0xAB),
-            from: Address::repeat_byte(1),
-            nonce: H256::repeat_byte(2),
-        };
+        let key = PaymentKey::evm(
+            "base".into(),
+            Address::repeat_byte(0xAB),
+            Address::repeat_byte(1),
+            H256::repeat_byte(2),
+        );
         assert_eq!(
             key.storage_key(),
             format!(

@@ -8,7 +8,7 @@ mod reason;
 pub mod record;
 
 pub use claim::{stored_prefix, EvmTerms, SvmTerms, Terms};
-pub use keys::{Account, LaneId, PaymentKey, Permit2Nonce, RouterNonceKey};
+pub use keys::{Account, LaneId, Payer, PaymentId, PaymentKey, Permit2Nonce, RouterNonceKey};
 pub use reason::Reason;
 pub use record::{
     depth, Asking, Attempt, Inclusion, Lost, Outcome, Pass, Record, RequestTag, State,

@@ -10,7 +10,7 @@
 use ethers_core::types::{Address, Bytes, H256, U256};
 use serde::{Deserialize, Serialize};
 
-use super::keys::{Account, PaymentKey, Permit2Nonce};
+use super::keys::{Account, Payer, PaymentKey, Permit2Nonce};
 use super::Reason;
 use crate::primitives::TxFees;
 
@@ -228,7 +228,6 @@ impl TransferMethod {
     fn is_eip3009(&self) -> bool {
         *self == TransferMethod::Eip3009
     }
-
 }
 
 /// The settled authorization and its requirements, and everything the settlement went through.
@@ -276,9 +275,9 @@ pub struct Record {
     /// Unix time of the terminal state, for pruning.
     pub finished_at: Option<u64>,
     /// A Solana payment's transaction (svm.md §4); `None` for an EVM one, as every record of
-    /// earlier releases reads. Its key is `PaymentKey::svm` (network and `nonce`); `token` and
-    /// `payer` hold the first 20 bytes of its mint and source token account: the account its
-    /// exposure counts against.
+    /// earlier releases reads. Its key is `PaymentId::Svm` (network and `nonce`); `token` and
+    /// `payer` hold the first 20 bytes of its mint and source token account, as earlier releases
+    /// stored them (`Record::new`): the account its exposure counts against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub svm: Option<SvmSettlement>,
 }
@@ -309,11 +308,15 @@ impl Record {
         if self.svm.is_some() {
             return PaymentKey::svm(&self.network, self.nonce.0);
         }
-        PaymentKey {
-            network: self.network.clone(),
-            asset: self.token,
-            from: self.payer,
-            nonce: self.nonce,
+        PaymentKey::evm(self.network.clone(), self.token, self.payer, self.nonce)
+    }
+
+    /// Who pays: the authorization's signer, or the Solana transfer's authority. `None` for a
+    /// Solana record whose authority does not read as a key (no record routerd wrote).
+    pub fn paid_by(&self) -> Option<Payer> {
+        match &self.svm {
+            None => Some(Payer::Evm(self.payer)),
+            Some(svm) => svm.payer.parse().ok().map(Payer::Svm),
         }
     }
 

@@ -13,7 +13,7 @@ use serde_json::json;
 use super::front_run::{front_runner, Lookup};
 use super::inclusions::{self, Asked, Found};
 use super::lane::{Lane, SETTLEMENT_GAS};
-use super::nonce::record_nonce_read;
+use super::ledger_nonce::record_nonce_read;
 use super::worker::{announce_sent, Slot, Worker, FILLER_GAS};
 use crate::chain::Traffic;
 use crate::chain::{self, Batch, Call, Canonical, Chain, Head};
@@ -21,8 +21,8 @@ use crate::clock::unix_now;
 use crate::evm;
 use crate::evm::erc3009;
 use crate::evm::{NonceRead, TxFees};
-use crate::ledger::Reason;
 use crate::ledger::{depth, Attempt, Inclusion, Lost, Outcome, Record, State};
+use crate::ledger::{Payer, Reason};
 use crate::store::StoreError;
 
 /// Heads without the chain's nonce moving, with transactions waiting, before they are all sent
@@ -660,7 +660,7 @@ async fn judge_revert(lane: &Lane, record: &Record, inclusion: Inclusion, head: 
         }
         Lookup::NotYet | Lookup::None => {}
     }
-    lane.cooldown.impose(record.payer).await;
+    lane.cooldown.impose(&Payer::Evm(record.payer)).await;
     Reverted::Failed(diagnose_revert(&lane.chain, record, inclusion.transaction).await)
 }
 

@@ -9,7 +9,7 @@ use ethers_core::types::{Bytes, H256};
 use serde_json::{json, Value};
 
 use super::inclusions::inclusion_of;
-use super::nonce::record_nonce_read;
+use super::ledger_nonce::record_nonce_read;
 use super::worker::{Slot, Worker};
 use crate::chain::Traffic;
 use crate::chain::{self, Batch, Chain, Head};

@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 
 use ethers_core::types::{Address, H256, U256};
 
-use super::nonce::nonce_read;
+use super::ledger_nonce::nonce_read;
 use super::request::{Method, Request, Served, TokenInfo};
 use crate::chain::{Chain, Unreachable};
 use crate::clock::unix_now;
@@ -21,8 +21,8 @@ use crate::evm::NonceRead;
 use crate::facilitator::deny_list::DenyLists;
 use crate::facilitator::outcome::{Invalid, Message};
 use crate::facilitator::settlement::cooldown::Cooldown;
-use crate::ledger::PaymentKey;
 use crate::ledger::Reason;
+use crate::ledger::{self, PaymentKey};
 use crate::store::StoreError;
 use read::{read_chain, ChainFacts};
 pub use read::{Payer, Trial, Tried};
@@ -147,12 +147,8 @@ impl Payment<'_> {
 
     /// The idempotency key of x402-facilitator.md §3: (network, asset, from, nonce).
     pub fn key(&self) -> PaymentKey {
-        PaymentKey {
-            network: self.network.name.clone(),
-            asset: self.token.address,
-            from: self.auth.from,
-            nonce: self.auth.nonce,
-        }
+        let network = self.network.name.clone();
+        PaymentKey::evm(network, self.token.address, self.auth.from, self.auth.nonce)
     }
 }
 
@@ -245,10 +241,16 @@ impl Verifier {
         &self,
         payer: Address,
     ) -> Result<Result<(), Invalid>, StoreError> {
-        Ok(match self.cooldown.refuses_stored(payer).await? {
-            Some(left) => Err(cooled_down(left)),
-            None => Ok(()),
-        })
+        Ok(
+            match self
+                .cooldown
+                .refuses_stored(&ledger::Payer::Evm(payer))
+                .await?
+            {
+                Some(left) => Err(cooled_down(left)),
+                None => Ok(()),
+            },
+        )
     }
 
     /// Rule 6's local half (the configured deny list and the revert cooldown for `from`): the
@@ -275,7 +277,7 @@ impl Verifier {
         if self.deny_list.denies_evm(&auth.from) {
             return Err(invalid(Reason::FromKyt, "payer is on the deny list"));
         }
-        if let Some(left) = self.cooldown.refuses(auth.from) {
+        if let Some(left) = self.cooldown.refuses(&ledger::Payer::Evm(auth.from)) {
             return Err(cooled_down(left));
         }
         // The payer paying itself: nothing moves but the facilitator's gas. Named as the

@@ -19,6 +19,7 @@ use std::time::Duration;
 use ethers_core::types::Address;
 
 use crate::clock::unix_now;
+use crate::ledger::Payer;
 use crate::store::{PayerCooldown, Storage, StoreError};
 
 /// How often the copy in memory is reloaded from a shared store.
@@ -29,7 +30,8 @@ const PRUNE_EVERY: Duration = Duration::from_secs(60);
 pub struct Cooldown {
     period: Duration,
     store: Storage,
-    /// Payer -> unix time its refusal ends, as last read from the store or imposed here.
+    /// A payer's cooldown id (`Payer::cooldown_id`, what the store keys it by) -> unix time its
+    /// refusal ends, as last read from the store or imposed here.
     until: Mutex<HashMap<Address, u64>>,
     imposed: AtomicU64,
 }
@@ -82,7 +84,8 @@ impl Cooldown {
 
     /// A settlement of `payer` reverted on chain. Refused here at once; stored for the other
     /// instances and the next start (a failed write is logged: this instance still refuses).
-    pub async fn impose(&self, payer: Address) {
+    pub async fn impose(&self, payer: &Payer) {
+        let payer = payer.cooldown_id();
         let until = unix_now().saturating_add(self.period.as_secs());
         self.remember(payer, until);
         self.imposed.fetch_add(1, Ordering::Relaxed);
@@ -104,7 +107,11 @@ impl Cooldown {
     }
 
     /// Seconds left of `payer`'s refusal, if it is refused now, as known in memory.
-    pub fn refuses(&self, payer: Address) -> Option<u64> {
+    pub fn refuses(&self, payer: &Payer) -> Option<u64> {
+        self.refuses_id(payer.cooldown_id())
+    }
+
+    fn refuses_id(&self, payer: Address) -> Option<u64> {
         let map = self.until.lock().expect("cooldown lock");
         let left = map.get(&payer)?.saturating_sub(unix_now());
         (left > 0).then_some(left)
@@ -112,8 +119,9 @@ impl Cooldown {
 
     /// Seconds left of `payer`'s refusal, also asking a shared store (another instance may
     /// have imposed it since the last reload).
-    pub async fn refuses_stored(&self, payer: Address) -> Result<Option<u64>, StoreError> {
-        if let Some(left) = self.refuses(payer) {
+    pub async fn refuses_stored(&self, payer: &Payer) -> Result<Option<u64>, StoreError> {
+        let payer = payer.cooldown_id();
+        if let Some(left) = self.refuses_id(payer) {
             return Ok(Some(left));
         }
         if !self.store.shared() {
@@ -145,29 +153,29 @@ mod tests {
     #[tokio::test]
     async fn a_payer_is_refused_for_the_period_and_others_are_not() {
         let cooldown = Cooldown::new(Duration::from_secs(60), store("period"));
-        let payer = Address::repeat_byte(1);
-        assert_eq!(cooldown.refuses(payer), None);
-        cooldown.impose(payer).await;
-        assert!(cooldown.refuses(payer).is_some_and(|left| left <= 60));
-        assert_eq!(cooldown.refuses(Address::repeat_byte(2)), None);
+        let payer = Payer::Evm(Address::repeat_byte(1));
+        assert_eq!(cooldown.refuses(&payer), None);
+        cooldown.impose(&payer).await;
+        assert!(cooldown.refuses(&payer).is_some_and(|left| left <= 60));
+        assert_eq!(cooldown.refuses(&Payer::Evm(Address::repeat_byte(2))), None);
         assert_eq!(cooldown.imposed(), 1);
         let none = Cooldown::new(Duration::ZERO, store("none"));
-        none.impose(payer).await;
-        assert_eq!(none.refuses(payer), None);
+        none.impose(&payer).await;
+        assert_eq!(none.refuses(&payer), None);
     }
 
     /// What one instance imposed, the next one (same store) refuses once loaded.
     #[tokio::test]
     async fn a_cooldown_outlives_the_instance_that_imposed_it() {
         let storage = store("restart");
-        let payer = Address::repeat_byte(3);
+        let payer = Payer::Evm(Address::repeat_byte(3));
         Cooldown::new(Duration::from_secs(60), storage.clone())
-            .impose(payer)
+            .impose(&payer)
             .await;
         let next = Cooldown::new(Duration::from_secs(60), storage);
-        assert_eq!(next.refuses(payer), None, "nothing before loading");
+        assert_eq!(next.refuses(&payer), None, "nothing before loading");
         next.load().await.unwrap();
-        assert!(next.refuses(payer).is_some_and(|left| left <= 60));
-        assert!(next.refuses_stored(payer).await.unwrap().is_some());
+        assert!(next.refuses(&payer).is_some_and(|left| left <= 60));
+        assert!(next.refuses_stored(&payer).await.unwrap().is_some());
     }
 }

@@ -9,11 +9,10 @@
 //! deterministic and the message names its fee payer, so one message has one such signature, and
 //! the status route finds the payment by the transaction id callers were told.
 
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ethers_core::types::{Address, H256, U256};
+use ethers_core::types::{H256, U256};
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -28,11 +27,9 @@ use crate::facilitator::settlement::cooldown::Cooldown;
 use crate::facilitator::settlement::{caller_of, key_taken, pass_on, with_pass};
 use crate::facilitator::settlement::{Answer, Caller};
 use crate::ledger::{Account, Asking, Lost, PaymentKey, Record, SvmSettlement};
-use crate::ledger::{SvmTerms, Terms};
+use crate::ledger::{Payer, SvmTerms, Terms};
 use crate::store::{Claim, Limits, Storage, StoreError};
-use crate::svm::{
-    transfer_indexes, PaymentTransaction, Pubkey, Signature, SignedTransaction, Transfer,
-};
+use crate::svm::{transfer_indexes, PaymentTransaction, Signature, SignedTransaction, Transfer};
 
 /// How often a followed signature is read.
 const POLL: Duration = Duration::from_millis(400);
@@ -57,7 +54,11 @@ pub enum SvmSettled {
 
 /// The key a Solana payment is stored under: its network and its fee payer signature's digest.
 pub fn payment_key(network: &str, signature: &Signature) -> PaymentKey {
-    PaymentKey::svm(network, Sha256::digest(signature.as_ref()).into())
+    PaymentKey::svm(network, signature_digest(signature))
+}
+
+fn signature_digest(signature: &Signature) -> [u8; 32] {
+    Sha256::digest(signature.as_ref()).into()
 }
 
 impl SvmExact {
@@ -82,7 +83,8 @@ impl SvmExact {
             Err(failure) => return Ok(SvmSettled::Refused(failure.into())),
         };
         let signed = self.sign(payment);
-        let key = payment_key(payment.network, &signed.signature);
+        let digest = signature_digest(&signed.signature);
+        let key = PaymentKey::svm(payment.network, digest);
         if let Some(record) = ledger.get(&key).await? {
             // Boxed, as each step the wait leaves behind: a settlement waiting for its
             // confirmation holds only the wait.
@@ -97,7 +99,8 @@ impl SvmExact {
             Err(failure) => return Ok(SvmSettled::Refused(failure.into())),
         };
         let svm = svm_settlement(payment, &transfer, signed, last_valid_block_height);
-        let record = new_record(&key, &transfer, asking, svm, message_digest(payment));
+        let message = message_digest(payment);
+        let record = new_record((payment.network, digest), &transfer, asking, svm, message);
         // The source's settlements under way and this one stay within what it holds now.
         let limits = Limits::balance(U256::from(balance));
         match ledger.claim(&key, &record, None, &limits).await? {
@@ -213,20 +216,10 @@ impl SvmExact {
     }
 }
 
-/// The address a token account is known by in the ledger's accounts and the revert cooldown: its
-/// first 20 bytes.
-fn account_address(account: &Pubkey) -> Address {
-    Address::from_slice(&account.to_bytes()[..20])
-}
-
 /// The ledger account a payment's exposure counts against: its mint and source token account,
 /// as [`new_record`] stores them.
 pub(super) fn exposure_account(network: &str, transfer: &Transfer) -> Account {
-    Account {
-        network: network.to_string(),
-        asset: account_address(&transfer.mint),
-        payer: account_address(&transfer.source),
-    }
+    Account::svm(network, &transfer.mint, &transfer.source)
 }
 
 /// The revert cooldown of the payment's owner (access.md 3c): its transfer authority, on every
@@ -237,19 +230,24 @@ pub async fn cooled_down(
     cooldown: &Cooldown,
     transfer: &Transfer,
 ) -> Result<Result<(), Failure>, StoreError> {
-    let owner = cooldown.refuses_stored(account_address(&transfer.authority));
-    let left = match owner.await? {
+    let owner = Payer::Svm(transfer.authority);
+    let left = match cooldown.refuses_stored(&owner).await? {
         Some(left) => Some(left),
-        None => cooldown.refuses(account_address(&transfer.source)),
+        None => cooldown.refuses(&Payer::Svm(transfer.source)),
     };
     Ok(left.map_or(Ok(()), |left| Err(Failure::CooledDown { left })))
 }
 
-/// The key a failed settlement cools down: its payer's (the transfer authority's), as
-/// [`cooled_down`] reads it; the record's source account for a payer that does not parse (a
-/// record routerd did not write).
-fn owner_key(record: &Record, svm: &SvmSettlement) -> Address {
-    Pubkey::from_str(&svm.payer).map_or(record.payer, |owner| account_address(&owner))
+/// A failed settlement cools its payer down (the transfer authority), as [`cooled_down`] reads
+/// it. A record whose authority does not read as a key (no record routerd wrote) has nobody to
+/// cool down; that is logged.
+pub(super) async fn cool_down(cooldown: &Cooldown, record: &Record) {
+    match record.paid_by() {
+        Some(payer) => cooldown.impose(&payer).await,
+        None => {
+            tracing::warn!(payment = %record.key(), "a failed Solana settlement's payer is not a key; nobody is cooled down")
+        }
+    }
 }
 
 /// The message's digest, kept as the record's `digest`: a Solana key already binds the message.
@@ -300,8 +298,9 @@ fn svm_settlement(
     }
 }
 
+/// The claim of a payment keyed by (`network`, `signature_digest`).
 fn new_record(
-    key: &PaymentKey,
+    (network, signature_digest): (&str, [u8; 32]),
     transfer: &Transfer,
     asking: &Asking,
     svm: SvmSettlement,
@@ -309,12 +308,12 @@ fn new_record(
 ) -> Record {
     let value = U256::from(svm.amount);
     let terms = SvmTerms {
-        signature_digest: key.nonce.0,
+        signature_digest,
         mint: transfer.mint,
         source: transfer.source,
         settlement: svm,
     };
-    Record::new(key.network.clone(), value, digest, Terms::Svm(terms)).asked_by(asking)
+    Record::new(network.to_string(), value, digest, Terms::Svm(terms)).asked_by(asking)
 }
 
 /// A payment already claimed: the claimant (its `Idempotency-Key`, or the identical request a
@@ -384,7 +383,7 @@ async fn follow(
                     ledger.save(&[&record], true).await?;
                     if failed {
                         tracing::warn!(chain = %chain.name, signature = %svm.signature, payer = %svm.payer, "a Solana settlement failed on chain: its payer (the transfer's authority) is cooled down");
-                        cooldown.impose(owner_key(&record, &svm)).await;
+                        cool_down(&cooldown, &record).await;
                     }
                     return Ok(Some(record));
                 }
@@ -468,7 +467,7 @@ fn outcome_error(landed: &TransactionRecord, svm: &SvmSettlement) -> Option<Stri
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::svm::TokenProgram;
+    use crate::svm::{Pubkey, TokenProgram};
 
     fn transfer(authority: Pubkey, source: Pubkey) -> Transfer {
         Transfer {
@@ -494,13 +493,13 @@ mod tests {
     async fn a_cooldown_follows_the_owner_across_token_accounts() {
         let cooldown = cooldown("owner");
         let (owner, source) = (Pubkey::new_unique(), Pubkey::new_unique());
-        cooldown.impose(account_address(&owner)).await;
+        cooldown.impose(&Payer::Svm(owner)).await;
         let fresh = transfer(owner, Pubkey::new_unique());
         let refused = cooled_down(&cooldown, &fresh).await.unwrap();
         assert!(matches!(refused, Err(Failure::CooledDown { .. })));
         let stranger = transfer(Pubkey::new_unique(), source);
         assert_eq!(cooled_down(&cooldown, &stranger).await.unwrap(), Ok(()));
-        cooldown.impose(account_address(&source)).await;
+        cooldown.impose(&Payer::Svm(source)).await;
         let refused = cooled_down(&cooldown, &stranger).await.unwrap();
         assert!(matches!(refused, Err(Failure::CooledDown { .. })));
     }

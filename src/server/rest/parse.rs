@@ -41,12 +41,8 @@ pub(crate) fn parse_status_path(rest: &str) -> Result<PaymentKey, WireError> {
     if network.is_empty() {
         return Err(WireError::bad_request("network: empty"));
     }
-    Ok(PaymentKey {
-        network: network.to_string(),
-        asset: address("asset", asset)?,
-        from: address("from", from)?,
-        nonce,
-    })
+    let (asset, from) = (address("asset", asset)?, address("from", from)?);
+    Ok(PaymentKey::evm(network.to_string(), asset, from, nonce))
 }
 
 /// A facilitator request in the wire format of its x402 version; a Solana one in Solana's.

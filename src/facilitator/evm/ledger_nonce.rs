@@ -7,7 +7,12 @@ use crate::evm::NonceRead;
 use crate::ledger::{Record, TransferMethod};
 
 /// Where a payment of `token` by `payer` moved by `method` marks `nonce` used.
-pub fn nonce_read(method: TransferMethod, token: Address, payer: Address, nonce: H256) -> NonceRead {
+pub fn nonce_read(
+    method: TransferMethod,
+    token: Address,
+    payer: Address,
+    nonce: H256,
+) -> NonceRead {
     match method {
         TransferMethod::Eip3009 => NonceRead::erc3009(token, payer, nonce),
         TransferMethod::Permit2 => NonceRead::permit2(payer, nonce),
