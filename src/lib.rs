@@ -18,13 +18,13 @@
 //!                                           -> chain store ledger signer evm svm config guard clock
 //!   svm            Solana's exact: verify, settle, fee payers, its wire shapes (wire.rs)
 //!                                           -> protocol settlement outcome types; never evm
+//!   evm            EVM's exact and upto (ERC-3009, Permit2): the parsed request and its
+//!                  lowering from either version, verify and the lens, the settle pipeline,
+//!                  lanes, the follower, front-runs, leases
+//!                                           -> protocol settlement outcome types; never svm
 //!   protocol       the x402 versions' shapes, field paths and reason names (v1, v2)
-//!                                           -> outcome types; never svm or settlement (its EVM
-//!                                              lowering still names evm::request until the
-//!                                              registry moves it into evm)
-//!   evm            EVM's exact and upto (ERC-3009, Permit2): the parsed request, verify and
-//!                  the lens, the settle pipeline, lanes, the follower, front-runs, leases
-//!                                           -> settlement outcome; never svm
+//!                                           -> outcome types; no mechanism (evm, svm) and
+//!                                              never settlement
 //!   settlement     what every family's settlement shares: who a caller is, passes, one
 //!                  success per payment, the exposure recheck, waiters, cooldowns
 //!                                           -> outcome; no family leaf (evm, svm, chain::evm,
