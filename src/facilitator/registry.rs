@@ -199,6 +199,9 @@ mod tests {
         // v1's names of the clusters the configuration knows, served or not
         assert_eq!(namespace_of("solana-devnet"), svm::NAMESPACE);
         assert_eq!(namespace_of("solana"), svm::NAMESPACE);
+        // a v1 name no configuration knows is not told apart by its spelling: the first
+        // family's rules refuse it as unserved
+        assert_eq!(namespace_of("solana-testnet"), evm::NAMESPACE);
         assert_eq!(namespace_of("cosmos:hub"), "cosmos");
     }
 
