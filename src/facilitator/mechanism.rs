@@ -1,13 +1,15 @@
 //! What every mechanism is to the facade, in no family's words. A mechanism serves some kinds
 //! of payment (x402 version, CAIP-2 namespace, scheme: `registry` lists which): it reads a
-//! body in its own wire type into a [`Payment`] that verifies and settles itself, and it finds
-//! its settlements by their status path. The transport sees only these traits.
+//! body in its own wire type into a [`Payment`] that verifies and settles itself, finds its
+//! settlements by their status path, and lists its kinds, signers and extensions for
+//! `/supported`. The transport sees only these traits.
 
 use std::future::Future;
 use std::pin::Pin;
 
 use super::outcome::SettleError;
 use super::protocol::v1::{SettleResponse, VerifyResponse};
+use super::types::SupportedKind;
 use crate::ledger::Asking;
 use crate::store::StoreError;
 
@@ -83,4 +85,13 @@ pub trait Mechanism: Send + Sync {
     /// The lookup a status path's segments name (as many as `status_form` has), or the
     /// message naming what is wrong with them.
     fn status<'a>(&'a self, segments: &[&str]) -> Result<Box<dyn StatusLookup + 'a>, String>;
+    /// The kinds it serves in x402 `version` (`/supported`), with what a client needs of each.
+    fn supported(&self, version: u32) -> Vec<SupportedKind>;
+    /// Who sends its settlements, under its namespace's wildcard (`/supported`'s `signers`),
+    /// when it serves any network in x402 v2.
+    fn signers(&self) -> Option<(&'static str, Vec<String>)>;
+    /// The x402 v2 extensions it implements.
+    fn extensions(&self) -> Vec<&'static str> {
+        Vec::new()
+    }
 }

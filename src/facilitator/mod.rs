@@ -21,7 +21,6 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use ethers_core::types::Address;
-use ethers_core::utils::to_checksum;
 use tokio::sync::mpsc;
 
 use crate::chain::Chain;
@@ -38,7 +37,7 @@ use evm::verify::{Network, Verifier};
 pub use evm::{Lane, LaneSettings};
 pub use mechanism::{Payee, Payment, StatusLookup};
 pub use outcome::SettleError;
-use protocol::{eip2612, v2};
+use protocol::v2;
 use registry::Registry;
 use settlement::cooldown::Cooldown;
 use svm::mechanism::SvmMechanism;
@@ -59,7 +58,6 @@ pub struct Facilitator {
     serves_v1: bool,
     /// Served chain ids and their configured network names, when x402 v2 is served.
     v2_networks: Option<BTreeMap<u64, String>>,
-    signers: Vec<Address>,
     cooldown: Arc<Cooldown>,
     /// Solana's `exact`, when a Solana network is served.
     svm: Option<Arc<svm::SvmExact>>,
@@ -129,6 +127,7 @@ impl Facilitator {
             serves_v1: settings.serves_version(1),
             v2_networks: v2_networks.clone(),
             catalogue: catalogue.clone(),
+            signers: signer_addresses,
         };
         let registry = registry(settings, evm, svm.clone(), &store, &cooldown);
         Ok(Self {
@@ -137,7 +136,6 @@ impl Facilitator {
             max_batch: settings.max_batch,
             serves_v1: settings.serves_version(1),
             v2_networks,
-            signers: signer_addresses,
             cooldown,
             svm,
             ledger: store,
@@ -228,104 +226,39 @@ impl Facilitator {
     /// v1's kinds name the configured networks; v2's name them by CAIP-2 id and come with v2's
     /// `extensions` (`payment-identifier`: its id is a settle's retry key) and `signers`.
     pub fn supported(&self) -> SupportedResponse {
+        let families = || self.registry.families();
         let mut kinds: Vec<SupportedKind> = Vec::new();
         if self.serves_v1 {
-            kinds.extend(self.verifier.networks().map(|n| SupportedKind {
-                x402_version: 1,
-                scheme: "exact",
-                network: n.name.clone(),
-                extra: None,
-            }));
-            kinds.extend(self.svm_kinds(1, |n| n.name.to_string()));
+            kinds.extend(families().flat_map(|m| m.supported(1)));
         }
         kinds.sort_by(|a, b| a.network.cmp(&b.network));
-        let Some(v2_networks) = &self.v2_networks else {
+        if !self.serves_v2() {
             return SupportedResponse {
                 kinds,
                 extensions: None,
                 signers: None,
             };
-        };
-        kinds.extend(v2_networks.keys().map(|&chain_id| SupportedKind {
-            x402_version: 2,
-            scheme: "exact",
-            network: v2::network_id(chain_id),
-            extra: None,
-        }));
-        kinds.extend(self.upto_kinds(v2_networks));
-        kinds.extend(self.svm_kinds(2, |n| n.caip2.clone()));
-        let mut signers = BTreeMap::new();
-        if !v2_networks.is_empty() {
-            let evm = self.signers.iter().map(|a| to_checksum(a, None)).collect();
-            signers.insert("eip155:*", evm);
         }
-        if let Some(svm) = &self.svm {
-            let fee_payers = svm.fee_payers().iter().map(|p| p.to_string()).collect();
-            signers.insert("solana:*", fee_payers);
-        }
+        kinds.extend(families().flat_map(|m| m.supported(2)));
         SupportedResponse {
             kinds,
             extensions: Some(self.extensions()),
-            signers: Some(signers),
+            signers: Some(families().filter_map(|m| m.signers()).collect()),
         }
     }
 
-    /// `exact` on each served Solana network in `version`, named by `name`, with the fee payer
-    /// the client must leave the first signature slot for.
-    fn svm_kinds(&self, version: u32, name: fn(&svm::SvmNetwork) -> String) -> Vec<SupportedKind> {
-        let Some(svm) = &self.svm else {
-            return Vec::new();
-        };
-        let fee_payer = svm.fee_payers()[0].to_string();
-        svm.networks()
-            .iter()
-            .map(|n| SupportedKind {
-                x402_version: version,
-                scheme: "exact",
-                network: name(n),
-                extra: Some(serde_json::json!({ "feePayer": fee_payer })),
-            })
-            .collect()
-    }
-
-    /// The v2 extensions routerd implements: `payment-identifier`, `eip2612GasSponsoring`
-    /// where a token is paid through Permit2, and `bazaar` while the catalogue is on.
+    /// The v2 extensions routerd implements: `payment-identifier`, each mechanism's own
+    /// (EVM's `eip2612GasSponsoring` where a token is paid through Permit2), and `bazaar` while
+    /// the catalogue is on.
     fn extensions(&self) -> Vec<&'static str> {
-        let permit2 = self
-            .verifier
-            .networks()
-            .any(|n| n.tokens.iter().any(|t| t.permit2));
         let mut extensions = vec![v2::PAYMENT_IDENTIFIER];
-        extensions.extend(permit2.then_some(eip2612::KEY));
+        extensions.extend(self.registry.families().flat_map(|m| m.extensions()));
         extensions.extend(
             self.catalogue
                 .is_some()
                 .then_some(discovery::declaration::KEY),
         );
         extensions
-    }
-
-    /// x402's `upto` on each v2 network with a token paid through Permit2. Its witness names the
-    /// signer that must send the settlement: the first signer is advertised (any of them is
-    /// accepted, and the settlement goes out on that signer's lane).
-    fn upto_kinds(&self, v2_networks: &BTreeMap<u64, String>) -> Vec<SupportedKind> {
-        let Some(signer) = self.signers.first() else {
-            return Vec::new();
-        };
-        v2_networks
-            .iter()
-            .filter(|(_, name)| {
-                self.verifier
-                    .network(name)
-                    .is_some_and(|n| n.tokens.iter().any(|t| t.permit2))
-            })
-            .map(|(&chain_id, _)| SupportedKind {
-                x402_version: 2,
-                scheme: "upto",
-                network: v2::network_id(chain_id),
-                extra: Some(serde_json::json!({ "facilitatorAddress": to_checksum(signer, None) })),
-            })
-            .collect()
     }
 
     /// Whether a v2 request may be parsed as v2 at all (`facilitator.x402_versions`).

@@ -69,6 +69,11 @@ impl Registry {
         mechanism.as_ref()
     }
 
+    /// Each family's mechanism, once.
+    pub fn families(&self) -> impl Iterator<Item = &dyn Mechanism> {
+        self.families.iter().map(|m| m.as_ref())
+    }
+
     /// The settlement a status path (after `/settlements/`) names, by the family whose route
     /// has as many segments; a path of no family's shape is told every route.
     pub fn status(&self, path: &str) -> Result<Box<dyn StatusLookup + '_>, String> {

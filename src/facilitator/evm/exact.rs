@@ -9,6 +9,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use ethers_core::types::Address;
+use ethers_core::utils::to_checksum;
 
 use super::lower::{lower_v1, lower_v2};
 use super::request::Request;
@@ -22,8 +23,9 @@ use crate::facilitator::outcome::{Invalid, SettleError, Settled};
 use crate::facilitator::protocol::read::read_value;
 use crate::facilitator::protocol::v1::{self, SettleResponse, VerifyResponse};
 use crate::facilitator::protocol::values::Payload;
-use crate::facilitator::protocol::{self, v2};
+use crate::facilitator::protocol::{self, eip2612, v2};
 use crate::facilitator::settlement::ClaimOn;
+use crate::facilitator::types::SupportedKind;
 use crate::ledger::{Asking, PaymentKey, Reason};
 use crate::store::StoreError;
 
@@ -39,9 +41,34 @@ pub struct EvmExact {
     pub(crate) v2_networks: Option<BTreeMap<u64, String>>,
     /// The discovery catalogue, when on (`facilitator.discovery`, with v2 served).
     pub(crate) catalogue: Option<Arc<Catalogue>>,
+    /// The signers' addresses, in their configured order.
+    pub(crate) signers: Vec<Address>,
 }
 
 impl EvmExact {
+    /// x402's `upto` on each v2 network with a token paid through Permit2. Its witness names the
+    /// signer that must send the settlement: the first signer is advertised (any of them is
+    /// accepted, and the settlement goes out on that signer's lane).
+    fn upto_kinds(&self, v2_networks: &BTreeMap<u64, String>) -> Vec<SupportedKind> {
+        let Some(signer) = self.signers.first() else {
+            return Vec::new();
+        };
+        v2_networks
+            .iter()
+            .filter(|(_, name)| {
+                self.verifier
+                    .network(name)
+                    .is_some_and(|n| n.tokens.iter().any(|t| t.permit2))
+            })
+            .map(|(&chain_id, _)| SupportedKind {
+                x402_version: 2,
+                scheme: "upto",
+                network: v2::network_id(chain_id),
+                extra: Some(serde_json::json!({ "facilitatorAddress": to_checksum(signer, None) })),
+            })
+            .collect()
+    }
+
     /// Verify's rules from rule 6 on, and one more: a payment whose nonce is claimed for
     /// settlement (by this or any other authorization) is not one a merchant may deliver on
     /// (access.md §1).
@@ -316,6 +343,43 @@ impl Mechanism for EvmExact {
         let mut key = status_key(segments)?;
         key.network = self.network_name(&key.network).to_string();
         Ok(Box::new(Status { exact: self, key }))
+    }
+
+    /// v1's kinds name the configured networks; v2's name them by CAIP-2 id, and add `upto`.
+    fn supported(&self, version: u32) -> Vec<SupportedKind> {
+        let exact = |network| SupportedKind {
+            x402_version: version,
+            scheme: "exact",
+            network,
+            extra: None,
+        };
+        match (version, &self.v2_networks) {
+            (1, _) => self
+                .verifier
+                .networks()
+                .map(|n| exact(n.name.clone()))
+                .collect(),
+            (_, Some(v2_networks)) => {
+                let ids = v2_networks.keys().map(|&id| exact(v2::network_id(id)));
+                ids.chain(self.upto_kinds(v2_networks)).collect()
+            }
+            (_, None) => Vec::new(),
+        }
+    }
+
+    fn signers(&self) -> Option<(&'static str, Vec<String>)> {
+        let served = self.v2_networks.as_ref().is_some_and(|n| !n.is_empty());
+        let signers = self.signers.iter().map(|a| to_checksum(a, None));
+        served.then(|| ("eip155:*", signers.collect()))
+    }
+
+    /// `eip2612GasSponsoring`, where a token is paid through Permit2.
+    fn extensions(&self) -> Vec<&'static str> {
+        let permit2 = self
+            .verifier
+            .networks()
+            .any(|n| n.tokens.iter().any(|t| t.permit2));
+        permit2.then_some(eip2612::KEY).into_iter().collect()
     }
 }
 

@@ -9,14 +9,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::wire::{self, Refused, SvmRequest};
-use super::{cooled_down, payment_key, SvmExact, SvmSettled, Version};
+use super::{cooled_down, payment_key, SvmExact, SvmNetwork, SvmSettled, Version};
 use crate::chain::Budget;
 use crate::facilitator::mechanism::{Answer, Found, Mechanism, Payee, Payment, StatusLookup};
 use crate::facilitator::outcome::{Invalid, SettleError};
 use crate::facilitator::protocol::read::read_value;
 use crate::facilitator::protocol::v1::{SettleResponse, VerifyResponse};
 use crate::facilitator::settlement::cooldown::Cooldown;
-use crate::facilitator::types::SvmSettlementStatus;
+use crate::facilitator::types::{SupportedKind, SvmSettlementStatus};
 use crate::ledger::{Asking, Reason};
 use crate::store::{Storage, StoreError};
 use crate::svm::{Pubkey, Signature};
@@ -38,6 +38,24 @@ pub struct SvmMechanism {
 }
 
 impl SvmMechanism {
+    /// `exact` on each served Solana network in `version`, named by `name`, with the fee payer
+    /// the client must leave the first signature slot for.
+    fn kinds(&self, version: u32, name: fn(&SvmNetwork) -> String) -> Vec<SupportedKind> {
+        let Some(svm) = &self.exact else {
+            return Vec::new();
+        };
+        let fee_payer = svm.fee_payers()[0].to_string();
+        svm.networks()
+            .iter()
+            .map(|n| SupportedKind {
+                x402_version: version,
+                scheme: "exact",
+                network: name(n),
+                extra: Some(serde_json::json!({ "feePayer": fee_payer })),
+            })
+            .collect()
+    }
+
     /// `/verify` of a Solana payment (svm.md §3), in its version's names.
     async fn verify(&self, request: &SvmRequest) -> Result<VerifyResponse, SettleError> {
         let verdict = self.verdict(request).await?;
@@ -244,6 +262,21 @@ impl Mechanism for SvmMechanism {
 
     fn status_form(&self) -> &'static str {
         "/settlements/{network}/{signature}"
+    }
+
+    /// `exact` on each served cluster, by its v1 name or its CAIP-2 id.
+    fn supported(&self, version: u32) -> Vec<SupportedKind> {
+        match version {
+            1 => self.kinds(1, |n| n.name.to_string()),
+            _ => self.kinds(version, |n| n.caip2.clone()),
+        }
+    }
+
+    /// The fee payers, while a cluster is served.
+    fn signers(&self) -> Option<(&'static str, Vec<String>)> {
+        let svm = self.exact.as_ref()?;
+        let fee_payers = svm.fee_payers().iter().map(|p| p.to_string()).collect();
+        Some(("solana:*", fee_payers))
     }
 
     fn status<'a>(&'a self, segments: &[&str]) -> Result<Box<dyn StatusLookup + 'a>, String> {
