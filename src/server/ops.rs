@@ -10,7 +10,7 @@ use std::time::Duration;
 use ethers_core::types::U256;
 use http::StatusCode;
 use jsonrpsee::server::HttpResponse;
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -41,30 +41,9 @@ struct RouteLabel {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SettlementLabels {
-    family: NetworkFamily,
+    /// The family of the payment's network, as its mechanism names it.
+    family: &'static str,
     outcome: &'static str,
-}
-
-/// The chain family of a payment's network: settlements are counted per family.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub enum NetworkFamily {
-    Evm,
-    Svm,
-}
-
-impl NetworkFamily {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NetworkFamily::Evm => "evm",
-            NetworkFamily::Svm => "svm",
-        }
-    }
-}
-
-impl EncodeLabelValue for NetworkFamily {
-    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
-        std::fmt::Write::write_str(encoder, self.as_str())
-    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -235,7 +214,7 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
-    pub fn observe_settlement(&self, family: NetworkFamily, outcome: &'static str) {
+    pub fn observe_settlement(&self, family: &'static str, outcome: &'static str) {
         self.settlements
             .get_or_create(&SettlementLabels { family, outcome })
             .inc();
@@ -441,8 +420,8 @@ impl Metrics {
     /// payers' funds as last read (at the head, or within a Solana slot time): a scrape asks
     /// no chain anything of its own.
     async fn record_facilitator(&self, facilitator: &Facilitator) {
-        for cluster in facilitator.solana_chains() {
-            self.record_upstreams(&cluster.name, cluster.client());
+        for (name, client) in facilitator.own_upstreams() {
+            self.record_upstreams(name, client);
         }
         self.pending_settlements
             .set(facilitator.pending_settlements() as i64);

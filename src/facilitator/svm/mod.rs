@@ -4,6 +4,7 @@
 //! asks the cluster once (the accounts and the simulation in one batch).
 
 pub mod fee_payer;
+pub mod mechanism;
 mod settle;
 pub mod wire;
 
