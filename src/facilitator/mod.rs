@@ -121,6 +121,7 @@ impl Facilitator {
             Duration::from_secs(settings.retention_days * 86_400),
             lease,
         );
+        let svm = svm.map(|svm| svm.answer_times(settler.answer_times().clone()));
         Ok(Self {
             verifier,
             settler,
@@ -556,6 +557,11 @@ impl Facilitator {
     /// chain.
     pub fn revert_cooldowns(&self) -> u64 {
         self.cooldown.imposed()
+    }
+
+    /// Block-to-answer times of both families' settlements.
+    pub fn answer_times(&self) -> &settlement::answer_times::AnswerTimes {
+        self.settler.answer_times()
     }
 
     pub fn max_batch(&self) -> usize {

@@ -456,7 +456,11 @@ async fn verify(
     let payment = parse_payment_body(facilitator, &bytes)?;
     note.payment = Some(payment.label());
     payment.allowed(asker.key.as_deref())?;
-    let answer = payment.verify(facilitator).await?;
+    let started = Instant::now();
+    let verified = payment.verify(facilitator).await;
+    let family = payment.family().as_str();
+    app.metrics.observe_verify_time(family, started.elapsed());
+    let answer = verified?;
     note.outcome = Some(answer.invalid_reason.unwrap_or("valid").to_string());
     Ok(json_response(StatusCode::OK, &answer))
 }
@@ -656,7 +660,10 @@ async fn settle_one(
     caller: Option<&Key>,
 ) -> Result<SettleResponse, WireError> {
     let family = payment.family();
+    let started = Instant::now();
     let result = payment.settle(facilitator, asking, caller).await;
+    let took = started.elapsed();
+    app.metrics.observe_settle_time(family.as_str(), took);
     app.metrics.observe_settlement(
         family,
         match &result {

@@ -69,6 +69,12 @@ async function metric(name, labels) {
   return undefined;
 }
 
+/** `routerd_<histogram>_seconds` has counted at least one answer of `family`. */
+function assertCounted(text, histogram, family) {
+  const count = text.match(new RegExp(`^routerd_${histogram}_seconds_count\\{family="${family}"\\} (\\d+)$`, 'm'));
+  assert.ok(Number(count?.[1]) >= 1, `routerd_${histogram}_seconds counts the ${family} answer: ${count?.[0]}`);
+}
+
 const signerBalance = () => metric('routerd_signer_balance_wei', { network: NETWORK, signer: stack.signer.toLowerCase() });
 const feePayerBalance = () => metric('routerd_fee_payer_balance_lamports', { network: SOLANA, signer: feePayer.address });
 const reads = () => ({ evm: evmProxy.state.methods.eth_getBalance ?? 0, svm: svmProxy.state.methods.getBalance ?? 0 });
@@ -133,7 +139,10 @@ it('every metric named by packaging/prometheus/routerd-alerts.yml and packaging/
   const served = new Set(text.split('\n').filter((l) => l && !l.startsWith('#')).map((l) => l.match(/^[a-zA-Z_:][a-zA-Z0-9_:]*/)[0]));
   for (const family of ['evm', 'svm']) {
     assert.match(text, new RegExp(`^routerd_settlements_total\\{family="${family}",outcome="success"\\} 1$`, 'm'), `a ${family} settlement`);
+    // Each settle answer is timed from its block as routerd first saw it, and from the request.
+    for (const histogram of ['block_to_answer', 'settle_duration']) assertCounted(text, histogram, family);
   }
+  assertCounted(text, 'verify_duration', 'evm');
   const root = new URL('../../packaging/', import.meta.url);
   const rules = readFileSync(new URL('prometheus/routerd-alerts.yml', root), 'utf8');
   const dashboard = readFileSync(new URL('grafana/routerd.json', root), 'utf8');
