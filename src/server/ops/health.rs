@@ -65,16 +65,6 @@ impl Metrics {
             h.fee_payer_settlements_left.clone(),
         );
         r.register(
-            "store_up",
-            "1 when the store answered a small read within 2 seconds at the last scrape, else 0",
-            h.store_up.clone(),
-        );
-        r.register(
-            "store_probe_seconds",
-            "How long the store took to answer that read",
-            h.store_probe.clone(),
-        );
-        r.register(
             "verify_duration_seconds",
             "Verify answers' latency by network family",
             h.verify_time.clone(),
@@ -86,12 +76,24 @@ impl Metrics {
         );
     }
 
-    /// The facilitator's block-to-answer histograms (`AnswerTimes`), registered once it exists.
+    /// With a facilitator: its block-to-answer histograms (`AnswerTimes`) and its store's probe
+    /// (without one, no store is probed: a 0 would read as a store down).
     pub fn register_facilitator(&mut self, facilitator: &Facilitator) {
-        self.registry.register(
+        let (r, h) = (&mut self.registry, &self.health);
+        r.register(
             "block_to_answer_seconds",
             "Time from the block holding a settlement, as routerd first saw it (an EVM head; a Solana status at the commitment), to the answer, by network family",
             facilitator.answer_times().histograms(),
+        );
+        r.register(
+            "store_up",
+            "1 when the store answered a small read within 2 seconds at the last scrape, else 0",
+            h.store_up.clone(),
+        );
+        r.register(
+            "store_probe_seconds",
+            "How long the store took to answer that read",
+            h.store_probe.clone(),
         );
     }
 
