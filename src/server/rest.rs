@@ -108,6 +108,7 @@ where
                 Err(error) => {
                     note.outcome
                         .get_or_insert_with(|| format!("error {}", error.code));
+                    routes.app.metrics.observe_error(route, error.code);
                     error.into_response()
                 }
             };

@@ -1,11 +1,14 @@
 //! The metrics alert rules ask about most (packaging/prometheus/routerd-alerts.yml): whether
 //! `/ready` answers 200, how many settlements each signer's and fee payer's balance still pays
-//! for, how the store answers, and how long verify, settle and the wait after a settlement's
-//! block take per family.
+//! for, how the store answers, how long verify, settle and the wait after a settlement's block
+//! take per family, and the error codes answered (a facilitator's 502 or 504 goes out with HTTP
+//! status 400, so `routerd_http_requests_total` cannot tell them).
 
 use std::time::Duration;
 
 use http::StatusCode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
@@ -15,7 +18,15 @@ use crate::facilitator::settlement::answer_times::{ByFamily, FamilyLabel};
 use crate::facilitator::Facilitator;
 use crate::server::App;
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    route: &'static str,
+    /// The answer's `error` code.
+    code: i32,
+}
+
 pub(super) struct Health {
+    errors: Family<ErrorLabels, Counter>,
     ready: Gauge,
     signer_settlements_left: Family<SignerLabels, Gauge>,
     fee_payer_settlements_left: Family<SignerLabels, Gauge>,
@@ -28,6 +39,7 @@ pub(super) struct Health {
 impl Default for Health {
     fn default() -> Self {
         Self {
+            errors: Family::default(),
             ready: Gauge::default(),
             signer_settlements_left: Family::default(),
             fee_payer_settlements_left: Family::default(),
@@ -53,6 +65,11 @@ impl Metrics {
             "ready",
             "1 while /ready answers 200, else 0",
             h.ready.clone(),
+        );
+        r.register(
+            "error_answers",
+            "Requests answered with an error body, by route and the body's error code (502 a chain unreachable, 504 a settlement pending at its deadline, 500 a store failure, 503 busy)",
+            h.errors.clone(),
         );
         r.register(
             "signer_settlements_left",
@@ -95,6 +112,14 @@ impl Metrics {
             "How long the store took to answer that read",
             h.store_probe.clone(),
         );
+    }
+
+    /// A request answered with an error body whose code is `code`.
+    pub fn observe_error(&self, route: &'static str, code: i32) {
+        self.health
+            .errors
+            .get_or_create(&ErrorLabels { route, code })
+            .inc();
     }
 
     pub fn observe_verify_time(&self, family: &'static str, took: Duration) {
