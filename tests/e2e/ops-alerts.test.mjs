@@ -7,8 +7,8 @@
 // - RouterdSignerBalanceLow/Critical: the signer drained to a few settlements' worth of gas;
 //   RouterdNotReady: drained below one settlement.
 // - RouterdCallersRefused: a stranger floods /supported over server.client_rate_per_sec.
-// - RouterdChainHeadStalled: anvil stops mining; then stopped, RouterdUpstreamErrors and
-//   RouterdNotReady.
+// - RouterdChainHeadStalled: anvil stops mining; then stopped, RouterdUpstreamErrors,
+//   RouterdNotReady and RouterdServerErrors (a verify answered error 502).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
@@ -131,7 +131,8 @@ it('a stranger flooding /supported over client_rate_per_sec fires RouterdCallers
   assert.equal(await sample('routerd_http_requests_total', { route: '/supported', status: '429', key: '' }), refused);
 });
 
-it('anvil no longer mining fires RouterdChainHeadStalled; anvil stopped fires RouterdUpstreamErrors and RouterdNotReady', async () => {
+it('anvil no longer mining fires RouterdChainHeadStalled; anvil stopped fires RouterdUpstreamErrors, RouterdNotReady and RouterdServerErrors', async () => {
+  const payment = await stack.pay({ account: await stack.newPayer(5000n), amount: 1000n });
   await stack.anvil.rpc('evm_setIntervalMining', [1]);
   assert.ok((await headChanges(3_000)) >= 1, 'the head moves: quiet');
   await stack.anvil.rpc('evm_setIntervalMining', [0]);
@@ -154,4 +155,11 @@ it('anvil no longer mining fires RouterdChainHeadStalled; anvil stopped fires Ro
   const ratio = (down.errors - quiet.errors) / (down.requests - quiet.requests);
   assert.ok(ratio > 0.05, `RouterdUpstreamErrors: ${down.errors - quiet.errors} of ${down.requests - quiet.requests} upstream requests failed`);
   assert.equal(await headChanges(1_000), 0, 'the head stays where it was');
+
+  // The error code is the body's: HTTP status 400 carries it.
+  const unreachable = { route: '/verify', code: '502' };
+  assert.equal(await sample('routerd_error_answers_total', unreachable), undefined, 'no 502 while anvil answered');
+  const verify = await stack.verify(payment.body);
+  assert.equal(verify.body?.error, 502, verify.text);
+  assert.equal(await sample('routerd_error_answers_total', unreachable), 1);
 });

@@ -135,6 +135,7 @@ it('the fee payer\'s lamports follow a Solana settlement within a slot time', as
 it('every metric named by packaging/prometheus/routerd-alerts.yml and packaging/grafana/routerd.json is served', async () => {
   const p = await stack.pay({ account: await stack.newPayer(5000n), amount: 1000n });
   assert.equal((await stack.verify(p.body)).body?.isValid, true, 'a verify, for its latency histogram');
+  assert.equal((await stack.verify({})).body?.error, 400, 'an error answer, for routerd_error_answers_total');
   const text = await (await fetch(`${stack.url}/metrics`)).text();
   const served = new Set(text.split('\n').filter((l) => l && !l.startsWith('#')).map((l) => l.match(/^[a-zA-Z_:][a-zA-Z0-9_:]*/)[0]));
   for (const family of ['evm', 'svm']) {
