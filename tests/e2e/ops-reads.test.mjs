@@ -69,10 +69,14 @@ async function metric(name, labels) {
   return undefined;
 }
 
+/** The `_sum` or `_count` of `routerd_<histogram>_seconds` for `family`. */
+const histogramPart = (text, histogram, part, family) =>
+  Number(text.match(new RegExp(`^routerd_${histogram}_seconds_${part}\\{family="${family}"\\} (\\S+)$`, 'm'))?.[1]);
+
 /** `routerd_<histogram>_seconds` has counted at least one answer of `family`. */
 function assertCounted(text, histogram, family) {
-  const count = text.match(new RegExp(`^routerd_${histogram}_seconds_count\\{family="${family}"\\} (\\d+)$`, 'm'));
-  assert.ok(Number(count?.[1]) >= 1, `routerd_${histogram}_seconds counts the ${family} answer: ${count?.[0]}`);
+  const count = histogramPart(text, histogram, 'count', family);
+  assert.ok(count >= 1, `routerd_${histogram}_seconds counts the ${family} answer: ${count}`);
 }
 
 const signerBalance = () => metric('routerd_signer_balance_wei', { network: NETWORK, signer: stack.signer.toLowerCase() });
@@ -142,6 +146,9 @@ it('every metric named by packaging/prometheus/routerd-alerts.yml and packaging/
     assert.match(text, new RegExp(`^routerd_settlements_total\\{family="${family}",outcome="success"\\} 1$`, 'm'), `a ${family} settlement`);
     // Each settle answer is timed from its block as routerd first saw it, and from the request.
     for (const histogram of ['block_to_answer', 'settle_duration']) assertCounted(text, histogram, family);
+    // The block came after the request: the wait after it is a part of the settle's.
+    const [blockToAnswer, settle] = ['block_to_answer', 'settle_duration'].map((h) => histogramPart(text, h, 'sum', family));
+    assert.ok(blockToAnswer <= settle, `${family}: ${blockToAnswer} s from the blocks to the answers, ${settle} s from the requests`);
   }
   assertCounted(text, 'verify_duration', 'evm');
   const root = new URL('../../packaging/', import.meta.url);
