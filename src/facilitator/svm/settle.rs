@@ -366,6 +366,7 @@ async fn known(
     }
     let books = (ledger.clone(), cooldown.clone());
     let outcome = match follow(chain.clone(), books, record, Some(deadline)).await? {
+        // Not timed: a retry, whose wait after the block began with an earlier request.
         Some((ended, _)) => Ok(SvmSettled::Ended(Box::new(ended))),
         None => Ok(SvmSettled::Pending { signature }),
     };
