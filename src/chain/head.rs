@@ -296,6 +296,7 @@ impl HeadWatcher {
         }
         let head = fetch_head(&self.client, self.fee_model).await?;
         derive_cap(&self.derived_cap, self.client.name(), &head);
+        lock(&self.first_seen).note(head.number, head.fetched_at);
         self.sender.send_if_modified(|cached| {
             let newer = cached.as_ref().is_none_or(|c| c.number < head.number);
             if newer {
