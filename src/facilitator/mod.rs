@@ -88,7 +88,7 @@ impl Facilitator {
             tracing::info!("facilitator.deny_list_file: {summary}");
         }
         let deny_list = Arc::new(deny_list);
-        let svm = svm.map(|svm| Arc::new(svm.deny(deny_list.clone())));
+        let svm = svm.map(|svm| svm.deny(deny_list.clone()));
         let cooldown = Arc::new(Cooldown::new(
             Duration::from_secs(settings.revert_cooldown_secs),
             store.clone(),
@@ -121,6 +121,7 @@ impl Facilitator {
             Duration::from_secs(settings.retention_days * 86_400),
             lease,
         );
+        let svm = svm.map(|svm| Arc::new(svm.answer_times(settler.answer_times().clone())));
         let evm = EvmExact {
             verifier: verifier.clone(),
             settler: settler.clone(),
@@ -288,6 +289,11 @@ impl Facilitator {
     /// chain.
     pub fn revert_cooldowns(&self) -> u64 {
         self.cooldown.imposed()
+    }
+
+    /// Block-to-answer times of both families' settlements.
+    pub fn answer_times(&self) -> &settlement::answer_times::AnswerTimes {
+        self.settler.answer_times()
     }
 
     pub fn max_batch(&self) -> usize {

@@ -4,6 +4,8 @@
 //! `Facilitator::signer_funds`); this module asks no chain anything itself and only words their
 //! reports for the wire. Metrics are registered in one fixed order, which `/metrics` keeps.
 
+mod health;
+
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -88,6 +90,7 @@ pub struct Metrics {
     signer_nonce: Family<SignerLabels, Gauge>,
     fee_payer_balance: Family<SignerLabels, Gauge>,
     chain_head: Family<ChainLabel, Gauge>,
+    health: health::Health,
 }
 
 impl Metrics {
@@ -110,11 +113,13 @@ impl Metrics {
             signer_nonce: Family::default(),
             fee_payer_balance: Family::default(),
             chain_head: Family::default(),
+            health: health::Health::default(),
         };
         metrics.register_answers();
         metrics.register_upstreams();
         metrics.register_settlements();
         metrics.register_signers_and_heads();
+        metrics.register_health();
         metrics
     }
 
@@ -376,6 +381,7 @@ pub async fn metrics(app: &App) -> HttpResponse {
     if let Some(facilitator) = &app.services.facilitator {
         m.record_facilitator(facilitator).await;
     }
+    m.record_health(app).await;
     let mut body = String::new();
     prometheus_client::encoding::text::encode(&mut body, &m.registry).expect("writing to a String");
     text_response(

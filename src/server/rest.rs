@@ -107,6 +107,7 @@ where
                 Err(error) => {
                     note.outcome
                         .get_or_insert_with(|| format!("error {}", error.code));
+                    routes.app.metrics.observe_error(route, error.code);
                     error.into_response()
                 }
             };
@@ -455,7 +456,11 @@ async fn verify(
     let payment = parse_payment_body(facilitator, &bytes)?;
     note.payment = Some(payment.label());
     allowed(&*payment, asker.key.as_deref())?;
-    let answer = payment.verify().await?;
+    let started = Instant::now();
+    let verified = payment.verify().await;
+    app.metrics
+        .observe_verify_time(payment.family(), started.elapsed());
+    let answer = verified?;
     note.outcome = Some(answer.invalid_reason.unwrap_or("valid").to_string());
     Ok(json_response(StatusCode::OK, &answer))
 }
@@ -628,7 +633,9 @@ async fn settle_one(
 ) -> Result<SettleResponse, WireError> {
     let family = payment.family();
     let private = caller.is_some_and(Key::private_listings);
+    let started = Instant::now();
     let result = payment.settle(asking, private).await;
+    app.metrics.observe_settle_time(family, started.elapsed());
     app.metrics.observe_settlement(
         family,
         match &result {

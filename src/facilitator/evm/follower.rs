@@ -405,7 +405,9 @@ impl Worker {
             let outcome = record.outcome.clone().expect("confirm sets the outcome");
             tracing::info!(payment = %key, success = outcome.success, transaction = ?outcome.transaction, "settlement answered");
             self.lane.answered();
-            self.out.waiters.done(record, outcome);
+            self.out
+                .lanes
+                .answer(&self.lane, &self.out.waiters, record, outcome);
         }
         // The callers just told go out before this lane goes on (signing what queued during
         // the head, the block's finality): on the runtime's one thread they would otherwise
