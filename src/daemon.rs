@@ -169,9 +169,13 @@ fn app(
     connections: ConnectionLimits,
     keys: Option<Arc<Keys>>,
 ) -> App {
+    let mut metrics = Metrics::new();
+    if let Some(facilitator) = &services.facilitator {
+        metrics.register_facilitator(facilitator);
+    }
     App {
         services,
-        metrics: Metrics::new(),
+        metrics,
         max_body_bytes: server.max_body_bytes,
         max_relay_answer_bytes: server.max_relay_answer_bytes as usize,
         read_timeout: Duration::from_millis(server.request_read_timeout_ms),

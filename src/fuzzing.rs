@@ -14,17 +14,21 @@ use serde_json::Value;
 use crate::chain::{self, head};
 use crate::evm;
 use crate::evm::erc3009;
+use crate::facilitator::evm::exact::{status_key, EvmRequest};
 use crate::facilitator::evm::inclusions;
 use crate::facilitator::evm::lens;
+use crate::facilitator::evm::lower;
 use crate::facilitator::evm::request::Served;
 use crate::facilitator::evm::request::TokenInfo;
 use crate::facilitator::outcome::Spelling;
-use crate::facilitator::protocol::values::{self, Payload};
-use crate::facilitator::protocol::{v1, v2};
-use crate::facilitator::svm::wire as svm_wire;
+use crate::facilitator::protocol::values::Payload;
+use crate::facilitator::protocol::{self, v1, v2};
+use crate::facilitator::registry;
+use crate::facilitator::svm::mechanism as svm_mechanism;
+use crate::facilitator::svm::wire::{self as svm_wire, SvmRequest};
 use crate::facilitator::svm::Failure;
 use crate::router::{probe, raw};
-use crate::server::rest::{self, Payment};
+use crate::server::rest;
 use crate::server::rpc;
 use crate::server::wire_errors::parse_body;
 use crate::svm;
@@ -37,18 +41,30 @@ const HEADER_KEY: &str = "order-8812";
 const CALLER: &str = "ip:127.0.0.1";
 
 /// `POST /verify` and `POST /settle` bodies: one payment (v1 or v2) or, for settle, an array of
-/// them; read with v2 served and not. Each payment read is then checked as verify checks it
-/// before asking a chain (v2 lowered first, the payload's values, the signature recovered), and
-/// tagged as settle tags it.
+/// them; read with v2 served and not, in the wire type of the family its network names (as the
+/// registry picks it). Each payment read is then checked as verify checks it before asking a
+/// chain (lowered, the payload's values, the signature recovered), and tagged as settle tags it.
 pub fn payment_body(data: &[u8]) {
     for serves_v2 in [false, true] {
-        // /verify, and /settle of a single payment (rest::parse_payment_body, which takes the
-        // facilitator only for its `serves_v2`).
-        let single = match rest::parse_payment_direct(serves_v2, data) {
-            Some(payment) => Ok(payment),
-            None => parse_body(data).and_then(|body| rest::parse_payment(serves_v2, body, "")),
+        // /verify, and /settle of a single payment: straight into an EVM wire type where the
+        // facilitator would try that, else the checked way.
+        let direct = (!data.contains(&b'[')).then(|| {
+            let version = read_as(
+                serves_v2,
+                serde_json::from_slice::<Value>(data)
+                    .ok()?
+                    .get("x402Version")?
+                    .as_u64(),
+            );
+            EvmRequest::read_direct(version, data).map(Read::Evm)
+        });
+        let single = match direct.flatten() {
+            Some(payment) => Some(payment),
+            None => parse_body(data)
+                .ok()
+                .and_then(|body| read(serves_v2, body, "")),
         };
-        if let Ok(payment) = single {
+        if let Some(payment) = single {
             check_payment(&payment, None, data);
         }
         // /settle of an array.
@@ -60,7 +76,7 @@ pub fn payment_body(data: &[u8]) {
                 let Ok(element) = serde_json::to_vec(&item) else {
                     continue;
                 };
-                if let Ok(payment) = rest::parse_payment(serves_v2, item, &format!("[{i}]")) {
+                if let Some(payment) = read(serves_v2, item, &format!("[{i}]")) {
                     check_payment(&payment, Some(i), &element);
                 }
             }
@@ -68,31 +84,45 @@ pub fn payment_body(data: &[u8]) {
     }
 }
 
-fn check_payment(payment: &Payment, element: Option<usize>, body: &[u8]) {
-    let _ = payment.label();
-    let asker = rest::Asker::stranger(CALLER);
-    for header in [None, Some(HEADER_KEY)] {
-        let _ = payment.asking(&asker, header, element, body);
+/// A payment in its family's wire type.
+enum Read {
+    Evm(EvmRequest),
+    Svm(SvmRequest),
+}
+
+/// The version a body is read as (the facilitator's rule).
+fn read_as(serves_v2: bool, version: Option<u64>) -> u64 {
+    match version == Some(2) && serves_v2 {
+        true => 2,
+        false => 1,
     }
-    let served = FuzzServed::new();
-    let (lowered, payload, path): (_, _, Spelling) = match payment {
-        Payment::V1(request) => (
-            v1::lower(request, &served),
-            Payload::from(&request.payment_payload.payload),
-            v1::path,
-        ),
-        Payment::V2(request) => {
-            let by_chain_id = BTreeMap::from([
-                (8453, "base".to_string()),
-                (84532, "base-sepolia".to_string()),
-            ]);
-            (
-                v2::lower(request, &by_chain_id, &served),
-                Payload::from(&request.payment_payload.payload),
-                v2::path,
-            )
+}
+
+/// A body read the checked way, in the wire type of the family its network names.
+fn read(serves_v2: bool, body: Value, prefix: &str) -> Option<Read> {
+    let version = read_as(serves_v2, protocol::version_of(&body));
+    let network = body.pointer("/paymentRequirements/network");
+    match network.and_then(Value::as_str).map(registry::namespace_of) {
+        Some(svm_mechanism::NAMESPACE) => {
+            SvmRequest::read(version, body, prefix).ok().map(Read::Svm)
         }
-        Payment::Svm(request) => {
+        _ => EvmRequest::read(version, body, prefix).ok().map(Read::Evm),
+    }
+}
+
+fn check_payment(payment: &Read, element: Option<usize>, body: &[u8]) {
+    let asker = rest::Asker::stranger(CALLER);
+    let identifier = || match payment {
+        Read::Evm(request) => request.payment_identifier(),
+        Read::Svm(request) => request.payment_identifier(),
+    };
+    for header in [None, Some(HEADER_KEY)] {
+        let _ = rest::asking(identifier(), &asker, header, element, body);
+    }
+    let request = match payment {
+        Read::Evm(request) => request,
+        Read::Svm(request) => {
+            let _ = request.label();
             // Lowering a Solana payment asks for its clusters; what a stranger's body reaches
             // without them is the transaction's decoding, in the answer's payer.
             let refused = Err(svm_wire::Refused::Svm(Failure::MissingFeePayer));
@@ -100,12 +130,32 @@ fn check_payment(payment: &Payment, element: Option<usize>, body: &[u8]) {
             return;
         }
     };
+    let _ = request.label();
+    let served = FuzzServed::new();
+    let (lowered, payload, path): (_, _, Spelling) = match request {
+        EvmRequest::V1(request) => (
+            lower::lower_v1(request, &served),
+            Payload::from(&request.payment_payload.payload),
+            v1::path,
+        ),
+        EvmRequest::V2(request) => {
+            let by_chain_id = BTreeMap::from([
+                (8453, "base".to_string()),
+                (84532, "base-sepolia".to_string()),
+            ]);
+            (
+                lower::lower_v2(request, &by_chain_id, &served),
+                Payload::from(&request.payment_payload.payload),
+                v2::path,
+            )
+        }
+    };
     if let Err(failure) = lowered {
         let _ = failure.message.render(path);
     }
     let _ = v1::payer_of(payload.clone());
     // Rule 5 on its own as well: most bodies fail rule 4 first (an asset that is not served).
-    if let Ok((auth, _, signature)) = values::payload(&payload, MAX_SIGNATURE_BYTES) {
+    if let Ok((auth, _, signature)) = lower::payload(&payload, MAX_SIGNATURE_BYTES) {
         let digest = erc3009::digest(H256::repeat_byte(0x5a), &auth);
         let _ = erc3009::recover(digest, &signature);
     }
@@ -210,7 +260,8 @@ pub fn router_body(data: &[u8]) {
 /// `GET /settlements/{network}/{asset}/{from}/{nonce}`: the path after `/settlements/`.
 pub fn status_path(data: &[u8]) {
     let path = String::from_utf8_lossy(data);
-    if let Ok(key) = rest::parse_status_path(&path) {
+    let segments: Vec<&str> = path.split('/').collect();
+    if let Ok(key) = status_key(&segments) {
         let _ = key.to_string();
     }
 }
@@ -256,7 +307,7 @@ pub fn api_keys(data: &[u8]) {
     }
     if let Ok(key) = keys.caller(&headers) {
         let pay_to = String::from_utf8_lossy(header);
-        let _ = key.may_pay(crate::server::Payee::parse(pay_to.trim()));
+        let _ = key.may_pay(crate::facilitator::Payee::parse(pay_to.trim()));
         let _ = key.admit(header.len() as u32);
     }
 }

@@ -13,18 +13,23 @@
 //!                  the relay: a wallet's signed transaction sent, remembered and looked up,
 //!                  each chain's served methods (/chains/<name>)
 //!                                           -> chain store ledger evm config clock
-//! facilitator      x402 verify and settle: the facade (mod.rs), discovery, readiness and the
-//!                  rooms below, each importing only rooms after it in this list
+//! facilitator      x402 verify and settle: the facade (mod.rs), the registry of which mechanism
+//!                  serves which (version, namespace, scheme) and the traits they implement
+//!                  (registry.rs, mechanism.rs), discovery, readiness and the rooms below, each
+//!                  importing only rooms after it in this list
 //!                                           -> chain store ledger signer evm svm config guard clock
-//!   svm            Solana's exact: verify, settle, fee payers, its wire shapes (wire.rs)
-//!                                           -> protocol settlement outcome types; never evm
+//!   svm            Solana's exact: its mechanism, verify, settle, fee payers, its wire
+//!                  shapes (wire.rs)
+//!                                           -> mechanism protocol settlement outcome types;
+//!                                              never evm
+//!   evm            EVM's exact and upto (ERC-3009, Permit2): its mechanism, the parsed
+//!                  request and its lowering from either version, verify and the lens, the
+//!                  settle pipeline, lanes, the follower, front-runs, leases
+//!                                           -> mechanism discovery protocol settlement outcome
+//!                                              types; never svm
 //!   protocol       the x402 versions' shapes, field paths and reason names (v1, v2)
-//!                                           -> outcome types; never svm or settlement (its EVM
-//!                                              lowering still names evm::request until the
-//!                                              registry moves it into evm)
-//!   evm            EVM's exact and upto (ERC-3009, Permit2): the parsed request, verify and
-//!                  the lens, the settle pipeline, lanes, the follower, front-runs, leases
-//!                                           -> settlement outcome; never svm
+//!                                           -> outcome types; no mechanism (evm, svm) and
+//!                                              never settlement
 //!   settlement     what every family's settlement shares: who a caller is, passes, one
 //!                  success per payment, the exposure recheck, waiters, cooldowns
 //!                                           -> outcome; no family leaf (evm, svm, chain::evm,

@@ -85,12 +85,34 @@ impl RecentBlocks {
     }
 }
 
+/// When each recent head was first fetched, by number: a block the watcher skipped was first
+/// seen with the next head above it.
+#[derive(Default)]
+struct FirstSeen(BTreeMap<u64, Instant>);
+
+impl FirstSeen {
+    fn note(&mut self, number: u64, at: Instant) {
+        self.0.entry(number).or_insert(at);
+        while self.0.len() as u64 > KEPT_BLOCKS {
+            self.0.pop_first();
+        }
+    }
+
+    /// `None` below the oldest head kept: whenever it was seen, it is forgotten.
+    fn of(&self, block: u64) -> Option<Instant> {
+        let oldest = *self.0.keys().next()?;
+        let seen = self.0.range(block..).next().filter(|_| block >= oldest);
+        seen.map(|(_, at)| *at)
+    }
+}
+
 pub struct HeadWatcher {
     client: Arc<ChainClient>,
     fee_model: FeeModel,
     latest: watch::Receiver<Option<Head>>,
     sender: Arc<watch::Sender<Option<Head>>>,
     recent: Arc<Mutex<RecentBlocks>>,
+    first_seen: Arc<Mutex<FirstSeen>>,
     derived_cap: DerivedCap,
     /// The poller's steps: one that panics is logged and the next tick polls again.
     pub guard: Arc<Guard>,
@@ -116,6 +138,7 @@ struct Poller {
     client: Arc<ChainClient>,
     sender: Weak<watch::Sender<Option<Head>>>,
     recent: Arc<Mutex<RecentBlocks>>,
+    first_seen: Arc<Mutex<FirstSeen>>,
     derived_cap: DerivedCap,
     fee_model: FeeModel,
     /// When the whole head was last read.
@@ -159,6 +182,7 @@ impl Poller {
                 }
                 derive_cap(&self.derived_cap, self.client.name(), &head);
                 link(&self.client, &self.recent, &head).await;
+                lock(&self.first_seen).note(head.number, head.fetched_at);
                 sender.send_replace(Some(head));
             }
             Ok(_) => {}
@@ -190,6 +214,7 @@ impl HeadWatcher {
         let (sender, latest) = watch::channel(None);
         let sender = Arc::new(sender);
         let recent = Arc::new(Mutex::new(RecentBlocks::default()));
+        let first_seen = Arc::new(Mutex::new(FirstSeen::default()));
         let derived_cap = DerivedCap::new(configured_cap.map(OnceLock::from).unwrap_or_default());
         let new_head = Arc::new(Notify::new());
         let cadence = ws_urls.is_empty().then(|| Cadence::new(interval));
@@ -206,6 +231,7 @@ impl HeadWatcher {
             client: client.clone(),
             sender: Arc::downgrade(&sender),
             recent: recent.clone(),
+            first_seen: first_seen.clone(),
             derived_cap: derived_cap.clone(),
             fee_model,
             last_full_read: Instant::now(),
@@ -233,9 +259,16 @@ impl HeadWatcher {
             latest,
             sender,
             recent,
+            first_seen,
             derived_cap,
             guard,
         }
+    }
+
+    /// When the watcher first saw block `block` (or, skipped, the first head above it); `None`
+    /// when it is older than the blocks kept or not seen yet.
+    pub fn first_seen(&self, block: u64) -> Option<Instant> {
+        lock(&self.first_seen).of(block)
     }
 
     /// The cap derived from the first head read; unset until one was.
@@ -263,6 +296,7 @@ impl HeadWatcher {
         }
         let head = fetch_head(&self.client, self.fee_model).await?;
         derive_cap(&self.derived_cap, self.client.name(), &head);
+        lock(&self.first_seen).note(head.number, head.fetched_at);
         self.sender.send_if_modified(|cached| {
             let newer = cached.as_ref().is_none_or(|c| c.number < head.number);
             if newer {
@@ -277,6 +311,11 @@ impl HeadWatcher {
     pub fn subscribe(&self) -> watch::Receiver<Option<Head>> {
         self.latest.clone()
     }
+}
+
+/// A step that panicked while holding the lock left whole entries: they stay usable.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Pause before subscribing again after a WebSocket failure.
@@ -536,5 +575,25 @@ mod tests {
         assert_eq!(recent.extends(5, h(44)), Some(true));
         assert_eq!(recent.extends(5, h(4)), Some(false));
         assert_eq!(recent.canonical(0, h(0), 4), Canonical::Unknown);
+    }
+
+    #[test]
+    fn a_block_is_first_seen_with_its_head_or_the_next_one_above_it() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let mut seen = FirstSeen::default();
+        seen.note(10, at(0));
+        seen.note(12, at(5));
+        seen.note(12, at(9)); // the same height again (a replaced block): first seen stays
+        assert_eq!(seen.of(10), Some(at(0)));
+        assert_eq!(seen.of(11), Some(at(5)), "skipped: seen with block 12");
+        assert_eq!(seen.of(12), Some(at(5)));
+        assert_eq!(seen.of(13), None, "not seen yet");
+        for n in 0..=KEPT_BLOCKS {
+            seen.note(100 + n, at(10));
+        }
+        assert_eq!(seen.of(10), None, "older blocks are forgotten");
+        assert_eq!(seen.of(9), None);
+        assert_eq!(seen.0.len() as u64, KEPT_BLOCKS);
     }
 }

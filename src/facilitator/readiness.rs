@@ -93,12 +93,37 @@ impl SignerFunds {
     pub fn funding(&self) -> Funding {
         Funding::of(self.balance, self.needed)
     }
+
+    /// How many settlements the balance still pays for at the current price (`None`: not
+    /// read); every one when the price is zero.
+    pub fn settlements_left(&self) -> Option<u64> {
+        let balance = self.balance?;
+        let left = balance.checked_div(self.needed).unwrap_or(U256::MAX);
+        Some(left.min(U256::from(u64::MAX)).as_u64())
+    }
 }
 
 impl FeePayerFunds {
     pub fn funding(&self) -> Funding<u64> {
         Funding::of(self.balance, self.needed)
     }
+
+    /// How many settlements the lamports above the rent-exempt minimum still pay for, each at
+    /// the most one costs (`None`: not read).
+    pub fn settlements_left(&self) -> Option<u64> {
+        let spendable = self
+            .balance?
+            .saturating_sub(svm::exact::RENT_EXEMPT_MINIMUM);
+        let one = self.needed.saturating_sub(svm::exact::RENT_EXEMPT_MINIMUM);
+        Some(spendable.checked_div(one).unwrap_or(u64::MAX))
+    }
+}
+
+/// How the store answered one read (`Facilitator::store_probe`).
+#[derive(Debug, Clone, Copy)]
+pub struct StoreProbe {
+    pub ok: bool,
+    pub took: Duration,
 }
 
 impl Facilitator {
@@ -110,6 +135,20 @@ impl Facilitator {
             lanes_down: self.lanes_down().collect(),
             signers,
             fee_payers,
+        }
+    }
+
+    /// One small read of the store (a payer's revert cooldown), bounded by [`PROBE_TIMEOUT`]:
+    /// whether it answered, and how long it took.
+    pub async fn store_probe(&self) -> StoreProbe {
+        let started = std::time::Instant::now();
+        let read = self
+            .ledger
+            .cooldown_of(Address::zero(), crate::clock::unix_now());
+        let ok = matches!(tokio::time::timeout(PROBE_TIMEOUT, read).await, Ok(Ok(_)));
+        StoreProbe {
+            ok,
+            took: started.elapsed(),
         }
     }
 
@@ -277,5 +316,29 @@ mod tests {
             }
         );
         assert_eq!(funds(None).funding(), Funding::Unknown);
+    }
+
+    #[test]
+    fn settlements_left_are_the_balance_over_what_one_costs() {
+        let rent = svm::exact::RENT_EXEMPT_MINIMUM;
+        let fee_payer = |balance| FeePayerFunds {
+            network: "solana-devnet",
+            fee_payer: Pubkey::new_unique(),
+            balance,
+            needed: 10_000 + rent,
+        };
+        assert_eq!(fee_payer(Some(rent + 25_000)).settlements_left(), Some(2));
+        assert_eq!(fee_payer(Some(rent - 1)).settlements_left(), Some(0));
+        assert_eq!(fee_payer(None).settlements_left(), None);
+        let signer = |balance: u64, needed: u64| SignerFunds {
+            network: "base".into(),
+            address: "0x".into(),
+            balance: Some(balance.into()),
+            nonce: None,
+            needed: needed.into(),
+        };
+        assert_eq!(signer(1_000, 300).settlements_left(), Some(3));
+        assert_eq!(signer(299, 300).settlements_left(), Some(0));
+        assert_eq!(signer(5, 0).settlements_left(), Some(u64::MAX));
     }
 }

@@ -6,10 +6,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::{Arc, RwLock};
 
-use ethers_core::types::Address;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
 use http::{HeaderMap, StatusCode};
@@ -18,9 +16,8 @@ use sha2::{Digest, Sha256};
 
 use super::client::ClientId;
 use super::wire_errors::WireError;
-use crate::evm::parse_address;
 use crate::facilitator::discovery::query::Viewer;
-use crate::svm::Pubkey;
+use crate::facilitator::Payee;
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeysError {
@@ -65,24 +62,6 @@ enum Listings {
     Private,
 }
 
-/// A payTo a key may be scoped to, in its family's type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Payee {
-    Evm(Address),
-    Svm(Pubkey),
-}
-
-impl Payee {
-    /// `0x` and 40 hex digits, or a Solana public key in base58 (whose alphabet has no `0`,
-    /// so the two never overlap).
-    pub fn parse(text: &str) -> Option<Self> {
-        if text.starts_with("0x") || text.starts_with("0X") {
-            return parse_address(text).map(Payee::Evm);
-        }
-        Pubkey::from_str(text).ok().map(Payee::Svm)
-    }
-}
-
 /// One caller.
 pub struct Key {
     pub name: String,
@@ -111,13 +90,9 @@ impl Key {
     /// What this key is shown of private discovery listings: those whose payTo it may settle
     /// for (listings are of EVM payments only).
     pub fn viewer(&self) -> Viewer {
-        let evm = |payee: &Payee| match payee {
-            Payee::Evm(address) => Some(*address),
-            Payee::Svm(_) => None,
-        };
         match &self.pay_to {
             None => Viewer::Everything,
-            Some(pay_to) => Viewer::PayTo(pay_to.iter().filter_map(evm).collect()),
+            Some(pay_to) => Viewer::paying(pay_to.iter()),
         }
     }
 
@@ -306,6 +281,11 @@ fn key_of(name: &str, entry: KeyEntry) -> Result<([u8; 32], Key), KeysError> {
 mod tests {
     use super::*;
 
+    /// A fresh public key in base58, as an API key file writes a Solana payee.
+    fn new_unique() -> String {
+        crate::svm::Pubkey::new_unique().to_string()
+    }
+
     fn file(name: &str, body: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("routerd-keys-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -348,7 +328,7 @@ mod tests {
 
     #[test]
     fn a_scope_holds_solana_payees_by_their_public_key() {
-        let (ours, other) = (Pubkey::new_unique(), Pubkey::new_unique());
+        let (ours, other) = (new_unique(), new_unique());
         let evm = "0x90F79bf6EB2c4f870365E785982E1f101E93b906";
         let body = format!(
             "[keys.shop]\nsha256 = \"{}\"\npay_to = [\"{ours}\", \"{evm}\"]\n",
@@ -356,10 +336,11 @@ mod tests {
         );
         let keys = Keys::load(&file("svm.toml", &body)).unwrap();
         let key = keys.caller(&bearer("token-s")).unwrap();
-        assert!(key.may_pay(Some(Payee::Svm(ours))));
-        assert!(!key.may_pay(Some(Payee::Svm(other))));
+        assert!(key.may_pay(Payee::parse(&ours)));
+        assert!(!key.may_pay(Payee::parse(&other)));
         assert!(key.may_pay(Payee::parse(evm)));
-        assert_eq!(Payee::parse(&ours.to_string()), Some(Payee::Svm(ours)));
+        let read = Payee::parse(&ours).unwrap();
+        assert_eq!(read.key.len(), 32);
         // Discovery listings are of EVM payments: the key is shown those of its EVM payee.
         assert!(matches!(key.viewer(), Viewer::PayTo(evm) if evm.len() == 1));
         for bad in ["0x12", "not-a-key", "1111", "0OIl"] {

@@ -33,7 +33,7 @@ use crate::chain::Chain;
 use crate::config::ServerSettings;
 use crate::facilitator::Facilitator;
 use crate::router::Router;
-pub use auth::{ClientLimit, Keys, KeysError, Payee};
+pub use auth::{ClientLimit, Keys, KeysError};
 pub use client::TrustedProxies;
 pub use gate::{Gate, Limits as ConnectionLimits};
 pub use ops::{guards_down, Metrics};

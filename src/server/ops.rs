@@ -4,13 +4,15 @@
 //! `Facilitator::signer_funds`); this module asks no chain anything itself and only words their
 //! reports for the wire. Metrics are registered in one fixed order, which `/metrics` keeps.
 
+mod health;
+
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use ethers_core::types::U256;
 use http::StatusCode;
 use jsonrpsee::server::HttpResponse;
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -41,30 +43,9 @@ struct RouteLabel {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SettlementLabels {
-    family: NetworkFamily,
+    /// The family of the payment's network, as its mechanism names it.
+    family: &'static str,
     outcome: &'static str,
-}
-
-/// The chain family of a payment's network: settlements are counted per family.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub enum NetworkFamily {
-    Evm,
-    Svm,
-}
-
-impl NetworkFamily {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NetworkFamily::Evm => "evm",
-            NetworkFamily::Svm => "svm",
-        }
-    }
-}
-
-impl EncodeLabelValue for NetworkFamily {
-    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
-        std::fmt::Write::write_str(encoder, self.as_str())
-    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -109,6 +90,7 @@ pub struct Metrics {
     signer_nonce: Family<SignerLabels, Gauge>,
     fee_payer_balance: Family<SignerLabels, Gauge>,
     chain_head: Family<ChainLabel, Gauge>,
+    health: health::Health,
 }
 
 impl Metrics {
@@ -131,11 +113,13 @@ impl Metrics {
             signer_nonce: Family::default(),
             fee_payer_balance: Family::default(),
             chain_head: Family::default(),
+            health: health::Health::default(),
         };
         metrics.register_answers();
         metrics.register_upstreams();
         metrics.register_settlements();
         metrics.register_signers_and_heads();
+        metrics.register_health();
         metrics
     }
 
@@ -235,7 +219,7 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
-    pub fn observe_settlement(&self, family: NetworkFamily, outcome: &'static str) {
+    pub fn observe_settlement(&self, family: &'static str, outcome: &'static str) {
         self.settlements
             .get_or_create(&SettlementLabels { family, outcome })
             .inc();
@@ -397,6 +381,7 @@ pub async fn metrics(app: &App) -> HttpResponse {
     if let Some(facilitator) = &app.services.facilitator {
         m.record_facilitator(facilitator).await;
     }
+    m.record_health(app).await;
     let mut body = String::new();
     prometheus_client::encoding::text::encode(&mut body, &m.registry).expect("writing to a String");
     text_response(
@@ -441,8 +426,8 @@ impl Metrics {
     /// payers' funds as last read (at the head, or within a Solana slot time): a scrape asks
     /// no chain anything of its own.
     async fn record_facilitator(&self, facilitator: &Facilitator) {
-        for cluster in facilitator.solana_chains() {
-            self.record_upstreams(&cluster.name, cluster.client());
+        for (name, client) in facilitator.own_upstreams() {
+            self.record_upstreams(name, client);
         }
         self.pending_settlements
             .set(facilitator.pending_settlements() as i64);

@@ -23,22 +23,21 @@ use super::client::ClientId;
 use super::idempotency;
 use super::listen::{Caller, ClientAddr};
 use super::ops;
-use super::wire_errors::{json_response, parse_body, WireError};
+use super::wire_errors::{json_bytes_response, json_response, parse_body, WireError};
 use super::{App, Routes, Surface};
 use crate::facilitator::discovery::query::{list_query, search_query, Viewer};
 use crate::facilitator::protocol::v1::SettleResponse;
 use crate::facilitator::protocol::v2;
-use crate::facilitator::{Facilitator, SettleError};
+use crate::facilitator::{Facilitator, Payment, SettleError};
 use crate::ledger::Asking;
 use crate::telemetry;
 
 mod parse;
 
+use parse::allowed;
 pub(crate) use parse::{
-    first_json_byte, is_json_rpc, parse_payment, parse_payment_direct, parse_status_path,
-    read_body, Payment,
+    asking, first_json_byte, is_json_rpc, parse_payment, parse_payment_body, read_body,
 };
-use parse::{parse_payment_body, parse_signature};
 
 #[derive(Clone)]
 pub struct RestLayer {
@@ -108,6 +107,7 @@ where
                 Err(error) => {
                     note.outcome
                         .get_or_insert_with(|| format!("error {}", error.code));
+                    routes.app.metrics.observe_error(route, error.code);
                     error.into_response()
                 }
             };
@@ -455,8 +455,12 @@ async fn verify(
     let bytes = read_body(app, body).await?;
     let payment = parse_payment_body(facilitator, &bytes)?;
     note.payment = Some(payment.label());
-    payment.allowed(asker.key.as_deref())?;
-    let answer = payment.verify(facilitator).await?;
+    allowed(&*payment, asker.key.as_deref())?;
+    let started = Instant::now();
+    let verified = payment.verify().await;
+    app.metrics
+        .observe_verify_time(payment.family(), started.elapsed());
+    let answer = verified?;
     note.outcome = Some(answer.invalid_reason.unwrap_or("valid").to_string());
     Ok(json_response(StatusCode::OK, &answer))
 }
@@ -488,57 +492,24 @@ async fn discovery(
 
 const STATUS_PREFIX: &str = "/settlements/";
 
-/// `GET /settlements/{network}/{asset}/{from}/{nonce}`: 200 with the settlement's state, or 404.
-/// `network` is the configured name, or with v2 served its CAIP-2 name.
+/// `GET /settlements/{network}/{asset}/{from}/{nonce}` and
+/// `GET /settlements/{network}/{signature}`: 200 with the settlement's state, or 404. `network`
+/// is the configured name, or with v2 served its CAIP-2 name.
 async fn settlement_status(
     facilitator: &Facilitator,
     path: &str,
     note: &mut Note,
 ) -> Result<HttpResponse, WireError> {
     let rest = &path[STATUS_PREFIX.len()..];
-    if let Some((network, signature)) = rest.split_once('/').filter(|(_, s)| !s.contains('/')) {
-        return svm_settlement_status(facilitator, network, signature, note).await;
-    }
-    let mut key = parse_status_path(rest)?;
-    key.network = facilitator.network_name(&key.network).to_string();
-    note.payment = Some(key.to_string());
-    let found = facilitator.status(&key).await.map_err(SettleError::from)?;
-    let state = found.as_ref().map(|s| s.state.to_string());
-    found_or_404(found, state, note, || {
-        format!("no settlement of payment {key}")
-    })
-}
-
-/// A status route's answer: the settlement found (its state in the log line), or 404 naming what
-/// was asked.
-fn found_or_404<S: serde::Serialize>(
-    found: Option<S>,
-    state: Option<String>,
-    note: &mut Note,
-    missing: impl FnOnce() -> String,
-) -> Result<HttpResponse, WireError> {
-    let status = found.ok_or_else(|| WireError::new(StatusCode::NOT_FOUND, 404, missing()))?;
-    note.outcome = state;
-    Ok(json_response(StatusCode::OK, &status))
-}
-
-/// `GET /settlements/{network}/{signature}`: a Solana payment, by its transaction's signature.
-async fn svm_settlement_status(
-    facilitator: &Facilitator,
-    network: &str,
-    signature: &str,
-    note: &mut Note,
-) -> Result<HttpResponse, WireError> {
-    let signature = parse_signature(signature)?;
-    note.payment = Some(format!("{network}/{signature}"));
-    let found = facilitator
-        .svm_status(network, &signature)
-        .await
-        .map_err(SettleError::from)?;
-    let state = found.as_ref().map(|s| s.state.to_string());
-    found_or_404(found, state, note, || {
-        format!("no settlement of transaction {signature} on {network}")
-    })
+    let lookup = facilitator
+        .status_of(rest)
+        .map_err(WireError::bad_request)?;
+    note.payment = Some(lookup.label());
+    let found = lookup.find().await.map_err(SettleError::from)?;
+    let found =
+        found.ok_or_else(|| WireError::new(StatusCode::NOT_FOUND, 404, lookup.missing()))?;
+    note.outcome = Some(found.state);
+    Ok(json_bytes_response(StatusCode::OK, found.body))
 }
 
 /// A single payment answers a single result; an array answers an array, in order, each element
@@ -560,10 +531,16 @@ async fn settle(
     let payment = parse_payment_body(facilitator, &bytes)?;
     note.payment = Some(payment.label());
     let caller = asker.key.as_deref();
-    payment.allowed(caller)?;
-    let asking = payment.asking(&asker, key.as_deref(), None, &bytes)?;
+    allowed(&*payment, caller)?;
+    let asking = asking(
+        payment.payment_identifier(),
+        &asker,
+        key.as_deref(),
+        None,
+        &bytes,
+    )?;
     drop(bytes); // not kept while the settlement waits for its block
-    let answer = settle_one(app, facilitator, &payment, &asking, caller).await?;
+    let answer = settle_one(app, &*payment, &asking, caller).await?;
     note.outcome = Some(settle_outcome(&answer));
     Ok(json_response(StatusCode::OK, &answer))
 }
@@ -590,11 +567,11 @@ async fn settle_batch(
         .enumerate()
         .map(|(i, item)| {
             let element = serde_json::to_vec(&item).expect("JSON values serialize");
-            let payment = parse_payment(facilitator.serves_v2(), item, &format!("[{i}]"))?;
-            let asking = payment.asking(asker, key, Some(i), &element)?;
+            let payment = parse_payment(facilitator, item, &format!("[{i}]"))?;
+            let asking = asking(payment.payment_identifier(), asker, key, Some(i), &element)?;
             Ok((payment, asking))
         })
-        .collect::<Result<Vec<(Payment, Asking)>, WireError>>()?;
+        .collect::<Result<Vec<(Box<dyn Payment + '_>, Asking)>, WireError>>()?;
     // Each element counts under the rate: the first took the request's token, the others
     // take one each, and those beyond the tokens left answer 429 in their slots.
     let (admitted, over) = admit_each(app, asker, payments.len().saturating_sub(1));
@@ -614,8 +591,8 @@ async fn settle_batch(
                     .clone()
                     .expect("an element beyond the tokens has its 429"));
             }
-            p.allowed(caller)?;
-            settle_one(app, facilitator, &p, &asking, caller).await
+            allowed(&*p, caller)?;
+            settle_one(app, &*p, &asking, caller).await
         },
     ))
     .await;
@@ -650,13 +627,15 @@ fn settle_outcome(answer: &SettleResponse) -> String {
 /// private when the caller's API key says so.
 async fn settle_one(
     app: &App,
-    facilitator: &Facilitator,
-    payment: &Payment,
+    payment: &dyn Payment,
     asking: &Asking,
     caller: Option<&Key>,
 ) -> Result<SettleResponse, WireError> {
     let family = payment.family();
-    let result = payment.settle(facilitator, asking, caller).await;
+    let private = caller.is_some_and(Key::private_listings);
+    let started = Instant::now();
+    let result = payment.settle(asking, private).await;
+    app.metrics.observe_settle_time(family, started.elapsed());
     app.metrics.observe_settlement(
         family,
         match &result {

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::chain::{self, Unreachable};
 use crate::facilitator::discovery::query::QueryError;
+use crate::facilitator::protocol::read;
 use crate::facilitator::SettleError;
 use crate::router::{RelayError, RouteError};
 
@@ -222,7 +223,14 @@ impl From<WireError> for ErrorObjectOwned {
 }
 
 pub fn json_response<T: Serialize>(status: StatusCode, body: &T) -> HttpResponse {
-    let bytes = serde_json::to_vec(body).expect("wire types serialize");
+    json_bytes_response(
+        status,
+        serde_json::to_vec(body).expect("wire types serialize"),
+    )
+}
+
+/// A JSON body already serialized.
+pub fn json_bytes_response(status: StatusCode, bytes: Vec<u8>) -> HttpResponse {
     http::Response::builder()
         .status(status)
         .header(http::header::CONTENT_TYPE, "application/json")
@@ -254,40 +262,7 @@ pub fn parse_value_with<T: serde::de::DeserializeOwned>(
     objects: &[&str],
     prefix: &str,
 ) -> Result<T, WireError> {
-    for path in objects {
-        let found = path
-            .split('.')
-            .filter(|s| !s.is_empty())
-            .try_fold(&value, |v, key| v.get(key));
-        if let Some(serde_json::Value::Array(_)) = found {
-            let at = join_path(prefix, path);
-            let at = if at.is_empty() {
-                "body".to_string()
-            } else {
-                at
-            };
-            return Err(WireError::bad_request(format!(
-                "{at}: invalid type: array, expected an object"
-            )));
-        }
-    }
-    // The common case, a good body, skips the path tracking; a failure is deserialized again
-    // with it, for the message that names the field.
-    if let Ok(parsed) = T::deserialize(&value) {
-        return Ok(parsed);
-    }
-    serde_path_to_error::deserialize(value).map_err(|e| {
-        let message = describe_parse_error(e);
-        let message = message
-            .strip_prefix("body: ")
-            .map(|m| format!("body: {m}"))
-            .unwrap_or(message);
-        WireError::bad_request(if prefix.is_empty() {
-            message
-        } else {
-            format!("{prefix}.{message}")
-        })
-    })
+    read::read_value(value, objects, prefix).map_err(WireError::bad_request)
 }
 
 /// Parses a JSON body into `T`, naming the field path of a failure.
@@ -298,57 +273,14 @@ pub fn parse_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Wir
     }
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut deserializer)
-        .map_err(|e| WireError::bad_request(describe_parse_error(e)))?;
+        .map_err(|e| WireError::bad_request(read::describe_parse_error(e)))?;
     deserializer.end().map_err(|e| {
         WireError::bad_request(format!(
             "body is not valid JSON: {}",
-            strip_position(&e.to_string())
+            read::strip_position(&e.to_string())
         ))
     })?;
     Ok(value)
-}
-
-fn describe_parse_error(error: serde_path_to_error::Error<serde_json::Error>) -> String {
-    let path = error.path().to_string();
-    let inner = error.into_inner();
-    if inner.is_syntax() || inner.is_eof() {
-        return format!(
-            "body is not valid JSON: {}",
-            strip_position(&inner.to_string())
-        );
-    }
-    let text = strip_position(&inner.to_string());
-    let parent = if path == "." { String::new() } else { path };
-    if let Some(field) = text
-        .strip_prefix("missing field `")
-        .and_then(|r| r.strip_suffix('`'))
-    {
-        return format!("{}: missing", join_path(&parent, field));
-    }
-    let at = if parent.is_empty() {
-        "body".to_string()
-    } else {
-        parent
-    };
-    format!("{at}: {text}")
-}
-
-fn join_path(parent: &str, field: &str) -> String {
-    if field.is_empty() {
-        parent.to_string()
-    } else if parent.is_empty() {
-        field.to_string()
-    } else {
-        format!("{parent}.{field}")
-    }
-}
-
-/// serde_json appends " at line L column C"; the field path says more.
-fn strip_position(text: &str) -> String {
-    match text.rfind(" at line ") {
-        Some(i) => text[..i].to_string(),
-        None => text.to_string(),
-    }
 }
 
 #[cfg(test)]

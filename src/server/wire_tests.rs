@@ -233,6 +233,11 @@ async fn answers_with_a_silent_chain() {
     compare(&answers.join("\n\n"), "silent_chain.txt");
 }
 
+/// Bodies of kinds this facilitator does not serve: a Solana payment where no cluster is served.
+const KINDS: [&str; 1] = [
+    r#"{"x402Version":2,"paymentPayload":{"x402Version":2,"accepted":{"scheme":"exact","network":"solana:x","amount":"1","asset":"m","payTo":"p","maxTimeoutSeconds":60},"payload":{"transaction":"AA=="}},"paymentRequirements":{"scheme":"exact","network":"solana:x","amount":"1","asset":"m","payTo":"p","maxTimeoutSeconds":60}}"#,
+];
+
 /// A facilitator on a chain that never answers: its routes, its refusals that need no chain,
 /// and `/ready` naming the chain and the signer whose balance is unknown.
 #[tokio::test]
@@ -284,6 +289,24 @@ async fn answers_with_a_facilitator() {
         ("GET", status, String::new()),
         ("POST", status, String::new()),
         ("GET", "/settlements/a/b", String::new()),
+        ("GET", "/settlements/a/b/c", String::new()),
+        (
+            "GET",
+            &format!("/settlements/solana-devnet/{}", "1".repeat(64)),
+            String::new(),
+        ),
+        ("POST", "/verify", KINDS[0].to_string()),
+        (
+            "POST",
+            "/verify",
+            KINDS[0].replace("solana:x", "solana-devnet"),
+        ),
+        (
+            "POST",
+            "/verify",
+            v1.replace("\"base\"", "\"solana-devnet\""),
+        ),
+        ("POST", "/verify", v1.replace("\"base\"", "\"cosmos:hub\"")),
         ("POST", "/", call("router_chains", None)),
         ("POST", "/", TX.to_string()),
         ("POST", "/quote", TX.to_string()),

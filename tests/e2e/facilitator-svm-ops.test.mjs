@@ -106,6 +106,10 @@ it('/ready names an unfunded fee payer by its public key, never its key file, an
   }, { what: '/ready naming 900000 lamports after a slot time' });
   assert.equal(short.status, 503, short.text);
   assert.match(short.body.problems.find((p) => p.signer === feePayer.address).problem, /^balance 900000 lamports is below 910880 lamports/);
+  // What the packaged fee payer alerts read (under 500, under 50): the settlements the lamports
+  // above the rent-exempt minimum (890880) pay for, at the most one costs (20000).
+  const left = (text) => sample(text, 'routerd_fee_payer_settlements_left', { network: 'solana-devnet', signer: feePayer.address });
+  assert.equal(left((await request('/metrics')).text), 0);
 
   await node.airdrop(feePayer.address, 5_000_000_000);
   const ready = await waitFor(async () => {
@@ -116,6 +120,7 @@ it('/ready names an unfunded fee payer by its public key, never its key file, an
   const metrics = await request('/metrics');
   assert.equal(sample(metrics.text, 'routerd_fee_payer_balance_lamports', { network: 'solana-devnet', signer: feePayer.address }),
     5_000_900_000, metrics.text);
+  assert.equal(left(metrics.text), 250_000, metrics.text);
 });
 
 it('a key scoped to a Solana payee verifies and settles to it, and to no other payee; an EVM-scoped key to none', async () => {

@@ -69,6 +69,16 @@ async function metric(name, labels) {
   return undefined;
 }
 
+/** The `_sum` or `_count` of `routerd_<histogram>_seconds` for `family`. */
+const histogramPart = (text, histogram, part, family) =>
+  Number(text.match(new RegExp(`^routerd_${histogram}_seconds_${part}\\{family="${family}"\\} (\\S+)$`, 'm'))?.[1]);
+
+/** `routerd_<histogram>_seconds` has counted at least one answer of `family`. */
+function assertCounted(text, histogram, family) {
+  const count = histogramPart(text, histogram, 'count', family);
+  assert.ok(count >= 1, `routerd_${histogram}_seconds counts the ${family} answer: ${count}`);
+}
+
 const signerBalance = () => metric('routerd_signer_balance_wei', { network: NETWORK, signer: stack.signer.toLowerCase() });
 const feePayerBalance = () => metric('routerd_fee_payer_balance_lamports', { network: SOLANA, signer: feePayer.address });
 const reads = () => ({ evm: evmProxy.state.methods.eth_getBalance ?? 0, svm: svmProxy.state.methods.getBalance ?? 0 });
@@ -129,11 +139,18 @@ it('the fee payer\'s lamports follow a Solana settlement within a slot time', as
 it('every metric named by packaging/prometheus/routerd-alerts.yml and packaging/grafana/routerd.json is served', async () => {
   const p = await stack.pay({ account: await stack.newPayer(5000n), amount: 1000n });
   assert.equal((await stack.verify(p.body)).body?.isValid, true, 'a verify, for its latency histogram');
+  assert.equal((await stack.verify({})).body?.error, 400, 'an error answer, for routerd_error_answers_total');
   const text = await (await fetch(`${stack.url}/metrics`)).text();
   const served = new Set(text.split('\n').filter((l) => l && !l.startsWith('#')).map((l) => l.match(/^[a-zA-Z_:][a-zA-Z0-9_:]*/)[0]));
   for (const family of ['evm', 'svm']) {
     assert.match(text, new RegExp(`^routerd_settlements_total\\{family="${family}",outcome="success"\\} 1$`, 'm'), `a ${family} settlement`);
+    // Each settle answer is timed from its block as routerd first saw it, and from the request.
+    for (const histogram of ['block_to_answer', 'settle_duration']) assertCounted(text, histogram, family);
+    // The block came after the request: the wait after it is a part of the settle's.
+    const [blockToAnswer, settle] = ['block_to_answer', 'settle_duration'].map((h) => histogramPart(text, h, 'sum', family));
+    assert.ok(blockToAnswer <= settle, `${family}: ${blockToAnswer} s from the blocks to the answers, ${settle} s from the requests`);
   }
+  assertCounted(text, 'verify_duration', 'evm');
   const root = new URL('../../packaging/', import.meta.url);
   const rules = readFileSync(new URL('prometheus/routerd-alerts.yml', root), 'utf8');
   const dashboard = readFileSync(new URL('grafana/routerd.json', root), 'utf8');

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::entry::{Resource, Stored};
 use crate::evm;
+use crate::facilitator::mechanism::Payee;
 
 /// A page when the reader names no `limit`, and the largest one.
 pub const MAX_LIMIT: usize = 100;
@@ -42,6 +43,16 @@ pub enum Viewer {
 }
 
 impl Viewer {
+    /// A key scoped to `payees`: listings are of EVM payments, so its EVM payees are those it
+    /// is shown private listings of.
+    pub fn paying<'a>(payees: impl Iterator<Item = &'a Payee>) -> Self {
+        let evm = |payee: &Payee| {
+            let evm = payee.namespace == crate::facilitator::evm::exact::NAMESPACE;
+            evm.then(|| Address::from_slice(&payee.key))
+        };
+        Viewer::PayTo(payees.filter_map(evm).collect())
+    }
+
     pub fn sees(&self, stored: &Stored) -> bool {
         !stored.private
             || match self {

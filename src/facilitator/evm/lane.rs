@@ -10,9 +10,11 @@ use ethers_core::types::{Address, U256};
 use tokio::sync::mpsc;
 
 use crate::chain::{Chain, FeeCap};
+use crate::facilitator::settlement::answer_times::AnswerTimes;
 use crate::facilitator::settlement::cooldown::Cooldown;
+use crate::facilitator::settlement::waiters::Waiters;
 use crate::guard::Guard;
-use crate::ledger::{LaneId, Record};
+use crate::ledger::{LaneId, Outcome, Record};
 use crate::signer::Signer;
 use crate::store::Lease;
 
@@ -202,6 +204,8 @@ impl Drop for Reservation {
 pub struct Lanes {
     by_network: HashMap<String, Vec<Arc<Lane>>>,
     pub(super) lost: AtomicU64,
+    /// Block-to-answer times of the settlements answered here.
+    answer_times: AnswerTimes,
 }
 
 impl Lanes {
@@ -216,6 +220,7 @@ impl Lanes {
         Self {
             by_network,
             lost: AtomicU64::new(0),
+            answer_times: AnswerTimes::default(),
         }
     }
 
@@ -254,6 +259,22 @@ impl Lanes {
     /// Settlements answered with success whose transaction can no longer land.
     pub fn lost(&self) -> u64 {
         self.lost.load(Ordering::Relaxed)
+    }
+
+    pub fn answer_times(&self) -> &AnswerTimes {
+        &self.answer_times
+    }
+
+    /// Tells the callers waiting on `record` (included on `lane`'s chain) its outcome, and
+    /// times their answer from its block as the head watcher first saw it.
+    pub(super) fn answer(&self, lane: &Lane, waiters: &Waiters, record: &Record, outcome: Outcome) {
+        let block = record.state.inclusion().map(|i| i.block);
+        let seen = block.and_then(|b| lane.chain.head.first_seen(b));
+        if waiters.done(record, outcome) {
+            if let Some(seen) = seen {
+                self.answer_times.observe("evm", seen.elapsed());
+            }
+        }
     }
 }
 

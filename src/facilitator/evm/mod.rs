@@ -1,6 +1,7 @@
 //! The EVM family's mechanism: verify's chain rules and the lens, the settle pipeline, and the
 //! lanes (a worker per signer and network, the follower of each head, front-runs, leases).
 
+pub mod exact;
 mod follower;
 mod front_run;
 pub(crate) mod inclusions;
@@ -8,6 +9,7 @@ pub mod lane;
 mod lease;
 mod ledger_nonce;
 pub mod lens;
+pub mod lower;
 pub mod request;
 pub mod settle;
 pub mod verify;

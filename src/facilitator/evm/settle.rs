@@ -28,6 +28,7 @@ use crate::chain::{Budget, Unreachable};
 use crate::clock::unix_now;
 use crate::evm;
 use crate::facilitator::outcome::{Invalid, SettleError, Settled};
+use crate::facilitator::settlement::answer_times::AnswerTimes;
 use crate::facilitator::settlement::recheck::{exposure_may_clear, next_head, MAX_RECHECKS};
 use crate::facilitator::settlement::waiters::{Progress, Waiters};
 use crate::facilitator::settlement::{key_taken, pass_on, ClaimOn};
@@ -395,6 +396,10 @@ impl Settler {
     /// Settlements answered as successful whose transaction can no longer land.
     pub fn lost_settlements(&self) -> u64 {
         self.lanes.lost()
+    }
+
+    pub fn answer_times(&self) -> &AnswerTimes {
+        self.lanes.answer_times()
     }
 
     /// Verify's chain rules and the settlement call tried, in one request: the call and gas

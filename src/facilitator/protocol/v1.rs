@@ -8,11 +8,9 @@ use ethers_core::utils::to_checksum;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 
-use super::values::{self, ExactEvmPayload, Payload, Scheme, Values};
+use super::values::{ExactEvmPayload, Payload, Scheme, Values};
 use crate::evm;
 use crate::evm::parse_address;
-use crate::facilitator::evm::request::Request;
-use crate::facilitator::evm::request::Served;
 use crate::facilitator::outcome::Settled;
 use crate::facilitator::outcome::{Field, Invalid};
 use crate::ledger::Reason;
@@ -128,9 +126,8 @@ pub fn path(field: Field) -> &'static str {
     }
 }
 
-/// Rules 1-3 in v1's terms, then the shared rules 4-5: the version-free request, or the first
-/// failure.
-pub fn lower(request: &PaymentRequest, served: &dyn Served) -> Result<Request, Invalid> {
+/// Rules 1-3 in v1's terms: the strings the shared rules 4-5 read, or the first failure.
+pub fn values(request: &PaymentRequest) -> Result<Values<'_>, Invalid> {
     let payload = &request.payment_payload;
     let required = &request.payment_requirements;
     let is_one = |n: &Number| n.as_u64() == Some(1);
@@ -151,7 +148,7 @@ pub fn lower(request: &PaymentRequest, served: &dyn Served) -> Result<Request, I
     }
     // v1 names a network by its configured name; whether it is served is rule 3's last test,
     // made by the shared parse.
-    let values = Values {
+    Ok(Values {
         network: &required.network,
         scheme: Scheme::Exact,
         amount: &required.max_amount_required,
@@ -161,8 +158,7 @@ pub fn lower(request: &PaymentRequest, served: &dyn Served) -> Result<Request, I
         max_timeout_seconds: &required.max_timeout_seconds,
         extra: required.extra.as_ref(),
         payload: Payload::from(&payload.payload),
-    };
-    values::parse(values, served)
+    })
 }
 
 /// `payer` of every answer: the checksummed `from`, or the string as sent.

@@ -1,6 +1,6 @@
 //! x402 version 2 on the wire: its request shapes, its field paths, its CAIP-2 network names and
-//! its reason names. A v2 request is lowered into the version-free [`Request`] after the rules
-//! only v2 has; answers are raised back into v2's names (in v1's answer shapes, whose fields v2
+//! its reason names. A v2 request yields the strings its family's mechanism lowers after the
+//! rules only v2 has; answers are raised back into v2's names (in v1's answer shapes, whose fields v2
 //! kept). Nothing past this module knows which version carried a payment, so the ledger binds a
 //! v2 payment and its v1 replay alike.
 //!
@@ -15,11 +15,8 @@ use serde_json::{Map, Number, Value};
 
 use super::eip2612;
 use super::v1::{self, SettleResponse, VerifyResponse};
-use super::values::{self, Values};
-use super::values::{ExactEvmPayloadV2, Payload, Scheme};
+use super::values::{ExactEvmPayloadV2, Payload, Scheme, Values};
 use crate::evm;
-use crate::facilitator::evm::request::Request;
-use crate::facilitator::evm::request::Served;
 use crate::facilitator::outcome::{Field, Invalid};
 use crate::facilitator::outcome::{SettleError, Settled};
 use crate::ledger::Reason;
@@ -161,17 +158,16 @@ pub fn path(field: Field) -> &'static str {
     }
 }
 
-/// v2's own rules, then the shared rules 4-5: the version-free request, or the first failure.
+/// v2's own rules: the strings the shared rules 4-5 read, or the first failure.
 /// `by_chain_id` maps served chain ids to configured network names.
-pub fn lower(
-    request: &PaymentRequest,
-    by_chain_id: &BTreeMap<u64, String>,
-    served: &dyn Served,
-) -> Result<Request, Invalid> {
+pub fn values<'a>(
+    request: &'a PaymentRequest,
+    by_chain_id: &'a BTreeMap<u64, String>,
+) -> Result<Values<'a>, Invalid> {
     let payload = &request.payment_payload;
     let required = &request.payment_requirements;
     let (network, resource, scheme) = check(request, by_chain_id)?;
-    let values = Values {
+    Ok(Values {
         network,
         scheme,
         amount: &required.amount,
@@ -181,16 +177,13 @@ pub fn lower(
         max_timeout_seconds: &required.max_timeout_seconds,
         extra: required.extra.as_ref(),
         payload: Payload::from(&payload.payload),
-    };
-    let mut lowered = values::parse(values, served)?;
-    let sponsored = payload
-        .extensions
-        .as_ref()
-        .and_then(|e| e.get(eip2612::KEY));
-    if let Some(extension) = sponsored.filter(|_| lowered.method.is_permit2()) {
-        lowered.eip2612 = Some(eip2612::permit(extension, &lowered)?);
-    }
-    Ok(lowered)
+    })
+}
+
+/// The `eip2612GasSponsoring` extension the payload carries, if any.
+pub fn eip2612_extension(request: &PaymentRequest) -> Option<&Value> {
+    let extensions = request.payment_payload.extensions.as_ref();
+    extensions.and_then(|e| e.get(eip2612::KEY))
 }
 
 /// Rules 1-3 in v2's terms and v2's own requirement rules: the configured name of the served

@@ -7,6 +7,7 @@
 //! (`facilitator::evm`, `facilitator::svm`) signs, sends and follows; this core decides what a
 //! caller is told.
 
+pub mod answer_times;
 pub mod cooldown;
 pub mod recheck;
 pub mod waiters;

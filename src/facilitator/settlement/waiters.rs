@@ -113,22 +113,26 @@ impl Waiters {
             .map_or_else(tracing::Span::none, |e| e.span.clone())
     }
 
-    /// `record` is answered with its outcome: its span learns the including block.
-    pub fn done(&self, record: &Record, outcome: Outcome) {
+    /// `record` is answered with its outcome: its span learns the including block. Answers
+    /// whether a caller was waiting here.
+    pub fn done(&self, record: &Record, outcome: Outcome) -> bool {
         if let Some(entry) = self.lock().get(&record.key()) {
             if let Some(inclusion) = record.state.inclusion() {
                 entry.span.record("block", inclusion.block);
             }
             entry.span.record("success", outcome.success);
         }
-        self.finish(&record.key(), Progress::Done(outcome));
+        self.finish(&record.key(), Progress::Done(outcome))
     }
 
-    /// Hands the final answer to every waiter and forgets the settlement.
-    pub fn finish(&self, key: &PaymentKey, progress: Progress) {
-        if let Some(entry) = self.lock().remove(key) {
+    /// Hands the final answer to every waiter and forgets the settlement; answers whether it
+    /// was under way here.
+    pub fn finish(&self, key: &PaymentKey, progress: Progress) -> bool {
+        let entry = self.lock().remove(key);
+        if let Some(entry) = &entry {
             entry.sender.send_replace(progress);
         }
+        entry.is_some()
     }
 
     pub fn count(&self) -> usize {

@@ -4,6 +4,7 @@
 //! asks the cluster once (the accounts and the simulation in one batch).
 
 pub mod fee_payer;
+pub mod mechanism;
 mod settle;
 pub mod wire;
 
@@ -18,6 +19,7 @@ use crate::chain::Unreachable;
 use crate::config::{solana_preset, FacilitatorSettings, SolanaChainSettings};
 use crate::facilitator::deny_list::{DenyList, DenyLists};
 use crate::facilitator::outcome::SettleError;
+use crate::facilitator::settlement::answer_times::AnswerTimes;
 use crate::store::Storage;
 use crate::svm::exact::MAX_MICRO_LAMPORTS_PER_COMPUTE_UNIT;
 use crate::svm::{
@@ -172,6 +174,8 @@ pub struct SvmExact {
     fee_payers: FeePayers,
     /// `facilitator.deny_list_file`, as last read (its base58 keys).
     deny_list: Arc<DenyLists>,
+    /// Block-to-answer times, shared with the other family's.
+    answer_times: AnswerTimes,
 }
 
 impl SvmExact {
@@ -180,7 +184,14 @@ impl SvmExact {
             networks,
             fee_payers,
             deny_list: Arc::new(DenyLists::of(DenyList::default())),
+            answer_times: AnswerTimes::default(),
         }
+    }
+
+    /// Counts block-to-answer times into `times`.
+    pub fn answer_times(mut self, times: AnswerTimes) -> Self {
+        self.answer_times = times;
+        self
     }
 
     /// Refuses payments from or to these keys, as the EVM deny list refuses addresses.

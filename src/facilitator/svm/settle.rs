@@ -129,7 +129,10 @@ impl SvmExact {
         let span = settlement_span(payment, &signature);
         let follower = tokio::spawn(follow(chain, books, record, None).instrument(span));
         let outcome = match tokio::time::timeout_at(deadline, follower).await {
-            Ok(Ok(Ok(Some(ended)))) => Ok(SvmSettled::Ended(Box::new(ended))),
+            Ok(Ok(Ok(Some((ended, seen))))) => {
+                self.answer_times.observe("svm", seen.elapsed());
+                Ok(SvmSettled::Ended(Box::new(ended)))
+            }
             Ok(Ok(Err(e))) => Err(e.into()),
             Ok(Ok(Ok(None))) | Ok(Err(_)) | Err(_) => Ok(SvmSettled::Pending { signature }),
         };
@@ -347,7 +350,8 @@ async fn known(
     }
     let books = (ledger.clone(), cooldown.clone());
     let outcome = match follow(chain.clone(), books, record, Some(deadline)).await? {
-        Some(ended) => Ok(SvmSettled::Ended(Box::new(ended))),
+        // Not timed: a retry, whose wait after the block began with an earlier request.
+        Some((ended, _)) => Ok(SvmSettled::Ended(Box::new(ended))),
         None => Ok(SvmSettled::Pending { signature }),
     };
     pass_on(ledger, outcome, key, asking).await
@@ -359,8 +363,8 @@ impl Answer for Result<SvmSettled, SettleError> {
     }
 }
 
-/// Follows a stored settlement until it ends (stored durably), or answers `None` once `deadline`
-/// passes. Only the chain decides: the transaction's own record once a status says it reached
+/// Follows a stored settlement until it ends (stored durably), with when its status at the
+/// commitment was first seen, or answers `None` once `deadline` passes. Only the chain decides: the transaction's own record once a status says it reached
 /// the commitment (success when it ran and moved the amount, else its failure), or unknown once
 /// the block height is past the blockhash's last valid one.
 async fn follow(
@@ -368,11 +372,14 @@ async fn follow(
     (ledger, cooldown): (Storage, Arc<Cooldown>),
     mut record: Record,
     deadline: Option<Instant>,
-) -> Result<Option<Record>, StoreError> {
+) -> Result<Option<(Record, Instant)>, StoreError> {
     let svm = record.svm.clone().expect("a Solana record");
     let mut sent_at: Option<Instant> = None;
     loop {
-        match chain.track(&svm.signature).await {
+        let tracked = chain.track(&svm.signature).await;
+        // When a status at the commitment arrives: its slot is seen then.
+        let seen = Instant::now();
+        match tracked {
             Ok(tracked) => match landing(&chain, &svm, tracked.status).await {
                 Landing::Ended { slot, error } => {
                     let failed = error.is_some();
@@ -385,13 +392,13 @@ async fn follow(
                         tracing::warn!(chain = %chain.name, signature = %svm.signature, payer = %svm.payer, "a Solana settlement failed on chain: its payer (the transfer's authority) is cooled down");
                         cool_down(&cooldown, &record).await;
                     }
-                    return Ok(Some(record));
+                    return Ok(Some((record, seen)));
                 }
                 Landing::Pending => {}
                 Landing::Unknown if tracked.block_height > svm.last_valid_block_height => {
                     record.expire(Lost::BlockHeightExceeded, unix_now());
                     ledger.save(&[&record], true).await?;
-                    return Ok(Some(record));
+                    return Ok(Some((record, Instant::now())));
                 }
                 Landing::Unknown if sent_at.is_none_or(|at| at.elapsed() >= RESEND_EVERY) => {
                     if let Err(e) = chain.send_transaction(&svm.transaction).await {

@@ -44,13 +44,6 @@ pub const V2_OBJECTS: &[&str] = &[
     "paymentRequirements",
 ];
 
-/// Whether a network name is a Solana one (`solana`, `solana-devnet`, `solana:<genesis>`),
-/// served or not: such a body is read in Solana's shape, and answered `invalid_network` when
-/// the network is not served.
-pub fn is_solana(network: &str) -> bool {
-    network == "solana" || network.starts_with("solana-") || network.starts_with("solana:")
-}
-
 /// Why a Solana request is refused: a rule every family shares, or one of Solana's own.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Refused {

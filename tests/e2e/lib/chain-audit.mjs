@@ -58,19 +58,36 @@ export async function minedFrom(anvil, senders, { fromBlock, toBlock } = {}) {
   const numbers = [];
   for (let n = fromBlock + 1; n <= head; n += 1) numbers.push(n);
   const out = [];
+  // The canonical chain by parent hashes from the head, read once if a number lookup fails.
+  let byParents = null;
+  const readByParents = async () => {
+    const chain = new Map();
+    let block = await anvil.rpc('eth_getBlockByNumber', [hex(head), true]);
+    while (block && Number(block.number) > fromBlock) {
+      chain.set(Number(block.number), block);
+      block = await anvil.rpc('eth_getBlockByHash', [block.parentHash, true]);
+    }
+    return chain;
+  };
   const readBlock = async (n) => {
     // A busy anvil that is mining at that moment may briefly answer null for a block at or under
-    // the head it reported: ask again rather than misread the history.
+    // the head it reported: ask again rather than misread the history. After several rollbacks
+    // anvil may keep answering null for a number it has a block at: then the block is found
+    // from the head down, by parent hashes.
     let block = null;
     await waitFor(async () => {
       block = await anvil.rpc('eth_getBlockByNumber', [hex(n), true]);
       return block !== null;
-    }, { timeoutMs: 10_000, intervalMs: 100, what: `block ${n} (head ${head}) from the node` });
+    }, { timeoutMs: 3_000, intervalMs: 100, what: `block ${n} (head ${head}) from the node` }).catch(async () => {
+      byParents ??= readByParents();
+      block = (await byParents).get(n) ?? null;
+      assert.ok(block, `block ${n} (head ${head}): neither by number nor from the head by parent hashes`);
+    });
     const mine = block.transactions.filter((tx) => senders.some((s) => same(tx.from, s)));
     if (mine.length === 0) return;
     let receipts = null;
     await waitFor(async () => {
-      receipts = await anvil.rpc('eth_getBlockReceipts', [hex(n)]);
+      receipts = await anvil.rpc('eth_getBlockReceipts', [block.hash]); // this very block's
       return receipts !== null;
     }, { timeoutMs: 10_000, intervalMs: 100, what: `receipts of block ${n} from the node` });
     const byHash = new Map(receipts.map((r) => [r.transactionHash, r]));

@@ -1,0 +1,269 @@
+//! Which mechanism serves which kind of payment: one table, keyed by (x402 version, CAIP-2
+//! namespace, scheme), looked up once per request. A new scheme or family is its rooms and a
+//! line here.
+//!
+//! A network names its namespace: a CAIP-2 id by its prefix, an x402 v1 name by the family the
+//! configuration knows its chain by (`config::solana_preset`). A kind no mechanism serves goes to
+//! its namespace's mechanism, whose rules refuse its version or scheme in that family's words, and
+//! a network of no served namespace to the first family's, as unserved.
+
+use std::sync::Arc;
+
+use super::evm::exact::{self as evm, EvmExact};
+use super::mechanism::{Mechanism, Payee, Payment, StatusLookup};
+use super::svm::mechanism::{self as svm, SvmMechanism};
+
+/// Each family's reading of an API key's `pay_to` entries, tried in this order.
+pub(crate) static PAYEES: &[fn(&str) -> Option<Payee>] = &[evm::payee, svm::payee];
+
+/// A kind of payment a mechanism serves.
+struct Kind {
+    version: u64,
+    namespace: &'static str,
+    scheme: &'static str,
+}
+
+pub struct Registry {
+    kinds: Vec<(Kind, Arc<dyn Mechanism>)>,
+    /// One mechanism per family, in the order their status routes are named.
+    families: Vec<Arc<dyn Mechanism>>,
+}
+
+impl Registry {
+    pub fn new(evm: Arc<EvmExact>, svm: Arc<SvmMechanism>) -> Self {
+        let (evm, svm): (Arc<dyn Mechanism>, Arc<dyn Mechanism>) = (evm, svm);
+        let kind = |version, namespace, scheme| Kind {
+            version,
+            namespace,
+            scheme,
+        };
+        Registry {
+            kinds: vec![
+                (kind(1, evm::NAMESPACE, "exact"), evm.clone()),
+                (kind(2, evm::NAMESPACE, "exact"), evm.clone()),
+                (kind(2, evm::NAMESPACE, "upto"), evm.clone()),
+                (kind(1, svm::NAMESPACE, "exact"), svm.clone()),
+                (kind(2, svm::NAMESPACE, "exact"), svm.clone()),
+            ],
+            families: vec![evm, svm],
+        }
+    }
+
+    /// The mechanism serving a payment of `version` on `network` in `scheme`, as its body names
+    /// them (absent when the body names none, or not as a string).
+    pub fn lookup(
+        &self,
+        version: u64,
+        network: Option<&str>,
+        scheme: Option<&str>,
+    ) -> &dyn Mechanism {
+        let namespace = network.map(namespace_of);
+        let same = |k: &Kind| k.version == version && Some(k.namespace) == namespace;
+        let served = self.kinds.iter();
+        let found = served
+            .clone()
+            .find(|(k, _)| same(k) && Some(k.scheme) == scheme)
+            .or_else(|| served.clone().find(|(k, _)| same(k)))
+            .or_else(|| served.clone().find(|(k, _)| k.version == version));
+        let (_, mechanism) = found.unwrap_or(&self.kinds[0]);
+        mechanism.as_ref()
+    }
+
+    /// Each family's mechanism, once.
+    pub fn families(&self) -> impl Iterator<Item = &dyn Mechanism> {
+        self.families.iter().map(|m| m.as_ref())
+    }
+
+    /// The settlement a status path (after `/settlements/`) names, by the family whose route
+    /// has as many segments; a path of no family's shape is told every route.
+    pub fn status(&self, path: &str) -> Result<Box<dyn StatusLookup + '_>, String> {
+        let segments: Vec<&str> = path.split('/').collect();
+        let length = |form: &str| form.split('/').count() - 2;
+        let family = self
+            .families
+            .iter()
+            .find(|m| length(m.status_form()) == segments.len());
+        match family {
+            Some(mechanism) => mechanism.status(&segments),
+            None => {
+                let forms: Vec<&str> = self.families.iter().map(|m| m.status_form()).collect();
+                Err(format!("path: expected {}", forms.join(" or ")))
+            }
+        }
+    }
+
+    /// A body read the checked way by the mechanism serving its kind.
+    pub fn read(
+        &self,
+        version: u64,
+        body: serde_json::Value,
+        prefix: &str,
+    ) -> Result<Box<dyn Payment + '_>, String> {
+        let requirements = |field: &str| {
+            let value = body.pointer(&format!("/paymentRequirements/{field}"));
+            value.and_then(|v| v.as_str()).map(str::to_string)
+        };
+        let (network, scheme) = (requirements("network"), requirements("scheme"));
+        let mechanism = self.lookup(version, network.as_deref(), scheme.as_deref());
+        mechanism.read(version, body, prefix)
+    }
+}
+
+/// A body speaking version 2 is read as v2 where v2 is served; every other body is read as v1,
+/// whose rule 1 refuses versions other than 1.
+pub fn read_as(version: Option<u64>, serves_v2: bool) -> u64 {
+    match version == Some(2) && serves_v2 {
+        true => 2,
+        false => 1,
+    }
+}
+
+/// What a body says of its kind, read without building a JSON tree: its top-level
+/// `x402Version` and its requirements' network and scheme.
+pub struct Peek {
+    pub version: u64,
+    pub network: Option<String>,
+    pub scheme: Option<String>,
+}
+
+/// The kind of a body that may be read straight into its wire type: one with no `[` anywhere
+/// (it cannot hold an array where an object belongs, which serde's derive would otherwise read
+/// as a tuple of fields) that says its version at the top level, as a number (then it is the
+/// version `protocol::version_of` reads).
+pub fn peek(bytes: &[u8]) -> Option<Peek> {
+    #[derive(serde::Deserialize)]
+    struct Kind {
+        #[serde(rename = "x402Version")]
+        version: Option<u64>,
+        #[serde(rename = "paymentRequirements")]
+        requirements: Option<Requirements>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Requirements {
+        network: Option<String>,
+        scheme: Option<String>,
+    }
+    if bytes.contains(&b'[') {
+        return None;
+    }
+    let kind = serde_json::from_slice::<Kind>(bytes).ok()?;
+    let (network, scheme) = kind
+        .requirements
+        .map_or((None, None), |r| (r.network, r.scheme));
+    Some(Peek {
+        version: kind.version?,
+        network,
+        scheme,
+    })
+}
+
+/// The CAIP-2 namespace of a network named by its CAIP-2 id or by its x402 v1 name.
+pub fn namespace_of(network: &str) -> &str {
+    match network.split_once(':') {
+        Some((namespace, _)) => namespace,
+        None if crate::config::solana_preset(network).is_some() => svm::NAMESPACE,
+        None => evm::NAMESPACE,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facilitator::evm::exact::EvmRequest;
+    use crate::facilitator::protocol::version_of;
+    use crate::facilitator::svm::wire::SvmRequest;
+
+    const V1: &str = r#"{"x402Version":1,"paymentPayload":{"x402Version":1,"scheme":"exact","network":"base","payload":{"signature":"0x01","authorization":{"from":"0xa","to":"0xb","value":"1","validAfter":"0","validBefore":"9","nonce":"0xc"}}},"paymentRequirements":{"scheme":"exact","network":"base","maxAmountRequired":"1","resource":"https://r","description":"d \"q\"","mimeType":"m","payTo":"0xb","maxTimeoutSeconds":60,"asset":"0xd","extra":{"name":"USDC","version":"2"}}}"#;
+    const V2: &str = r#"{"x402Version":2,"paymentPayload":{"x402Version":2,"resource":{"url":"https://r"},"accepted":{"scheme":"exact","network":"eip155:8453","amount":"1","asset":"0xd","payTo":"0xb","maxTimeoutSeconds":60},"payload":{"signature":"0x01","authorization":{"from":"0xa","to":"0xb","value":"1","validAfter":"0","validBefore":"9","nonce":"0xc"}}},"paymentRequirements":{"scheme":"exact","network":"eip155:8453","amount":"1","asset":"0xd","payTo":"0xb","maxTimeoutSeconds":60}}"#;
+
+    /// What the checked path makes of an EVM body, as text to compare.
+    fn checked(serves_v2: bool, body: &str) -> Result<String, String> {
+        let value: serde_json::Value = serde_json::from_str(body).map_err(|e| e.to_string())?;
+        let version = read_as(version_of(&value), serves_v2);
+        EvmRequest::read(version, value, "").map(|p| format!("{p:?}"))
+    }
+
+    /// What the direct path makes of it, where the facade would take it.
+    fn direct(serves_v2: bool, body: &str) -> Option<String> {
+        let kind = peek(body.as_bytes())?;
+        if kind.network.as_deref().map(namespace_of) == Some(svm::NAMESPACE) {
+            return None;
+        }
+        let version = read_as(Some(kind.version), serves_v2);
+        EvmRequest::read_direct(version, body.as_bytes()).map(|p| format!("{p:?}"))
+    }
+
+    #[test]
+    fn a_network_names_its_family() {
+        assert_eq!(namespace_of("eip155:8453"), evm::NAMESPACE);
+        assert_eq!(namespace_of("base"), evm::NAMESPACE);
+        assert_eq!(
+            namespace_of("solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1"),
+            svm::NAMESPACE
+        );
+        // v1's names of the clusters the configuration knows, served or not
+        assert_eq!(namespace_of("solana-devnet"), svm::NAMESPACE);
+        assert_eq!(namespace_of("solana"), svm::NAMESPACE);
+        // a v1 name no configuration knows is not told apart by its spelling: the first
+        // family's rules refuse it as unserved
+        assert_eq!(namespace_of("solana-testnet"), evm::NAMESPACE);
+        assert_eq!(namespace_of("cosmos:hub"), "cosmos");
+    }
+
+    #[test]
+    fn a_solana_body_is_read_in_solanas_shape() {
+        let v2 = r#"{"x402Version":2,"paymentPayload":{"x402Version":2,"accepted":{"scheme":"exact","network":"solana:x","amount":"1","asset":"m","payTo":"p","maxTimeoutSeconds":60},"payload":{"transaction":"AA=="}},"paymentRequirements":{"scheme":"exact","network":"solana:x","amount":"1","asset":"m","payTo":"p","maxTimeoutSeconds":60}}"#;
+        assert!(direct(true, v2).is_none());
+        let read = SvmRequest::read(2, serde_json::from_str(v2).unwrap(), "").unwrap();
+        assert!(matches!(read, SvmRequest::V2(_)));
+        let v1 = V1.replace("\"network\":\"base\"", "\"network\":\"solana-devnet\"");
+        let error = SvmRequest::read(1, serde_json::from_str(&v1).unwrap(), "").unwrap_err();
+        assert_eq!(error, "paymentPayload.payload.transaction: missing");
+    }
+
+    #[test]
+    fn the_direct_read_agrees_with_the_checked_one_or_declines() {
+        let bodies = [
+            V1.to_string(),
+            V2.to_string(),
+            // duplicate keys: the checked read keeps the last one, the direct one declines
+            V1.replacen(r#""x402Version":1,"#, r#""x402Version":2,"x402Version":1,"#, 1),
+            // versions that are not a top-level number are for the checked read
+            V2.replacen(r#""x402Version":2,"#, "", 1),
+            V2.replacen(r#""x402Version":2"#, r#""x402Version":null"#, 1),
+            V1.replacen(r#""x402Version":1"#, r#""x402Version":"1""#, 1),
+            V1.replacen(r#""x402Version":1"#, r#""x402Version":1.0"#, 1),
+            // an object given as an array, which serde's derive would read as a tuple
+            V1.replacen(
+                r#""authorization":{"from":"0xa","to":"0xb","value":"1","validAfter":"0","validBefore":"9","nonce":"0xc"}"#,
+                r#""authorization":["0xa","0xb","1","0","9","0xc"]"#,
+                1,
+            ),
+            // a `[` in a string: the direct read declines what it cannot tell apart
+            V1.replacen(r#"\"q\""#, "[q]", 1),
+            V1.replacen(r#""value":"1""#, r#""value":1"#, 1),
+            V1.replacen(r#""payTo":"0xb","#, "", 1),
+            format!("{V1} x"),
+            "7".to_string(),
+            "{}".to_string(),
+        ];
+        let mut direct_reads = 0;
+        for body in &bodies {
+            for serves_v2 in [false, true] {
+                let Some(read) = direct(serves_v2, body) else {
+                    continue;
+                };
+                direct_reads += 1;
+                assert_eq!(Ok(read), checked(serves_v2, body), "{body}");
+            }
+        }
+        // V1 with and without v2 served, V2 where v2 is served, and no other body
+        assert_eq!(direct_reads, 3);
+        let tuple = &bodies[7];
+        assert!(direct(true, tuple).is_none());
+        assert_eq!(
+            checked(true, tuple).unwrap_err(),
+            "paymentPayload.payload.authorization: invalid type: array, expected an object"
+        );
+    }
+}
