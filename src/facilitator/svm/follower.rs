@@ -142,6 +142,9 @@ impl Follower {
     /// One read of every followed signature, and what follows from it.
     async fn tick(&self) {
         let (asked, height, bound) = self.asks();
+        if asked.is_empty() {
+            return;
+        }
         let signatures: Vec<String> = asked.iter().map(|(s, _)| s.signature.clone()).collect();
         let read = match self.chain.follow_read(&signatures, height, bound).await {
             Ok(read) => read,
@@ -171,14 +174,18 @@ impl Follower {
             f.unknown_since
                 .is_some_and(|at| at.elapsed() >= UNKNOWN_GRACE)
         });
-        let svm = |f: &Followed| f.record.svm.clone().expect("a Solana record");
-        let bound = followed
+        let asked: Vec<(SvmSettlement, tracing::Span)> = followed
             .values()
-            .any(|f| svm(f).last_valid_block_height == 0);
-        let asked = followed
-            .values()
-            .map(|f| (svm(f), f.span.clone()))
+            .map(|f| {
+                (
+                    f.record.svm.clone().expect("a Solana record"),
+                    f.span.clone(),
+                )
+            })
             .collect();
+        let bound = asked
+            .iter()
+            .any(|(svm, _)| svm.last_valid_block_height == 0);
         (asked, height, bound)
     }
 
