@@ -45,18 +45,19 @@ async function parties(node, dir, payers) {
 
 /**
  * `count` distinct v2 bodies as JSON strings, on the node's latest blockhash (valid 150 slots:
- * build them just before they are sent). `offset` keeps them apart from earlier ones (their
- * compute unit limits are 20,000 + offset + i: keep offsets apart by more than a count, below
- * the 400,000 cap).
+ * build them just before they are sent). Each body of the phase is apart from every other: its
+ * compute unit limit is 20,000 + the bodies built before it, below routerd's default cap of 40,000
+ * (`chains.<name>.max_compute_units`).
  */
-async function payments(node, { feePayer, payee, payers }, count, offset = 0) {
+let built = 0;
+async function payments(node, { feePayer, payee, payers }, count) {
   const { value: { blockhash } } = await node.rpc('getLatestBlockhash', []);
   const requirements = v2Requirements({ payTo: payee.address, amount: AMOUNT, feePayer: feePayer.address });
   const bodies = [];
   for (let i = 0; i < count; i += 1) {
     const payer = payers[i % payers.length];
     const instructions = await paymentInstructions({
-      payer: payer.address, payTo: payee.address, mint: DEVNET_USDC_MINT, amount: AMOUNT, units: 20_000 + offset + i,
+      payer: payer.address, payTo: payee.address, mint: DEVNET_USDC_MINT, amount: AMOUNT, units: 20_000 + built++,
     });
     const transaction = wireTransaction(compileMessage({ feePayer: feePayer.address, instructions, blockhash }), [payer]);
     bodies.push(JSON.stringify({
@@ -81,7 +82,7 @@ async function upstreamPerVerify(node, tmp, people, count, log) {
     configToml: config({ port: await freePort(), dir: tmp.dir, rpcUrl: proxy.url, feePayerFile: people.feePayerFile }), dir: tmp.dir,
   });
   try {
-    const bodies = await payments(node, people, count, 0);
+    const bodies = await payments(node, people, count);
     log(`svm: ${count} verifies, one at a time, through the counting proxy`);
     const calls = (from) => proxy.state.requests.slice(from).reduce((n, methods) => n + methods.length, 0);
     let mark = proxy.state.requests.length;
@@ -150,7 +151,7 @@ async function callsPerSettle(node, tmp, people, { concurrency, total }, log) {
     configToml: config({ port: await freePort(), dir: tmp.dir, rpcUrl: proxy.url, feePayerFile: people.feePayerFile }), dir: tmp.dir,
   });
   try {
-    const bodies = await payments(node, people, total, 100_000);
+    const bodies = await payments(node, people, total);
     log(`svm: ${total} settles at concurrency ${concurrency} through the counting proxy`);
     const mark = proxy.state.requests.length;
     const run = await settleRun(routerd.url, bodies, concurrency);
@@ -187,16 +188,16 @@ export async function benchSvm(bounds, log) {
       const verifier = (bodies) => async (i) => (await postJson(`${routerd.url}/verify`, bodies[i])).body?.isValid === true;
       const stats = (r) => ({ ...summarize(r.latencies), rps: r.rps, failed: r.failed, firstError: r.firstError });
       const { warmup, serial, concurrent } = bounds;
-      await load({ concurrency: 4, total: warmup, maxMs: 10_000, call: verifier(await payments(node, people, warmup, 10_000)) });
+      await load({ concurrency: 4, total: warmup, maxMs: 10_000, call: verifier(await payments(node, people, warmup)) });
       log(`svm: ${serial.total} verifies at concurrency 1, then ${concurrent.total} at ${concurrent.concurrency}`);
-      const c1 = stats(await load({ concurrency: 1, ...serial, call: verifier(await payments(node, people, serial.total, 20_000)) }));
-      const c64 = stats(await load({ ...concurrent, call: verifier(await payments(node, people, concurrent.total, 30_000)) }));
+      const c1 = stats(await load({ concurrency: 1, ...serial, call: verifier(await payments(node, people, serial.total)) }));
+      const c64 = stats(await load({ ...concurrent, call: verifier(await payments(node, people, concurrent.total)) }));
       memory.afterVerify = procMemory(pid);
 
       log(`svm: ${bounds.settleSerial} settles one at a time, then ${bounds.settleConcurrent.total} at concurrency ${bounds.settleConcurrent.concurrency}`);
-      const settleSerial = await settleRun(routerd.url, await payments(node, people, bounds.settleSerial, 50_000), 1, node);
+      const settleSerial = await settleRun(routerd.url, await payments(node, people, bounds.settleSerial), 1, node);
       const { concurrency, total } = bounds.settleConcurrent;
-      const settleConcurrent = await settleRun(routerd.url, await payments(node, people, total, 60_000), concurrency, node);
+      const settleConcurrent = await settleRun(routerd.url, await payments(node, people, total), concurrency, node);
       memory.afterSettle = procMemory(pid);
       return {
         slotMs: SLOT_MS, upstream, settleCalls, c1, c64, settleSerial, settleConcurrent, memory,

@@ -18,7 +18,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ethers_core::types::Address;
-use futures::future::join_all;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -62,6 +61,9 @@ struct Followed {
     unknown_since: Option<Instant>,
     /// The settlement's span: its end is recorded on it.
     span: tracing::Span,
+    /// While what its last status means is still being worked out (its record read, its end
+    /// stored): the ticks meanwhile do not ask for it again.
+    busy: bool,
     ended: watch::Sender<Option<Arc<Record>>>,
 }
 
@@ -118,6 +120,7 @@ impl Follower {
                     sent_at,
                     unknown_since,
                     span,
+                    busy: false,
                     ended,
                 });
                 ending
@@ -129,18 +132,23 @@ impl Follower {
     }
 
     async fn run(self: Arc<Self>) {
+        // A tick starts every TICK from the start of the last, or as soon as a slow read ends.
+        let mut ticks = tokio::time::interval(TICK);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             if self.followed.lock().expect("not poisoned").is_empty() {
                 self.wake.notified().await;
+                ticks.reset_immediately();
                 continue;
             }
-            self.tick().await;
-            tokio::time::sleep(TICK).await;
+            ticks.tick().await;
+            self.clone().tick().await;
         }
     }
 
-    /// One read of every followed signature, and what follows from it.
-    async fn tick(&self) {
+    /// One read of every followed signature not busy, and what follows from it, in tasks of their
+    /// own: a slow record or store does not hold the next tick back.
+    async fn tick(self: Arc<Self>) {
         let (asked, height, bound) = self.asks();
         if asked.is_empty() {
             return;
@@ -150,33 +158,47 @@ impl Follower {
             Ok(read) => read,
             Err(e) => {
                 tracing::warn!(chain = %self.chain.name, error = %e, "could not read the settlements' statuses; trying again");
+                signatures.iter().for_each(|signature| self.free(signature));
                 return;
             }
         };
         if let Some(bound) = read.last_valid_block_height {
             self.bound(&signatures, bound);
         }
-        let ticks = asked
-            .into_iter()
-            .zip(read.statuses)
-            .map(|((svm, span), status)| {
-                let height = read.block_height;
-                self.one(svm, status, height).instrument(span)
-            });
-        join_all(ticks).await;
+        for ((svm, span), status) in asked.into_iter().zip(read.statuses) {
+            let follower = self.clone();
+            let height = read.block_height;
+            let one = async move {
+                let signature = svm.signature.clone();
+                follower.one(svm, status, height).await;
+                follower.free(&signature);
+            };
+            tokio::spawn(one.instrument(span));
+        }
     }
 
-    /// Each followed settlement (and its span), whether the block height is to be read (one has
-    /// been unknown past the grace), and whether the latest blockhash is (one has no bound).
+    /// A settlement whose tick is done, if it is still followed.
+    fn free(&self, signature: &str) {
+        let mut followed = self.followed.lock().expect("not poisoned");
+        if let Some(f) = followed.get_mut(signature) {
+            f.busy = false;
+        }
+    }
+
+    /// Each followed settlement not busy (and its span), now busy, whether the block height is to
+    /// be read (one has been unknown past the grace), and whether the latest blockhash is (one
+    /// has no bound).
     fn asks(&self) -> (Vec<(SvmSettlement, tracing::Span)>, bool, bool) {
-        let followed = self.followed.lock().expect("not poisoned");
+        let mut followed = self.followed.lock().expect("not poisoned");
         let height = followed.values().any(|f| {
             f.unknown_since
                 .is_some_and(|at| at.elapsed() >= UNKNOWN_GRACE)
         });
         let asked: Vec<(SvmSettlement, tracing::Span)> = followed
-            .values()
+            .values_mut()
+            .filter(|f| !f.busy)
             .map(|f| {
+                f.busy = true;
                 (
                     f.record.svm.clone().expect("a Solana record"),
                     f.span.clone(),
