@@ -73,6 +73,7 @@ const BOUNDS = {
     concurrent: { concurrency: 64, total: n(2000), maxMs: 20_000 },
     settleSerial: n(20),
     settleConcurrent: { concurrency: 64, total: n(200) },
+    settleCalls: { concurrency: 50, total: n(200) },
   },
 };
 
@@ -973,6 +974,10 @@ function table() {
   out.push(`svm: upstream requests per verify ${f(sv.upstream.requestsPerVerify, 3)}, JSON-RPC calls per verify ${f(sv.upstream.callsPerVerify, 3)} `
     + `(one at a time through a counting proxy: ${sv.upstream.during.requests} requests, ${sv.upstream.during.calls} calls for ${sv.upstream.verifies} verifies; `
     + `methods ${sv.upstream.methods.join(', ')})`);
+  out.push(`svm: node calls per settle ${f(sv.settleCalls.callsPerSettle, 2)} (${sv.settleCalls.settles} settles at concurrency 50 through the counting proxy: `
+    + `${sv.settleCalls.calls} calls in ${sv.settleCalls.requests} requests; ${Object.entries(sv.settleCalls.methods).map(([m, c]) => `${m} ${c}`).join(', ')}); `
+    + `commitment-to-answer p50 ${f(sv.settleSerial.commitmentToAnswer.p50, 0)} ms sequential, ${f(sv.settleConcurrent.commitmentToAnswer.p50, 0)} ms at concurrency 64 `
+    + `(p99 ${f(sv.settleConcurrent.commitmentToAnswer.p99, 0)}); peak RSS ${f(sv.memory.afterSettle.hwmMiB, 1)} MiB`);
   out.push(`settle: ${sl.confirmed} of ${sl.n} confirmed on chain in ${sl.blocksUsed} blocks; ${f(sl.rps, 1)} settles/s over ${f(sl.wallMs / 1000, 2)} s; `
     + `capacity ${sl.capacityPerSecond}/s (gas limit ${sl.gasLimit} / median ${sl.medianGas} gas per settlement, 1 s blocks)`);
   const mid = sl.perBlockMiddle ?? [];

@@ -7,7 +7,10 @@
 // - upstream requests per verify: counted at a proxy in front of the node (HTTP requests and
 //   JSON-RPC calls), verifies one at a time, less what the proxy sees over as long idle;
 // - verifies/s at concurrency 1 and 64, routerd straight on the node;
-// - settle latency, one at a time and at concurrency 64, against the slot time.
+// - settle latency, one at a time and at concurrency 64, against the slot time, and from the slot
+//   that made each transaction `confirmed` to its answer (commitment-to-answer);
+// - node calls per settle (each entry of a batch, as a hosted RPC bills them), 200 settles at
+//   concurrency 50 through the counting proxy.
 import { join } from 'node:path';
 import { startFilteringProxy } from '../tests/e2e/lib/bad-upstreams.mjs';
 import { startRouterd, freePort } from '../tests/e2e/lib/routerd.mjs';
@@ -42,18 +45,19 @@ async function parties(node, dir, payers) {
 
 /**
  * `count` distinct v2 bodies as JSON strings, on the node's latest blockhash (valid 150 slots:
- * build them just before they are sent). `offset` keeps them apart from earlier ones (their
- * compute unit limits are 20,000 + offset + i: keep offsets apart by more than a count, below
- * the 400,000 cap).
+ * build them just before they are sent). Each body of the phase is apart from every other: its
+ * compute unit limit is 20,000 + the bodies built before it, below routerd's default cap of 40,000
+ * (`chains.<name>.max_compute_units`).
  */
-async function payments(node, { feePayer, payee, payers }, count, offset = 0) {
+let built = 0;
+async function payments(node, { feePayer, payee, payers }, count) {
   const { value: { blockhash } } = await node.rpc('getLatestBlockhash', []);
   const requirements = v2Requirements({ payTo: payee.address, amount: AMOUNT, feePayer: feePayer.address });
   const bodies = [];
   for (let i = 0; i < count; i += 1) {
     const payer = payers[i % payers.length];
     const instructions = await paymentInstructions({
-      payer: payer.address, payTo: payee.address, mint: DEVNET_USDC_MINT, amount: AMOUNT, units: 20_000 + offset + i,
+      payer: payer.address, payTo: payee.address, mint: DEVNET_USDC_MINT, amount: AMOUNT, units: 20_000 + built++,
     });
     const transaction = wireTransaction(compileMessage({ feePayer: feePayer.address, instructions, blockhash }), [payer]);
     bodies.push(JSON.stringify({
@@ -78,7 +82,7 @@ async function upstreamPerVerify(node, tmp, people, count, log) {
     configToml: config({ port: await freePort(), dir: tmp.dir, rpcUrl: proxy.url, feePayerFile: people.feePayerFile }), dir: tmp.dir,
   });
   try {
-    const bodies = await payments(node, people, count, 0);
+    const bodies = await payments(node, people, count);
     log(`svm: ${count} verifies, one at a time, through the counting proxy`);
     const calls = (from) => proxy.state.requests.slice(from).reduce((n, methods) => n + methods.length, 0);
     let mark = proxy.state.requests.length;
@@ -108,18 +112,58 @@ async function upstreamPerVerify(node, tmp, people, count, log) {
 }
 
 /** Settles `bodies` at `concurrency`; the latencies of those answered success with a signature. */
-async function settleRun(url, bodies, concurrency) {
+async function settleRun(url, bodies, concurrency, node) {
   let firstError;
+  const answered = []; // [signature, when (ms since the epoch)]
   const run = await load({
     concurrency, total: bodies.length, maxMs: 120_000,
     call: async (i) => {
       const res = await postJson(`${url}/settle`, bodies[i]);
       const ok = res.status === 200 && res.body?.success === true && SIGNATURE.test(res.body.transaction ?? '');
+      if (ok) answered.push([res.body.transaction, Date.now()]);
       if (!ok) firstError ??= answerError(res);
       return ok;
     },
   });
-  return { ...summarize(run.latencies), rps: run.rps, failed: run.failed, firstError: firstError ?? run.firstError };
+  const commitmentToAnswer = node ? summarize(await commitmentToAnswerMs(node, answered)) : undefined;
+  return { ...summarize(run.latencies), rps: run.rps, failed: run.failed, firstError: firstError ?? run.firstError, commitmentToAnswer };
+}
+
+/** Per answered settle: ms from the slot that made its transaction `confirmed` to its answer. */
+async function commitmentToAnswerMs(node, answered) {
+  const { confirmedDepth } = await node.status();
+  const out = [];
+  for (let i = 0; i < answered.length; i += 256) {
+    const part = answered.slice(i, i + 256);
+    const { value } = await node.rpc('getSignatureStatuses', [part.map(([s]) => s), { searchTransactionHistory: true }]);
+    for (const [j, status] of value.entries()) {
+      const at = status && await node.rpc('litesvm_slotTime', [status.slot + confirmedDepth]);
+      if (at) out.push(part[j][1] - at);
+    }
+  }
+  return out;
+}
+
+/** Node calls per settle: `count` distinct settles at `concurrency` through a counting proxy. */
+async function callsPerSettle(node, tmp, people, { concurrency, total }, log) {
+  const proxy = await startFilteringProxy({ target: node.url });
+  const routerd = await startRouterd({
+    configToml: config({ port: await freePort(), dir: tmp.dir, rpcUrl: proxy.url, feePayerFile: people.feePayerFile }), dir: tmp.dir,
+  });
+  try {
+    const bodies = await payments(node, people, total);
+    log(`svm: ${total} settles at concurrency ${concurrency} through the counting proxy`);
+    const mark = proxy.state.requests.length;
+    const run = await settleRun(routerd.url, bodies, concurrency);
+    const requests = proxy.state.requests.slice(mark);
+    const methods = {};
+    for (const m of requests.flat()) methods[m] = (methods[m] ?? 0) + 1;
+    const calls = requests.reduce((n, r) => n + r.length, 0);
+    return { settles: run.n, failed: run.failed, calls, requests: requests.length, callsPerSettle: calls / run.n, methods };
+  } finally {
+    await routerd.stop();
+    await proxy.close();
+  }
 }
 
 /**
@@ -133,6 +177,7 @@ export async function benchSvm(bounds, log) {
   try {
     const people = await parties(node, tmp.dir, 16);
     const upstream = await upstreamPerVerify(node, tmp, people, bounds.upstreamVerifies, log);
+    const settleCalls = await callsPerSettle(node, tmp, people, bounds.settleCalls, log);
 
     const routerd = await startRouterd({
       configToml: config({ port: await freePort(), dir: tmp.dir, rpcUrl: node.url, feePayerFile: people.feePayerFile }), dir: tmp.dir,
@@ -143,19 +188,19 @@ export async function benchSvm(bounds, log) {
       const verifier = (bodies) => async (i) => (await postJson(`${routerd.url}/verify`, bodies[i])).body?.isValid === true;
       const stats = (r) => ({ ...summarize(r.latencies), rps: r.rps, failed: r.failed, firstError: r.firstError });
       const { warmup, serial, concurrent } = bounds;
-      await load({ concurrency: 4, total: warmup, maxMs: 10_000, call: verifier(await payments(node, people, warmup, 10_000)) });
+      await load({ concurrency: 4, total: warmup, maxMs: 10_000, call: verifier(await payments(node, people, warmup)) });
       log(`svm: ${serial.total} verifies at concurrency 1, then ${concurrent.total} at ${concurrent.concurrency}`);
-      const c1 = stats(await load({ concurrency: 1, ...serial, call: verifier(await payments(node, people, serial.total, 20_000)) }));
-      const c64 = stats(await load({ ...concurrent, call: verifier(await payments(node, people, concurrent.total, 30_000)) }));
+      const c1 = stats(await load({ concurrency: 1, ...serial, call: verifier(await payments(node, people, serial.total)) }));
+      const c64 = stats(await load({ ...concurrent, call: verifier(await payments(node, people, concurrent.total)) }));
       memory.afterVerify = procMemory(pid);
 
       log(`svm: ${bounds.settleSerial} settles one at a time, then ${bounds.settleConcurrent.total} at concurrency ${bounds.settleConcurrent.concurrency}`);
-      const settleSerial = await settleRun(routerd.url, await payments(node, people, bounds.settleSerial, 50_000), 1);
+      const settleSerial = await settleRun(routerd.url, await payments(node, people, bounds.settleSerial), 1, node);
       const { concurrency, total } = bounds.settleConcurrent;
-      const settleConcurrent = await settleRun(routerd.url, await payments(node, people, total, 60_000), concurrency);
+      const settleConcurrent = await settleRun(routerd.url, await payments(node, people, total), concurrency, node);
       memory.afterSettle = procMemory(pid);
       return {
-        slotMs: SLOT_MS, upstream, c1, c64, settleSerial, settleConcurrent, memory,
+        slotMs: SLOT_MS, upstream, settleCalls, c1, c64, settleSerial, settleConcurrent, memory,
         settleSerialOverSlot: settleSerial.p50 / SLOT_MS,
         settleConcurrentOverSlot: settleConcurrent.p50 / SLOT_MS,
       };

@@ -2,12 +2,14 @@
 //! across `rpc_urls`, cool-downs; [`ChainClient`]), and the Solana methods routerd calls, their
 //! answers read into typed values here once. What a payment transaction means is `svm`'s.
 //!
-//! Verify asks one batch (`getMultipleAccounts` and `simulateTransaction`): one upstream request
-//! per verify, as on EVM. Settle reads again at `processed` right before it sends (the same
-//! batch as its `getLatestBlockhash`), sends with `sendTransaction`, follows the signature with
-//! one batch per poll (`getBlockHeight` then `getSignatureStatuses`), and once a status says it
-//! reached the commitment, decides on the transaction's own record (`getTransaction`).
+//! Verify asks one call (`simulateTransaction` answering the payment's accounts: `payment.rs`).
+//! Settle asks it again at `processed` right before it sends, sends with `sendTransaction`, and
+//! its cluster's follower asks for every followed signature in one batch per tick (`follow.rs`);
+//! once a status says a transaction reached the commitment, the settlement is decided on the
+//! transaction's own record (`getTransaction`).
 
+mod follow;
+mod payment;
 mod record;
 
 use std::str::FromStr;
@@ -18,13 +20,16 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use serde_json::{json, Value};
 
-use super::client::{Call, ChainClient, ClientLimits, Identity, RpcError, Unreachable};
+use super::client::{Call, CallResult, ChainClient, ClientLimits, Identity, RpcError, Unreachable};
 use super::traffic::Traffic;
 use crate::config::SolanaChainSettings;
 use crate::svm::{mint, MintRefusal, Pubkey};
+pub use follow::FollowRead;
+pub use payment::PaymentAccounts;
+use payment::Simulated;
 pub use record::TransactionRecord;
 
-/// Requests to one URL at once, and calls per coalesced request: a verify is two calls.
+/// Requests to one URL at once, and calls per coalesced request: a verify is one call.
 const MAX_IN_FLIGHT: usize = 64;
 const MAX_BATCH_CALLS: usize = 64;
 /// How long a slot read for the status route serves every status asked meanwhile: about a slot.
@@ -112,15 +117,6 @@ pub struct PaymentState {
     pub simulation_error: Option<String>,
 }
 
-/// Where a sent transaction stands, read in one batch: the block height first, then the status, so
-/// that a signature unknown after a height past its blockhash's last valid one can never land.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Tracked {
-    pub block_height: u64,
-    /// `None` while the cluster does not know the signature.
-    pub status: Option<SignatureStatus>,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SignatureStatus {
     pub slot: u64,
@@ -182,56 +178,50 @@ impl SolanaChain {
         Ok(self.client.check_identities().await?)
     }
 
-    /// The accounts a payment moves funds between, its mint, and the simulation of the
-    /// transaction as the payer signed it (`wire`: base64), in one batch.
+    /// The accounts a payment moves funds between and its mint, before the transfer, and the
+    /// simulation of the transaction as the payer signed it (`wire`: base64): one call when the
+    /// simulation runs.
     pub async fn payment_state(
         &self,
-        source: &Pubkey,
-        destination: &Pubkey,
-        mint: &Pubkey,
+        payment: &PaymentAccounts<'_>,
         wire: &str,
     ) -> Result<PaymentState, SolanaError> {
-        let calls = payment_calls(source, destination, mint, wire, self.commitment());
-        let mut answers = self
-            .client
-            .batch(Traffic::Callers, &calls)
-            .await?
-            .into_iter();
-        let (Some(accounts), Some(simulation)) = (answers.next(), answers.next()) else {
-            unreachable!("the client answers every call of a batch")
-        };
-        read_payment_state(accounts, simulation)
+        self.read_payment(payment, wire, self.commitment()).await
     }
 
-    /// What settle reads right before it sends, in one request with its send preparation: the
-    /// accounts and the simulation of the fee payer's signed transaction (`wire`) at
-    /// `processed`, so that a source drained a slot ago is seen; and the latest blockhash's
-    /// `lastValidBlockHeight` at the commitment: no older blockhash (a payer's) stays valid longer.
+    /// What settle reads right before it sends: the same as [`Self::payment_state`] of the fee
+    /// payer's signed transaction (`wire`), at `processed`, so that a source drained a slot ago
+    /// is seen.
     pub async fn presend_state(
         &self,
-        source: &Pubkey,
-        destination: &Pubkey,
-        mint: &Pubkey,
+        payment: &PaymentAccounts<'_>,
         wire: &str,
-    ) -> Result<(PaymentState, u64), SolanaError> {
-        let [accounts, simulate] = payment_calls(source, destination, mint, wire, "processed");
-        let latest = Call::new(
-            "getLatestBlockhash",
-            vec![json!({"commitment": self.commitment()})],
-        );
-        let calls = [accounts, simulate, latest];
-        let mut answers = self
-            .client
-            .batch(Traffic::Callers, &calls)
-            .await?
-            .into_iter();
-        let (Some(accounts), Some(simulation), Some(latest)) =
-            (answers.next(), answers.next(), answers.next())
-        else {
-            unreachable!("the client answers every call of a batch")
-        };
-        let state = read_payment_state(accounts, simulation)?;
-        Ok((state, last_valid_height(latest)?))
+    ) -> Result<PaymentState, SolanaError> {
+        self.read_payment(payment, wire, "processed").await
+    }
+
+    async fn read_payment(
+        &self,
+        payment: &PaymentAccounts<'_>,
+        wire: &str,
+        commitment: &str,
+    ) -> Result<PaymentState, SolanaError> {
+        let call = payment::simulate_call(payment, wire, commitment);
+        let answer = self.caller_call(call).await?;
+        match payment::read_simulation(answer, payment)? {
+            Simulated::Read(state) => Ok(*state),
+            Simulated::ReadApart(error) => {
+                let call = payment::accounts_call(payment, commitment);
+                payment::read_accounts(self.caller_call(call).await?, error)
+            }
+        }
+    }
+
+    /// One call of a caller's, in a batch: those of verifies ready together share a request.
+    async fn caller_call(&self, call: Call) -> Result<CallResult, SolanaError> {
+        let answers = self.client.batch(Traffic::Callers, &[call]).await?;
+        let answer = answers.into_iter().next();
+        Ok(answer.expect("the client answers every call of a batch"))
     }
 
     /// What each mint's extensions say (`crate::svm::mint`), in one `getMultipleAccounts`:
@@ -317,46 +307,6 @@ impl SolanaChain {
         })
     }
 
-    /// The block height and the status of `signature` (base58), in one batch.
-    pub async fn track(&self, signature: &str) -> Result<Tracked, SolanaError> {
-        let calls = [
-            Call::new(
-                "getBlockHeight",
-                vec![json!({"commitment": self.commitment()})],
-            ),
-            Call::new(
-                "getSignatureStatuses",
-                vec![
-                    json!([signature]),
-                    json!({"searchTransactionHistory": true}),
-                ],
-            ),
-        ];
-        let mut answers = self.client.batch(Traffic::Own, &calls).await?.into_iter();
-        let (Some(height), Some(statuses)) = (answers.next(), answers.next()) else {
-            unreachable!("the client answers every call of a batch")
-        };
-        let block_height = height
-            .map_err(|error| SolanaError::Rpc {
-                method: "getBlockHeight",
-                error,
-            })?
-            .as_u64()
-            .ok_or(SolanaError::Malformed {
-                method: "getBlockHeight",
-                what: "not a height",
-            })?;
-        let statuses = context_value("getSignatureStatuses", statuses)?;
-        let status = statuses.get(0).ok_or(SolanaError::Malformed {
-            method: "getSignatureStatuses",
-            what: "no status",
-        })?;
-        Ok(Tracked {
-            block_height,
-            status: self.signature_status(status),
-        })
-    }
-
     /// The transaction `signature` (base58) as the cluster recorded it at the commitment, or
     /// `None` while it has no record of it: what a settlement's outcome is decided on.
     pub async fn transaction_record(
@@ -393,56 +343,6 @@ impl SolanaChain {
             confirmations: status.get("confirmations").and_then(Value::as_u64),
         })
     }
-}
-
-/// `getMultipleAccounts` of a payment's two token accounts and `simulateTransaction` of `wire`,
-/// both at `commitment`.
-fn payment_calls(
-    source: &Pubkey,
-    destination: &Pubkey,
-    mint: &Pubkey,
-    wire: &str,
-    commitment: &str,
-) -> [Call; 2] {
-    let config = json!({"encoding": "base64", "commitment": commitment});
-    let addresses = json!([
-        source.to_string(),
-        destination.to_string(),
-        mint.to_string()
-    ]);
-    // Signatures were checked locally; the fee payer's slot may still be empty.
-    let simulate = json!({
-        "encoding": "base64", "sigVerify": false, "replaceRecentBlockhash": false,
-        "commitment": commitment,
-    });
-    [
-        Call::new("getMultipleAccounts", vec![addresses, config]),
-        Call::new("simulateTransaction", vec![json!(wire), simulate]),
-    ]
-}
-
-/// The answers to [`payment_calls`], read.
-fn read_payment_state(
-    accounts: Result<Value, RpcError>,
-    simulation: Result<Value, RpcError>,
-) -> Result<PaymentState, SolanaError> {
-    let accounts = context_value("getMultipleAccounts", accounts)?;
-    let accounts = accounts.as_array().filter(|a| a.len() == 3).ok_or({
-        SolanaError::Malformed {
-            method: "getMultipleAccounts",
-            what: "not three accounts",
-        }
-    })?;
-    let simulation = context_value("simulateTransaction", simulation)?;
-    Ok(PaymentState {
-        source: token_account(&accounts[0]),
-        destination: token_account(&accounts[1]),
-        mint_refusal: mint_refusal(&accounts[2]),
-        simulation_error: simulation
-            .get("err")
-            .filter(|err| !err.is_null())
-            .map(Value::to_string),
-    })
 }
 
 /// `getLatestBlockhash`'s `lastValidBlockHeight`.

@@ -158,6 +158,21 @@ test('simulateTransaction of a transfer beyond the balance reports the token pro
   const { value: okSim } = await node.rpc('simulateTransaction', [ok.payload.transaction, { encoding: 'base64', sigVerify: false }]);
   assert.equal(okSim.err, null, JSON.stringify(okSim));
 
+  // The accounts option, as agave answers it: each account as the simulation left it (the source
+  // spent, the payee paid), null for each when it failed; base58 and more addresses than the
+  // transaction loads are refused.
+  const payerAccount = await associatedTokenAddress(payer.address, usdc);
+  const accounts = (addresses, encoding = 'base64') => ({ encoding: 'base64', sigVerify: false, accounts: { encoding, addresses } });
+  const { value: after } = await node.rpc('simulateTransaction', [ok.payload.transaction, accounts([payerAccount, payeeAccount])]);
+  const amountOf = (a) => Buffer.from(a.data[0], 'base64').readBigUInt64LE(64);
+  assert.deepEqual(after.accounts.map(amountOf), [0n, 1_000n], JSON.stringify(after.accounts));
+  assert.equal(await node.tokenBalance(payeeAccount), 0n, 'a simulation moves nothing');
+  const { value: failed } = await node.rpc('simulateTransaction', [tx, accounts([payerAccount, payeeAccount])]);
+  assert.deepEqual(failed.accounts, [null, null], JSON.stringify(failed));
+  await assert.rejects(node.rpc('simulateTransaction', [tx, accounts([payerAccount], 'base58')]), (err) => err.code === -32602);
+  await assert.rejects(node.rpc('simulateTransaction', [tx, accounts(Array(40).fill(payerAccount))]),
+    (err) => err.code === -32602 && /Too many accounts provided/.test(err.message));
+
   // sigVerify with the fee payer's signature still missing; sigVerify with replaceRecentBlockhash.
   await assert.rejects(node.rpc('simulateTransaction', [tx, { encoding: 'base64', sigVerify: true }]), (err) => err.code === -32003);
   await assert.rejects(node.rpc('simulateTransaction', [tx, { encoding: 'base64', sigVerify: true, replaceRecentBlockhash: true }]),

@@ -279,6 +279,7 @@ export class SvmChain {
     this.history = []; // [{slot, before: Map(address -> account | null)}]: what transactions overwrote, newest last
     this.faults = { lagConfirmed: false, fakeConfirmed: false }; // see setFaults
     this.transactionCount = 0;
+    this.slotTimes = new Map(); // slot -> when it was produced (ms since the epoch), the last 10,000
     this.paused = false;
     this.timer = null;
     this.produceSlot(); // slot 1 with its blockhash
@@ -324,6 +325,8 @@ export class SvmChain {
   produceSlot() {
     this.slot += 1;
     this.blockHeight += 1;
+    this.slotTimes.set(this.slot, Date.now());
+    this.slotTimes.delete(this.slot - 10_000);
     const clock = this.svm.getClock();
     clock.slot = BigInt(this.slot);
     clock.unixTimestamp = BigInt(Math.floor(Date.now() / 1000));

@@ -209,10 +209,20 @@ export class SvmRpc {
       returnData: null, unitsConsumed: sim.unitsConsumed,
     };
     if (c.accounts?.addresses) {
+      // As agave's rpc.rs: base64 only, no more addresses than the transaction loads, null for
+      // each when the simulation failed; an address the transaction did not write is read from
+      // the bank the simulation ran on.
+      const encoding = c.accounts.encoding ?? 'base64';
+      if (encoding === 'binary' || encoding === 'base58') throw invalidParams('base58 encoding not supported');
+      if (!Array.isArray(c.accounts.addresses)) throw invalidParams('Invalid params: accounts.addresses must be an array');
+      const loaded = decoded.message.staticAccounts.length;
+      if (c.accounts.addresses.length > loaded) throw invalidParams(`Too many accounts provided; max ${loaded}`);
+      c.accounts.addresses.forEach(addressBytes);
       const post = new Map((sim.info?.postAccounts() ?? []).map((p) => [bs58(p.address), p.account()]));
       value.accounts = c.accounts.addresses.map((addr) => {
+        if (sim.err) return null;
         const acc = post.get(addr);
-        if (!acc) return this.encodeAccount(addr, { encoding: c.accounts.encoding ?? 'base64' });
+        if (!acc) return this.encodeAccount(addr, { encoding, commitment: c.commitment });
         return {
           data: [Buffer.from(acc.data()).toString('base64'), 'base64'], executable: acc.executable(), lamports: acc.lamports(),
           owner: bs58(acc.owner()), rentEpoch: acc.rentEpoch(), space: acc.data().length,
@@ -287,6 +297,12 @@ export class SvmRpc {
   }
   litesvm_dropPending() {
     return this.chain.dropPending();
+  }
+  /** When the node produced `slot` (ms since the epoch; null when unknown): what a commitment's time is read against. */
+  litesvm_slotTime(params) {
+    const slot = params?.[0];
+    if (!Number.isInteger(slot) || slot < 0) throw invalidParams('slot: a non-negative integer');
+    return this.chain.slotTimes.get(slot) ?? null;
   }
   litesvm_status() {
     const ch = this.chain;

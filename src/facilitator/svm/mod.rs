@@ -1,9 +1,11 @@
 //! Solana's `exact` (`svm.md`): the family's mechanism beside the EVM one, sharing the protocol
 //! lowering and the answers. A payment arrives lowered ([`Payment`]: its requirements typed and
 //! its transaction decoded); verify holds it to the leaf's instruction rules (`svm::check`), then
-//! asks the cluster once (the accounts and the simulation in one batch).
+//! asks the cluster once (the simulation, answering the accounts it leaves). Settlements are
+//! followed by one follower per cluster (`follower.rs`).
 
 pub mod fee_payer;
+mod follower;
 pub mod mechanism;
 mod settle;
 pub mod wire;
@@ -14,7 +16,7 @@ use std::sync::Arc;
 
 use ethers_core::types::U256;
 
-use crate::chain::svm::{PaymentState, SolanaChain, SolanaError};
+use crate::chain::svm::{PaymentAccounts, PaymentState, SolanaChain, SolanaError};
 use crate::chain::Unreachable;
 use crate::config::{solana_preset, FacilitatorSettings, SolanaChainSettings};
 use crate::facilitator::deny_list::{DenyList, DenyLists};
@@ -55,6 +57,8 @@ pub struct SvmNetwork {
     pub chain: Arc<SolanaChain>,
     /// The configured mints.
     pub mints: Vec<Pubkey>,
+    /// Follows the cluster's settlements, started with the first.
+    follower: std::sync::OnceLock<Arc<follower::Follower>>,
 }
 
 impl SvmNetwork {
@@ -80,6 +84,7 @@ impl SvmNetwork {
                 genesis_hash: preset.genesis_hash,
                 chain,
                 mints,
+                follower: std::sync::OnceLock::new(),
             })
         };
         settings
@@ -280,17 +285,10 @@ impl SvmExact {
             .network(payment.network)
             .expect("lowered onto a served network")
             .chain;
-        let read = chain.payment_state(
-            &transfer.source,
-            &transfer.destination,
-            &transfer.mint,
-            &payment.wire,
-        );
-        let read = async { read.await.map(|state| (state, ())) };
-        let verified = self
-            .verify_read(ledger, payment.network, chain, &transfer, read)
-            .await?;
-        Ok(verified.map(|(verified, ())| verified))
+        let accounts = payment_accounts(&transfer);
+        let read = chain.payment_state(&accounts, &payment.wire);
+        self.verify_read(ledger, payment.network, chain, &transfer, read)
+            .await
     }
 
     fn check_local(&self, payment: &Payment) -> Result<Transfer, Failure> {
@@ -336,20 +334,19 @@ impl SvmExact {
         Ok(())
     }
 
-    /// Rule 7 on `read` (the payment's accounts and simulation, and whatever else the request
-    /// carried: `T`), beside the store's sum of the source's settlements under way; the parties
-    /// the cluster names are judged first.
-    async fn verify_read<T>(
+    /// Rule 7 on `read` (the payment's accounts and simulation), beside the store's sum of the
+    /// source's settlements under way; the parties the cluster names are judged first.
+    async fn verify_read(
         &self,
         ledger: &Storage,
         network: &str,
         chain: &SolanaChain,
         transfer: &Transfer,
-        read: impl std::future::Future<Output = Result<(PaymentState, T), SolanaError>>,
-    ) -> Result<Result<(Verified, T), Failure>, SettleError> {
+        read: impl std::future::Future<Output = Result<PaymentState, SolanaError>>,
+    ) -> Result<Result<Verified, Failure>, SettleError> {
         let account = exposure_account(network, transfer);
         let (state, exposed) = tokio::join!(read, ledger.exposed(&account));
-        let (state, carried) = state.map_err(|e| unreachable(chain, e))?;
+        let state = state.map_err(|e| unreachable(chain, e))?;
         let exposed = exposed?.min(U256::from(u64::MAX)).as_u64();
         let verified = self
             .judge_parties(transfer, &state)
@@ -358,7 +355,17 @@ impl SvmExact {
                 transfer: *transfer,
                 balance,
             });
-        Ok(verified.map(|verified| (verified, carried)))
+        Ok(verified)
+    }
+}
+
+/// The accounts a transfer moves funds between, its mint and its amount.
+fn payment_accounts(transfer: &Transfer) -> PaymentAccounts<'_> {
+    PaymentAccounts {
+        source: &transfer.source,
+        destination: &transfer.destination,
+        mint: &transfer.mint,
+        amount: transfer.amount,
     }
 }
 

@@ -1,9 +1,9 @@
 //! Solana settle (svm.md §4): one transaction, no nonce lanes. Sign as fee payer, verify as
 //! `/verify` does but read at `processed`, in the one request that prepares the send (a refusal
 //! there stores nothing: the payment stays unclaimed), claim (the claim stores the signed transaction:
-//! the write-ahead, made durable before the first `sendTransaction`), then follow the signature
-//! until its record shows it ran at the commitment, or it can no longer land; the same signed
-//! bytes are sent again while they may land.
+//! the write-ahead, made durable before the first `sendTransaction`), send, then wait on the
+//! cluster's follower (`follower.rs`) until the transaction's record shows it ran at the
+//! commitment, or it can no longer land.
 //!
 //! A payment's key is its network and the SHA-256 of its fee payer signature: ed25519 signing is
 //! deterministic and the message names its fee payer, so one message has one such signature, and
@@ -17,27 +17,19 @@ use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::follower::{self, Follower};
 use super::wire::Refused;
-use super::{Failure, Payment, SvmExact};
-use crate::chain::svm::{SignatureStatus, SolanaChain, TransactionRecord};
+use super::{payment_accounts, Failure, Payment, SvmExact, SvmNetwork};
+use crate::chain::svm::SolanaChain;
 use crate::chain::Budget;
-use crate::clock::unix_now;
 use crate::facilitator::outcome::SettleError;
 use crate::facilitator::settlement::cooldown::Cooldown;
 use crate::facilitator::settlement::{caller_of, key_taken, pass_on, with_pass};
 use crate::facilitator::settlement::{Answer, Caller};
-use crate::ledger::{Account, Asking, Lost, PaymentKey, Record, SvmSettlement};
+use crate::ledger::{Account, Asking, PaymentKey, Record, SvmSettlement};
 use crate::ledger::{Payer, SvmTerms, Terms};
 use crate::store::{Claim, Limits, Storage, StoreError};
-use crate::svm::{transfer_indexes, PaymentTransaction, Signature, SignedTransaction, Transfer};
-
-/// How often a followed signature is read.
-const POLL: Duration = Duration::from_millis(400);
-/// How often a transaction the cluster does not know yet is sent again.
-const RESEND_EVERY: Duration = Duration::from_secs(2);
-/// The failure of a transaction that ran without moving the amount from the source to the
-/// destination.
-const NOT_MOVED: &str = "it ran, but the token balances did not move by the amount";
+use crate::svm::{Signature, SignedTransaction, Transfer};
 
 /// What a Solana settle came to, in no version's words.
 #[derive(Debug)]
@@ -75,7 +67,8 @@ impl SvmExact {
         let network = self
             .network(payment.network)
             .expect("lowered onto a served network");
-        let chain = network.chain.clone();
+        let chain = &network.chain;
+        let follower = network.follower(ledger, cooldown);
         let wait = wait.min(Duration::from_secs(chain.settings.settle_timeout_secs));
         let deadline = Instant::now() + wait;
         let transfer = match self.check_local(payment) {
@@ -88,17 +81,14 @@ impl SvmExact {
         if let Some(record) = ledger.get(&key).await? {
             // Boxed, as each step the wait leaves behind: a settlement waiting for its
             // confirmation holds only the wait.
-            return Box::pin(known(
-                ledger, cooldown, &chain, record, &key, asking, deadline,
-            ))
-            .await;
+            return Box::pin(known(ledger, &follower, record, &key, asking, deadline)).await;
         }
         let ready = self.ready_to_send(ledger, cooldown, payment, &transfer, &signed.wire);
-        let (balance, last_valid_block_height) = match Box::pin(ready).await? {
-            Ok(ready) => ready,
+        let balance = match Box::pin(ready).await? {
+            Ok(balance) => balance,
             Err(failure) => return Ok(SvmSettled::Refused(failure.into())),
         };
-        let svm = svm_settlement(payment, &transfer, signed, last_valid_block_height);
+        let svm = svm_settlement(payment, &transfer, signed);
         let message = message_digest(payment);
         let record = new_record((payment.network, digest), &transfer, asking, svm, message);
         // The source's settlements under way and this one stay within what it holds now.
@@ -106,7 +96,7 @@ impl SvmExact {
         match ledger.claim(&key, &record, None, &limits).await? {
             Claim::Claimed => {}
             Claim::Exists(existing) => {
-                let known = known(ledger, cooldown, &chain, *existing, &key, asking, deadline);
+                let known = known(ledger, &follower, *existing, &key, asking, deadline);
                 return Box::pin(known).await;
             }
             Claim::KeyTaken => return Err(key_taken(&record)),
@@ -124,26 +114,25 @@ impl SvmExact {
         // The write-ahead: on disk before the transaction is ever sent.
         ledger.save(&[&record], true).await?;
         let signature = record_signature(&record);
-        let books = (ledger.clone(), cooldown.clone());
-        // The follower runs on: its sends and status reads are traced in the settlement's span.
+        // The send, the follower's sends again and its reads of the record are traced in the
+        // settlement's span, which ends with the settlement.
         let span = settlement_span(payment, &signature);
-        let follower = tokio::spawn(follow(chain, books, record, None).instrument(span));
-        let outcome = match tokio::time::timeout_at(deadline, follower).await {
-            Ok(Ok(Ok(Some((ended, seen))))) => {
-                self.answer_times.observe("svm", seen.elapsed());
-                Ok(SvmSettled::Ended(Box::new(ended)))
+        let sent = send(chain, &record).instrument(span.clone()).await;
+        let ending = follower.follow(record, sent, span);
+        let outcome = match follower::until(ending, deadline).await {
+            Some(ended) => {
+                self.answer_times.observe("svm", ended.seen.elapsed());
+                Ok(SvmSettled::Ended(Box::new(ended.record)))
             }
-            Ok(Ok(Err(e))) => Err(e.into()),
-            Ok(Ok(Ok(None))) | Ok(Err(_)) | Err(_) => Ok(SvmSettled::Pending { signature }),
+            None => Ok(SvmSettled::Pending { signature }),
         };
         pass_on(ledger, outcome, &key, asking).await
     }
 
-    /// Verify's rules, read again right before sending (access.md 3c): the source and the
-    /// simulation of the fee payer's signed transaction at `processed`, in the one request that
-    /// also prepares the send (its blockhash bound), so that a source drained since `/verify`
-    /// read it is refused unsent; then the cooldown. Answers what the source holds and the
-    /// last valid block height. The read takes the cluster's settle budget (503 beyond it).
+    /// Verify's rules, read again right before sending (access.md 3c): the simulation of the fee
+    /// payer's signed transaction at `processed`, answering the accounts it leaves, so that a
+    /// source drained since `/verify` read it is refused unsent; then the cooldown. Answers what
+    /// the source holds. The read takes the cluster's settle budget (503 beyond it).
     async fn ready_to_send(
         &self,
         ledger: &Storage,
@@ -151,29 +140,25 @@ impl SvmExact {
         payment: &Payment,
         transfer: &Transfer,
         signed: &str,
-    ) -> Result<Result<(u64, u64), Failure>, SettleError> {
+    ) -> Result<Result<u64, Failure>, SettleError> {
         let chain = &self
             .network(payment.network)
             .expect("lowered onto a served network")
             .chain;
         let _read = chain.client().admit(Budget::Settle)?;
-        let read = chain.presend_state(
-            &transfer.source,
-            &transfer.destination,
-            &transfer.mint,
-            signed,
-        );
+        let accounts = payment_accounts(transfer);
+        let read = chain.presend_state(&accounts, signed);
         let verified = self
             .verify_read(ledger, payment.network, chain, transfer, read)
             .await?;
-        let (verified, last_valid) = match verified {
+        let verified = match verified {
             Ok(verified) => verified,
             Err(failure) => return Ok(Err(failure)),
         };
         if let Err(failure) = cooled_down(cooldown, transfer).await? {
             return Ok(Err(failure));
         }
-        Ok(Ok((verified.balance, last_valid)))
+        Ok(Ok(verified.balance))
     }
 
     /// The stored settlement of this payment's transaction, if any: verify refuses a transaction
@@ -211,11 +196,32 @@ impl SvmExact {
                 tracing::warn!(payment = %record.key(), "Solana settlement of a network no longer served; left in the store");
                 continue;
             };
-            let books = (ledger.clone(), cooldown.clone());
-            tokio::spawn(follow(network.chain.clone(), books, record, None));
+            let follower = network.follower(ledger, cooldown);
+            drop(follower.follow(record, None, tracing::Span::none()));
             resumed += 1;
         }
         resumed
+    }
+}
+
+impl SvmNetwork {
+    /// The cluster's follower, started with its first settlement.
+    fn follower(&self, ledger: &Storage, cooldown: &Arc<Cooldown>) -> Arc<Follower> {
+        let start = || Follower::start(self.chain.clone(), ledger.clone(), cooldown.clone());
+        self.follower.get_or_init(start).clone()
+    }
+}
+
+/// Sends a claimed settlement's transaction the first time: when, unless the send failed (the
+/// follower sends it again then).
+async fn send(chain: &SolanaChain, record: &Record) -> Option<Instant> {
+    let svm = record.svm.as_ref().expect("a Solana record");
+    match chain.send_transaction(&svm.transaction).await {
+        Ok(()) => Some(Instant::now()),
+        Err(e) => {
+            tracing::warn!(chain = %chain.name, signature = %svm.signature, error = %e, "sendTransaction failed; trying again");
+            None
+        }
     }
 }
 
@@ -281,18 +287,17 @@ fn record_signature(record: &Record) -> String {
         .unwrap_or_default()
 }
 
-/// What a claim stores of a Solana payment: the signed transaction, its blockhash bound and what
-/// it pays.
+/// What a claim stores of a Solana payment: the signed transaction and what it pays. Its blockhash
+/// bound is not read yet (0): the follower reads it after the send (`follower.rs`).
 fn svm_settlement(
     payment: &Payment,
     transfer: &Transfer,
     signed: SignedTransaction,
-    last_valid_block_height: u64,
 ) -> SvmSettlement {
     SvmSettlement {
         signature: signed.signature.to_string(),
         transaction: signed.wire,
-        last_valid_block_height,
+        last_valid_block_height: 0,
         payer: transfer.authority.to_string(),
         pay_to: payment.pay_to.to_string(),
         mint: transfer.mint.to_string(),
@@ -324,8 +329,7 @@ fn new_record(
 /// until the deadline; any other request is told the signature, as a failure.
 async fn known(
     ledger: &Storage,
-    cooldown: &Arc<Cooldown>,
-    chain: &Arc<SolanaChain>,
+    follower: &Follower,
     record: Record,
     key: &PaymentKey,
     asking: &Asking,
@@ -348,10 +352,11 @@ async fn known(
         (Some(_), Caller::Claimant) => return Ok(SvmSettled::Ended(Box::new(record))),
         (None, Caller::Claimant) => {}
     }
-    let books = (ledger.clone(), cooldown.clone());
-    let outcome = match follow(chain.clone(), books, record, Some(deadline)).await? {
+    // Followed once: a claimant asking again waits on the same follower.
+    let ending = follower.follow(record, None, tracing::Span::current());
+    let outcome = match follower::until(ending, deadline).await {
         // Not timed: a retry, whose wait after the block began with an earlier request.
-        Some((ended, _)) => Ok(SvmSettled::Ended(Box::new(ended))),
+        Some(ended) => Ok(SvmSettled::Ended(Box::new(ended.record))),
         None => Ok(SvmSettled::Pending { signature }),
     };
     pass_on(ledger, outcome, key, asking).await
@@ -361,114 +366,6 @@ impl Answer for Result<SvmSettled, SettleError> {
     fn pending(&self) -> bool {
         matches!(self, Ok(SvmSettled::Pending { .. }))
     }
-}
-
-/// Follows a stored settlement until it ends (stored durably), with when its status at the
-/// commitment was first seen, or answers `None` once `deadline` passes. Only the chain decides: the transaction's own record once a status says it reached
-/// the commitment (success when it ran and moved the amount, else its failure), or unknown once
-/// the block height is past the blockhash's last valid one.
-async fn follow(
-    chain: Arc<SolanaChain>,
-    (ledger, cooldown): (Storage, Arc<Cooldown>),
-    mut record: Record,
-    deadline: Option<Instant>,
-) -> Result<Option<(Record, Instant)>, StoreError> {
-    let svm = record.svm.clone().expect("a Solana record");
-    let mut sent_at: Option<Instant> = None;
-    loop {
-        let tracked = chain.track(&svm.signature).await;
-        // When a status at the commitment arrives: its slot is seen then.
-        let seen = Instant::now();
-        match tracked {
-            Ok(tracked) => match landing(&chain, &svm, tracked.status).await {
-                Landing::Ended { slot, error } => {
-                    let failed = error.is_some();
-                    let span = tracing::Span::current();
-                    span.record("block", slot);
-                    span.record("success", !failed);
-                    record.landed(slot, error, unix_now());
-                    ledger.save(&[&record], true).await?;
-                    if failed {
-                        tracing::warn!(chain = %chain.name, signature = %svm.signature, payer = %svm.payer, "a Solana settlement failed on chain: its payer (the transfer's authority) is cooled down");
-                        cool_down(&cooldown, &record).await;
-                    }
-                    return Ok(Some((record, seen)));
-                }
-                Landing::Pending => {}
-                Landing::Unknown if tracked.block_height > svm.last_valid_block_height => {
-                    record.expire(Lost::BlockHeightExceeded, unix_now());
-                    ledger.save(&[&record], true).await?;
-                    return Ok(Some((record, Instant::now())));
-                }
-                Landing::Unknown if sent_at.is_none_or(|at| at.elapsed() >= RESEND_EVERY) => {
-                    if let Err(e) = chain.send_transaction(&svm.transaction).await {
-                        tracing::warn!(chain = %chain.name, signature = %svm.signature, error = %e, "sendTransaction failed; trying again");
-                    }
-                    sent_at = Some(Instant::now());
-                }
-                Landing::Unknown => {}
-            },
-            Err(e) => {
-                tracing::warn!(chain = %chain.name, signature = %svm.signature, error = %e, "could not read the settlement's status; trying again")
-            }
-        }
-        if deadline.is_some_and(|d| Instant::now() + POLL >= d) {
-            return Ok(None);
-        }
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-/// Where a sent transaction stands.
-enum Landing {
-    /// Recorded at the commitment: `error` when it failed or moved other than the amount.
-    Ended { slot: u64, error: Option<String> },
-    /// Landed, not yet at the commitment, or its record could not be read this time.
-    Pending,
-    /// Not known to have landed.
-    Unknown,
-}
-
-/// What a status means, checked against the transaction's own record when it claims the
-/// commitment: one status answer (a node that says `confirmed` of a transaction that never
-/// landed) does not make a success, the record does (access.md 3c).
-async fn landing(
-    chain: &SolanaChain,
-    svm: &SvmSettlement,
-    status: Option<SignatureStatus>,
-) -> Landing {
-    match status {
-        None => Landing::Unknown,
-        Some(status) if !status.committed => Landing::Pending,
-        Some(_) => match chain.transaction_record(&svm.signature).await {
-            Ok(Some(landed)) => Landing::Ended {
-                slot: landed.slot,
-                error: outcome_error(&landed, svm),
-            },
-            Ok(None) => {
-                tracing::warn!(chain = %chain.name, signature = %svm.signature, "a status at the commitment, but the cluster has no record of the transaction: not believed");
-                Landing::Unknown
-            }
-            Err(e) => {
-                tracing::warn!(chain = %chain.name, signature = %svm.signature, error = %e, "could not read the transaction's record; trying again");
-                Landing::Pending
-            }
-        },
-    }
-}
-
-/// Why a recorded transaction is no success: its error on chain, or token balances that did not
-/// move by exactly the amount from the source to the destination.
-fn outcome_error(landed: &TransactionRecord, svm: &SvmSettlement) -> Option<String> {
-    if let Some(error) = &landed.error {
-        return Some(error.clone());
-    }
-    let indexes = PaymentTransaction::decode(&svm.transaction)
-        .ok()
-        .and_then(|tx| transfer_indexes(&tx));
-    let moved =
-        indexes.is_some_and(|(source, destination)| landed.moved(source, destination, svm.amount));
-    (!moved).then(|| NOT_MOVED.to_string())
 }
 
 #[cfg(test)]

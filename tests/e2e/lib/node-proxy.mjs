@@ -62,6 +62,7 @@ export async function startNodeProxy({ target = null, stallMs = 2500, slowMs = 3
       state.calls += 1;
       const method = typeof call?.method === 'string' ? call.method : '?';
       state.methods[method] = (state.methods[method] ?? 0) + 1;
+      state.onCall?.(call); // a test's own look at each call (its params), when it sets one
     }
   };
 
