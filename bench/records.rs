@@ -3,7 +3,7 @@
 //! its own nonce, payer, digest, deadline and calldata, then moves it on through the ledger.
 
 use ethers_core::types::{Address, Bytes, H256};
-use routerd::ledger::{Record, State};
+use routerd::ledger::{EvmTerms, Record, Terms};
 
 /// What tells one bench record apart from another.
 pub struct Payment {
@@ -15,28 +15,23 @@ pub struct Payment {
 }
 
 pub fn claimed(payment: Payment) -> Record {
-    Record {
-        network: "base-sepolia".to_string(),
+    let terms = EvmTerms {
         token: Address::repeat_byte(0x11),
         payer: payment.payer,
         pay_to: Address::repeat_byte(0x33),
-        value: 1000.into(),
         nonce: payment.nonce,
         valid_before: payment.valid_before,
-        digest: payment.digest,
         method: Default::default(),
         approves_permit2: false,
         via: None,
         sender: None,
         calldata: payment.calldata,
         gas_limit: 100_000,
-        request: None,
-        payment_id: None,
-        state: State::Claimed,
-        attempts: Vec::new(),
-        outcome: None,
-        lost: false,
-        finished_at: None,
-        svm: None,
-    }
+    };
+    Record::new(
+        "base-sepolia".to_string(),
+        1000.into(),
+        payment.digest,
+        Terms::Evm(terms),
+    )
 }
