@@ -12,7 +12,9 @@
 // - a Permit2 deposit, and the payer's timed withdrawal.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { BaseError, ContractFunctionRevertedError, encodeAbiParameters, hashTypedData, keccak256, toHex } from 'viem';
+import {
+  BaseError, ContractFunctionRevertedError, encodeAbiParameters, hashTypedData, isAddressEqual, keccak256, parseEventLogs, toHex,
+} from 'viem';
 import { toClientEvmSigner, toFacilitatorEvmSigner, voucherTypes } from '@x402/evm';
 import { BatchSettlementEvmScheme as BatchClient } from '@x402/evm/batch-settlement/client';
 import { BatchSettlementEvmScheme as BatchFacilitator } from '@x402/evm/batch-settlement/facilitator';
@@ -112,6 +114,13 @@ async function revertName(client, functionName, args, { address = BATCH_SETTLEME
   assert.fail(`${functionName} did not revert`);
 }
 
+/** The escrow's events in transaction `hash`, as [name, args] in order. */
+async function escrowEvents(hash) {
+  const receipt = await deployer.getTransactionReceipt({ hash });
+  const logs = receipt.logs.filter((log) => isAddressEqual(log.address, BATCH_SETTLEMENT));
+  return parseEventLogs({ abi: abi(), logs }).map(({ eventName, args }) => [eventName, args]);
+}
+
 /** An ABI entry as comparable text: keys sorted, without Solidity's internalType names. */
 function abiShape(entry) {
   const canonical = (value) => {
@@ -182,6 +191,11 @@ test('ERC-3009 deposit, vouchers, claim, sweep and refund through the official s
   assert.deepEqual(await readChannel(deployer, channelId), {
     balance: DEPOSIT, totalClaimed: 0n, withdrawRequestedAt: 0, withdrawAmount: 0n, refundNonce: 0n,
   });
+  const sender = relayer.account.address;
+  assert.deepEqual(await escrowEvents(deposited.transaction), [
+    ['ChannelCreated', { channelId, config }],
+    ['Deposited', { channelId, sender, amount: DEPOSIT, newBalance: DEPOSIT }],
+  ]);
 
   // Three more requests paid by voucher, each verified against the channel.
   const vouchers = [first.payload.voucher];
@@ -218,6 +232,9 @@ test('ERC-3009 deposit, vouchers, claim, sweep and refund through the official s
   assert.equal(claimed.success, true, `${claimed.errorReason}: ${claimed.errorMessage}`);
   assert.equal((await readChannel(deployer, channelId)).totalClaimed, 3n * PRICE);
   assert.deepEqual(await readReceiver(deployer, receiver, usdc), { totalClaimed: 3n * PRICE, totalSettled: 0n });
+  assert.deepEqual(await escrowEvents(claimed.transaction), [
+    ['Claimed', { channelId, sender, claimAmount: 3n * PRICE, newTotalClaimed: 3n * PRICE }],
+  ]);
 
   // The sweep sends the receiver exactly what was claimed; a second one has nothing to send.
   const settlePayload = { x402Version: 2, accepted: manager, payload: { type: 'settle', receiver, token: usdc } };
@@ -225,6 +242,7 @@ test('ERC-3009 deposit, vouchers, claim, sweep and refund through the official s
   assert.equal(swept.success, true, `${swept.errorReason}: ${swept.errorMessage}`);
   assert.equal(swept.amount, String(3n * PRICE));
   assert.equal(await balanceOf(receiver), 3n * PRICE);
+  assert.deepEqual(await escrowEvents(swept.transaction), [['Settled', { receiver, token: usdc, sender, amount: 3n * PRICE }]]);
   const again = await facilitator.settle(settlePayload, manager);
   assert.equal(again.success, false);
   assert.equal(again.errorReason, 'invalid_batch_settlement_evm_nothing_to_settle');
@@ -243,6 +261,10 @@ test('ERC-3009 deposit, vouchers, claim, sweep and refund through the official s
   const refunded = await facilitator.settle({ x402Version: 2, accepted: manager, payload: refundPayload }, manager);
   assert.equal(refunded.success, true, `${refunded.errorReason}: ${refunded.errorMessage}`);
   assert.equal(refunded.amount, String(rest));
+  assert.deepEqual(await escrowEvents(refunded.transaction), [
+    ['Claimed', { channelId, sender, claimAmount: PRICE, newTotalClaimed: 4n * PRICE }],
+    ['Refunded', { channelId, sender, amount: rest }],
+  ]);
   assert.equal(await balanceOf(payer.address), FUNDS - 4n * PRICE);
   assert.deepEqual(await readChannel(deployer, channelId), {
     balance: 4n * PRICE, totalClaimed: 4n * PRICE, withdrawRequestedAt: 0, withdrawAmount: 0n, refundNonce: 1n,

@@ -310,10 +310,6 @@ contract x402BatchSettlement is Multicall, ReentrancyGuardTransient {
         return _typedDataHash(keccak256(abi.encode(CLAIM_BATCH_TYPEHASH, keccak256(abi.encodePacked(entries)))));
     }
 
-    function DOMAIN_SEPARATOR() public view returns (bytes32) {
-        return keccak256(abi.encode(DOMAIN_TYPEHASH, NAME_HASH, VERSION_HASH, block.chainid, address(this)));
-    }
-
     // ERC-5267: the EIP-712 domain (name, version, chain id, verifying contract).
     function eip712Domain()
         external
@@ -404,7 +400,12 @@ contract x402BatchSettlement is Multicall, ReentrancyGuardTransient {
         IERC20(config.token).safeTransfer(config.payer, paid);
     }
 
+    // Computed on every use, never cached: the code is placed, not deployed, and the chain id may change.
+    function _domainSeparator() private view returns (bytes32) {
+        return keccak256(abi.encode(DOMAIN_TYPEHASH, NAME_HASH, VERSION_HASH, block.chainid, address(this)));
+    }
+
     function _typedDataHash(bytes32 structHash) private view returns (bytes32) {
-        return MessageHashUtils.toTypedDataHash(DOMAIN_SEPARATOR(), structHash);
+        return MessageHashUtils.toTypedDataHash(_domainSeparator(), structHash);
     }
 }

@@ -110,7 +110,8 @@ export async function officialBatchSettlementAbi() {
 
 /**
  * Places the escrow and both collectors at their canonical addresses, and Multicall3 at its own
- * when nothing is there yet, on the anvil chain of `target`: an RPC URL or a viem client.
+ * when nothing is there yet, on the anvil chain of `target`: an RPC URL or a viem client. A Permit2
+ * deposit also needs Permit2 itself (permit2.mjs's placePermit2).
  * Returns {settlement, erc3009Collector, permit2Collector, multicall3}.
  */
 export async function placeBatchSettlement(target) {
