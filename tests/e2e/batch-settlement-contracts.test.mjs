@@ -9,16 +9,20 @@
 // - what the contract itself refuses: over-ceiling, over-balance, forged and mis-authorised claim
 //   rows, a replayed refund, a deposit authorisation moved to another channel, a collector called
 //   by anyone but the escrow; a lower claim changes nothing;
-// - a Permit2 deposit, and the payer's timed withdrawal.
+// - one multicall carrying claim batches of two authorizers and the sweeps, all or nothing;
+// - without a payer authorizer, vouchers signed by the payer: an EOA, or a smart wallet (ERC-1271);
+// - a Permit2 deposit, and the payer's timed withdrawal (last: it moves the chain's clock on).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  BaseError, ContractFunctionRevertedError, encodeAbiParameters, hashTypedData, isAddressEqual, keccak256, parseEventLogs, toHex,
+  BaseError, ContractFunctionRevertedError, encodeAbiParameters, encodeFunctionData, hashTypedData, isAddressEqual, keccak256,
+  parseEventLogs, toHex, zeroAddress,
 } from 'viem';
 import { toClientEvmSigner, toFacilitatorEvmSigner, voucherTypes } from '@x402/evm';
 import { BatchSettlementEvmScheme as BatchClient } from '@x402/evm/batch-settlement/client';
 import { BatchSettlementEvmScheme as BatchFacilitator } from '@x402/evm/batch-settlement/facilitator';
 import { startAnvil } from './lib/anvil.mjs';
+import { ERC1271_ALWAYS_INVALID, ERC1271_ALWAYS_VALID } from './lib/wallets.mjs';
 import { anvilKey, freshAccount, ROLE } from './lib/accounts.mjs';
 import { deployUsdc, mintUsdc, usdcAbi, USDC_EIP712, walletFor } from './lib/deploy-usdc.mjs';
 import { approvePermit2, placePermit2 } from './lib/permit2.mjs';
@@ -63,7 +67,9 @@ const balanceOf = (address) => deployer.readContract({ address: usdc, abi: usdcA
 function requirements(receiver, extra = {}) {
   return {
     scheme: 'batch-settlement', network: NETWORK, amount: String(PRICE), asset: usdc, payTo: receiver,
-    maxTimeoutSeconds: 300,
+    // An hour, as the binding's example: deposit authorisations stay valid after the timed
+    // withdrawal test moves the chain's clock past the withdraw delay.
+    maxTimeoutSeconds: 3600,
     extra: { receiverAuthorizer: authorizer.address, withdrawDelay: 900, ...USDC_EIP712, ...extra },
   };
 }
@@ -279,11 +285,14 @@ test('ERC-3009 deposit, vouchers, claim, sweep and refund through the official s
   assert.equal(await deployer.getBalance({ address: payer.address }), 0n);
 });
 
-/** A channel funded with DEPOSIT through the ERC-3009 collector: {payer, receiver, config, channelId}. */
-async function fundedChannel() {
+/**
+ * A channel funded with DEPOSIT through the ERC-3009 collector by the official schemes:
+ * {payer, receiver, config, channelId}; `receiverAuthorizer` another authorizer's address.
+ */
+async function fundedChannel({ receiverAuthorizer = authorizer.address } = {}) {
   const { account: payer, client } = await newPayer();
   const receiver = freshAccount().address;
-  const reqs = requirements(receiver);
+  const reqs = requirements(receiver, { receiverAuthorizer });
   const { paymentPayload, payload } = await pay(client, reqs);
   const settled = await facilitator.settle(paymentPayload, reqs);
   assert.equal(settled.success, true, `${settled.errorReason}: ${settled.errorMessage}`);
@@ -343,6 +352,77 @@ test('a deposit authorisation funds only its own channel, and only the escrow ma
   // The same data with its own channel goes through.
   await send(relayer, 'deposit', [payload.channelConfig, DEPOSIT, ERC3009_COLLECTOR, collectorData]);
   assert.equal((await readChannel(deployer, payload.voucher.channelId)).balance, DEPOSIT);
+});
+
+test('one multicall carries claim batches of different authorizers and the sweeps; a failing call fails it all', async () => {
+  const other = freshAccount();
+  const a = await fundedChannel();
+  const b = await fundedChannel({ receiverAuthorizer: other.address });
+  const rowA = row(a.config, 2n * PRICE, (await signVoucher(a.payer, a.channelId, String(2n * PRICE), NETWORK)).signature);
+  const rowB = row(b.config, 3n * PRICE, (await signVoucher(b.payer, b.channelId, String(3n * PRICE), NETWORK)).signature);
+  const call = (functionName, args) => encodeFunctionData({ abi: abi(), functionName, args });
+  const claimCall = async (rows, signer) => call('claimWithSignature', [claimArgs(rows), await signClaimBatch(signer, CHAIN_ID, rows)]);
+  const calls = [
+    await claimCall([rowA], authorizer), await claimCall([rowB], other),
+    call('settle', [a.receiver, usdc]), call('settle', [b.receiver, usdc]),
+  ];
+
+  const overCeiling = await claimCall([{ ...rowB, totalClaimed: String(3n * PRICE + 1n) }], other);
+  assert.equal(await revertName(relayer, 'multicall', [[calls[0], overCeiling, calls[2]]]), 'ClaimExceedsCeiling');
+  assert.equal((await readChannel(deployer, a.channelId)).totalClaimed, 0n);
+
+  await send(relayer, 'multicall', [calls]);
+  assert.equal(await balanceOf(a.receiver), 2n * PRICE);
+  assert.equal(await balanceOf(b.receiver), 3n * PRICE);
+  assert.equal((await readChannel(deployer, a.channelId)).totalClaimed, 2n * PRICE);
+  assert.equal((await readChannel(deployer, b.channelId)).totalClaimed, 3n * PRICE);
+  assert.deepEqual(await readReceiver(deployer, b.receiver, usdc), { totalClaimed: 3n * PRICE, totalSettled: 3n * PRICE });
+});
+
+test('with no payer authorizer the payer signs vouchers: an EOA by ECDSA, a smart wallet by ERC-1271', async () => {
+  // An EOA payer through the official schemes, its client told to commit no payer authorizer.
+  const account = freshAccount();
+  await mintUsdc(deployer, usdc, account.address, FUNDS);
+  const client = new BatchClient(toClientEvmSigner(account, deployer), { payerAuthorizer: zeroAddress });
+  const receiver = freshAccount().address;
+  const reqs = requirements(receiver);
+  const first = await pay(client, reqs);
+  assert.equal(first.payload.channelConfig.payerAuthorizer, zeroAddress);
+  const deposited = await facilitator.settle(first.paymentPayload, reqs);
+  assert.equal(deposited.success, true, `${deposited.errorReason}: ${deposited.errorMessage}`);
+  await first.charged();
+  const second = await pay(client, reqs);
+  const verdict = await facilitator.verify(second.paymentPayload, reqs);
+  assert.equal(verdict.isValid, true, verdict.invalidReason);
+  const { channelConfig: config, voucher } = second.payload;
+  const forged = await signVoucher(freshAccount(), voucher.channelId, voucher.maxClaimableAmount, NETWORK);
+  const refused = await facilitator.verify({ ...second.paymentPayload, payload: { ...second.payload, voucher: forged } }, reqs);
+  assert.equal(refused.invalidReason, 'invalid_batch_settlement_evm_voucher_signature');
+  const claimed = async (rows) => [claimArgs(rows), await signClaimBatch(authorizer, CHAIN_ID, rows)];
+  assert.equal(await revertName(relayer, 'claimWithSignature', await claimed([row(config, 2n * PRICE, forged.signature)])), 'InvalidSignature');
+  await send(relayer, 'claimWithSignature', await claimed([row(config, 2n * PRICE, voucher.signature)]));
+  assert.equal((await readChannel(deployer, voucher.channelId)).totalClaimed, 2n * PRICE);
+
+  // A smart-wallet payer: the escrow asks the wallet (ERC-1271), whatever the signature bytes.
+  const wallet = freshAccount().address;
+  await anvil.rpc('anvil_setCode', [wallet, ERC1271_ALWAYS_VALID]);
+  await mintUsdc(deployer, usdc, wallet, FUNDS);
+  const walletConfig = channelConfig({
+    payer: wallet, payerAuthorizer: zeroAddress, receiver, receiverAuthorizer: authorizer.address, token: usdc,
+  });
+  const walletChannel = computeChannelId(walletConfig, CHAIN_ID);
+  const anySignature = `0x${'11'.repeat(65)}`;
+  const collectorData = encodeAbiParameters(
+    [{ type: 'uint256' }, { type: 'uint256' }, { type: 'uint256' }, { type: 'bytes' }],
+    [0n, BigInt(Math.floor(Date.now() / 1000) + 3600), 7n, anySignature],
+  );
+  await send(relayer, 'deposit', [walletConfig, DEPOSIT, ERC3009_COLLECTOR, collectorData]);
+  await anvil.rpc('anvil_setCode', [wallet, ERC1271_ALWAYS_INVALID]);
+  const walletRow = row(walletConfig, PRICE, anySignature);
+  assert.equal(await revertName(relayer, 'claimWithSignature', await claimed([walletRow])), 'InvalidSignature');
+  await anvil.rpc('anvil_setCode', [wallet, ERC1271_ALWAYS_VALID]);
+  await send(relayer, 'claimWithSignature', await claimed([walletRow]));
+  assert.equal((await readChannel(deployer, walletChannel)).totalClaimed, PRICE);
 });
 
 test('a Permit2 deposit through the official schemes, then the payer\'s timed withdrawal', async () => {
