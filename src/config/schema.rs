@@ -412,6 +412,9 @@ pub struct FacilitatorSettings {
     /// picks its wire format.
     #[serde(default = "default_x402_versions")]
     pub x402_versions: Vec<u32>,
+    /// Serve x402's `batch-settlement` on every served EVM network (batch-settlement.md).
+    #[serde(default)]
+    pub batch_settlement: bool,
     /// Accept `http://` resources (the spec asks for `https://`): for local development and
     /// resource servers behind a TLS-terminating proxy, whose middleware states its own URL.
     #[serde(default)]

@@ -29,6 +29,12 @@ static TRANSFER_TYPEHASH: LazyLock<[u8; 32]> = LazyLock::new(|| {
     )
 });
 
+static RECEIVE_TYPEHASH: LazyLock<[u8; 32]> = LazyLock::new(|| {
+    keccak256(
+        "ReceiveWithAuthorization(address from,address to,uint256 value,uint256 validAfter,uint256 validBefore,bytes32 nonce)",
+    )
+});
+
 /// The token's EIP-712 domain separator; computed once per configured token.
 pub fn domain_separator(name: &str, version: &str, chain_id: u64, token: Address) -> H256 {
     H256(keccak256(encode(&[
@@ -43,6 +49,19 @@ pub fn domain_separator(name: &str, version: &str, chain_id: u64, token: Address
 /// The digest the payer signed: `keccak256(0x1901 || domainSeparator || structHash)`.
 pub fn digest(domain_separator: H256, auth: &TransferAuthorization) -> H256 {
     let mut fields = vec![Token::FixedBytes(TRANSFER_TYPEHASH.to_vec())];
+    fields.extend(authorization_tokens(auth));
+    let struct_hash = keccak256(encode(&fields));
+    let mut message = Vec::with_capacity(66);
+    message.extend_from_slice(&[0x19, 0x01]);
+    message.extend_from_slice(domain_separator.as_bytes());
+    message.extend_from_slice(&struct_hash);
+    H256(keccak256(message))
+}
+
+/// The digest of the same terms as a `receiveWithAuthorization`, which only `to` may submit
+/// (a `batch-settlement` deposit collector).
+pub fn receive_digest(domain_separator: H256, auth: &TransferAuthorization) -> H256 {
+    let mut fields = vec![Token::FixedBytes(RECEIVE_TYPEHASH.to_vec())];
     fields.extend(authorization_tokens(auth));
     let struct_hash = keccak256(encode(&fields));
     let mut message = Vec::with_capacity(66);

@@ -3,6 +3,7 @@
 //! and Permit2's typed data and calls. Every room above reads and writes chain values through here.
 
 pub mod authorization_logs;
+pub mod batch;
 pub mod erc3009;
 pub mod erc6492;
 pub mod fee_history;

@@ -130,7 +130,14 @@ impl Facilitator {
             catalogue: catalogue.clone(),
             signers: signer_addresses,
         };
-        let registry = registry(settings, evm, svm.clone(), &store, &cooldown);
+        let batch = settings.batch_settlement.then(|| evm::batch::EvmBatch {
+            verifier: verifier.clone(),
+            settler: settler.clone(),
+            v2_networks: v2_networks.clone().unwrap_or_default(),
+            contracts: batch_contracts(&verifier),
+            authorizer: None,
+        });
+        let registry = registry(settings, evm, batch, svm.clone(), &store, &cooldown);
         Ok(Self {
             verifier,
             settler,
@@ -227,7 +234,7 @@ impl Facilitator {
     /// v1's kinds name the configured networks; v2's name them by CAIP-2 id and come with v2's
     /// `extensions` (`payment-identifier`: its id is a settle's retry key) and `signers`.
     pub fn supported(&self) -> SupportedResponse {
-        let families = || self.registry.families();
+        let families = || self.registry.mechanisms();
         let mut kinds: Vec<SupportedKind> = Vec::new();
         if self.serves_v1 {
             kinds.extend(families().flat_map(|m| m.supported(1)));
@@ -382,6 +389,7 @@ fn token_info(token: &crate::config::TokenSettings, chain_id: u64) -> TokenInfo 
 fn registry(
     settings: &FacilitatorSettings,
     evm: EvmExact,
+    batch: Option<evm::batch::EvmBatch>,
     svm: Option<Arc<svm::SvmExact>>,
     store: &Storage,
     cooldown: &Arc<Cooldown>,
@@ -394,5 +402,14 @@ fn registry(
         serves_v1: settings.serves_version(1),
         serves_v2: settings.serves_version(2),
     };
-    Registry::new(Arc::new(evm), Arc::new(svm))
+    Registry::new(Arc::new(evm), batch.map(Arc::new), Arc::new(svm))
+}
+
+/// The `batch-settlement` contracts of each served EVM network: the canonical addresses.
+fn batch_contracts(verifier: &Verifier) -> std::collections::BTreeMap<String, evm::batch::Contracts> {
+    let contracts = evm::batch::Contracts {
+        settlement: "0x4020074e9dF2ce1deE5A9C1b5c3f541D02a10003".parse().expect("an address"),
+        erc3009_collector: "0x4020806089470a89826cB9fB1f4059150b550004".parse().expect("an address"),
+    };
+    verifier.networks().map(|n| (n.name.clone(), contracts)).collect()
 }

@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use super::evm::batch::{self, EvmBatch};
 use super::evm::exact::{self as evm, EvmExact};
 use super::mechanism::{Mechanism, Payee, Payment, StatusLookup};
 use super::svm::mechanism::{self as svm, SvmMechanism};
@@ -27,25 +28,31 @@ pub struct Registry {
     kinds: Vec<(Kind, Arc<dyn Mechanism>)>,
     /// One mechanism per family, in the order their status routes are named.
     families: Vec<Arc<dyn Mechanism>>,
+    /// Every mechanism once, in the order `/supported` lists their kinds.
+    mechanisms: Vec<Arc<dyn Mechanism>>,
 }
 
 impl Registry {
-    pub fn new(evm: Arc<EvmExact>, svm: Arc<SvmMechanism>) -> Self {
+    pub fn new(evm: Arc<EvmExact>, batch: Option<Arc<EvmBatch>>, svm: Arc<SvmMechanism>) -> Self {
         let (evm, svm): (Arc<dyn Mechanism>, Arc<dyn Mechanism>) = (evm, svm);
+        let batch = batch.map(|b| -> Arc<dyn Mechanism> { b });
         let kind = |version, namespace, scheme| Kind {
             version,
             namespace,
             scheme,
         };
+        let mut kinds = vec![
+            (kind(1, evm::NAMESPACE, "exact"), evm.clone()),
+            (kind(2, evm::NAMESPACE, "exact"), evm.clone()),
+            (kind(2, evm::NAMESPACE, "upto"), evm.clone()),
+            (kind(1, svm::NAMESPACE, "exact"), svm.clone()),
+            (kind(2, svm::NAMESPACE, "exact"), svm.clone()),
+        ];
+        kinds.extend(batch.clone().map(|b| (kind(2, evm::NAMESPACE, batch::SCHEME), b)));
         Registry {
-            kinds: vec![
-                (kind(1, evm::NAMESPACE, "exact"), evm.clone()),
-                (kind(2, evm::NAMESPACE, "exact"), evm.clone()),
-                (kind(2, evm::NAMESPACE, "upto"), evm.clone()),
-                (kind(1, svm::NAMESPACE, "exact"), svm.clone()),
-                (kind(2, svm::NAMESPACE, "exact"), svm.clone()),
-            ],
-            families: vec![evm, svm],
+            kinds,
+            families: vec![evm.clone(), svm.clone()],
+            mechanisms: [Some(evm), Some(svm), batch].into_iter().flatten().collect(),
         }
     }
 
@@ -72,6 +79,11 @@ impl Registry {
     /// Each family's mechanism, once.
     pub fn families(&self) -> impl Iterator<Item = &dyn Mechanism> {
         self.families.iter().map(|m| m.as_ref())
+    }
+
+    /// Every mechanism, once: each lists its own kinds in `/supported`.
+    pub fn mechanisms(&self) -> impl Iterator<Item = &dyn Mechanism> {
+        self.mechanisms.iter().map(|m| m.as_ref())
     }
 
     /// The settlement a status path (after `/settlements/`) names, by the family whose route

@@ -68,7 +68,7 @@ pub fn parse(values: Values<'_>, served: &dyn Served) -> Result<Request, Invalid
         }
     };
     let allowed = match method {
-        Method::Eip3009 => terms.token.eip3009,
+        Method::Eip3009 | Method::Eip3009Receive => terms.token.eip3009,
         Method::Permit2 | Method::Permit2Upto { .. } => terms.token.permit2,
     };
     if !allowed {
@@ -92,6 +92,7 @@ pub fn parse(values: Values<'_>, served: &dyn Served) -> Result<Request, Invalid
         method,
         eip2612: None,
         signature,
+        through: None,
     })
 }
 

@@ -1,6 +1,7 @@
 //! The EVM family's mechanism: verify's chain rules and the lens, the settle pipeline, and the
 //! lanes (a worker per signer and network, the follower of each head, front-runs, leases).
 
+pub mod batch;
 pub mod exact;
 mod follower;
 mod front_run;

@@ -3,7 +3,7 @@
 //! request and the served configuration (x402-facilitator.md §2, rules 1-5) passed. Its verdict
 //! (`Invalid`, naming fields by `Field`) is every family's: `facilitator::outcome`.
 
-use ethers_core::types::{Address, H256, U256};
+use ethers_core::types::{Address, Bytes, H256, U256};
 
 use crate::evm::erc3009::TransferAuthorization;
 use crate::evm::permit2::Eip2612Permit;
@@ -31,6 +31,17 @@ pub struct Request {
     pub eip2612: Option<Eip2612Permit>,
     /// Non-empty, and no longer than `facilitator.max_signature_bytes`.
     pub signature: Vec<u8>,
+    /// The contract call that executes the authorization, when it is not the token's own
+    /// (`Method::Eip3009Receive`).
+    pub through: Option<Through>,
+}
+
+/// A contract call that executes a payer's authorization inside it: a `batch-settlement`
+/// deposit, whose collector submits the `receiveWithAuthorization`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Through {
+    pub contract: Address,
+    pub calldata: Bytes,
 }
 
 /// How a payment's funds move, as its payload says.
@@ -43,6 +54,9 @@ pub enum Method {
     /// x402's `upto` scheme: Permit2 through the upto proxy, which transfers what the
     /// requirements charge (at most the permitted amount) when `facilitator` sends it.
     Permit2Upto { facilitator: Address },
+    /// ERC-3009's `receiveWithAuthorization`, submitted by its `to` (a deposit collector) inside
+    /// the call `Request::through` names.
+    Eip3009Receive,
 }
 
 impl Method {
@@ -54,7 +68,7 @@ impl Method {
     /// How the ledger stores it: `upto` moves funds through Permit2 too.
     pub fn transfer_method(self) -> TransferMethod {
         match self {
-            Method::Eip3009 => TransferMethod::Eip3009,
+            Method::Eip3009 | Method::Eip3009Receive => TransferMethod::Eip3009,
             Method::Permit2 | Method::Permit2Upto { .. } => TransferMethod::Permit2,
         }
     }
@@ -62,7 +76,7 @@ impl Method {
     /// Its name in `transfer_methods`.
     pub fn name(self) -> &'static str {
         match self {
-            Method::Eip3009 => "eip3009",
+            Method::Eip3009 | Method::Eip3009Receive => "eip3009",
             Method::Permit2 | Method::Permit2Upto { .. } => "permit2",
         }
     }

@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 use ethers_core::types::{Address, H256, U256};
 
 use super::ledger_nonce::nonce_read;
-use super::request::{Method, Request, Served, TokenInfo};
+use super::request::{Method, Request, Served, Through, TokenInfo};
 use crate::chain::{Chain, Unreachable};
 use crate::clock::unix_now;
 use crate::evm;
@@ -102,6 +102,8 @@ pub struct Payment<'a> {
     pub recovered: Option<Address>,
     /// What deploys the payer's wallet, when the signature was ERC-6492 wrapped.
     pub counterfactual: Counterfactual,
+    /// The call that executes the authorization, when it is not the token's own.
+    pub through: Option<Through>,
 }
 
 /// What an ERC-6492 wrapper asks the facilitator to deploy first.
@@ -304,6 +306,7 @@ impl Verifier {
         }
         let digest = match request.method {
             Method::Eip3009 => erc3009::digest(token.domain_separator, &auth),
+            Method::Eip3009Receive => erc3009::receive_digest(token.domain_separator, &auth),
             Method::Permit2 | Method::Permit2Upto { .. } => permit2::digest(
                 network.permit2_domain,
                 &permit2_authorization(&auth, token.address, request.method),
@@ -321,6 +324,7 @@ impl Verifier {
             signature,
             auth,
             counterfactual,
+            through: request.through.clone(),
         })
     }
 

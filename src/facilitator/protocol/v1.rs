@@ -72,6 +72,9 @@ pub struct VerifyResponse {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub invalid_message: Option<String>,
     pub payer: String,
+    /// A scheme's own facts about the payment (`batch-settlement`: the channel's snapshot).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub extra: Option<serde_json::Value>,
 }
 
 /// The `/settle` answer; v2's has the same fields.
@@ -89,6 +92,9 @@ pub struct SettleResponse {
     /// `upto` (v2): what was charged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub amount: Option<String>,
+    /// A scheme's own facts about the settlement (`batch-settlement`: `channelState`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub extra: Option<serde_json::Value>,
 }
 
 /// v1's path of a field in its request.
@@ -177,6 +183,7 @@ pub fn verify_answer(request: &PaymentRequest, verdict: Result<(), Invalid>) -> 
         invalid_reason: failure.as_ref().map(|f| verify_reason(f.reason)),
         invalid_message: failure.map(|f| f.message.render(path)),
         payer: payer_of(Payload::from(&request.payment_payload.payload)),
+        extra: None,
     }
 }
 
@@ -190,6 +197,7 @@ pub fn settle_answer(request: &PaymentRequest, settled: Settled) -> SettleRespon
         transaction: settled.transaction.map(evm::hex_bytes).unwrap_or_default(),
         network: request.payment_requirements.network.clone(),
         amount: None,
+        extra: None,
     }
 }
 

@@ -299,6 +299,7 @@ pub fn verify_answer(request: &PaymentRequest, verdict: Result<(), Invalid>) -> 
         invalid_reason: failure.as_ref().map(|f| reason_name(f.reason)),
         invalid_message: failure.map(|f| f.message.render(path)),
         payer: v1::payer_of(Payload::from(&request.payment_payload.payload)),
+        extra: None,
     }
 }
 
@@ -323,6 +324,7 @@ pub fn settle_answer(
             payer,
             transaction: settled.transaction.map(evm::hex_bytes).unwrap_or_default(),
             network,
+            extra: None,
         }),
         Err(SettleError::Pending(Some(hash))) => Ok(SettleResponse {
             amount: None,
@@ -332,6 +334,7 @@ pub fn settle_answer(
             payer,
             transaction: evm::hex_bytes(hash),
             network,
+            extra: None,
         }),
         Err(other) => Err(other),
     }

@@ -259,6 +259,7 @@ pub fn verify_answer(
         invalid_reason: failure.map(|f| reason(version, f)),
         invalid_message: failure.map(|f| message(version, f)),
         payer,
+        extra: None,
     }
 }
 
@@ -333,6 +334,7 @@ pub fn settle_answer(
             transaction,
             network: request.terms().0.to_string(),
             amount: None,
+            extra: None,
         };
     let by_version = |v1: &'static str, v2: &'static str| match version {
         Version::V1 => v1,

@@ -36,10 +36,13 @@ const ANVIL_FEE_MODEL = 'fee_model = "eip1559"\n';
  * @param {string} [o.usdcExtra]      raw TOML added to its USDC table (default: ERC-3009 only)
  * @param {(name: string, anvilUrl: string) => string} [o.rpcUrlFor]  the RPC URL routerd is given for a
  *   chain (default: the anvil URL itself; e.g. a lib/bad-upstreams.mjs proxy in front of it)
+ * @param {(stack: Stack) => Promise<void>} [o.beforeRouterd]  run once the chains are up, before routerd
+ *   starts (e.g. placing contracts routerd checks at start)
  */
 export async function startFacilitatorStack({
   anvil: anvilOpts = {}, extraChains = [], fundedPayers = 0, payerFunds = 1_000_000_000n, denyList = [], routerd: routerdOpts = {},
   extraSignerKeys = [], chainExtra = '', usdcExtra = USDC_ERC3009_ONLY, rpcUrlFor = (name, url) => url,
+  beforeRouterd = async () => {},
 } = {}) {
   // Fail before starting chains when there is no daemon to test.
   if (!existsSync(routerdBin())) {
@@ -50,7 +53,9 @@ export async function startFacilitatorStack({
   stack.signerKeys = [stack.signerKey, ...extraSignerKeys];
   stack.signers = stack.signerKeys.map((key) => privateKeyToAccount(key).address); // every signer address, in key order
   try {
-    await stack.setup({ anvilOpts, extraChains, fundedPayers, payerFunds, denyList, routerdOpts, chainExtra, usdcExtra, rpcUrlFor });
+    await stack.setup({
+      anvilOpts, extraChains, fundedPayers, payerFunds, denyList, routerdOpts, chainExtra, usdcExtra, rpcUrlFor, beforeRouterd,
+    });
   } catch (err) {
     await stack.stop();
     throw err;
@@ -78,7 +83,9 @@ class Stack {
     this.payers = [];
   }
 
-  async setup({ anvilOpts, extraChains, fundedPayers, payerFunds, denyList, routerdOpts, chainExtra, usdcExtra, rpcUrlFor }) {
+  async setup({
+    anvilOpts, extraChains, fundedPayers, payerFunds, denyList, routerdOpts, chainExtra, usdcExtra, rpcUrlFor, beforeRouterd,
+  }) {
     this.payers = Array.from({ length: fundedPayers }, () => freshAccount());
     const fund = this.payers.map((p) => ({ address: p.address, amount: payerFunds }));
     await this.addChain({ name: NETWORK, chainId: CHAIN_ID, anvilOpts, usdc: true, fund });
@@ -92,6 +99,7 @@ class Stack {
     this.servedNetworks = served;
     const denyListFile = join(this.tmp.dir, 'deny.txt');
     writeFileSync(denyListFile, denyList.map((a) => `${a}\n`).join(''));
+    await beforeRouterd(this);
     const port = await freePort();
     this.config = { port, served, denyListFile, routerdOpts, chainExtra, usdcExtra, rpcUrlFor };
     this.routerd = await startRouterd({

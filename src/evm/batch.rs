@@ -1,0 +1,271 @@
+//! The x402 `batch-settlement` contracts on the wire: a channel's config and id, the EIP-712
+//! digests of its vouchers, refunds and claim batches, the ERC-3009 deposit's authorization, and
+//! the calldata of the settlement contract's functions and views. No I/O.
+//!
+//! The channel id is the EIP-712 hash of the config under the settlement contract's domain
+//! (`x402 Batch Settlement`, version 1, the chain and the contract): the same config names another
+//! channel on another chain or deployment.
+
+use std::sync::LazyLock;
+
+use ethers_core::abi::{decode, encode, ParamType, Token};
+use ethers_core::types::{Address, Bytes, H256, U256};
+use ethers_core::utils::keccak256;
+
+/// The shortest and longest withdraw delay the contract accepts, in seconds (15 min, 30 days).
+pub const MIN_WITHDRAW_DELAY: u64 = 900;
+pub const MAX_WITHDRAW_DELAY: u64 = 2_592_000;
+
+/// A channel's immutable config: who pays, who signs vouchers (an EOA, or zero for the payer's
+/// own ERC-1271 check), who is paid, who authorizes claims and refunds, the token, and the delay
+/// of a timed withdrawal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChannelConfig {
+    pub payer: Address,
+    pub payer_authorizer: Address,
+    pub receiver: Address,
+    pub receiver_authorizer: Address,
+    pub token: Address,
+    /// A `uint40` on chain.
+    pub withdraw_delay: u64,
+    pub salt: H256,
+}
+
+impl ChannelConfig {
+    fn tokens(&self) -> Vec<Token> {
+        vec![
+            Token::Address(self.payer),
+            Token::Address(self.payer_authorizer),
+            Token::Address(self.receiver),
+            Token::Address(self.receiver_authorizer),
+            Token::Address(self.token),
+            Token::Uint(self.withdraw_delay.into()),
+            Token::FixedBytes(self.salt.as_bytes().to_vec()),
+        ]
+    }
+}
+
+/// One row of a claim: a channel's voucher (its config and signed ceiling), the payer's
+/// signature of it, and the channel's new `totalClaimed` (at most the ceiling).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRow {
+    pub channel: ChannelConfig,
+    pub max_claimable: u128,
+    pub signature: Bytes,
+    pub total_claimed: u128,
+}
+
+static DOMAIN_TYPEHASH: LazyLock<[u8; 32]> = LazyLock::new(|| {
+    keccak256("EIP712Domain(string name,string version,uint256 chainId,address verifyingContract)")
+});
+static CHANNEL_CONFIG_TYPEHASH: LazyLock<[u8; 32]> = LazyLock::new(|| {
+    keccak256("ChannelConfig(address payer,address payerAuthorizer,address receiver,address receiverAuthorizer,address token,uint40 withdrawDelay,bytes32 salt)")
+});
+static VOUCHER_TYPEHASH: LazyLock<[u8; 32]> =
+    LazyLock::new(|| keccak256("Voucher(bytes32 channelId,uint128 maxClaimableAmount)"));
+static REFUND_TYPEHASH: LazyLock<[u8; 32]> =
+    LazyLock::new(|| keccak256("Refund(bytes32 channelId,uint256 nonce,uint128 amount)"));
+static CLAIM_ENTRY_TYPE: &str =
+    "ClaimEntry(bytes32 channelId,uint128 maxClaimableAmount,uint128 totalClaimed)";
+static CLAIM_ENTRY_TYPEHASH: LazyLock<[u8; 32]> = LazyLock::new(|| keccak256(CLAIM_ENTRY_TYPE));
+static CLAIM_BATCH_TYPEHASH: LazyLock<[u8; 32]> =
+    LazyLock::new(|| keccak256(format!("ClaimBatch(ClaimEntry[] claims){CLAIM_ENTRY_TYPE}")));
+/// The settlement contract's EIP-712 domain separator on chain `chain_id`.
+pub fn domain_separator(chain_id: u64, contract: Address) -> H256 {
+    H256(keccak256(encode(&[
+        Token::FixedBytes(DOMAIN_TYPEHASH.to_vec()),
+        Token::FixedBytes(keccak256("x402 Batch Settlement").to_vec()),
+        Token::FixedBytes(keccak256("1").to_vec()),
+        Token::Uint(chain_id.into()),
+        Token::Address(contract),
+    ])))
+}
+
+fn typed_digest(domain: H256, struct_hash: [u8; 32]) -> H256 {
+    let mut message = Vec::with_capacity(66);
+    message.extend_from_slice(&[0x19, 0x01]);
+    message.extend_from_slice(domain.as_bytes());
+    message.extend_from_slice(&struct_hash);
+    H256(keccak256(message))
+}
+
+fn struct_hash(typehash: &[u8; 32], fields: Vec<Token>) -> [u8; 32] {
+    let mut all = vec![Token::FixedBytes(typehash.to_vec())];
+    all.extend(fields);
+    keccak256(encode(&all))
+}
+
+/// The channel's id: the EIP-712 hash of its config under the contract's domain.
+pub fn channel_id(domain: H256, config: &ChannelConfig) -> H256 {
+    typed_digest(domain, struct_hash(&CHANNEL_CONFIG_TYPEHASH, config.tokens()))
+}
+
+/// What the payer (or its payer authorizer) signs for a voucher of cumulative ceiling `max`.
+pub fn voucher_digest(domain: H256, channel: H256, max: u128) -> H256 {
+    let fields = vec![
+        Token::FixedBytes(channel.as_bytes().to_vec()),
+        Token::Uint(max.into()),
+    ];
+    typed_digest(domain, struct_hash(&VOUCHER_TYPEHASH, fields))
+}
+
+/// What the receiver authorizer signs to refund `amount` at the channel's refund `nonce`.
+pub fn refund_digest(domain: H256, channel: H256, nonce: U256, amount: u128) -> H256 {
+    let fields = vec![
+        Token::FixedBytes(channel.as_bytes().to_vec()),
+        Token::Uint(nonce),
+        Token::Uint(amount.into()),
+    ];
+    typed_digest(domain, struct_hash(&REFUND_TYPEHASH, fields))
+}
+
+/// What the receiver authorizer signs for `claimWithSignature` over `rows` (channel id,
+/// ceiling and new total of each, in order).
+pub fn claim_batch_digest(domain: H256, rows: &[(H256, u128, u128)]) -> H256 {
+    let mut entries = Vec::with_capacity(rows.len() * 32);
+    for (channel, max, total) in rows {
+        let fields = vec![
+            Token::FixedBytes(channel.as_bytes().to_vec()),
+            Token::Uint((*max).into()),
+            Token::Uint((*total).into()),
+        ];
+        entries.extend_from_slice(&struct_hash(&CLAIM_ENTRY_TYPEHASH, fields));
+    }
+    let claims = Token::FixedBytes(keccak256(entries).to_vec());
+    typed_digest(domain, struct_hash(&CLAIM_BATCH_TYPEHASH, vec![claims]))
+}
+
+/// The ERC-3009 nonce of a deposit: bound to the channel and the authorization's salt, so that
+/// a deposit authorization can fund no other channel.
+pub fn deposit_nonce(channel: H256, salt: U256) -> H256 {
+    H256(keccak256(encode(&[
+        Token::FixedBytes(channel.as_bytes().to_vec()),
+        Token::Uint(salt),
+    ])))
+}
+
+fn call(signature: &str, args: &[Token]) -> Bytes {
+    let mut data = keccak256(signature)[..4].to_vec();
+    data.extend(encode(args));
+    Bytes::from(data)
+}
+
+const CONFIG: &str = "(address,address,address,address,address,uint40,bytes32)";
+
+fn id_view(name: &str, channel: H256) -> Bytes {
+    call(
+        &format!("{name}(bytes32)"),
+        &[Token::FixedBytes(channel.as_bytes().to_vec())],
+    )
+}
+
+/// `channels(id)`: `(uint128 balance, uint128 totalClaimed)`.
+pub fn channels(channel: H256) -> Bytes {
+    id_view("channels", channel)
+}
+
+/// `pendingWithdrawals(id)`: `(uint128 amount, uint40 initiatedAt)`.
+pub fn pending_withdrawals(channel: H256) -> Bytes {
+    id_view("pendingWithdrawals", channel)
+}
+
+/// `refundNonce(id)`: the nonce the next `refundWithSignature` must carry.
+pub fn refund_nonce(channel: H256) -> Bytes {
+    id_view("refundNonce", channel)
+}
+
+/// `receivers(receiver, token)`: `(uint128 totalClaimed, uint128 totalSettled)`.
+pub fn receivers(receiver: Address, token: Address) -> Bytes {
+    call(
+        "receivers(address,address)",
+        &[Token::Address(receiver), Token::Address(token)],
+    )
+}
+
+/// `deposit(config, amount, collector, collectorData)`.
+pub fn deposit(config: &ChannelConfig, amount: u128, collector: Address, data: &[u8]) -> Bytes {
+    let args = [
+        Token::Tuple(config.tokens()),
+        Token::Uint(amount.into()),
+        Token::Address(collector),
+        Token::Bytes(data.to_vec()),
+    ];
+    call(&format!("deposit({CONFIG},uint128,address,bytes)"), &args)
+}
+
+/// What the ERC-3009 collector reads of a deposit: the authorization's window, salt and signature.
+pub fn erc3009_collector_data(
+    valid_after: U256,
+    valid_before: U256,
+    salt: U256,
+    signature: &[u8],
+) -> Bytes {
+    Bytes::from(encode(&[
+        Token::Uint(valid_after),
+        Token::Uint(valid_before),
+        Token::Uint(salt),
+        Token::Bytes(signature.to_vec()),
+    ]))
+}
+
+/// The two words a view answers, each as a `u128` (the first, the second), or `None` when the
+/// answer is not two words or a word does not fit.
+pub fn two_words(answer: &[u8]) -> Option<(u128, u128)> {
+    let tokens = decode(&[ParamType::Uint(256), ParamType::Uint(256)], answer).ok()?;
+    let word = |t: &Token| t.clone().into_uint().filter(|v| v.bits() <= 128);
+    Some((word(&tokens[0])?.as_u128(), word(&tokens[1])?.as_u128()))
+}
+
+/// A one-word `uint256` answer.
+pub fn one_word(answer: &[u8]) -> Option<U256> {
+    let tokens = decode(&[ParamType::Uint(256)], answer).ok()?;
+    tokens[0].clone().into_uint()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::str::FromStr;
+
+    fn config() -> ChannelConfig {
+        ChannelConfig {
+            payer: Address::repeat_byte(1),
+            payer_authorizer: Address::repeat_byte(2),
+            receiver: Address::repeat_byte(3),
+            receiver_authorizer: Address::repeat_byte(4),
+            token: Address::repeat_byte(5),
+            withdraw_delay: 900,
+            salt: H256::zero(),
+        }
+    }
+
+    #[test]
+    fn the_channel_id_is_bound_to_the_chain_and_the_contract() {
+        let contract = Address::from_str("0x4020074e9dF2ce1deE5A9C1b5c3f541D02a10003").unwrap();
+        let here = channel_id(domain_separator(8453, contract), &config());
+        assert_ne!(here, channel_id(domain_separator(1, contract), &config()));
+        let elsewhere = domain_separator(8453, Address::repeat_byte(9));
+        assert_ne!(here, channel_id(elsewhere, &config()));
+        let mut salted = config();
+        salted.salt = H256::repeat_byte(1);
+        assert_ne!(here, channel_id(domain_separator(8453, contract), &salted));
+    }
+
+    #[test]
+    fn views_answer_words_that_fit() {
+        let answer = encode(&[Token::Uint(7.into()), Token::Uint(3.into())]);
+        assert_eq!(two_words(&answer), Some((7, 3)));
+        let too_big = encode(&[Token::Uint(U256::MAX), Token::Uint(3.into())]);
+        assert_eq!(two_words(&too_big), None);
+        assert_eq!(two_words(&answer[..40]), None);
+        assert_eq!(one_word(&answer[..32]), Some(7.into()));
+    }
+
+    #[test]
+    fn calls_carry_their_selectors() {
+        assert_eq!(&channels(H256::zero())[..4], &keccak256("channels(bytes32)")[..4]);
+        let deposit = deposit(&config(), 5, Address::zero(), &[]);
+        let signature = "deposit((address,address,address,address,address,uint40,bytes32),uint128,address,bytes)";
+        assert_eq!(&deposit[..4], &keccak256(signature)[..4]);
+    }
+}

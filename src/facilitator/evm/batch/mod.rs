@@ -1,0 +1,332 @@
+//! x402's `batch-settlement` on EVM (v2 only): a payer deposits once into an escrow channel of
+//! the `x402BatchSettlement` contract, then pays each request with a cumulative voucher that
+//! costs no gas. routerd verifies `deposit`, `voucher` and `refund` payloads by the binding's
+//! rules 1-11 and settles deposits: a deposit is an ERC-3009 `receiveWithAuthorization` that the
+//! deposit collector submits inside the settlement contract's `deposit`, so it goes through the
+//! `exact` settle pipeline as that authorization (write-ahead, one success per authorization,
+//! the payer's exposure, reorgs, every instance), only its transaction calling the contract.
+//!
+//! Rooms: `wire` (the payloads), `verify` (the rules and the channel read), `deposit` (a
+//! deposit as the settle pipeline takes it), `reason` (the binding's reason names).
+
+mod deposit;
+pub mod reason;
+mod verify;
+pub mod wire;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ethers_core::types::{Address, H256};
+use ethers_core::utils::to_checksum;
+use serde_json::json;
+
+use super::settle::Settler;
+use super::verify::{Network, Verifier};
+use crate::evm::batch as leaf;
+use crate::evm::parse_address;
+use crate::facilitator::mechanism::{Answer, Mechanism, Payee, Payment, StatusLookup};
+use crate::facilitator::outcome::SettleError;
+use crate::facilitator::protocol::read::read_value;
+use crate::facilitator::protocol::v1::{SettleResponse, VerifyResponse};
+use crate::facilitator::protocol::v2;
+use crate::facilitator::types::SupportedKind;
+use crate::ledger::Asking;
+use reason::{BatchReason, Refusal};
+use wire::{BatchPayload, BatchRequest};
+
+pub use verify::SCHEME;
+
+/// The contracts of the scheme on a chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Contracts {
+    pub settlement: Address,
+    pub erc3009_collector: Address,
+}
+
+/// The mechanism: the `exact` verifier's networks and the settle pipeline deposits go through.
+pub struct EvmBatch {
+    pub(crate) verifier: Arc<Verifier>,
+    pub(crate) settler: Arc<Settler>,
+    /// Served chain ids and their configured network names (x402 v2).
+    pub(crate) v2_networks: BTreeMap<u64, String>,
+    /// Each served network's contracts, by its configured name.
+    pub(crate) contracts: BTreeMap<String, Contracts>,
+    /// The receiver authorizer routerd offers (`/supported`), when it has the key.
+    pub(crate) authorizer: Option<Address>,
+}
+
+impl EvmBatch {
+    fn network(&self, caip2: &str) -> Option<&Network> {
+        let name = v2::served_network(caip2, &self.v2_networks)?;
+        self.contracts.get(name)?;
+        self.verifier.network(name)
+    }
+
+    /// The settlement contract's domain on `network`, and its contracts.
+    fn domain(&self, network: &Network) -> (H256, Contracts) {
+        let contracts = self.contracts[&network.name];
+        let chain_id = network.chain.settings.chain_id;
+        (leaf::domain_separator(chain_id, contracts.settlement), contracts)
+    }
+
+    async fn verify(&self, request: &BatchRequest) -> Result<VerifyResponse, SettleError> {
+        let payload = &request.payment_payload.payload;
+        let verdict = match payload {
+            BatchPayload::Deposit { .. } => deposit::verify(self, request).await?,
+            BatchPayload::Voucher { .. } | BatchPayload::Refund { .. } => {
+                self.verify_voucher(request).await?
+            }
+            _ => Err(Refusal::new(
+                BatchReason::PayloadType,
+                format!("paymentPayload.payload.type: {:?} is settled, not verified", payload.kind()),
+            )),
+        };
+        Ok(verify_answer(payer_of(payload), verdict))
+    }
+
+    /// A voucher or refund payload: rules 1-7, 9 and 10 in one read of the chain (none of it
+    /// for the signature of a payer authorizer's voucher).
+    async fn verify_voucher(
+        &self,
+        request: &BatchRequest,
+    ) -> Result<Result<(H256, verify::ChannelState), Refusal>, SettleError> {
+        let payload = &request.payment_payload.payload;
+        let checked = match self.check_voucher(request) {
+            Ok(checked) => checked,
+            Err(refused) => return Ok(Err(refused)),
+        };
+        let (network, contracts, voucher, erc1271) = checked;
+        if let BatchPayload::Refund { amount, .. } = payload {
+            if let Err(refused) = wire::refund_amount(amount.as_deref()) {
+                return Ok(Err(refused));
+            }
+        }
+        let _read = network.chain.client.admit(crate::chain::Budget::Verify)?;
+        let asks_wallet = erc1271.is_some();
+        let asked = erc1271.into_iter().collect();
+        let read = verify::read(&network.chain, contracts.settlement, voucher.channel_id, asked);
+        let read = match read.await? {
+            Ok(read) => read,
+            Err(refused) => return Ok(Err(refused)),
+        };
+        if asks_wallet && !verify::erc1271_accepts(read.extra[0].as_ref()) {
+            return Ok(Err(Refusal::new(
+                BatchReason::VoucherSignature,
+                "paymentPayload.payload.voucher.signature: the payer's wallet does not accept it (ERC-1271)",
+            )));
+        }
+        let refund = matches!(payload, BatchPayload::Refund { .. });
+        let state = read.state;
+        Ok(verify::check_state(&state, voucher.max_claimable, 0, refund)
+            .map(|()| (voucher.channel_id, state)))
+    }
+
+    /// Rules 1-6 of a voucher as far as they need no chain: its network and contracts, the
+    /// voucher, and the ERC-1271 call to ask when the payer itself signs.
+    #[allow(clippy::type_complexity)]
+    fn check_voucher(
+        &self,
+        request: &BatchRequest,
+    ) -> Result<(&Network, Contracts, wire::Voucher, Option<crate::chain::Call>), Refusal> {
+        let network = verify::check_requirements(request, |n| self.network(n))?;
+        let payload = &request.payment_payload.payload;
+        let Some((config, voucher)) = payload.channel() else {
+            return Err(Refusal::new(BatchReason::PayloadType, "paymentPayload.payload.type"));
+        };
+        let reason = payload.malformed();
+        let (config, voucher) = (wire::config(reason, config)?, wire::voucher(reason, voucher)?);
+        let (domain, contracts) = self.domain(network);
+        verify::check_config(request, domain, &config, voucher.channel_id)?;
+        let erc1271 = verify::check_voucher_signature(domain, &config, &voucher)?;
+        Ok((network, contracts, voucher, erc1271))
+    }
+
+    async fn settle(
+        &self,
+        request: &BatchRequest,
+        asking: &Asking,
+    ) -> Result<SettleResponse, SettleError> {
+        let payload = &request.payment_payload.payload;
+        let network = request.payment_requirements.network.clone();
+        match payload {
+            BatchPayload::Deposit { .. } => deposit::settle(self, request, asking).await,
+            BatchPayload::Voucher { .. } => Ok(refused_settle(
+                payload,
+                network,
+                Refusal::new(
+                    BatchReason::PayloadType,
+                    "paymentPayload.payload.type: a voucher is charged by the resource server, not settled",
+                ),
+            )),
+            _ => Ok(refused_settle(
+                payload,
+                network,
+                Refusal::new(
+                    BatchReason::UnknownSettleAction,
+                    format!("paymentPayload.payload.type: routerd does not settle {:?} payloads", payload.kind()),
+                ),
+            )),
+        }
+    }
+}
+
+/// The payer a payload names, as sent ("" for the server's own payloads).
+fn payer_of(payload: &BatchPayload) -> String {
+    payload
+        .channel()
+        .map(|(config, _)| config.payer.clone())
+        .unwrap_or_default()
+}
+
+/// The `/verify` answer: the channel snapshot in `extra` when valid.
+fn verify_answer(
+    payer: String,
+    verdict: Result<(H256, verify::ChannelState), Refusal>,
+) -> VerifyResponse {
+    match verdict {
+        Ok((channel, state)) => VerifyResponse {
+            is_valid: true,
+            invalid_reason: None,
+            invalid_message: None,
+            payer,
+            extra: Some(state.snapshot(channel)),
+        },
+        Err(refused) => VerifyResponse {
+            is_valid: false,
+            invalid_reason: Some(refused.reason.name()),
+            invalid_message: Some(refused.message),
+            payer,
+            extra: None,
+        },
+    }
+}
+
+fn refused_settle(payload: &BatchPayload, network: String, refused: Refusal) -> SettleResponse {
+    SettleResponse {
+        success: false,
+        error_reason: Some(refused.reason.name().to_string()),
+        error_message: Some(refused.message),
+        payer: payer_of(payload),
+        transaction: String::new(),
+        network,
+        amount: None,
+        extra: None,
+    }
+}
+
+/// A payment and the mechanism serving it.
+struct Served<'a> {
+    batch: &'a EvmBatch,
+    request: BatchRequest,
+}
+
+impl Payment for Served<'_> {
+    fn label(&self) -> String {
+        let required = &self.request.payment_requirements;
+        let payload = &self.request.payment_payload.payload;
+        let channel = payload.channel().map(|(_, v)| v.channel_id.as_str());
+        format!(
+            "{}|{}|{}|{}",
+            required.network,
+            payload.kind(),
+            payer_of(payload),
+            channel.unwrap_or_default()
+        )
+    }
+
+    fn payment_identifier(&self) -> Result<Option<&str>, String> {
+        self.request.payment_payload.payment_identifier()
+    }
+
+    fn payee(&self) -> Option<Payee> {
+        let address = parse_address(&self.request.payment_requirements.pay_to)?;
+        Some(Payee {
+            namespace: super::exact::NAMESPACE,
+            key: address.as_bytes().into(),
+        })
+    }
+
+    fn family(&self) -> &'static str {
+        "evm"
+    }
+
+    fn verify(&self) -> Answer<'_, VerifyResponse> {
+        Box::pin(self.batch.verify(&self.request))
+    }
+
+    fn settle<'a>(&'a self, asking: &'a Asking, _private: bool) -> Answer<'a, SettleResponse> {
+        Box::pin(self.batch.settle(&self.request, asking))
+    }
+}
+
+/// Paths of a batch-settlement request that must be JSON objects.
+const OBJECTS: &[&str] = &[
+    "",
+    "paymentPayload",
+    "paymentPayload.accepted",
+    "paymentPayload.payload",
+    "paymentRequirements",
+];
+
+impl Mechanism for EvmBatch {
+    fn read_direct(&self, _version: u64, bytes: &[u8]) -> Option<Box<dyn Payment + '_>> {
+        let request = serde_json::from_slice(bytes).ok()?;
+        Some(Box::new(Served {
+            batch: self,
+            request,
+        }))
+    }
+
+    fn read(
+        &self,
+        _version: u64,
+        body: serde_json::Value,
+        prefix: &str,
+    ) -> Result<Box<dyn Payment + '_>, String> {
+        let request = read_value(body, OBJECTS, prefix)?;
+        Ok(Box::new(Served {
+            batch: self,
+            request,
+        }))
+    }
+
+    /// Deposits are found by their authorization, under `exact`'s route.
+    fn status_form(&self) -> &'static str {
+        "/settlements/{network}/{asset}/{from}/{nonce}"
+    }
+
+    fn status<'a>(&'a self, _segments: &[&str]) -> Result<Box<dyn StatusLookup + 'a>, String> {
+        Err("path: a deposit's settlement is found by its authorization under /settlements/{network}/{asset}/{from}/{nonce}".to_string())
+    }
+
+    /// Every v2 network with a token whose deposits the ERC-3009 collector takes.
+    fn supported(&self, version: u32) -> Vec<SupportedKind> {
+        if version != 2 {
+            return Vec::new();
+        }
+        let extra = self
+            .authorizer
+            .map(|a| json!({ "receiverAuthorizer": to_checksum(&a, None) }));
+        let deposits = |name: &String| {
+            self.contracts.contains_key(name)
+                && self
+                    .verifier
+                    .network(name)
+                    .is_some_and(|n| n.tokens.iter().any(|t| t.eip3009))
+        };
+        let served = self.v2_networks.iter().filter(|(_, name)| deposits(name));
+        served
+            .map(|(&id, _)| SupportedKind {
+                x402_version: 2,
+                scheme: SCHEME,
+                network: v2::network_id(id),
+                extra: extra.clone(),
+            })
+            .collect()
+    }
+
+    fn signers(&self) -> Option<(&'static str, Vec<String>)> {
+        None
+    }
+}

@@ -1,0 +1,90 @@
+//! Why a `batch-settlement` payment is refused, with the binding's reason names
+//! (`scheme_batch_settlement_evm.md`, "Error Codes").
+
+/// A refusal: its reason, and words naming the field or the fact.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub reason: BatchReason,
+    pub message: String,
+}
+
+impl Refusal {
+    pub fn new(reason: BatchReason, message: impl Into<String>) -> Self {
+        Refusal {
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// The reasons routerd answers, in the binding's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchReason {
+    Scheme,
+    /// `invalid_network`: no served EVM network of that name (as for every scheme).
+    Network,
+    NetworkMismatch,
+    PayloadType,
+    VoucherPayload,
+    DepositPayload,
+    RefundPayload,
+    ChannelIdMismatch,
+    ReceiverMismatch,
+    ReceiverAuthorizerMismatch,
+    TokenMismatch,
+    WithdrawDelayMismatch,
+    WithdrawDelayOutOfRange,
+    VoucherSignature,
+    ChannelNotFound,
+    CumulativeExceedsBalance,
+    CumulativeBelowClaimed,
+    RpcReadFailed,
+    MissingEip712Domain,
+    Erc3009AuthorizationRequired,
+    ValidBefore,
+    ValidAfter,
+    ReceiveAuthorizationSignature,
+    InsufficientBalance,
+    DepositSimulationFailed,
+    DepositTransactionFailed,
+    UnknownSettleAction,
+}
+
+impl BatchReason {
+    pub fn name(self) -> &'static str {
+        use BatchReason::*;
+        match self {
+            Scheme => "invalid_batch_settlement_evm_scheme",
+            Network => "invalid_network",
+            NetworkMismatch => "invalid_batch_settlement_evm_network_mismatch",
+            PayloadType => "invalid_batch_settlement_evm_payload_type",
+            VoucherPayload => "invalid_batch_settlement_evm_voucher_payload",
+            DepositPayload => "invalid_batch_settlement_evm_deposit_payload",
+            RefundPayload => "invalid_batch_settlement_evm_refund_payload",
+            ChannelIdMismatch => "invalid_batch_settlement_evm_channel_id_mismatch",
+            ReceiverMismatch => "invalid_batch_settlement_evm_receiver_mismatch",
+            ReceiverAuthorizerMismatch => "invalid_batch_settlement_evm_receiver_authorizer_mismatch",
+            TokenMismatch => "invalid_batch_settlement_evm_token_mismatch",
+            WithdrawDelayMismatch => "invalid_batch_settlement_evm_withdraw_delay_mismatch",
+            WithdrawDelayOutOfRange => "invalid_batch_settlement_evm_withdraw_delay_out_of_range",
+            VoucherSignature => "invalid_batch_settlement_evm_voucher_signature",
+            ChannelNotFound => "invalid_batch_settlement_evm_channel_not_found",
+            CumulativeExceedsBalance => "invalid_batch_settlement_evm_cumulative_exceeds_balance",
+            CumulativeBelowClaimed => "invalid_batch_settlement_evm_cumulative_below_claimed",
+            RpcReadFailed => "invalid_batch_settlement_evm_rpc_read_failed",
+            MissingEip712Domain => "invalid_batch_settlement_evm_missing_eip712_domain",
+            Erc3009AuthorizationRequired => {
+                "invalid_batch_settlement_evm_erc3009_authorization_required"
+            }
+            ValidBefore => "invalid_batch_settlement_evm_payload_authorization_valid_before",
+            ValidAfter => "invalid_batch_settlement_evm_payload_authorization_valid_after",
+            ReceiveAuthorizationSignature => {
+                "invalid_batch_settlement_evm_receive_authorization_signature"
+            }
+            InsufficientBalance => "invalid_batch_settlement_evm_insufficient_balance",
+            DepositSimulationFailed => "invalid_batch_settlement_evm_deposit_simulation_failed",
+            DepositTransactionFailed => "invalid_batch_settlement_evm_deposit_transaction_failed",
+            UnknownSettleAction => "invalid_batch_settlement_evm_unknown_settle_action",
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! Verification rules 1-11 of the binding for the payloads a payer signs (`deposit`, `voucher`,
+//! `refund`): the requirements and the channel config (rules 1-5) and an EOA voucher's
+//! signature (rule 6) without the chain; then the channel's state, read in one batch with what
+//! else the payload needs (an ERC-1271 voucher check), for rules 7, 9 and 10.
+
+use ethers_core::types::{Address, Bytes, H256, U256};
+use serde_json::{json, Map, Value};
+
+use super::reason::{BatchReason, Refusal};
+use super::wire::{BatchRequest, Voucher};
+use crate::chain::{self, Batch, Chain, Traffic, Unreachable};
+use crate::evm::batch::{self as leaf, ChannelConfig};
+use crate::evm::erc3009;
+use crate::evm::hex_decode;
+use crate::facilitator::evm::verify::Network;
+
+/// The batch-settlement scheme's name on the wire.
+pub const SCHEME: &str = "batch-settlement";
+
+/// The channel's state as the contract holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChannelState {
+    pub balance: u128,
+    pub total_claimed: u128,
+    pub withdraw_requested_at: u64,
+    pub refund_nonce: U256,
+}
+
+impl ChannelState {
+    /// The snapshot answers carry (verify: `extra`; settle: `extra.channelState`).
+    pub fn snapshot(&self, channel: H256) -> Value {
+        json!({
+            "channelId": format!("{channel:#x}"),
+            "balance": self.balance.to_string(),
+            "totalClaimed": self.total_claimed.to_string(),
+            "withdrawRequestedAt": self.withdraw_requested_at,
+            "refundNonce": self.refund_nonce.to_string(),
+        })
+    }
+}
+
+/// Rules 1 (scheme), 2 (network) of every payload: both requirements name the scheme and the
+/// same network, and routerd serves it.
+pub fn check_requirements<'n>(
+    request: &BatchRequest,
+    network: impl Fn(&str) -> Option<&'n Network>,
+) -> Result<&'n Network, Refusal> {
+    let (accepted, required) = (
+        &request.payment_payload.accepted,
+        &request.payment_requirements,
+    );
+    if accepted.scheme != SCHEME || required.scheme != SCHEME {
+        return Err(Refusal::new(
+            BatchReason::Scheme,
+            format!("paymentRequirements.scheme: expected {SCHEME:?}"),
+        ));
+    }
+    if accepted.network != required.network {
+        return Err(Refusal::new(
+            BatchReason::NetworkMismatch,
+            "paymentPayload.accepted.network is not paymentRequirements.network",
+        ));
+    }
+    network(&required.network).ok_or_else(|| {
+        Refusal::new(
+            BatchReason::Network,
+            format!("network {:?} is not served", required.network),
+        )
+    })
+}
+
+fn extra<'a>(request: &'a BatchRequest, key: &str) -> Option<&'a Value> {
+    let extra: Option<&Map<String, Value>> = request.payment_requirements.extra.as_ref();
+    extra.and_then(|e| e.get(key))
+}
+
+/// Rules 1-5 on the config: it hashes to the voucher's channel id, and names the requirements'
+/// payTo, receiver authorizer, asset and withdraw delay (in the binding's order).
+pub fn check_config(
+    request: &BatchRequest,
+    domain: H256,
+    config: &ChannelConfig,
+    channel: H256,
+) -> Result<(), Refusal> {
+    let refuse = |reason, message: &str| Err(Refusal::new(reason, message));
+    if leaf::channel_id(domain, config) != channel {
+        return refuse(
+            BatchReason::ChannelIdMismatch,
+            "paymentPayload.payload.voucher.channelId is not the hash of channelConfig",
+        );
+    }
+    let required = &request.payment_requirements;
+    if crate::evm::parse_address(&required.pay_to) != Some(config.receiver) {
+        return refuse(
+            BatchReason::ReceiverMismatch,
+            "channelConfig.receiver is not paymentRequirements.payTo",
+        );
+    }
+    let authorizer = extra(request, "receiverAuthorizer")
+        .and_then(Value::as_str)
+        .and_then(crate::evm::parse_address)
+        .filter(|a| !a.is_zero());
+    if authorizer != Some(config.receiver_authorizer) {
+        return refuse(
+            BatchReason::ReceiverAuthorizerMismatch,
+            "channelConfig.receiverAuthorizer is not paymentRequirements.extra.receiverAuthorizer",
+        );
+    }
+    if crate::evm::parse_address(&required.asset) != Some(config.token) {
+        return refuse(
+            BatchReason::TokenMismatch,
+            "channelConfig.token is not paymentRequirements.asset",
+        );
+    }
+    check_delay(request, config.withdraw_delay)
+}
+
+fn check_delay(request: &BatchRequest, delay: u64) -> Result<(), Refusal> {
+    let asked = extra(request, "withdrawDelay");
+    let same = |v: &Value| v.as_u64().or_else(|| v.as_str().and_then(|s| s.parse().ok()));
+    if asked.is_some_and(|v| same(v) != Some(delay)) {
+        return Err(Refusal::new(
+            BatchReason::WithdrawDelayMismatch,
+            "channelConfig.withdrawDelay is not paymentRequirements.extra.withdrawDelay",
+        ));
+    }
+    if !(leaf::MIN_WITHDRAW_DELAY..=leaf::MAX_WITHDRAW_DELAY).contains(&delay) {
+        return Err(Refusal::new(
+            BatchReason::WithdrawDelayOutOfRange,
+            "channelConfig.withdrawDelay: expected 900 to 2,592,000 seconds",
+        ));
+    }
+    Ok(())
+}
+
+/// Rule 6 as far as it needs no chain: a voucher of a payer authorizer is that EOA's ECDSA
+/// signature, nothing else; one of the payer itself recovers to it, or the payer's wallet is
+/// asked (`Some`: the ERC-1271 call to add to the read).
+pub fn check_voucher_signature(
+    domain: H256,
+    config: &ChannelConfig,
+    voucher: &Voucher,
+) -> Result<Option<chain::Call>, Refusal> {
+    let digest = leaf::voucher_digest(domain, voucher.channel_id, voucher.max_claimable);
+    let recovered = erc3009::recover(digest, &voucher.signature);
+    let refused = || {
+        Refusal::new(
+            BatchReason::VoucherSignature,
+            "paymentPayload.payload.voucher.signature is not the voucher signed by the channel's payer authorizer",
+        )
+    };
+    if !config.payer_authorizer.is_zero() {
+        return match recovered == Some(config.payer_authorizer) {
+            true => Ok(None),
+            false => Err(refused()),
+        };
+    }
+    if recovered == Some(config.payer) {
+        return Ok(None);
+    }
+    let data = erc3009::is_valid_signature(digest, &voucher.signature);
+    Ok(Some(chain::eth_call(config.payer, &data, "latest")))
+}
+
+/// What one read says: the channel, and the answers of the extra calls asked with it.
+pub struct Read {
+    pub state: ChannelState,
+    pub extra: Vec<Option<Bytes>>,
+}
+
+/// The channel's state and `extra` calls, in one batch. An answer that does not parse is the
+/// binding's `rpc_read_failed` (`Ok(Err)`); a node that cannot be reached is `Err`.
+pub async fn read(
+    chain: &Chain,
+    contract: Address,
+    channel: H256,
+    extra: Vec<chain::Call>,
+) -> Result<Result<Read, Refusal>, Unreachable> {
+    let mut batch = Batch::new();
+    let call = |data: Bytes| chain::eth_call(contract, &data, "latest");
+    let channels = batch.add(call(leaf::channels(channel)));
+    let pending = batch.add(call(leaf::pending_withdrawals(channel)));
+    let nonce = batch.add(call(leaf::refund_nonce(channel)));
+    let slots: Vec<_> = extra.into_iter().map(|c| batch.add(c)).collect();
+    let answers = chain.client.ask(Traffic::Callers, &batch).await?;
+    let bytes = |slot| {
+        let answer: &chain::CallResult = answers.get(slot);
+        answer
+            .as_ref()
+            .ok()
+            .and_then(Value::as_str)
+            .and_then(hex_decode)
+    };
+    let state = (|| {
+        let (balance, total_claimed) = leaf::two_words(&bytes(channels)?)?;
+        let (_, requested_at) = leaf::two_words(&bytes(pending)?)?;
+        Some(ChannelState {
+            balance,
+            total_claimed,
+            withdraw_requested_at: u64::try_from(requested_at).ok()?,
+            refund_nonce: leaf::one_word(&bytes(nonce)?)?,
+        })
+    })();
+    let Some(state) = state else {
+        return Ok(Err(Refusal::new(
+            BatchReason::RpcReadFailed,
+            "the channel's state could not be read from the settlement contract",
+        )));
+    };
+    let extra = slots.into_iter().map(|s| bytes(s).map(Bytes::from)).collect();
+    Ok(Ok(Read { state, extra }))
+}
+
+/// Rules 7, 9 and 10 on the state read: the channel holds a balance (or the deposit funds it),
+/// the voucher's ceiling is within it and above what is claimed (a refund's may equal it).
+pub fn check_state(
+    state: &ChannelState,
+    max_claimable: u128,
+    deposit: u128,
+    refund: bool,
+) -> Result<(), Refusal> {
+    if state.balance == 0 && deposit == 0 {
+        return Err(Refusal::new(
+            BatchReason::ChannelNotFound,
+            "the channel has no balance",
+        ));
+    }
+    if max_claimable > state.balance.saturating_add(deposit) {
+        return Err(Refusal::new(
+            BatchReason::CumulativeExceedsBalance,
+            "paymentPayload.payload.voucher.maxClaimableAmount exceeds the channel's balance",
+        ));
+    }
+    let below = match refund {
+        true => max_claimable < state.total_claimed,
+        false => max_claimable <= state.total_claimed,
+    };
+    if below {
+        return Err(Refusal::new(
+            BatchReason::CumulativeBelowClaimed,
+            "paymentPayload.payload.voucher.maxClaimableAmount is not above the channel's totalClaimed",
+        ));
+    }
+    Ok(())
+}
+
+/// An ERC-1271 answer: the magic value `isValidSignature` returns for a valid signature.
+pub fn erc1271_accepts(answer: Option<&Bytes>) -> bool {
+    answer.is_some_and(|a| a.len() >= 4 && a[..4] == [0x16, 0x26, 0xba, 0x7e])
+}

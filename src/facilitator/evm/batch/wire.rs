@@ -1,0 +1,235 @@
+//! `batch-settlement`'s payloads as x402 v2 carries them (`paymentPayload.payload`, by its
+//! `type`), and their values parsed into the contract's terms. A value that does not parse is
+//! refused naming its field, under the payload's own reason.
+
+use ethers_core::types::{Address, Bytes, H256, U256};
+use serde::Deserialize;
+use serde_json::{Number, Value};
+
+use super::reason::{BatchReason, Refusal};
+use crate::evm::batch::ChannelConfig;
+use crate::evm::{hex_decode, parse_address, parse_h256, parse_uint};
+use crate::facilitator::protocol::v2;
+
+/// A `batch-settlement` request: v2's envelope around one of its payloads.
+pub type BatchRequest = v2::PaymentRequest<BatchPayload>;
+
+/// The payload, by `type`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum BatchPayload {
+    #[serde(rename_all = "camelCase")]
+    Deposit {
+        channel_config: WireConfig,
+        voucher: WireVoucher,
+        deposit: WireDeposit,
+    },
+    #[serde(rename_all = "camelCase")]
+    Voucher {
+        channel_config: WireConfig,
+        voucher: WireVoucher,
+    },
+    #[serde(rename_all = "camelCase")]
+    Refund {
+        channel_config: WireConfig,
+        voucher: WireVoucher,
+        #[serde(default)]
+        amount: Option<String>,
+    },
+    /// The server's claim of its channels' latest vouchers.
+    Claim {
+        #[serde(default)]
+        claims: Value,
+    },
+    /// The server's sweep of what it claimed.
+    Settle {
+        #[serde(default)]
+        receiver: Value,
+    },
+}
+
+impl BatchPayload {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            BatchPayload::Deposit { .. } => "deposit",
+            BatchPayload::Voucher { .. } => "voucher",
+            BatchPayload::Refund { .. } => "refund",
+            BatchPayload::Claim { .. } => "claim",
+            BatchPayload::Settle { .. } => "settle",
+        }
+    }
+
+    /// The payload's channel config and voucher, for the three kinds a payer signs.
+    pub fn channel(&self) -> Option<(&WireConfig, &WireVoucher)> {
+        match self {
+            BatchPayload::Deposit {
+                channel_config,
+                voucher,
+                ..
+            }
+            | BatchPayload::Voucher {
+                channel_config,
+                voucher,
+            }
+            | BatchPayload::Refund {
+                channel_config,
+                voucher,
+                ..
+            } => Some((channel_config, voucher)),
+            _ => None,
+        }
+    }
+
+    /// The reason a malformed value of this payload is refused under.
+    pub fn malformed(&self) -> BatchReason {
+        match self {
+            BatchPayload::Deposit { .. } => BatchReason::DepositPayload,
+            BatchPayload::Refund { .. } => BatchReason::RefundPayload,
+            _ => BatchReason::VoucherPayload,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WireConfig {
+    pub payer: String,
+    pub payer_authorizer: String,
+    pub receiver: String,
+    pub receiver_authorizer: String,
+    pub token: String,
+    pub withdraw_delay: Number,
+    pub salt: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WireVoucher {
+    pub channel_id: String,
+    pub max_claimable_amount: String,
+    pub signature: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WireDeposit {
+    pub amount: String,
+    pub authorization: WireDepositAuthorization,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WireDepositAuthorization {
+    #[serde(default)]
+    pub erc3009_authorization: Option<WireErc3009>,
+    #[serde(default)]
+    pub permit2_authorization: Option<Value>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WireErc3009 {
+    pub valid_after: String,
+    pub valid_before: String,
+    pub salt: String,
+    pub signature: String,
+}
+
+/// A voucher's values.
+#[derive(Debug, Clone)]
+pub struct Voucher {
+    pub channel_id: H256,
+    pub max_claimable: u128,
+    pub signature: Bytes,
+}
+
+/// An ERC-3009 deposit's values.
+#[derive(Debug, Clone)]
+pub struct Erc3009Deposit {
+    pub amount: u128,
+    pub valid_after: U256,
+    pub valid_before: U256,
+    pub salt: U256,
+    pub signature: Bytes,
+}
+
+const PAYLOAD: &str = "paymentPayload.payload";
+
+/// Reads one value, or refuses naming `field` under `reason`.
+fn read<T>(reason: BatchReason, field: &str, value: Option<T>, expected: &str) -> Result<T, Refusal> {
+    value.ok_or_else(|| Refusal::new(reason, format!("{PAYLOAD}.{field}: expected {expected}")))
+}
+
+fn amount(reason: BatchReason, field: &str, text: &str) -> Result<u128, Refusal> {
+    let value = parse_uint(text).filter(|v| v.bits() <= 128).map(|v| v.as_u128());
+    read(reason, field, value, "a decimal uint128")
+}
+
+fn address(reason: BatchReason, field: &str, text: &str) -> Result<Address, Refusal> {
+    read(reason, field, parse_address(text), "a 0x address")
+}
+
+fn bytes(reason: BatchReason, field: &str, text: &str) -> Result<Bytes, Refusal> {
+    let decoded = text
+        .strip_prefix("0x")
+        .and_then(|_| hex_decode(text))
+        .filter(|b| !b.is_empty() && b.len() <= 4096);
+    read(reason, field, decoded.map(Bytes::from), "0x-hex bytes (at most 4,096)")
+}
+
+pub fn config(reason: BatchReason, wire: &WireConfig) -> Result<ChannelConfig, Refusal> {
+    let field = |name: &str| format!("channelConfig.{name}");
+    let delay = wire.withdraw_delay.as_u64().filter(|d| *d < 1 << 40);
+    Ok(ChannelConfig {
+        payer: address(reason, &field("payer"), &wire.payer)?,
+        payer_authorizer: address(reason, &field("payerAuthorizer"), &wire.payer_authorizer)?,
+        receiver: address(reason, &field("receiver"), &wire.receiver)?,
+        receiver_authorizer: address(
+            reason,
+            &field("receiverAuthorizer"),
+            &wire.receiver_authorizer,
+        )?,
+        token: address(reason, &field("token"), &wire.token)?,
+        withdraw_delay: read(reason, &field("withdrawDelay"), delay, "a uint40")?,
+        salt: read(reason, &field("salt"), parse_h256(&wire.salt), "0x + 64 hex digits")?,
+    })
+}
+
+pub fn voucher(reason: BatchReason, wire: &WireVoucher) -> Result<Voucher, Refusal> {
+    let id = parse_h256(&wire.channel_id);
+    Ok(Voucher {
+        channel_id: read(reason, "voucher.channelId", id, "0x + 64 hex digits")?,
+        max_claimable: amount(reason, "voucher.maxClaimableAmount", &wire.max_claimable_amount)?,
+        signature: bytes(reason, "voucher.signature", &wire.signature)?,
+    })
+}
+
+/// An ERC-3009 deposit's values; a deposit authorized otherwise is refused (only ERC-3009
+/// deposits are served).
+pub fn erc3009_deposit(wire: &WireDeposit) -> Result<Erc3009Deposit, Refusal> {
+    let reason = BatchReason::DepositPayload;
+    let Some(auth) = &wire.authorization.erc3009_authorization else {
+        return Err(Refusal::new(
+            BatchReason::Erc3009AuthorizationRequired,
+            format!("{PAYLOAD}.deposit.authorization.erc3009Authorization: required (routerd settles deposits through the ERC-3009 collector)"),
+        ));
+    };
+    let field = |name: &str| format!("deposit.authorization.erc3009Authorization.{name}");
+    let uint = |name: &str, text: &str| read(reason, &field(name), parse_uint(text), "a decimal uint256");
+    let deposited = amount(reason, "deposit.amount", &wire.amount)?;
+    if deposited == 0 {
+        return Err(Refusal::new(reason, format!("{PAYLOAD}.deposit.amount: must be above 0")));
+    }
+    Ok(Erc3009Deposit {
+        amount: deposited,
+        valid_after: uint("validAfter", &auth.valid_after)?,
+        valid_before: uint("validBefore", &auth.valid_before)?,
+        salt: uint("salt", &auth.salt)?,
+        signature: bytes(reason, &field("signature"), &auth.signature)?,
+    })
+}
+
+/// A refund's amount, when the payload names one.
+pub fn refund_amount(text: Option<&str>) -> Result<Option<u128>, Refusal> {
+    text.map(|t| amount(BatchReason::RefundPayload, "amount", t)).transpose()
+}
