@@ -136,6 +136,8 @@ fn refusal(failure: Invalid) -> Refusal {
         Reason::Signature | Reason::SignatureAddress => BatchReason::ReceiveAuthorizationSignature,
         Reason::InsufficientFunds => BatchReason::InsufficientBalance,
         Reason::Network => BatchReason::Network,
+        // Told to every settle of a deposit another request settled: its transaction is named.
+        Reason::AlreadySettled => BatchReason::DepositPayload,
         Reason::Payload if failure_reverts(&failure) => BatchReason::DepositSimulationFailed,
         _ => BatchReason::DepositPayload,
     };
@@ -231,8 +233,9 @@ pub(super) async fn settle(
             reason: settled.reason.unwrap_or(Reason::Payload),
             message: settled.message.unwrap_or_else(|| "".into()),
         };
+        let reverted = failure.reason == Reason::Payload && settled.transaction.is_some();
         let mut refused = refusal(failure);
-        if settled.transaction.is_some() && refused.reason == BatchReason::DepositPayload {
+        if reverted {
             refused.reason = BatchReason::DepositTransactionFailed;
         }
         answer.error_reason = Some(refused.reason.name().to_string());
