@@ -222,6 +222,10 @@ pub enum TransferMethod {
     Eip3009,
     #[serde(rename = "permit2")]
     Permit2,
+    /// A contract call that executes no payer's authorization (a `batch-settlement` claim or
+    /// sweep): no nonce of a payer to read, no payer's funds to follow.
+    #[serde(rename = "call")]
+    Call,
 }
 
 impl TransferMethod {

@@ -16,6 +16,7 @@ pub fn nonce_read(
     match method {
         TransferMethod::Eip3009 => NonceRead::erc3009(token, payer, nonce),
         TransferMethod::Permit2 => NonceRead::permit2(payer, nonce),
+        TransferMethod::Call => NonceRead::none_at(token),
     }
 }
 

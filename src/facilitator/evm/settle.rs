@@ -10,6 +10,7 @@
 //! settlement core shared with every family.
 
 mod call;
+mod calls;
 mod known;
 
 use std::sync::{Arc, Mutex};
