@@ -27,7 +27,7 @@ use crate::chain::Chain;
 use crate::config::{ChainSettings, FacilitatorSettings, TransferMethod};
 use crate::evm::{erc3009, permit2};
 use crate::ledger::Record;
-use crate::signer::Signer;
+use crate::signer::{Authorizer, Signer};
 use crate::store::Storage;
 use deny_list::DenyLists;
 use discovery::Catalogue;
@@ -51,6 +51,14 @@ pub enum SetupError {
     Config(#[from] crate::config::ConfigError),
 }
 
+/// The keys the daemon loaded for the facilitator: the signers, each sending transactions from
+/// its lanes, and the `batch-settlement` receiver authorizer, which signs EIP-712
+/// authorizations only (never a transaction: it is no signer and has no lane).
+pub struct FacilitatorKeys {
+    pub signers: Vec<Arc<Signer>>,
+    pub receiver_authorizer: Option<Authorizer>,
+}
+
 pub struct Facilitator {
     verifier: Arc<Verifier>,
     settler: Arc<evm::settle::Settler>,
@@ -71,6 +79,8 @@ pub struct Facilitator {
     funds: readiness::KeptFunds,
     /// `facilitator.deny_list_file` as last read, for SIGHUP to read again.
     deny_list: Arc<DenyLists>,
+    /// `facilitator.receiver_authorizer_key_file`'s key, when configured.
+    receiver_authorizer: Option<Arc<Authorizer>>,
 }
 
 impl Facilitator {
@@ -78,11 +88,15 @@ impl Facilitator {
         settings: &FacilitatorSettings,
         chain_settings: &BTreeMap<String, ChainSettings>,
         chains: &BTreeMap<String, Arc<Chain>>,
-        signers: Vec<Arc<Signer>>,
+        keys: FacilitatorKeys,
         svm: Option<svm::SvmExact>,
         store: Storage,
         lease: evm::LeaseSettings,
     ) -> Result<Self, SetupError> {
+        let FacilitatorKeys {
+            signers,
+            receiver_authorizer,
+        } = keys;
         let (deny_list, summary) = DenyLists::load(&settings.deny_list_file)?;
         if deny_list.configured() {
             tracing::info!("facilitator.deny_list_file: {summary}");
@@ -144,6 +158,7 @@ impl Facilitator {
             catalogue,
             funds: readiness::KeptFunds::default(),
             deny_list,
+            receiver_authorizer: receiver_authorizer.map(Arc::new),
         })
     }
 
@@ -270,6 +285,11 @@ impl Facilitator {
     /// The discovery catalogue, when on.
     pub fn catalogue(&self) -> Option<&Catalogue> {
         self.catalogue.as_deref()
+    }
+
+    /// The `batch-settlement` receiver authorizer, when its key is configured.
+    pub fn receiver_authorizer(&self) -> Option<&Arc<Authorizer>> {
+        self.receiver_authorizer.as_ref()
     }
 
     /// The deny list both families read; a reload replaces it for both.
