@@ -59,7 +59,7 @@ async fn check_chain(chain: &Chain) -> Result<(), ContractsError> {
         .map_err(|e| unreadable(BatchContract::BatchSettlement, e.to_string()))?;
     for (contract, answer) in BatchContract::ALL.into_iter().zip(answers) {
         let code = answer.map_err(|e| unreadable(contract, e.to_string()))?;
-        if !code.as_str().is_some_and(|c| c.len() > 2) {
+        if code.as_str().is_none_or(|c| c.len() <= 2) {
             return Err(ContractsError::NoCode {
                 chain: chain.name.clone(),
                 contract,
