@@ -1,4 +1,5 @@
-//! Wiring: open the store, connect the chains, load the signers, resume unfinished settlements,
+//! Wiring: open the store, connect the chains, load the signers (and the receiver authorizer),
+//! check the `batch-settlement` contracts when that scheme is on, resume unfinished settlements,
 //! serve, tell systemd, and shut down cleanly on SIGTERM/SIGINT.
 
 use std::collections::BTreeMap;
@@ -8,16 +9,16 @@ use std::time::Duration;
 use crate::chain::Chain;
 use crate::config::{ServerSettings, Settings};
 use crate::facilitator::deny_list::DenyLists;
-use crate::facilitator::evm::LeaseSettings;
+use crate::facilitator::evm::{check_batch_contracts, ContractsError, LeaseSettings};
 use crate::facilitator::svm::{FeePayerError, FeePayers, SvmExact, SvmNetwork};
-use crate::facilitator::{Facilitator, SettleError, SetupError};
+use crate::facilitator::{Facilitator, FacilitatorKeys, SettleError, SetupError};
 use crate::router::nonces::NonceBook;
 use crate::router::Router;
 use crate::server::{
     self, App, ClientLimit, ConnectionLimits, Gate, Keys, KeysError, Metrics, Services,
     TrustedProxies,
 };
-use crate::signer::{load_signers, SignerError};
+use crate::signer::{load_authorizer, load_signers, AuthorizerError, SignerError};
 use crate::store::{self, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -25,7 +26,12 @@ pub enum StartError {
     #[error("{0}")]
     Signer(#[from] SignerError),
     #[error("{0}")]
+    Authorizer(#[from] AuthorizerError),
+    #[error("{0}")]
     FeePayer(#[from] FeePayerError),
+    /// A `batch-settlement` contract without code on a served network.
+    #[error("{0}")]
+    BatchContracts(#[from] ContractsError),
     #[error("{0}")]
     Setup(#[from] SetupError),
     /// A Solana node of another cluster, or none that answers `getGenesisHash`; or a configured
@@ -49,7 +55,9 @@ impl StartError {
     pub fn exit_code(&self) -> u8 {
         match self {
             StartError::Signer(_)
+            | StartError::Authorizer(_)
             | StartError::FeePayer(_)
+            | StartError::BatchContracts(_)
             | StartError::Solana(_)
             | StartError::Setup(_)
             | StartError::Chain(..)
@@ -107,7 +115,12 @@ async fn start_facilitator(
             .collect(),
         None => Vec::new(),
     };
+    // Not a signer: it signs authorizations, never a transaction, and gets no lane.
+    let receiver_authorizer = load_authorizer(&f.receiver_authorizer_key_file)?;
     let svm = solana(settings, f)?;
+    if f.batch_settlement {
+        check_batch_contracts(f.evm_networks().map(|name| &chains[name])).await?;
+    }
     let lease = LeaseSettings {
         holder: settings.storage.instance_id.clone(),
         ttl: Duration::from_secs(settings.storage.lease_ttl_secs),
@@ -116,7 +129,10 @@ async fn start_facilitator(
         f,
         &settings.chains,
         chains,
-        signers,
+        FacilitatorKeys {
+            signers,
+            receiver_authorizer,
+        },
         svm,
         store.clone(),
         lease,
@@ -286,12 +302,20 @@ fn log_banner(settings: &Settings, app: &App, listeners: &[server::Listener], st
                 .map(|l| format!("{}:{:?}", l.network(), l.signer_address()))
         })
         .collect();
+    let authorizer = app
+        .services
+        .facilitator
+        .as_ref()
+        .and_then(|f| f.receiver_authorizer())
+        .map(|a| format!("{:?}", a.address()))
+        .unwrap_or_default();
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         listen = %addresses.join(","),
         networks = %networks.join(","),
         router_chains = %router_chains.join(","),
         signers = %signers.join(","),
+        receiver_authorizer = %authorizer,
         store = %store,
         "routerd listening"
     );

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use routerd::config::{default_config_path, FacilitatorSettings, Settings, StorageBackend};
 use routerd::facilitator::deny_list;
 use routerd::facilitator::svm::FeePayers;
-use routerd::signer::load_signers;
+use routerd::signer::{load_authorizer, load_signers};
 use routerd::store::postgres::PgStore;
 use routerd::telemetry::Telemetry;
 
@@ -71,7 +71,8 @@ fn check_config(settings: &Settings) -> ExitCode {
 }
 
 /// The public halves of the keys the facilitator needs: EVM signer addresses with an EVM
-/// network, Solana fee payers with a Solana one.
+/// network, the receiver authorizer's address when its key is configured, Solana fee payers
+/// with a Solana one.
 fn show_keys(facilitator: &FacilitatorSettings) -> Result<(), String> {
     if facilitator.evm_networks().next().is_some() {
         let signers = load_signers(&facilitator.signer_key_file).map_err(|e| e.to_string())?;
@@ -82,6 +83,14 @@ fn show_keys(facilitator: &FacilitatorSettings) -> Result<(), String> {
         println!(
             "\n# signer keys: redacted; signer addresses: {}",
             addresses.join(", ")
+        );
+    }
+    if let Some(authorizer) =
+        load_authorizer(&facilitator.receiver_authorizer_key_file).map_err(|e| e.to_string())?
+    {
+        println!(
+            "# receiver authorizer key: redacted; receiver authorizer address: {}",
+            routerd::evm::hex_bytes(authorizer.address())
         );
     }
     if !facilitator.solana_networks().is_empty() {

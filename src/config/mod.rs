@@ -9,6 +9,7 @@
 //! - `schema`: the settings structs and enums, their serde attributes and defaults;
 //! - `redacted`: [`Secret`] and [`Endpoint`], the values shown redacted;
 //! - `env`: the layered sources (files, then the environment, then systemd credentials);
+//! - `batch`: `[chains.<name>.contracts]`, the `batch-settlement` contracts, preset on every chain;
 //! - `presets`: the known networks (x402's network names, their chain ids and default tokens);
 //! - `solana`: the known Solana clusters, a Solana chain's settings and their checks;
 //! - `telemetry`: `[telemetry]`, where OpenTelemetry traces go, and its checks;
@@ -21,6 +22,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+mod batch;
 mod env;
 mod error;
 mod presets;
@@ -36,6 +38,7 @@ mod telemetry;
 mod testing;
 mod validate;
 
+pub use batch::{BatchContract, BatchContracts};
 pub use env::ENV_PREFIX;
 pub use error::ConfigError;
 pub use redacted::{Endpoint, Secret};

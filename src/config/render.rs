@@ -1,7 +1,7 @@
 //! The effective configuration as TOML, for `check-config`. Values go through their `Serialize`
 //! impls, so secrets and RPC URLs come out redacted (see `redacted`). A known network's chain says
 //! so, and each of its preset values says where it came from (`# preset`, `# file`,
-//! `# environment`).
+//! `# environment`), as does each `batch-settlement` contract while that scheme is on.
 
 use serde_json::Value;
 
@@ -14,6 +14,13 @@ impl Settings {
     /// signer keys live in files, so only their paths are shown.
     pub fn render(&self) -> String {
         let mut value = serde_json::to_value(self).unwrap_or_default();
+        if !self
+            .facilitator
+            .as_ref()
+            .is_some_and(|f| f.batch_settlement)
+        {
+            hide_contracts(&mut value);
+        }
         show_solana_chains_under_chains(&mut value);
         let mut out = String::new();
         render_table(&mut out, &[], &value, &self.provenance);
@@ -51,6 +58,17 @@ fn render_table(out: &mut String, path: &[&str], value: &Value, provenance: &Pro
     for (key, v) in map {
         if v.is_object() {
             render_table(out, &[path, &[key.as_str()]].concat(), v, provenance);
+        }
+    }
+}
+
+/// `[chains.<name>.contracts]` is read by the `batch-settlement` scheme only: without it, the
+/// presets every chain has would be noise.
+fn hide_contracts(value: &mut Value) {
+    let chains = value.get_mut("chains").and_then(Value::as_object_mut);
+    for chain in chains.into_iter().flat_map(|c| c.values_mut()) {
+        if let Some(chain) = chain.as_object_mut() {
+            chain.remove("contracts");
         }
     }
 }

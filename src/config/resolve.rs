@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use config::{Map, Value, ValueKind};
 use serde::Serialize;
 
+use super::batch::BatchContract;
 use super::presets::{self, Preset, PresetToken};
 use super::solana::{self, SolanaPreset, USDC_DECIMALS};
 use super::ConfigError;
@@ -111,14 +112,17 @@ pub(super) fn apply(
         origins: &mut provenance.origins,
     };
     for (key, chain) in chains.iter_mut() {
+        // Anything but a table is left to serde, which names the key.
+        let ValueKind::Table(fields) = &mut chain.kind else {
+            continue;
+        };
+        let path = ["chains".to_string(), key.clone()];
+        filler.contracts(&path, fields);
         let Some(preset) = presets::find(key) else {
             continue;
         };
         provenance.known.insert(key.clone(), preset);
-        // Anything but a table is left to serde, which names the key.
-        if let ValueKind::Table(fields) = &mut chain.kind {
-            filler.chain(&["chains".to_string(), key.clone()], fields, preset);
-        }
+        filler.chain(&path, fields, preset);
     }
     Ok(provenance)
 }
@@ -272,6 +276,22 @@ impl Filler<'_> {
             .map(|&m| Value::from(m))
             .collect();
         self.field(&path, fields, "transfer_methods", ValueKind::Array(methods));
+    }
+
+    /// The `batch-settlement` contracts, preset on every EVM chain (one CREATE2 address each),
+    /// known network or not.
+    fn contracts(&mut self, path: &[String], chain: &mut Map<String, Value>) {
+        let table = chain
+            .entry("contracts".to_string())
+            .or_insert_with(|| Value::new(None, ValueKind::Table(Map::new())));
+        // Anything but a table is left to serde, which names the key.
+        let ValueKind::Table(fields) = &mut table.kind else {
+            return;
+        };
+        let path = [path, &["contracts".to_string()]].concat();
+        for contract in BatchContract::ALL {
+            self.field(&path, fields, contract.key(), contract.preset().into());
+        }
     }
 
     /// A Solana cluster's USDC mint, as [`Filler::token`] fills an EVM chain's token.

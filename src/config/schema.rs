@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use ethers_core::types::U256;
 use serde::{Deserialize, Serialize};
 
+use super::batch::BatchContracts;
 use super::redacted::{Endpoint, Secret};
 use super::resolve::Provenance;
 use super::solana::SolanaChainSettings;
@@ -256,6 +257,10 @@ pub struct ChainSettings {
     pub max_call_gas: u64,
     #[serde(default)]
     pub tokens: BTreeMap<String, TokenSettings>,
+    /// The `batch-settlement` scheme's contracts on this chain (presets: their CREATE2
+    /// addresses, the same on every chain).
+    #[serde(default)]
+    pub contracts: BatchContracts,
 }
 
 impl ChainSettings {
@@ -412,9 +417,6 @@ pub struct FacilitatorSettings {
     /// picks its wire format.
     #[serde(default = "default_x402_versions")]
     pub x402_versions: Vec<u32>,
-    /// Serve x402's `batch-settlement` on every served EVM network (batch-settlement.md).
-    #[serde(default)]
-    pub batch_settlement: bool,
     /// Accept `http://` resources (the spec asks for `https://`): for local development and
     /// resource servers behind a TLS-terminating proxy, whose middleware states its own URL.
     #[serde(default)]
@@ -443,6 +445,21 @@ pub struct FacilitatorSettings {
     /// info and schema); a larger declaration is not catalogued.
     #[serde(default = "default_discovery_max_entry_bytes")]
     pub discovery_max_entry_bytes: usize,
+    /// Serve x402 v2's `batch-settlement` scheme on the served EVM networks (spec:
+    /// batch-settlement.md); its contracts must have code on each at start.
+    #[serde(default)]
+    pub batch_settlement: bool,
+    /// The file of the key that signs `batch-settlement` claim and refund authorizations (one
+    /// 0x-hex private key); empty: none. It never signs a transaction and is no signer.
+    #[serde(default)]
+    pub receiver_authorizer_key_file: String,
+    /// Most calls one `batch-settlement` transaction packs into the contract's `multicall`.
+    #[serde(default = "default_batch_max_calls_per_tx")]
+    pub batch_max_calls_per_tx: usize,
+}
+
+fn default_batch_max_calls_per_tx() -> usize {
+    100
 }
 
 fn default_discovery() -> bool {

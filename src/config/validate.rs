@@ -398,6 +398,12 @@ impl FacilitatorSettings {
                 "must be at least 1",
             ));
         }
+        if self.batch_max_calls_per_tx == 0 {
+            return Err(ConfigError::new(
+                "facilitator.batch_max_calls_per_tx",
+                "must be at least 1",
+            ));
+        }
         self.erc6492_factories()?;
         self.validate_discovery()?;
         self.validate_versions(chains)

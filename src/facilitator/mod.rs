@@ -27,7 +27,7 @@ use crate::chain::Chain;
 use crate::config::{ChainSettings, FacilitatorSettings, TransferMethod};
 use crate::evm::{erc3009, permit2};
 use crate::ledger::Record;
-use crate::signer::Signer;
+use crate::signer::{Authorizer, Signer};
 use crate::store::Storage;
 use deny_list::DenyLists;
 use discovery::Catalogue;
@@ -51,6 +51,14 @@ pub enum SetupError {
     Config(#[from] crate::config::ConfigError),
 }
 
+/// The keys the daemon loaded for the facilitator: the signers, each sending transactions from
+/// its lanes, and the `batch-settlement` receiver authorizer, which signs EIP-712
+/// authorizations only (never a transaction: it is no signer and has no lane).
+pub struct FacilitatorKeys {
+    pub signers: Vec<Arc<Signer>>,
+    pub receiver_authorizer: Option<Authorizer>,
+}
+
 pub struct Facilitator {
     verifier: Arc<Verifier>,
     settler: Arc<evm::settle::Settler>,
@@ -71,6 +79,8 @@ pub struct Facilitator {
     funds: readiness::KeptFunds,
     /// `facilitator.deny_list_file` as last read, for SIGHUP to read again.
     deny_list: Arc<DenyLists>,
+    /// `facilitator.receiver_authorizer_key_file`'s key, when configured.
+    receiver_authorizer: Option<Arc<Authorizer>>,
 }
 
 impl Facilitator {
@@ -78,11 +88,15 @@ impl Facilitator {
         settings: &FacilitatorSettings,
         chain_settings: &BTreeMap<String, ChainSettings>,
         chains: &BTreeMap<String, Arc<Chain>>,
-        signers: Vec<Arc<Signer>>,
+        keys: FacilitatorKeys,
         svm: Option<svm::SvmExact>,
         store: Storage,
         lease: evm::LeaseSettings,
     ) -> Result<Self, SetupError> {
+        let FacilitatorKeys {
+            signers,
+            receiver_authorizer,
+        } = keys;
         let (deny_list, summary) = DenyLists::load(&settings.deny_list_file)?;
         if deny_list.configured() {
             tracing::info!("facilitator.deny_list_file: {summary}");
@@ -130,12 +144,14 @@ impl Facilitator {
             catalogue: catalogue.clone(),
             signers: signer_addresses,
         };
+        let receiver_authorizer = receiver_authorizer.map(Arc::new);
         let batch = settings.batch_settlement.then(|| evm::batch::EvmBatch {
             verifier: verifier.clone(),
             settler: settler.clone(),
             v2_networks: v2_networks.clone().unwrap_or_default(),
             contracts: batch_contracts(&verifier),
-            authorizer: None,
+            authorizer: receiver_authorizer.clone(),
+            max_calls: settings.batch_max_calls_per_tx,
         });
         let registry = registry(settings, evm, batch, svm.clone(), &store, &cooldown);
         Ok(Self {
@@ -151,6 +167,7 @@ impl Facilitator {
             catalogue,
             funds: readiness::KeptFunds::default(),
             deny_list,
+            receiver_authorizer,
         })
     }
 
@@ -279,6 +296,11 @@ impl Facilitator {
         self.catalogue.as_deref()
     }
 
+    /// The `batch-settlement` receiver authorizer, when its key is configured.
+    pub fn receiver_authorizer(&self) -> Option<&Arc<Authorizer>> {
+        self.receiver_authorizer.as_ref()
+    }
+
     /// The deny list both families read; a reload replaces it for both.
     pub fn deny_list(&self) -> &Arc<DenyLists> {
         &self.deny_list
@@ -405,11 +427,15 @@ fn registry(
     Registry::new(Arc::new(evm), batch.map(Arc::new), Arc::new(svm))
 }
 
-/// The `batch-settlement` contracts of each served EVM network: the canonical addresses.
-fn batch_contracts(verifier: &Verifier) -> std::collections::BTreeMap<String, evm::batch::Contracts> {
-    let contracts = evm::batch::Contracts {
-        settlement: "0x4020074e9dF2ce1deE5A9C1b5c3f541D02a10003".parse().expect("an address"),
-        erc3009_collector: "0x4020806089470a89826cB9fB1f4059150b550004".parse().expect("an address"),
+/// The `batch-settlement` contracts of each served EVM network (`[chains.<name>.contracts]`).
+fn batch_contracts(verifier: &Verifier) -> BTreeMap<String, evm::batch::Contracts> {
+    let of = |n: &evm::verify::Network| {
+        let configured = &n.chain.settings.contracts;
+        let contracts = evm::batch::Contracts {
+            settlement: configured.batch_settlement,
+            erc3009_collector: configured.erc3009_deposit_collector,
+        };
+        (n.name.clone(), contracts)
     };
-    verifier.networks().map(|n| (n.name.clone(), contracts)).collect()
+    verifier.networks().map(of).collect()
 }

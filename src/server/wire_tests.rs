@@ -258,7 +258,10 @@ async fn answers_with_a_facilitator() {
         &settings,
         &BTreeMap::from([("silent".to_string(), chain_settings)]),
         &chains,
-        vec![signer],
+        crate::facilitator::FacilitatorKeys {
+            signers: vec![signer],
+            receiver_authorizer: None,
+        },
         None,
         store,
         crate::facilitator::evm::LeaseSettings {

@@ -1,7 +1,9 @@
 //! The EVM family's mechanism: verify's chain rules and the lens, the settle pipeline, and the
-//! lanes (a worker per signer and network, the follower of each head, front-runs, leases).
+//! lanes (a worker per signer and network, the follower of each head, front-runs, leases), and
+//! the start-up check of the `batch-settlement` contracts.
 
 pub mod batch;
+pub mod contracts;
 pub mod exact;
 mod follower;
 mod front_run;
@@ -16,5 +18,6 @@ pub mod settle;
 pub mod verify;
 mod worker;
 
+pub use contracts::{check_batch_contracts, ContractsError};
 pub use lane::{Lane, LaneSettings, Lanes};
 pub use settle::{LeaseSettings, Ledger};

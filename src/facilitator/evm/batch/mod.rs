@@ -32,6 +32,7 @@ use crate::facilitator::protocol::v1::{SettleResponse, VerifyResponse};
 use crate::facilitator::protocol::v2;
 use crate::facilitator::types::SupportedKind;
 use crate::ledger::Asking;
+use crate::signer::Authorizer;
 use reason::{BatchReason, Refusal};
 use wire::{BatchPayload, BatchRequest};
 
@@ -52,8 +53,11 @@ pub struct EvmBatch {
     pub(crate) v2_networks: BTreeMap<u64, String>,
     /// Each served network's contracts, by its configured name.
     pub(crate) contracts: BTreeMap<String, Contracts>,
-    /// The receiver authorizer routerd offers (`/supported`), when it has the key.
-    pub(crate) authorizer: Option<Address>,
+    /// The receiver authorizer routerd offers (`/supported`) and signs claims and refunds with,
+    /// when it has the key.
+    pub(crate) authorizer: Option<Arc<Authorizer>>,
+    /// `facilitator.batch_max_calls_per_tx`: calls packed into one transaction at most.
+    pub(crate) max_calls: usize,
 }
 
 impl EvmBatch {
@@ -307,7 +311,8 @@ impl Mechanism for EvmBatch {
         }
         let extra = self
             .authorizer
-            .map(|a| json!({ "receiverAuthorizer": to_checksum(&a, None) }));
+            .as_ref()
+            .map(|a| json!({ "receiverAuthorizer": to_checksum(&a.address(), None) }));
         let deposits = |name: &String| {
             self.contracts.contains_key(name)
                 && self
