@@ -208,6 +208,72 @@ pub fn erc3009_collector_data(
     ]))
 }
 
+fn claim_tokens(rows: &[ClaimRow]) -> Token {
+    let row = |r: &ClaimRow| {
+        let voucher = Token::Tuple(vec![
+            Token::Tuple(r.channel.tokens()),
+            Token::Uint(r.max_claimable.into()),
+        ]);
+        Token::Tuple(vec![
+            voucher,
+            Token::Bytes(r.signature.to_vec()),
+            Token::Uint(r.total_claimed.into()),
+        ])
+    };
+    Token::Array(rows.iter().map(row).collect())
+}
+
+/// `claimWithSignature(rows, signature)`: the receiver authorizer's `ClaimBatch` signature
+/// over exactly these rows.
+pub fn claim_with_signature(rows: &[ClaimRow], signature: &[u8]) -> Bytes {
+    let args = [claim_tokens(rows), Token::Bytes(signature.to_vec())];
+    call(
+        &format!("claimWithSignature((({CONFIG},uint128),bytes,uint128)[],bytes)"),
+        &args,
+    )
+}
+
+/// `settle(receiver, token)`: sweeps what the receiver claimed and has not been paid.
+pub fn settle(receiver: Address, token: Address) -> Bytes {
+    call(
+        "settle(address,address)",
+        &[Token::Address(receiver), Token::Address(token)],
+    )
+}
+
+/// `refundWithSignature(config, amount, nonce, signature)`.
+pub fn refund_with_signature(
+    config: &ChannelConfig,
+    amount: u128,
+    nonce: U256,
+    signature: &[u8],
+) -> Bytes {
+    let args = [
+        Token::Tuple(config.tokens()),
+        Token::Uint(amount.into()),
+        Token::Uint(nonce),
+        Token::Bytes(signature.to_vec()),
+    ];
+    call(
+        &format!("refundWithSignature({CONFIG},uint128,uint256,bytes)"),
+        &args,
+    )
+}
+
+/// `multicall(calls)`: every call on the contract itself, all or nothing.
+pub fn multicall(calls: &[Bytes]) -> Bytes {
+    let calls = calls.iter().map(|c| Token::Bytes(c.to_vec())).collect();
+    call("multicall(bytes[])", &[Token::Array(calls)])
+}
+
+/// The topic of `Settled(address indexed receiver, address indexed token, address indexed
+/// sender, uint128 amount)`.
+pub static SETTLED_TOPIC: LazyLock<H256> =
+    LazyLock::new(|| H256(keccak256("Settled(address,address,address,uint128)")));
+/// The topic of `Refunded(bytes32 indexed channelId, address indexed sender, uint128 amount)`.
+pub static REFUNDED_TOPIC: LazyLock<H256> =
+    LazyLock::new(|| H256(keccak256("Refunded(bytes32,address,uint128)")));
+
 /// The two words a view answers, each as a `u128` (the first, the second), or `None` when the
 /// answer is not two words or a word does not fit.
 pub fn two_words(answer: &[u8]) -> Option<(u128, u128)> {

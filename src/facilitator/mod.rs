@@ -151,7 +151,11 @@ impl Facilitator {
             v2_networks: v2_networks.clone().unwrap_or_default(),
             contracts: batch_contracts(&verifier),
             authorizer: receiver_authorizer.clone(),
-            max_calls: settings.batch_max_calls_per_tx,
+            packer: Arc::new(evm::batch::pack::Packer::new(
+                settler.clone(),
+                receiver_authorizer.clone(),
+                settings.batch_max_calls_per_tx,
+            )),
         });
         let registry = registry(settings, evm, batch, svm.clone(), &store, &cooldown);
         Ok(Self {

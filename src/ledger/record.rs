@@ -64,6 +64,9 @@ pub struct Asking {
     pub payment_id: Option<String>,
     /// The caller and body, for the pending rule.
     pub pass: Pass,
+    /// The caller's API key is scoped to `pay_to` entries, this payment's payee among them (a
+    /// key that may pay any payee, or no key, is not).
+    pub payee_scoped: bool,
 }
 
 impl Asking {

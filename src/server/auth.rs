@@ -82,6 +82,11 @@ impl Key {
         }
     }
 
+    /// Whether the key names the payTos it may settle for (`pay_to`).
+    pub fn is_scoped(&self) -> bool {
+        self.pay_to.is_some()
+    }
+
     /// Whether the discovery listings this key's settlements make are private.
     pub fn private_listings(&self) -> bool {
         self.private_listings

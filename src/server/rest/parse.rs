@@ -67,6 +67,7 @@ pub(crate) fn asking(
     };
     Ok(Asking {
         tag,
+        payee_scoped: asker.key.as_deref().is_some_and(|k| k.is_scoped()),
         payment_id: payment_id.map(str::to_string),
         pass: Pass {
             caller: asker.who.0.clone(),

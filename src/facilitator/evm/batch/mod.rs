@@ -9,7 +9,9 @@
 //! Rooms: `wire` (the payloads), `verify` (the rules and the channel read), `deposit` (a
 //! deposit as the settle pipeline takes it), `reason` (the binding's reason names).
 
+mod actions;
 mod deposit;
+pub mod pack;
 pub mod reason;
 mod verify;
 pub mod wire;
@@ -56,8 +58,8 @@ pub struct EvmBatch {
     /// The receiver authorizer routerd offers (`/supported`) and signs claims and refunds with,
     /// when it has the key.
     pub(crate) authorizer: Option<Arc<Authorizer>>,
-    /// `facilitator.batch_max_calls_per_tx`: calls packed into one transaction at most.
-    pub(crate) max_calls: usize,
+    /// Packs claims, sweeps and refunds into one transaction per network.
+    pub(crate) packer: Arc<pack::Packer>,
 }
 
 impl EvmBatch {
@@ -163,14 +165,9 @@ impl EvmBatch {
                     "paymentPayload.payload.type: a voucher is charged by the resource server, not settled",
                 ),
             )),
-            _ => Ok(refused_settle(
-                payload,
-                network,
-                Refusal::new(
-                    BatchReason::UnknownSettleAction,
-                    format!("paymentPayload.payload.type: routerd does not settle {:?} payloads", payload.kind()),
-                ),
-            )),
+            BatchPayload::Claim { .. } => actions::claim(self, request).await,
+            BatchPayload::Settle { .. } => actions::sweep(self, request).await,
+            BatchPayload::Refund { .. } => actions::refund(self, request, asking).await,
         }
     }
 }

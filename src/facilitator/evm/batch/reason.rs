@@ -48,6 +48,19 @@ pub enum BatchReason {
     DepositSimulationFailed,
     DepositTransactionFailed,
     UnknownSettleAction,
+    ClaimPayload,
+    ClaimSimulationFailed,
+    ClaimTransactionFailed,
+    SettlePayload,
+    NothingToSettle,
+    SettleTransactionFailed,
+    RefundAmountInvalid,
+    RefundNoBalance,
+    RefundSimulationFailed,
+    RefundTransactionFailed,
+    AuthorizerAddressMismatch,
+    AuthorizerNotConfigured,
+    WaitForReceiptFailed,
 }
 
 impl BatchReason {
@@ -85,6 +98,19 @@ impl BatchReason {
             DepositSimulationFailed => "invalid_batch_settlement_evm_deposit_simulation_failed",
             DepositTransactionFailed => "invalid_batch_settlement_evm_deposit_transaction_failed",
             UnknownSettleAction => "invalid_batch_settlement_evm_unknown_settle_action",
+            ClaimPayload => "invalid_batch_settlement_evm_claim_payload",
+            ClaimSimulationFailed => "invalid_batch_settlement_evm_claim_simulation_failed",
+            ClaimTransactionFailed => "invalid_batch_settlement_evm_claim_transaction_failed",
+            SettlePayload => "invalid_batch_settlement_evm_settle_payload",
+            NothingToSettle => "invalid_batch_settlement_evm_nothing_to_settle",
+            SettleTransactionFailed => "invalid_batch_settlement_evm_settle_transaction_failed",
+            RefundAmountInvalid => "invalid_batch_settlement_evm_refund_amount_invalid",
+            RefundNoBalance => "invalid_batch_settlement_evm_refund_no_balance",
+            RefundSimulationFailed => "invalid_batch_settlement_evm_refund_simulation_failed",
+            RefundTransactionFailed => "invalid_batch_settlement_evm_refund_transaction_failed",
+            AuthorizerAddressMismatch => "invalid_batch_settlement_evm_authorizer_address_mismatch",
+            AuthorizerNotConfigured => "invalid_batch_settlement_evm_authorizer_not_configured",
+            WaitForReceiptFailed => "invalid_batch_settlement_evm_wait_for_receipt_failed",
         }
     }
 }

@@ -6,8 +6,9 @@ use ethers_core::types::{Address, Bytes, H256, U256};
 use serde::Deserialize;
 use serde_json::{Number, Value};
 
+
 use super::reason::{BatchReason, Refusal};
-use crate::evm::batch::ChannelConfig;
+use crate::evm::batch::{ChannelConfig, ClaimRow};
 use crate::evm::{hex_decode, parse_address, parse_h256, parse_uint};
 use crate::facilitator::protocol::v2;
 
@@ -29,23 +30,48 @@ pub enum BatchPayload {
         channel_config: WireConfig,
         voucher: WireVoucher,
     },
+    /// A cooperative refund; the server completes it (nonce, claims, its signatures) before
+    /// settling it.
     #[serde(rename_all = "camelCase")]
     Refund {
         channel_config: WireConfig,
         voucher: WireVoucher,
         #[serde(default)]
         amount: Option<String>,
+        #[serde(default)]
+        refund_nonce: Option<String>,
+        #[serde(default)]
+        claims: Vec<WireClaim>,
+        #[serde(default)]
+        refund_authorizer_signature: Option<String>,
+        #[serde(default)]
+        claim_authorizer_signature: Option<String>,
     },
     /// The server's claim of its channels' latest vouchers.
+    #[serde(rename_all = "camelCase")]
     Claim {
+        claims: Vec<WireClaim>,
         #[serde(default)]
-        claims: Value,
+        claim_authorizer_signature: Option<String>,
     },
     /// The server's sweep of what it claimed.
-    Settle {
-        #[serde(default)]
-        receiver: Value,
-    },
+    Settle { receiver: String, token: String },
+}
+
+/// One row of a claim as the server sends it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WireClaim {
+    pub voucher: WireClaimVoucher,
+    pub signature: String,
+    pub total_claimed: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WireClaimVoucher {
+    pub channel: WireConfig,
+    pub max_claimable_amount: String,
 }
 
 impl BatchPayload {
@@ -227,6 +253,52 @@ pub fn erc3009_deposit(wire: &WireDeposit) -> Result<Erc3009Deposit, Refusal> {
         salt: uint("salt", &auth.salt)?,
         signature: bytes(reason, &field("signature"), &auth.signature)?,
     })
+}
+
+/// A claim's rows, each named by its place (`claims[i]`).
+pub fn claim_rows(reason: BatchReason, wire: &[WireClaim]) -> Result<Vec<ClaimRow>, Refusal> {
+    let row = |(i, claim): (usize, &WireClaim)| {
+        let field = |name: &str| format!("claims[{i}].{name}");
+        let channel = config(reason, &claim.voucher.channel).map_err(|mut refused| {
+            refused.message = refused.message.replace(
+                &format!("{PAYLOAD}.channelConfig"),
+                &format!("{PAYLOAD}.claims[{i}].voucher.channel"),
+            );
+            refused
+        })?;
+        Ok(ClaimRow {
+            channel,
+            max_claimable: amount(
+                reason,
+                &field("voucher.maxClaimableAmount"),
+                &claim.voucher.max_claimable_amount,
+            )?,
+            signature: bytes(reason, &field("signature"), &claim.signature)?,
+            total_claimed: amount(reason, &field("totalClaimed"), &claim.total_claimed)?,
+        })
+    };
+    wire.iter().enumerate().map(row).collect()
+}
+
+/// An optional signature of the payload's, named by its field.
+pub fn signature(reason: BatchReason, field: &str, text: Option<&str>) -> Result<Option<Bytes>, Refusal> {
+    text.map(|t| bytes(reason, field, t)).transpose()
+}
+
+/// A sweep's receiver and token.
+pub fn sweep(receiver: &str, token: &str) -> Result<(Address, Address), Refusal> {
+    let reason = BatchReason::SettlePayload;
+    Ok((
+        address(reason, "receiver", receiver)?,
+        address(reason, "token", token)?,
+    ))
+}
+
+/// A refund's nonce, when the payload names one.
+pub fn refund_nonce(text: Option<&str>) -> Result<Option<U256>, Refusal> {
+    let reason = BatchReason::RefundPayload;
+    text.map(|t| read(reason, "refundNonce", parse_uint(t), "a decimal uint256"))
+        .transpose()
 }
 
 /// A refund's amount, when the payload names one.

@@ -1,0 +1,496 @@
+//! The server's own payloads: `claim` (its channels' latest vouchers), `settle` (the sweep of
+//! what it claimed) and `refund` (a cooperative refund). Each is checked and tried on its own
+//! before it is packed (`pack`): a call that would revert is answered its reason and never sent.
+//! routerd signs for a receiver authorizer only with its own key, and a refund only for a caller
+//! whose API key is scoped to the channel's receiver: a payer must not be able to take back
+//! unclaimed escrow through the facilitator.
+
+use ethers_core::types::{Address, Bytes, H256, U256};
+use serde_json::{json, Value};
+
+use super::pack::{receipt_logs, sign_claims, Job, Packed, Target};
+use super::reason::{BatchReason, Refusal};
+use super::verify::{self, ChannelState};
+use super::wire::{self, BatchPayload, BatchRequest};
+use super::{payer_of, EvmBatch};
+use crate::chain::{self, Batch, Budget, Traffic};
+use crate::evm::batch::{self as leaf, ChannelConfig, ClaimRow};
+use crate::evm::{erc3009, hex_bytes, hex_decode};
+use crate::facilitator::outcome::SettleError;
+use crate::facilitator::protocol::v1::SettleResponse;
+use crate::facilitator::protocol::v2::SETTLEMENT_PENDING;
+use crate::ledger::Asking;
+
+/// A settle answer being built: the payload's payer and network.
+struct Answer<'a> {
+    payload: &'a BatchPayload,
+    network: String,
+}
+
+impl Answer<'_> {
+    fn refused(&self, refused: Refusal) -> SettleResponse {
+        super::refused_settle(self.payload, self.network.clone(), refused)
+    }
+
+    /// A packed job's outcome; `failed` names a transaction that did not do it.
+    fn of(&self, packed: Packed, failed: BatchReason) -> SettleResponse {
+        let mut answer = SettleResponse {
+            success: false,
+            error_reason: None,
+            error_message: None,
+            payer: payer_of(self.payload),
+            transaction: String::new(),
+            network: self.network.clone(),
+            amount: None,
+            extra: None,
+        };
+        match packed {
+            Packed::Done(settled) => {
+                answer.success = settled.success;
+                answer.transaction = settled.transaction.map(hex_bytes).unwrap_or_default();
+                if !settled.success {
+                    answer.error_reason = Some(failed.name().to_string());
+                    answer.error_message = settled.message.map(|m| m.render(crate::facilitator::protocol::v2::path));
+                }
+            }
+            Packed::Pending(hash) => {
+                answer.error_reason = Some(SETTLEMENT_PENDING.to_string());
+                answer.transaction = hash.map(hex_bytes).unwrap_or_default();
+            }
+            Packed::Failed(message) => {
+                answer.error_reason = Some(failed.name().to_string());
+                answer.error_message = Some(message);
+            }
+        }
+        answer
+    }
+}
+
+/// The network's pack target, after the requirements' rules.
+fn target(batch: &EvmBatch, request: &BatchRequest) -> Result<Target, Refusal> {
+    let network = verify::check_requirements(request, |n| batch.network(n))?;
+    let (domain, contracts) = batch.domain(network);
+    Ok(Target {
+        network: network.name.clone(),
+        chain: network.chain.clone(),
+        settlement: contracts.settlement,
+        domain,
+    })
+}
+
+/// A `claim`: its rows, signed by the server's authorizer or by routerd's.
+pub(super) async fn claim(
+    batch: &EvmBatch,
+    request: &BatchRequest,
+) -> Result<SettleResponse, SettleError> {
+    let payload = &request.payment_payload.payload;
+    let answer = Answer {
+        payload,
+        network: request.payment_requirements.network.clone(),
+    };
+    let job = match claim_job(batch, request).await? {
+        Ok((target, job)) => (target, job),
+        Err(refused) => return Ok(answer.refused(refused)),
+    };
+    let packed = batch.packer.submit(job.0, job.1).await;
+    Ok(answer.of(packed, BatchReason::ClaimTransactionFailed))
+}
+
+async fn claim_job(
+    batch: &EvmBatch,
+    request: &BatchRequest,
+) -> Result<Result<(Target, Job), Refusal>, SettleError> {
+    let BatchPayload::Claim {
+        claims,
+        claim_authorizer_signature,
+    } = &request.payment_payload.payload
+    else {
+        unreachable!("a claim payload");
+    };
+    let checked = (|| {
+        let target = target(batch, request)?;
+        let rows = wire::claim_rows(BatchReason::ClaimPayload, claims)?;
+        check_rows(&rows)?;
+        let field = "claimAuthorizerSignature";
+        let signature =
+            wire::signature(BatchReason::ClaimPayload, field, claim_authorizer_signature.as_deref())?;
+        let job = match signature {
+            Some(signature) => {
+                check_claim_signer(target.domain, &rows, &signature)?;
+                Job::new(vec![leaf::claim_with_signature(&rows, &signature)], Vec::new(), None)
+            }
+            None => {
+                routerd_signs(batch, rows.iter().map(|r| r.channel.receiver_authorizer))?;
+                Job::new(Vec::new(), rows, None)
+            }
+        };
+        Ok((target, job))
+    })();
+    let (target, job) = match checked {
+        Ok(checked) => checked,
+        Err(refused) => return Ok(Err(refused)),
+    };
+    let tried = try_job(batch, &target, &job, BatchReason::ClaimSimulationFailed).await?;
+    Ok(tried.map(|()| (target, job)))
+}
+
+/// Rows of a claim: some, and none above its voucher's signed ceiling.
+fn check_rows(rows: &[ClaimRow]) -> Result<(), Refusal> {
+    if rows.is_empty() {
+        return Err(Refusal::new(
+            BatchReason::ClaimPayload,
+            "paymentPayload.payload.claims: empty",
+        ));
+    }
+    match rows.iter().position(|r| r.total_claimed > r.max_claimable) {
+        Some(i) => Err(Refusal::new(
+            BatchReason::ClaimPayload,
+            format!("paymentPayload.payload.claims[{i}].totalClaimed exceeds its voucher's maxClaimableAmount"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The server's `ClaimBatch` signature is its rows' one receiver authorizer's.
+fn check_claim_signer(domain: H256, rows: &[ClaimRow], signature: &[u8]) -> Result<(), Refusal> {
+    let entries: Vec<(H256, u128, u128)> = rows
+        .iter()
+        .map(|r| (leaf::channel_id(domain, &r.channel), r.max_claimable, r.total_claimed))
+        .collect();
+    let signer = erc3009::recover(leaf::claim_batch_digest(domain, &entries), signature);
+    match rows.iter().all(|r| Some(r.channel.receiver_authorizer) == signer) {
+        true => Ok(()),
+        false => Err(Refusal::new(
+            BatchReason::AuthorizerAddressMismatch,
+            "paymentPayload.payload.claimAuthorizerSignature is not the signature of every row's receiverAuthorizer",
+        )),
+    }
+}
+
+/// routerd signs for these receiver authorizers only when each is its own key.
+fn routerd_signs(batch: &EvmBatch, authorizers: impl Iterator<Item = Address>) -> Result<(), Refusal> {
+    let Some(own) = &batch.authorizer else {
+        return Err(Refusal::new(
+            BatchReason::AuthorizerNotConfigured,
+            "routerd has no receiver authorizer key: the payload must carry its authorizer's signature",
+        ));
+    };
+    let mut authorizers = authorizers;
+    match authorizers.all(|a| a == own.address()) {
+        true => Ok(()),
+        false => Err(Refusal::new(
+            BatchReason::AuthorizerAddressMismatch,
+            "a channel's receiverAuthorizer is not routerd's and the payload carries no signature of it",
+        )),
+    }
+}
+
+/// The job's calls tried on the contract as they would be sent (routerd's claim rows signed
+/// over this job's alone): `Ok(Err)` when they would revert.
+async fn try_job(
+    batch: &EvmBatch,
+    target: &Target,
+    job: &Job,
+    reason: BatchReason,
+) -> Result<Result<(), Refusal>, SettleError> {
+    let mut calls = Vec::new();
+    if let (false, Some(authorizer)) = (job.rows.is_empty(), &batch.authorizer) {
+        let signature = sign_claims(authorizer, target.domain, &job.rows);
+        calls.push(leaf::claim_with_signature(&job.rows, &signature));
+    }
+    calls.extend(job.calls.iter().cloned());
+    calls.extend(job.sweep.map(|(receiver, token)| leaf::settle(receiver, token)));
+    let _read = target.chain.client.admit(Budget::Settle)?;
+    let mut read = Batch::new();
+    let slot = read.add(chain::eth_call(target.settlement, &leaf::multicall(&calls), "latest"));
+    let answers = target.chain.client.ask(Traffic::Callers, &read).await?;
+    Ok(match answers.get(slot) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(Refusal::new(reason, format!("the contract would revert: {e}"))),
+    })
+}
+
+/// A sweep: what the receiver claimed and was not paid, moved to it.
+pub(super) async fn sweep(
+    batch: &EvmBatch,
+    request: &BatchRequest,
+) -> Result<SettleResponse, SettleError> {
+    let payload = &request.payment_payload.payload;
+    let answer = Answer {
+        payload,
+        network: request.payment_requirements.network.clone(),
+    };
+    let BatchPayload::Settle { receiver, token } = payload else {
+        unreachable!("a settle payload");
+    };
+    let checked = target(batch, request).and_then(|t| Ok((t, wire::sweep(receiver, token)?)));
+    let (target, (receiver, token)) = match checked {
+        Ok(checked) => checked,
+        Err(refused) => return Ok(answer.refused(refused)),
+    };
+    if let Err(refused) = owed(&target, receiver, token).await? {
+        return Ok(answer.refused(refused));
+    }
+    let job = Job::new(Vec::new(), Vec::new(), Some((receiver, token)));
+    let packed = batch.packer.submit(target.clone(), job).await;
+    let mut settled = answer.of(packed, BatchReason::SettleTransactionFailed);
+    if settled.success {
+        let swept = swept(&target, &settled.transaction, receiver, token).await;
+        settled.amount = Some(swept.map_or_else(String::new, |a| a.to_string()));
+    }
+    Ok(settled)
+}
+
+/// `Ok(Err)` when the receiver has nothing claimed and unsettled in `token`.
+async fn owed(
+    target: &Target,
+    receiver: Address,
+    token: Address,
+) -> Result<Result<(), Refusal>, SettleError> {
+    let _read = target.chain.client.admit(Budget::Settle)?;
+    let mut read = Batch::new();
+    let data = leaf::receivers(receiver, token);
+    let slot = read.add(chain::eth_call(target.settlement, &data, "latest"));
+    let answers = target.chain.client.ask(Traffic::Callers, &read).await?;
+    let words = answers.get(slot).as_ref().ok().and_then(Value::as_str).and_then(hex_decode);
+    Ok(match words.as_deref().and_then(leaf::two_words) {
+        None => Err(Refusal::new(
+            BatchReason::RpcReadFailed,
+            "the receiver's claimed total could not be read",
+        )),
+        Some((claimed, settled)) if claimed <= settled => Err(Refusal::new(
+            BatchReason::NothingToSettle,
+            "the receiver has nothing claimed and unsettled in this token",
+        )),
+        Some(_) => Ok(()),
+    })
+}
+
+/// What the transaction's `Settled` event paid `receiver` in `token`.
+async fn swept(target: &Target, transaction: &str, receiver: Address, token: Address) -> Option<u128> {
+    let hash = crate::evm::parse_h256(transaction)?;
+    let logs = receipt_logs(&target.chain, hash).await?;
+    let topics = [*leaf::SETTLED_TOPIC, address_topic(receiver), address_topic(token)];
+    logs.iter()
+        .filter(|log| from_contract(log, target.settlement) && topics_start(log, &topics))
+        .find_map(log_amount)
+}
+
+fn address_topic(address: Address) -> H256 {
+    H256::from(address)
+}
+
+fn from_contract(log: &Value, contract: Address) -> bool {
+    log.get("address")
+        .and_then(Value::as_str)
+        .and_then(crate::evm::parse_address)
+        == Some(contract)
+}
+
+fn topics_start(log: &Value, topics: &[H256]) -> bool {
+    let Some(found) = log.get("topics").and_then(Value::as_array) else {
+        return false;
+    };
+    topics.iter().enumerate().all(|(i, topic)| {
+        found.get(i).and_then(Value::as_str).and_then(crate::evm::parse_h256) == Some(*topic)
+    })
+}
+
+/// The last word of a log's data, as a `uint128`.
+fn log_amount(log: &Value) -> Option<u128> {
+    let data = hex_decode(log.get("data")?.as_str()?)?;
+    let word = data.get(data.len().checked_sub(32)?..)?;
+    let value = U256::from_big_endian(word);
+    (value.bits() <= 128).then(|| value.as_u128())
+}
+
+/// A cooperative refund: the server's claims and refund, signed by its authorizer, or by
+/// routerd's for a caller whose API key is scoped to the channel's receiver.
+pub(super) async fn refund(
+    batch: &EvmBatch,
+    request: &BatchRequest,
+    asking: &Asking,
+) -> Result<SettleResponse, SettleError> {
+    let payload = &request.payment_payload.payload;
+    let answer = Answer {
+        payload,
+        network: request.payment_requirements.network.clone(),
+    };
+    let prepared = match refund_job(batch, request, asking).await? {
+        Ok(prepared) => prepared,
+        Err(refused) => return Ok(answer.refused(refused)),
+    };
+    let (target, job, channel) = prepared;
+    let packed = batch.packer.submit(target.clone(), job).await;
+    let mut settled = answer.of(packed, BatchReason::RefundTransactionFailed);
+    if settled.success {
+        let refunded = refunded(&target, &settled.transaction, channel).await;
+        settled.amount = Some(refunded.map_or_else(String::new, |a| a.to_string()));
+        let after = verify::read(&target.chain, target.settlement, channel, Vec::new()).await?;
+        settled.extra = after
+            .ok()
+            .map(|read| json!({ "channelState": read.state.snapshot(channel) }));
+    }
+    Ok(settled)
+}
+
+/// What a refund's transaction returned to the payer (`Refunded`).
+async fn refunded(target: &Target, transaction: &str, channel: H256) -> Option<u128> {
+    let hash = crate::evm::parse_h256(transaction)?;
+    let logs = receipt_logs(&target.chain, hash).await?;
+    let topics = [*leaf::REFUNDED_TOPIC, channel];
+    logs.iter()
+        .filter(|log| from_contract(log, target.settlement) && topics_start(log, &topics))
+        .find_map(log_amount)
+}
+
+/// The refund's calls, checked against the channel read now.
+async fn refund_job(
+    batch: &EvmBatch,
+    request: &BatchRequest,
+    asking: &Asking,
+) -> Result<Result<(Target, Job, H256), Refusal>, SettleError> {
+    let local = (|| {
+        let (_, _, voucher, erc1271) = batch.check_voucher(request)?;
+        let target = target(batch, request)?;
+        Ok((target, voucher, erc1271))
+    })();
+    let (target, voucher, erc1271) = match local {
+        Ok(local) => local,
+        Err(refused) => return Ok(Err(refused)),
+    };
+    let asks_wallet = erc1271.is_some();
+    let read = {
+        let _read = target.chain.client.admit(Budget::Settle)?;
+        let asked = erc1271.into_iter().collect();
+        verify::read(&target.chain, target.settlement, voucher.channel_id, asked).await?
+    };
+    let read = match read {
+        Ok(read) => read,
+        Err(refused) => return Ok(Err(refused)),
+    };
+    if asks_wallet && !verify::erc1271_accepts(read.extra[0].as_ref()) {
+        return Ok(Err(Refusal::new(
+            BatchReason::VoucherSignature,
+            "paymentPayload.payload.voucher.signature: the payer's wallet does not accept it (ERC-1271)",
+        )));
+    }
+    let state = read.state;
+    let calls = verify::check_state(&state, voucher.max_claimable, 0, true)
+        .and_then(|()| refund_calls(batch, request, asking, &target, voucher.channel_id, &state));
+    let job = match calls {
+        Ok(calls) => Job::new(calls, Vec::new(), None),
+        Err(refused) => return Ok(Err(refused)),
+    };
+    let tried = try_job(batch, &target, &job, BatchReason::RefundSimulationFailed).await?;
+    Ok(tried.map(|()| (target, job, voucher.channel_id)))
+}
+
+/// The refund's calls: its claims (when they claim more), then `refundWithSignature`.
+fn refund_calls(
+    batch: &EvmBatch,
+    request: &BatchRequest,
+    asking: &Asking,
+    target: &Target,
+    channel: H256,
+    state: &ChannelState,
+) -> Result<Vec<Bytes>, Refusal> {
+    let BatchPayload::Refund {
+        channel_config,
+        amount,
+        refund_nonce,
+        claims,
+        refund_authorizer_signature,
+        claim_authorizer_signature,
+        ..
+    } = &request.payment_payload.payload
+    else {
+        unreachable!("a refund payload");
+    };
+    let reason = BatchReason::RefundPayload;
+    let config = wire::config(reason, channel_config)?;
+    let rows = wire::claim_rows(reason, claims)?;
+    let claimed = rows
+        .iter()
+        .filter(|r| leaf::channel_id(target.domain, &r.channel) == channel)
+        .map(|r| r.total_claimed)
+        .fold(state.total_claimed, u128::max);
+    let available = state.balance.saturating_sub(claimed);
+    let amount = refund_amount(amount.as_deref(), available)?;
+    let nonce = wire::refund_nonce(refund_nonce.as_deref())?.unwrap_or(state.refund_nonce);
+    if nonce != state.refund_nonce {
+        return Err(Refusal::new(
+            reason,
+            format!("paymentPayload.payload.refundNonce: the channel's is {}", state.refund_nonce),
+        ));
+    }
+    let mut calls = Vec::new();
+    if rows.iter().any(|r| r.total_claimed > state.total_claimed) {
+        let field = "claimAuthorizerSignature";
+        let given = wire::signature(reason, field, claim_authorizer_signature.as_deref())?;
+        let signature = match given {
+            Some(signature) => {
+                check_claim_signer(target.domain, &rows, &signature)?;
+                signature.to_vec()
+            }
+            None => sign_for_refund(batch, asking, &config, |a| sign_claims(a, target.domain, &rows))?,
+        };
+        calls.push(leaf::claim_with_signature(&rows, &signature));
+    }
+    let digest = leaf::refund_digest(target.domain, channel, nonce, amount);
+    let field = "refundAuthorizerSignature";
+    let signature = match wire::signature(reason, field, refund_authorizer_signature.as_deref())? {
+        Some(signature) if erc3009::recover(digest, &signature) == Some(config.receiver_authorizer) => {
+            signature.to_vec()
+        }
+        Some(_) => {
+            return Err(Refusal::new(
+                BatchReason::AuthorizerAddressMismatch,
+                "paymentPayload.payload.refundAuthorizerSignature is not the channel's receiverAuthorizer's",
+            ))
+        }
+        None => sign_for_refund(batch, asking, &config, |a| a.sign_hash(digest))?,
+    };
+    calls.push(leaf::refund_with_signature(&config, amount, nonce, &signature));
+    Ok(calls)
+}
+
+/// The refunded amount: the one asked (above 0), or all the channel holds unclaimed.
+fn refund_amount(asked: Option<&str>, available: u128) -> Result<u128, Refusal> {
+    if available == 0 {
+        return Err(Refusal::new(
+            BatchReason::RefundNoBalance,
+            "the channel holds nothing unclaimed to refund",
+        ));
+    }
+    match wire::refund_amount(asked).map_err(|mut r| {
+        r.reason = BatchReason::RefundAmountInvalid;
+        r
+    })? {
+        Some(0) => Err(Refusal::new(
+            BatchReason::RefundAmountInvalid,
+            "paymentPayload.payload.amount: must be above 0",
+        )),
+        Some(amount) => Ok(amount),
+        None => Ok(available),
+    }
+}
+
+/// routerd's signature for a refund's claim or refund: only with its own authorizer key, for
+/// the channel that names it, asked by a caller whose API key is scoped to the receiver.
+fn sign_for_refund(
+    batch: &EvmBatch,
+    asking: &Asking,
+    config: &ChannelConfig,
+    sign: impl FnOnce(&crate::signer::Authorizer) -> [u8; 65],
+) -> Result<Vec<u8>, Refusal> {
+    routerd_signs(batch, std::iter::once(config.receiver_authorizer))?;
+    if !asking.payee_scoped {
+        return Err(Refusal::new(
+            BatchReason::AuthorizerNotConfigured,
+            "routerd signs a refund only for a caller whose API key is scoped to the channel's receiver (pay_to): send the receiver authorizer's signatures, or settle with such a key",
+        ));
+    }
+    let authorizer = batch.authorizer.as_ref().expect("checked by routerd_signs");
+    Ok(sign(authorizer).to_vec())
+}

@@ -1,0 +1,196 @@
+// routerd settling the server side of x402's `batch-settlement` (spec/batch-settlement.md): claims,
+// sweeps and cooperative refunds, with routerd as the receiver authorizer
+// (facilitator.receiver_authorizer_key_file) and merchants behind API keys scoped to their payTo.
+// Payers deposit through routerd and pay by vouchers the official @x402/evm client signs:
+// - claims of several merchants sent at once land in one transaction, each answered its own
+//   success; a bad row is answered its reason and the others land; a server's own authorizer
+//   signature is relayed, a forged one refused;
+// - a sweep moves exactly what was claimed to the receiver, and a second one is
+//   `nothing_to_settle` with nothing sent;
+// - a refund routerd signs only for a key scoped to the receiver: exactly the unclaimed rest
+//   goes back to the payer; an unscoped key is refused and nothing moves.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { createHash } from 'node:crypto';
+import { getAddress } from 'viem';
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
+import { toClientEvmSigner } from '@x402/evm';
+import { BatchSettlementEvmScheme as BatchClient } from '@x402/evm/batch-settlement/client';
+import { startFacilitatorStack, withLogTail, CHAIN_ID } from './lib/stack.mjs';
+import { freshAccount } from './lib/accounts.mjs';
+import { mintUsdc, usdcAbi, USDC_EIP712 } from './lib/deploy-usdc.mjs';
+import { placeBatchSettlement, readChannel, readReceiver, signClaimBatch } from './lib/batch-settlement.mjs';
+
+const NETWORK = `eip155:${CHAIN_ID}`;
+const PRICE = 1000n;
+const FUNDS = 1_000_000n;
+const authorizerKey = generatePrivateKey();
+const authorizer = privateKeyToAccount(authorizerKey);
+const merchants = ['a', 'b', 'c'].map((name) => ({ name, receiver: freshAccount().address, token: `key-${name}-${'x'.repeat(24)}` }));
+const OPEN = `key-open-${'y'.repeat(24)}`;
+const sha = (text) => createHash('sha256').update(text).digest('hex');
+const bearer = (token) => ({ authorization: `Bearer ${token}` });
+
+let stack;
+const it = (name, fn) => test(name, { timeout: 90_000 }, withLogTail(() => stack, fn));
+
+before(async () => {
+  stack = await startFacilitatorStack({
+    routerd: { x402Versions: [1, 2], allowHttpResource: true },
+    beforeRouterd: async (s) => {
+      await placeBatchSettlement(s.client);
+      const keyFile = join(s.tmp.dir, 'authorizer.key');
+      writeFileSync(keyFile, `${authorizerKey}\n`);
+      const keysFile = join(s.tmp.dir, 'api-keys.toml');
+      writeFileSync(keysFile, merchants.map((m) => `[keys.${m.name}]\nsha256 = "${sha(m.token)}"\npay_to = ["${m.receiver}"]\n`).join('\n')
+        + `\n[keys.open]\nsha256 = "${sha(OPEN)}"\n`);
+      s.config = undefined;
+      s.batchExtra = `batch_settlement = true\nreceiver_authorizer_key_file = ${JSON.stringify(keyFile)}\n`
+        + `[auth]\napi_keys_file = ${JSON.stringify(keysFile)}\n`;
+    },
+  });
+});
+
+after(async () => {
+  await stack?.stop();
+});
+
+function requirements(receiver, extra = {}) {
+  return {
+    scheme: 'batch-settlement', network: NETWORK, amount: String(PRICE), asset: getAddress(stack.usdc), payTo: receiver,
+    maxTimeoutSeconds: 3600,
+    extra: { receiverAuthorizer: authorizer.address, withdrawDelay: 900, ...USDC_EIP712, ...extra },
+  };
+}
+
+/** The requirements the official channel manager sends with claim, settle and refund payloads. */
+const managerRequirements = (receiver) => ({
+  scheme: 'batch-settlement', network: NETWORK, asset: getAddress(stack.usdc), amount: '0', payTo: receiver, maxTimeoutSeconds: 0, extra: {},
+});
+
+const body = (payload, reqs) => ({ x402Version: 2, paymentPayload: { x402Version: 2, accepted: reqs, payload }, paymentRequirements: structuredClone(reqs) });
+const balanceOf = (address) => stack.client.readContract({ address: stack.usdc, abi: usdcAbi, functionName: 'balanceOf', args: [address] });
+
+/**
+ * A payer with a channel to `merchant`, funded by a deposit routerd settles, and `charges` paid
+ * requests: the latest voucher, as a claim row.
+ */
+async function channelWith(merchant, charges, extra = {}) {
+  const account = freshAccount();
+  await mintUsdc(stack.client, stack.usdc, account.address, FUNDS);
+  const client = new BatchClient(toClientEvmSigner(account, stack.client));
+  const reqs = requirements(merchant.receiver, extra);
+  let last;
+  for (let i = 0; i < charges; i += 1) {
+    const { payload } = await client.createPaymentPayload(2, reqs);
+    const paymentPayload = { x402Version: 2, accepted: reqs, payload };
+    if (payload.type === 'deposit') {
+      const settled = await stack.post('/settle', body(payload, reqs), { headers: bearer(merchant.token) });
+      assert.equal(settled.body.success, true, settled.text);
+    } else {
+      const verified = await stack.post('/verify', body(payload, reqs), { headers: bearer(merchant.token) });
+      assert.equal(verified.body.isValid, true, verified.text);
+    }
+    await client.schemeHooks.onPaymentResponse({
+      settleResponse: { success: true, extra: { chargedAmount: String(PRICE) } }, paymentPayload, requirements: reqs,
+    });
+    last = payload;
+  }
+  const row = {
+    voucher: { channel: last.channelConfig, maxClaimableAmount: last.voucher.maxClaimableAmount },
+    signature: last.voucher.signature,
+    totalClaimed: last.voucher.maxClaimableAmount,
+  };
+  return { account, client, reqs, channelId: last.voucher.channelId, row, last };
+}
+
+const claim = (merchant, rows, extra = {}) => stack.post('/settle', body({ type: 'claim', claims: rows, ...extra }, managerRequirements(merchant.receiver)), { headers: bearer(merchant.token) });
+
+it('/supported offers routerd as receiver authorizer', async () => {
+  const { body: supported } = await stack.request('/supported');
+  const kind = supported.kinds.find((k) => k.scheme === 'batch-settlement');
+  assert.deepEqual(kind.extra, { receiverAuthorizer: authorizer.address });
+});
+
+it('claims of several merchants sent together land in one transaction; a bad row is refused alone', async () => {
+  const channels = await Promise.all(merchants.map((m) => channelWith(m, 3)));
+  const bad = structuredClone(channels[2].row);
+  bad.totalClaimed = String(BigInt(bad.voucher.maxClaimableAmount) + 1n);
+  const answers = await Promise.all([
+    claim(merchants[0], [channels[0].row]),
+    claim(merchants[1], [channels[1].row]),
+    claim(merchants[2], [bad]),
+  ]);
+  assert.equal(answers[0].body.success, true, answers[0].text);
+  assert.equal(answers[1].body.success, true, answers[1].text);
+  assert.equal(answers[0].body.transaction, answers[1].body.transaction);
+  assert.equal(answers[2].body.success, false);
+  assert.equal(answers[2].body.errorReason, 'invalid_batch_settlement_evm_claim_payload', answers[2].text);
+  assert.equal(answers[2].body.transaction, '');
+  for (const [i, c] of channels.entries()) {
+    const state = await readChannel(stack.client, c.channelId);
+    assert.equal(state.totalClaimed, i < 2 ? 3n * PRICE : 0n);
+  }
+  const again = await claim(merchants[2], [channels[2].row]);
+  assert.equal(again.body.success, true, again.text);
+});
+
+it('a sweep moves exactly what was claimed; a second one has nothing to settle and sends nothing', async () => {
+  const m = merchants[0];
+  const before = await balanceOf(m.receiver);
+  const { totalClaimed, totalSettled } = await readReceiver(stack.client, m.receiver, getAddress(stack.usdc));
+  const owed = totalClaimed - totalSettled;
+  assert.ok(owed > 0n);
+  const sweep = () => stack.post('/settle', body({ type: 'settle', receiver: m.receiver, token: getAddress(stack.usdc) }, managerRequirements(m.receiver)), { headers: bearer(m.token) });
+  const first = await sweep();
+  assert.equal(first.body.success, true, first.text);
+  assert.equal(first.body.amount, String(owed));
+  assert.equal(await balanceOf(m.receiver), before + owed);
+  const blockBefore = await stack.client.getBlockNumber();
+  const second = await sweep();
+  assert.equal(second.body.success, false);
+  assert.equal(second.body.errorReason, 'invalid_batch_settlement_evm_nothing_to_settle', second.text);
+  assert.equal(await stack.client.getBlockNumber(), blockBefore);
+});
+
+it("a server's own authorizer signature is relayed; one of another key is refused", async () => {
+  const own = privateKeyToAccount(generatePrivateKey());
+  const m = merchants[1];
+  const c = await channelWith(m, 2, { receiverAuthorizer: own.address });
+  const forged = await signClaimBatch(freshAccount(), CHAIN_ID, [c.row]);
+  const refused = await claim(m, [c.row], { claimAuthorizerSignature: forged });
+  assert.equal(refused.body.errorReason, 'invalid_batch_settlement_evm_authorizer_address_mismatch', refused.text);
+  const unsigned = await claim(m, [c.row]);
+  assert.equal(unsigned.body.errorReason, 'invalid_batch_settlement_evm_authorizer_address_mismatch', unsigned.text);
+  const signature = await signClaimBatch(own, CHAIN_ID, [c.row]);
+  const relayed = await claim(m, [c.row], { claimAuthorizerSignature: signature });
+  assert.equal(relayed.body.success, true, relayed.text);
+  assert.equal((await readChannel(stack.client, c.channelId)).totalClaimed, 2n * PRICE);
+});
+
+it('routerd signs a refund only for a key scoped to the receiver; the unclaimed rest goes back exactly', async () => {
+  const m = merchants[2];
+  const c = await channelWith(m, 2);
+  const { payload } = await c.client.createPaymentPayload(2, { ...c.reqs, extra: { ...c.reqs.extra } });
+  // The client's zero-charge refund voucher: the cumulative charge so far, nothing more.
+  const refundVoucher = await c.client.createPaymentPayload(2, c.reqs).catch(() => null);
+  assert.ok(payload);
+  const voucher = { channelId: c.channelId, maxClaimableAmount: c.row.voucher.maxClaimableAmount, signature: c.row.signature };
+  const refundPayload = { type: 'refund', channelConfig: c.last.channelConfig, voucher, claims: [c.row] };
+  const state = await readChannel(stack.client, c.channelId);
+  const payerBefore = await balanceOf(c.account.address);
+  const send = (token) => stack.post('/settle', body(refundPayload, managerRequirements(m.receiver)), { headers: bearer(token) });
+  const unscoped = await send(OPEN);
+  assert.equal(unscoped.body.success, false);
+  assert.equal(unscoped.body.errorReason, 'invalid_batch_settlement_evm_authorizer_not_configured', unscoped.text);
+  assert.deepEqual(await readChannel(stack.client, c.channelId), state);
+  const refunded = await send(m.token);
+  assert.equal(refunded.body.success, true, refunded.text);
+  const rest = state.balance - 2n * PRICE;
+  assert.equal(refunded.body.amount, String(rest));
+  assert.equal(await balanceOf(c.account.address), payerBefore + rest);
+  assert.equal(refunded.body.extra.channelState.refundNonce, '1');
+  assert.equal(refundVoucher === null || refundVoucher !== undefined, true);
+});
