@@ -8,7 +8,9 @@
 // - the same settle retried with its Idempotency-Key is answered the success, naming the
 //   transaction broadcast before the crash, with the channel after it;
 // - a keyless settle of the same deposit is told that transaction as a failure, nothing sent.
-// Also: SIGKILL, the block mined while routerd is down, restart: the same outcome.
+// Also: SIGKILL, the block mined while routerd is down, restart: the same outcome; and SIGKILL with
+// the chain losing the deposit's transaction meanwhile: the restart re-broadcasts the stored one
+// (the same hash), and the outcome is the same.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { getAddress } from 'viem';
@@ -35,7 +37,7 @@ const it = (name, fn) => test(name, { timeout: 90_000 }, withLogTail(() => stack
 before(async () => {
   stack = await startFacilitatorStack({
     anvil: { noMining: true },
-    fundedPayers: 2, // minting needs blocks: fund everyone during setup
+    fundedPayers: 3, // minting needs blocks: fund everyone during setup
     routerd: {
       x402Versions: [1, 2], allowHttpResource: true, settleTimeoutSecs: SETTLE_TIMEOUT_SECS, extra: 'batch_settlement = true\n',
     },
@@ -149,4 +151,29 @@ it('SIGKILL with the deposit in the mempool, mined while routerd is down: the sa
   await stack.anvil.mine();
   await stack.routerd.restart();
   await expectOneDeposit(inFlight, escrowBefore);
+});
+
+it('SIGKILL, and the chain loses the deposit meanwhile: the restart re-broadcasts the stored transaction, one deposit', async () => {
+  const escrowBefore = await stack.balanceOf(BATCH_SETTLEMENT);
+  const inFlight = await depositInFlight();
+  const { hash, nonce } = inFlight;
+  const raw = await stack.anvil.rpc('eth_getRawTransactionByHash', [hash]);
+  await stack.routerd.kill();
+  await inFlight.inflight;
+  await stack.anvil.rpc('anvil_dropTransaction', [hash]);
+  assert.equal(await stack.signerNonce('pending'), nonce, 'precondition: the chain forgot the transaction');
+  try {
+    await stack.routerd.restart();
+    const answer = stack.settle(inFlight.raw, { key: inFlight.key }); // resumes the stored record, at the latest now
+    await waitFor(async () => (await pendingSignerTx(nonce)) === hash, { timeoutMs: 15_000, what: 're-broadcast of the stored deposit' });
+    await stack.anvil.mine();
+    await answer;
+    await expectOneDeposit(inFlight, escrowBefore);
+  } finally {
+    // Without the re-broadcast the signer's nonce has a gap: put the transaction back and mine it.
+    if ((await stack.signerNonce()) === nonce) {
+      await stack.anvil.rpc('eth_sendRawTransaction', [raw]).catch(() => {});
+      await stack.anvil.mine();
+    }
+  }
 });
