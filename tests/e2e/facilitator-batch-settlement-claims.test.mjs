@@ -46,8 +46,7 @@ before(async () => {
       const keysFile = join(s.tmp.dir, 'api-keys.toml');
       writeFileSync(keysFile, merchants.map((m) => `[keys.${m.name}]\nsha256 = "${sha(m.token)}"\npay_to = ["${m.receiver}"]\n`).join('\n')
         + `\n[keys.open]\nsha256 = "${sha(OPEN)}"\n`);
-      s.config = undefined;
-      s.batchExtra = `batch_settlement = true\nreceiver_authorizer_key_file = ${JSON.stringify(keyFile)}\n`
+      return `batch_settlement = true\nreceiver_authorizer_key_file = ${JSON.stringify(keyFile)}\n`
         + `[auth]\napi_keys_file = ${JSON.stringify(keysFile)}\n`;
     },
   });
@@ -115,7 +114,8 @@ it('/supported offers routerd as receiver authorizer', async () => {
 });
 
 it('claims of several merchants sent together land in one transaction; a bad row is refused alone', async () => {
-  const channels = await Promise.all(merchants.map((m) => channelWith(m, 3)));
+  const channels = [];
+  for (const m of merchants) channels.push(await channelWith(m, 3));
   const bad = structuredClone(channels[2].row);
   bad.totalClaimed = String(BigInt(bad.voucher.maxClaimableAmount) + 1n);
   const answers = await Promise.all([
@@ -173,10 +173,8 @@ it("a server's own authorizer signature is relayed; one of another key is refuse
 it('routerd signs a refund only for a key scoped to the receiver; the unclaimed rest goes back exactly', async () => {
   const m = merchants[2];
   const c = await channelWith(m, 2);
-  const { payload } = await c.client.createPaymentPayload(2, { ...c.reqs, extra: { ...c.reqs.extra } });
-  // The client's zero-charge refund voucher: the cumulative charge so far, nothing more.
-  const refundVoucher = await c.client.createPaymentPayload(2, c.reqs).catch(() => null);
-  assert.ok(payload);
+  // The payer's zero-charge refund voucher: the cumulative charge so far, nothing more (the last
+  // voucher it signed carries exactly that).
   const voucher = { channelId: c.channelId, maxClaimableAmount: c.row.voucher.maxClaimableAmount, signature: c.row.signature };
   const refundPayload = { type: 'refund', channelConfig: c.last.channelConfig, voucher, claims: [c.row] };
   const state = await readChannel(stack.client, c.channelId);
@@ -192,5 +190,4 @@ it('routerd signs a refund only for a key scoped to the receiver; the unclaimed 
   assert.equal(refunded.body.amount, String(rest));
   assert.equal(await balanceOf(c.account.address), payerBefore + rest);
   assert.equal(refunded.body.extra.channelState.refundNonce, '1');
-  assert.equal(refundVoucher === null || refundVoucher !== undefined, true);
 });

@@ -13,7 +13,7 @@
 // (the same hash), and the outcome is the same.
 // Before any crash: a deposit still in the mempool after settle_timeout_secs is answered pending
 // with its hash, a keyless settle meanwhile `already being settled by` it, and once mined the key
-// retry its success (todo: the pending answer is v1's error body, not v2's settlement_pending).
+// retry its success; meanwhile the deposit is answered v2's settlement_pending with its hash.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { getAddress } from 'viem';
@@ -159,11 +159,10 @@ it(`a deposit still pending after settle_timeout_secs (${SETTLE_TIMEOUT_SECS}): 
 });
 
 // x402 v2 answers a settlement whose outcome is unknown after broadcast with `settlement_pending`
-// and its hash (HTTP 200), which @x402/core's resource server asks again on; routerd answers a
-// batch-settlement deposit's pending settle with v1's error body (HTTP 400 {error: 504}), which
-// @x402/core's HTTPFacilitatorClient throws on ("Facilitator settle failed (400)").
+// and its hash (HTTP 200), which @x402/core's resource server asks again on (v1's error body,
+// HTTP 400 {error: 504}, makes @x402/core's HTTPFacilitatorClient throw).
 test(`a deposit still pending after settle_timeout_secs is answered v2's settlement_pending with its hash`, {
-  timeout: 90_000, todo: 'routerd answers HTTP 400 {error: 504} to a v2 batch-settlement deposit',
+  timeout: 90_000,
 }, withLogTail(() => stack, async () => {
   const inFlight = await depositInFlight();
   try {

@@ -8,9 +8,9 @@
 //   mismatched config);
 // - a deposit settled once: escrow holds exactly the deposit and the payer paid no gas; the same
 //   deposit sent five times at once moves it once and is told one transaction;
-// - (todo: routerd answers it wrong) a deposit's Idempotency-Key retry, once the channel's
-//   totalClaimed has reached the deposit voucher, is still told the success, a keyless settle the
-//   transaction as a failure.
+// - a deposit's Idempotency-Key retry, once the channel's totalClaimed has reached the deposit
+//   voucher, is still told the success, a keyless settle the transaction as a failure (the ledger
+//   is asked before the channel's rules).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { getAddress } from 'viem';
@@ -141,10 +141,9 @@ it('vouchers that break a channel rule are refused with the binding reason', asy
 
 // One success per deposit authorization (spec/batch-settlement.md, spec/access.md section 1): the
 // request that settled a deposit, asked again with its Idempotency-Key, is told its success, and
-// any other settle of it the transaction, whatever the channel did since. routerd checks the
-// channel's rules against the channel as it is now before it looks the deposit up: once a claim
-// has taken totalClaimed to the deposit voucher's amount, both are answered
-// `invalid_batch_settlement_evm_cumulative_below_claimed` with no transaction.
+// any other settle of it the transaction, whatever the channel did since: a deposit the ledger
+// knows is not judged again by the channel's rules (a claim has taken totalClaimed to the
+// deposit voucher's amount, which they would refuse).
 it('a settled deposit asked again after a claim reached its voucher: the key retry told the success, a keyless settle the transaction', async () => {
   const { client } = await newPayer();
   const deposit = await pay(client);
@@ -174,4 +173,4 @@ it('a settled deposit asked again after a claim reached its voucher: the key ret
   const keyless = await settle(deposit.body);
   assert.equal(keyless.body.success, false, keyless.text);
   assert.equal(keyless.body.transaction, hash, `a keyless settle is told the deposit's transaction: ${keyless.text}`);
-}, { todo: 'routerd judges the channel before it looks the deposit up: cumulative_below_claimed, no transaction' });
+});

@@ -36,8 +36,9 @@ const ANVIL_FEE_MODEL = 'fee_model = "eip1559"\n';
  * @param {string} [o.usdcExtra]      raw TOML added to its USDC table (default: ERC-3009 only)
  * @param {(name: string, anvilUrl: string) => string} [o.rpcUrlFor]  the RPC URL routerd is given for a
  *   chain (default: the anvil URL itself; e.g. a lib/bad-upstreams.mjs proxy in front of it)
- * @param {(stack: Stack) => Promise<void>} [o.beforeRouterd]  run once the chains are up, before routerd
- *   starts (e.g. placing contracts routerd checks at start)
+ * @param {(stack: Stack) => Promise<string|void>} [o.beforeRouterd]  run once the chains are up, before
+ *   routerd starts (e.g. placing contracts routerd checks at start); TOML it returns is added to
+ *   routerd's config after the [facilitator] table (as routerd.extra is)
  */
 export async function startFacilitatorStack({
   anvil: anvilOpts = {}, extraChains = [], fundedPayers = 0, payerFunds = 1_000_000_000n, denyList = [], routerd: routerdOpts = {},
@@ -99,7 +100,8 @@ class Stack {
     this.servedNetworks = served;
     const denyListFile = join(this.tmp.dir, 'deny.txt');
     writeFileSync(denyListFile, denyList.map((a) => `${a}\n`).join(''));
-    await beforeRouterd(this);
+    const added = await beforeRouterd(this);
+    if (typeof added === 'string') routerdOpts = { ...routerdOpts, extra: `${routerdOpts.extra ?? ''}${added}` };
     const port = await freePort();
     this.config = { port, served, denyListFile, routerdOpts, chainExtra, usdcExtra, rpcUrlFor };
     this.routerd = await startRouterd({

@@ -17,6 +17,7 @@ use crate::facilitator::evm::request::{Method, Request, Through};
 use crate::facilitator::evm::verify::Network;
 use crate::facilitator::outcome::{Invalid, SettleError};
 use crate::facilitator::protocol::v1::SettleResponse;
+use crate::facilitator::protocol::v2::SETTLEMENT_PENDING;
 use crate::facilitator::settlement::ClaimOn;
 use crate::ledger::{Asking, Reason};
 
@@ -192,6 +193,29 @@ pub(super) async fn verify(
     )
 }
 
+/// Whether the ledger holds a claim of this deposit's authorization.
+async fn known(batch: &EvmBatch, lowered: &Lowered<'_>) -> Result<bool, SettleError> {
+    match batch.verifier.check_local(&lowered.request) {
+        Ok(payment) => Ok(batch.settler.claim_on(&payment).await?.is_some()),
+        Err(_) => Ok(false),
+    }
+}
+
+/// A deposit broadcast and not yet answered at the deadline: v2's `settlement_pending`, with
+/// its transaction, for the caller to settle again.
+fn pending(payload: &BatchPayload, network: String, hash: H256) -> SettleResponse {
+    SettleResponse {
+        success: false,
+        error_reason: Some(SETTLEMENT_PENDING.to_string()),
+        error_message: Some(SettleError::Pending(Some(hash)).to_string()),
+        payer: payer_of(payload),
+        transaction: hex_bytes(hash),
+        network,
+        amount: None,
+        extra: None,
+    }
+}
+
 /// Settle of a deposit: the channel's rules, then the authorization through the settle
 /// pipeline; a success answers the deposit's transaction, its amount and the channel after it.
 pub(super) async fn settle(
@@ -206,18 +230,26 @@ pub(super) async fn settle(
         Err(refused) => return Ok(super::refused_settle(payload, network, refused)),
     };
     let chain = &lowered.network.chain;
-    let before = {
-        let _read = chain.client.admit(Budget::Settle)?;
-        verify::read(chain, lowered.settlement, lowered.channel, Vec::new()).await?
-    };
-    let checked = before.and_then(|read| {
-        verify::check_state(&read.state, lowered.max_claimable, lowered.amount, false)
-    });
-    if let Err(refused) = checked {
-        return Ok(super::refused_settle(payload, network, refused));
+    // A deposit the ledger knows is answered by it (its claimant told the success, anybody else
+    // the transaction), whatever the channel holds since.
+    if !known(batch, &lowered).await? {
+        let before = {
+            let _read = chain.client.admit(Budget::Settle)?;
+            verify::read(chain, lowered.settlement, lowered.channel, Vec::new()).await?
+        };
+        let checked = before.and_then(|read| {
+            verify::check_state(&read.state, lowered.max_claimable, lowered.amount, false)
+        });
+        if let Err(refused) = checked {
+            return Ok(super::refused_settle(payload, network, refused));
+        }
     }
     let begun = batch.settler.begin(&lowered.request, asking).await?;
-    let settled = batch.settler.finish(begun, asking).await?;
+    let settled = match batch.settler.finish(begun, asking).await {
+        Ok(settled) => settled,
+        Err(SettleError::Pending(Some(hash))) => return Ok(pending(payload, network, hash)),
+        Err(other) => return Err(other),
+    };
     let mut answer = SettleResponse {
         success: settled.success,
         error_reason: None,

@@ -7,7 +7,7 @@ use ethers_core::types::{Address, Bytes, H256, U256};
 use serde_json::{json, Map, Value};
 
 use super::reason::{BatchReason, Refusal};
-use super::wire::{BatchRequest, Voucher};
+use super::wire::{BatchPayload, BatchRequest, Voucher};
 use crate::chain::{self, Batch, Chain, Traffic, Unreachable};
 use crate::evm::batch::{self as leaf, ChannelConfig};
 use crate::evm::erc3009;
@@ -75,13 +75,16 @@ fn extra<'a>(request: &'a BatchRequest, key: &str) -> Option<&'a Value> {
 }
 
 /// Rules 1-5 on the config: it hashes to the voucher's channel id, and names the requirements'
-/// payTo, receiver authorizer, asset and withdraw delay (in the binding's order).
+/// payTo, receiver authorizer, asset and withdraw delay (in the binding's order). A refund's
+/// requirements are the server's own (the official channel manager sends an empty `extra`):
+/// its receiver authorizer is checked when they name one.
 pub fn check_config(
     request: &BatchRequest,
     domain: H256,
     config: &ChannelConfig,
     channel: H256,
 ) -> Result<(), Refusal> {
+    let refund = matches!(request.payment_payload.payload, BatchPayload::Refund { .. });
     let refuse = |reason, message: &str| Err(Refusal::new(reason, message));
     if leaf::channel_id(domain, config) != channel {
         return refuse(
@@ -100,7 +103,8 @@ pub fn check_config(
         .and_then(Value::as_str)
         .and_then(crate::evm::parse_address)
         .filter(|a| !a.is_zero());
-    if authorizer != Some(config.receiver_authorizer) {
+    let named = extra(request, "receiverAuthorizer").is_some();
+    if authorizer != Some(config.receiver_authorizer) && (named || !refund) {
         return refuse(
             BatchReason::ReceiverAuthorizerMismatch,
             "channelConfig.receiverAuthorizer is not paymentRequirements.extra.receiverAuthorizer",
