@@ -97,7 +97,10 @@ fn struct_hash(typehash: &[u8; 32], fields: Vec<Token>) -> [u8; 32] {
 
 /// The channel's id: the EIP-712 hash of its config under the contract's domain.
 pub fn channel_id(domain: H256, config: &ChannelConfig) -> H256 {
-    typed_digest(domain, struct_hash(&CHANNEL_CONFIG_TYPEHASH, config.tokens()))
+    typed_digest(
+        domain,
+        struct_hash(&CHANNEL_CONFIG_TYPEHASH, config.tokens()),
+    )
 }
 
 /// What the payer (or its payer authorizer) signs for a voucher of cumulative ceiling `max`.
@@ -329,7 +332,10 @@ mod tests {
 
     #[test]
     fn calls_carry_their_selectors() {
-        assert_eq!(&channels(H256::zero())[..4], &keccak256("channels(bytes32)")[..4]);
+        assert_eq!(
+            &channels(H256::zero())[..4],
+            &keccak256("channels(bytes32)")[..4]
+        );
         let deposit = deposit(&config(), 5, Address::zero(), &[]);
         let signature = "deposit((address,address,address,address,address,uint40,bytes32),uint128,address,bytes)";
         assert_eq!(&deposit[..4], &keccak256(signature)[..4]);

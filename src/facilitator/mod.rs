@@ -97,11 +97,7 @@ impl Facilitator {
             signers,
             receiver_authorizer,
         } = keys;
-        let (deny_list, summary) = DenyLists::load(&settings.deny_list_file)?;
-        if deny_list.configured() {
-            tracing::info!("facilitator.deny_list_file: {summary}");
-        }
-        let deny_list = Arc::new(deny_list);
+        let deny_list = load_deny_list(settings)?;
         let svm = svm.map(|svm| svm.deny(deny_list.clone()));
         let cooldown = Arc::new(Cooldown::new(
             Duration::from_secs(settings.revert_cooldown_secs),
@@ -114,7 +110,6 @@ impl Facilitator {
                 .map(|n| (n.chain.settings.chain_id, n.name.clone()))
                 .collect()
         });
-        let signer_addresses = signers.iter().map(|s| s.address).collect();
         let catalogue = Catalogue::new(settings, store.clone());
         let verifier = Arc::new(
             Verifier::new(
@@ -142,20 +137,14 @@ impl Facilitator {
             serves_v1: settings.serves_version(1),
             v2_networks: v2_networks.clone(),
             catalogue: catalogue.clone(),
-            signers: signer_addresses,
+            signers: signers.iter().map(|s| s.address).collect(),
         };
         let receiver_authorizer = receiver_authorizer.map(Arc::new);
-        let batch = settings.batch_settlement.then(|| evm::batch::EvmBatch {
-            verifier: verifier.clone(),
-            settler: settler.clone(),
-            v2_networks: v2_networks.clone().unwrap_or_default(),
-            contracts: batch_contracts(&verifier),
-            authorizer: receiver_authorizer.clone(),
-            packer: Arc::new(evm::batch::pack::Packer::new(
-                settler.clone(),
-                receiver_authorizer.clone(),
-                settings.batch_max_calls_per_tx,
-            )),
+        let batch = settings.batch_settlement.then(|| {
+            let networks = v2_networks.clone().unwrap_or_default();
+            let authorizer = receiver_authorizer.clone();
+            let max_calls = settings.batch_max_calls_per_tx;
+            evm::batch::EvmBatch::new(&verifier, &settler, networks, authorizer, max_calls)
         });
         let registry = registry(settings, evm, batch, svm.clone(), &store, &cooldown);
         Ok(Self {
@@ -393,6 +382,15 @@ fn lane_settings(chain: &Chain, bump_after_blocks: u64) -> LaneSettings {
     }
 }
 
+/// `facilitator.deny_list_file`, read at start.
+fn load_deny_list(settings: &FacilitatorSettings) -> Result<Arc<DenyLists>, SetupError> {
+    let (deny_list, summary) = DenyLists::load(&settings.deny_list_file)?;
+    if deny_list.configured() {
+        tracing::info!("facilitator.deny_list_file: {summary}");
+    }
+    Ok(Arc::new(deny_list))
+}
+
 fn token_info(token: &crate::config::TokenSettings, chain_id: u64) -> TokenInfo {
     let address: Address = token.address.parse().expect("validated by config");
     TokenInfo {
@@ -429,17 +427,4 @@ fn registry(
         serves_v2: settings.serves_version(2),
     };
     Registry::new(Arc::new(evm), batch.map(Arc::new), Arc::new(svm))
-}
-
-/// The `batch-settlement` contracts of each served EVM network (`[chains.<name>.contracts]`).
-fn batch_contracts(verifier: &Verifier) -> BTreeMap<String, evm::batch::Contracts> {
-    let of = |n: &evm::verify::Network| {
-        let configured = &n.chain.settings.contracts;
-        let contracts = evm::batch::Contracts {
-            settlement: configured.batch_settlement,
-            erc3009_collector: configured.erc3009_deposit_collector,
-        };
-        (n.name.clone(), contracts)
-    };
-    verifier.networks().map(of).collect()
 }

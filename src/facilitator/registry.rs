@@ -48,11 +48,18 @@ impl Registry {
             (kind(1, svm::NAMESPACE, "exact"), svm.clone()),
             (kind(2, svm::NAMESPACE, "exact"), svm.clone()),
         ];
-        kinds.extend(batch.clone().map(|b| (kind(2, evm::NAMESPACE, batch::SCHEME), b)));
+        kinds.extend(
+            batch
+                .clone()
+                .map(|b| (kind(2, evm::NAMESPACE, batch::SCHEME), b)),
+        );
         Registry {
             kinds,
             families: vec![evm.clone(), svm.clone()],
-            mechanisms: [Some(evm), Some(svm), batch].into_iter().flatten().collect(),
+            mechanisms: [Some(evm), Some(svm), batch]
+                .into_iter()
+                .flatten()
+                .collect(),
         }
     }
 

@@ -50,7 +50,9 @@ impl Answer<'_> {
                 answer.transaction = settled.transaction.map(hex_bytes).unwrap_or_default();
                 if !settled.success {
                     answer.error_reason = Some(failed.name().to_string());
-                    answer.error_message = settled.message.map(|m| m.render(crate::facilitator::protocol::v2::path));
+                    answer.error_message = settled
+                        .message
+                        .map(|m| m.render(crate::facilitator::protocol::v2::path));
                 }
             }
             Packed::Pending(hash) => {
@@ -112,12 +114,19 @@ async fn claim_job(
         let rows = wire::claim_rows(BatchReason::ClaimPayload, claims)?;
         check_rows(&rows)?;
         let field = "claimAuthorizerSignature";
-        let signature =
-            wire::signature(BatchReason::ClaimPayload, field, claim_authorizer_signature.as_deref())?;
+        let signature = wire::signature(
+            BatchReason::ClaimPayload,
+            field,
+            claim_authorizer_signature.as_deref(),
+        )?;
         let job = match signature {
             Some(signature) => {
                 check_claim_signer(target.domain, &rows, &signature)?;
-                Job::new(vec![leaf::claim_with_signature(&rows, &signature)], Vec::new(), None)
+                Job::new(
+                    vec![leaf::claim_with_signature(&rows, &signature)],
+                    Vec::new(),
+                    None,
+                )
             }
             None => {
                 routerd_signs(batch, rows.iter().map(|r| r.channel.receiver_authorizer))?;
@@ -155,7 +164,13 @@ fn check_rows(rows: &[ClaimRow]) -> Result<(), Refusal> {
 fn check_claim_signer(domain: H256, rows: &[ClaimRow], signature: &[u8]) -> Result<(), Refusal> {
     let entries: Vec<(H256, u128, u128)> = rows
         .iter()
-        .map(|r| (leaf::channel_id(domain, &r.channel), r.max_claimable, r.total_claimed))
+        .map(|r| {
+            (
+                leaf::channel_id(domain, &r.channel),
+                r.max_claimable,
+                r.total_claimed,
+            )
+        })
         .collect();
     let signer = erc3009::recover(leaf::claim_batch_digest(domain, &entries), signature);
     match rows.iter().all(|r| Some(r.channel.receiver_authorizer) == signer) {
@@ -168,7 +183,10 @@ fn check_claim_signer(domain: H256, rows: &[ClaimRow], signature: &[u8]) -> Resu
 }
 
 /// routerd signs for these receiver authorizers only when each is its own key.
-fn routerd_signs(batch: &EvmBatch, authorizers: impl Iterator<Item = Address>) -> Result<(), Refusal> {
+fn routerd_signs(
+    batch: &EvmBatch,
+    authorizers: impl Iterator<Item = Address>,
+) -> Result<(), Refusal> {
     let Some(own) = &batch.authorizer else {
         return Err(Refusal::new(
             BatchReason::AuthorizerNotConfigured,
@@ -199,14 +217,24 @@ async fn try_job(
         calls.push(leaf::claim_with_signature(&job.rows, &signature));
     }
     calls.extend(job.calls.iter().cloned());
-    calls.extend(job.sweep.map(|(receiver, token)| leaf::settle(receiver, token)));
+    calls.extend(
+        job.sweep
+            .map(|(receiver, token)| leaf::settle(receiver, token)),
+    );
     let _read = target.chain.client.admit(Budget::Settle)?;
     let mut read = Batch::new();
-    let slot = read.add(chain::eth_call(target.settlement, &leaf::multicall(&calls), "latest"));
+    let slot = read.add(chain::eth_call(
+        target.settlement,
+        &leaf::multicall(&calls),
+        "latest",
+    ));
     let answers = target.chain.client.ask(Traffic::Callers, &read).await?;
     Ok(match answers.get(slot) {
         Ok(_) => Ok(()),
-        Err(e) => Err(Refusal::new(reason, format!("the contract would revert: {e}"))),
+        Err(e) => Err(Refusal::new(
+            reason,
+            format!("the contract would revert: {e}"),
+        )),
     })
 }
 
@@ -252,7 +280,12 @@ async fn owed(
     let data = leaf::receivers(receiver, token);
     let slot = read.add(chain::eth_call(target.settlement, &data, "latest"));
     let answers = target.chain.client.ask(Traffic::Callers, &read).await?;
-    let words = answers.get(slot).as_ref().ok().and_then(Value::as_str).and_then(hex_decode);
+    let words = answers
+        .get(slot)
+        .as_ref()
+        .ok()
+        .and_then(Value::as_str)
+        .and_then(hex_decode);
     Ok(match words.as_deref().and_then(leaf::two_words) {
         None => Err(Refusal::new(
             BatchReason::RpcReadFailed,
@@ -267,10 +300,19 @@ async fn owed(
 }
 
 /// What the transaction's `Settled` event paid `receiver` in `token`.
-async fn swept(target: &Target, transaction: &str, receiver: Address, token: Address) -> Option<u128> {
+async fn swept(
+    target: &Target,
+    transaction: &str,
+    receiver: Address,
+    token: Address,
+) -> Option<u128> {
     let hash = crate::evm::parse_h256(transaction)?;
     let logs = receipt_logs(&target.chain, hash).await?;
-    let topics = [*leaf::SETTLED_TOPIC, address_topic(receiver), address_topic(token)];
+    let topics = [
+        *leaf::SETTLED_TOPIC,
+        address_topic(receiver),
+        address_topic(token),
+    ];
     logs.iter()
         .filter(|log| from_contract(log, target.settlement) && topics_start(log, &topics))
         .find_map(log_amount)
@@ -292,7 +334,11 @@ fn topics_start(log: &Value, topics: &[H256]) -> bool {
         return false;
     };
     topics.iter().enumerate().all(|(i, topic)| {
-        found.get(i).and_then(Value::as_str).and_then(crate::evm::parse_h256) == Some(*topic)
+        found
+            .get(i)
+            .and_then(Value::as_str)
+            .and_then(crate::evm::parse_h256)
+            == Some(*topic)
     })
 }
 
@@ -421,7 +467,10 @@ fn refund_calls(
     if nonce != state.refund_nonce {
         return Err(Refusal::new(
             reason,
-            format!("paymentPayload.payload.refundNonce: the channel's is {}", state.refund_nonce),
+            format!(
+                "paymentPayload.payload.refundNonce: the channel's is {}",
+                state.refund_nonce
+            ),
         ));
     }
     let mut calls = Vec::new();
@@ -433,7 +482,9 @@ fn refund_calls(
                 check_claim_signer(target.domain, &rows, &signature)?;
                 signature.to_vec()
             }
-            None => sign_for_refund(batch, asking, &config, |a| sign_claims(a, target.domain, &rows))?,
+            None => sign_for_refund(batch, asking, &config, |a| {
+                sign_claims(a, target.domain, &rows)
+            })?,
         };
         calls.push(leaf::claim_with_signature(&rows, &signature));
     }
@@ -451,7 +502,9 @@ fn refund_calls(
         }
         None => sign_for_refund(batch, asking, &config, |a| a.sign_hash(digest))?,
     };
-    calls.push(leaf::refund_with_signature(&config, amount, nonce, &signature));
+    calls.push(leaf::refund_with_signature(
+        &config, amount, nonce, &signature,
+    ));
     Ok(calls)
 }
 

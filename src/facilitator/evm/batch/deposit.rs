@@ -59,7 +59,10 @@ fn lower<'a>(batch: &'a EvmBatch, request: &BatchRequest) -> Result<Lowered<'a>,
         ));
     }
     let deposit = wire::erc3009_deposit(deposit)?;
-    let token = network.tokens.iter().find(|t| t.address == config.token && t.eip3009);
+    let token = network
+        .tokens
+        .iter()
+        .find(|t| t.address == config.token && t.eip3009);
     if token.is_none() {
         return Err(Refusal::new(
             BatchReason::TokenMismatch,
@@ -142,7 +145,9 @@ fn refusal(failure: Invalid) -> Refusal {
         Reason::Payload if failure_reverts(&failure) => BatchReason::DepositSimulationFailed,
         _ => BatchReason::DepositPayload,
     };
-    let message = failure.message.render(crate::facilitator::protocol::v2::path);
+    let message = failure
+        .message
+        .render(crate::facilitator::protocol::v2::path);
     Refusal::new(reason, message)
 }
 
@@ -280,4 +285,3 @@ pub(super) async fn settle(
     answer.extra = state.map(|s| serde_json::json!({ "channelState": s }));
     Ok(answer)
 }
-

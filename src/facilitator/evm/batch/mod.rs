@@ -63,6 +63,34 @@ pub struct EvmBatch {
 }
 
 impl EvmBatch {
+    /// The scheme on every network `verifier` serves in x402 v2 (`v2_networks`), with its
+    /// contracts from `[chains.<name>.contracts]`.
+    pub fn new(
+        verifier: &Arc<Verifier>,
+        settler: &Arc<Settler>,
+        v2_networks: BTreeMap<u64, String>,
+        authorizer: Option<Arc<Authorizer>>,
+        max_calls: usize,
+    ) -> Self {
+        let of = |n: &Network| {
+            let configured = &n.chain.settings.contracts;
+            let contracts = Contracts {
+                settlement: configured.batch_settlement,
+                erc3009_collector: configured.erc3009_deposit_collector,
+            };
+            (n.name.clone(), contracts)
+        };
+        let packer = pack::Packer::new(settler.clone(), authorizer.clone(), max_calls);
+        EvmBatch {
+            verifier: verifier.clone(),
+            settler: settler.clone(),
+            v2_networks,
+            contracts: verifier.networks().map(of).collect(),
+            authorizer,
+            packer: Arc::new(packer),
+        }
+    }
+
     fn network(&self, caip2: &str) -> Option<&Network> {
         let name = v2::served_network(caip2, &self.v2_networks)?;
         self.contracts.get(name)?;
@@ -73,7 +101,10 @@ impl EvmBatch {
     fn domain(&self, network: &Network) -> (H256, Contracts) {
         let contracts = self.contracts[&network.name];
         let chain_id = network.chain.settings.chain_id;
-        (leaf::domain_separator(chain_id, contracts.settlement), contracts)
+        (
+            leaf::domain_separator(chain_id, contracts.settlement),
+            contracts,
+        )
     }
 
     async fn verify(&self, request: &BatchRequest) -> Result<VerifyResponse, SettleError> {
@@ -85,7 +116,10 @@ impl EvmBatch {
             }
             _ => Err(Refusal::new(
                 BatchReason::PayloadType,
-                format!("paymentPayload.payload.type: {:?} is settled, not verified", payload.kind()),
+                format!(
+                    "paymentPayload.payload.type: {:?} is settled, not verified",
+                    payload.kind()
+                ),
             )),
         };
         Ok(verify_answer(payer_of(payload), verdict))
@@ -111,7 +145,12 @@ impl EvmBatch {
         let _read = network.chain.client.admit(crate::chain::Budget::Verify)?;
         let asks_wallet = erc1271.is_some();
         let asked = erc1271.into_iter().collect();
-        let read = verify::read(&network.chain, contracts.settlement, voucher.channel_id, asked);
+        let read = verify::read(
+            &network.chain,
+            contracts.settlement,
+            voucher.channel_id,
+            asked,
+        );
         let read = match read.await? {
             Ok(read) => read,
             Err(refused) => return Ok(Err(refused)),
@@ -124,8 +163,10 @@ impl EvmBatch {
         }
         let refund = matches!(payload, BatchPayload::Refund { .. });
         let state = read.state;
-        Ok(verify::check_state(&state, voucher.max_claimable, 0, refund)
-            .map(|()| (voucher.channel_id, state)))
+        Ok(
+            verify::check_state(&state, voucher.max_claimable, 0, refund)
+                .map(|()| (voucher.channel_id, state)),
+        )
     }
 
     /// Rules 1-6 of a voucher as far as they need no chain: its network and contracts, the
@@ -134,14 +175,28 @@ impl EvmBatch {
     fn check_voucher(
         &self,
         request: &BatchRequest,
-    ) -> Result<(&Network, Contracts, wire::Voucher, Option<crate::chain::Call>), Refusal> {
+    ) -> Result<
+        (
+            &Network,
+            Contracts,
+            wire::Voucher,
+            Option<crate::chain::Call>,
+        ),
+        Refusal,
+    > {
         let network = verify::check_requirements(request, |n| self.network(n))?;
         let payload = &request.payment_payload.payload;
         let Some((config, voucher)) = payload.channel() else {
-            return Err(Refusal::new(BatchReason::PayloadType, "paymentPayload.payload.type"));
+            return Err(Refusal::new(
+                BatchReason::PayloadType,
+                "paymentPayload.payload.type",
+            ));
         };
         let reason = payload.malformed();
-        let (config, voucher) = (wire::config(reason, config)?, wire::voucher(reason, voucher)?);
+        let (config, voucher) = (
+            wire::config(reason, config)?,
+            wire::voucher(reason, voucher)?,
+        );
         let (domain, contracts) = self.domain(network);
         verify::check_config(request, domain, &config, voucher.channel_id)?;
         let erc1271 = verify::check_voucher_signature(domain, &config, &voucher)?;

@@ -78,7 +78,11 @@ pub struct Packer {
 }
 
 impl Packer {
-    pub fn new(settler: Arc<Settler>, authorizer: Option<Arc<Authorizer>>, max_calls: usize) -> Self {
+    pub fn new(
+        settler: Arc<Settler>,
+        authorizer: Option<Arc<Authorizer>>,
+        max_calls: usize,
+    ) -> Self {
         Packer {
             settler,
             authorizer,
@@ -128,7 +132,9 @@ impl Packer {
         let answer = match estimate(&target, &data).await {
             Ok(gas) => {
                 let asking = asking();
-                let sent = self.settler.send_call(&target.network, target.settlement, data, gas, &asking);
+                let sent =
+                    self.settler
+                        .send_call(&target.network, target.settlement, data, gas, &asking);
                 packed(sent.await)
             }
             Err(_) if jobs.len() > 1 => {
@@ -170,7 +176,13 @@ impl Packer {
 pub fn sign_claims(authorizer: &Authorizer, domain: H256, rows: &[ClaimRow]) -> [u8; 65] {
     let entries: Vec<(H256, u128, u128)> = rows
         .iter()
-        .map(|r| (leaf::channel_id(domain, &r.channel), r.max_claimable, r.total_claimed))
+        .map(|r| {
+            (
+                leaf::channel_id(domain, &r.channel),
+                r.max_claimable,
+                r.total_claimed,
+            )
+        })
         .collect();
     authorizer.sign_hash(leaf::claim_batch_digest(domain, &entries))
 }

@@ -76,7 +76,9 @@ impl BatchReason {
             RefundPayload => "invalid_batch_settlement_evm_refund_payload",
             ChannelIdMismatch => "invalid_batch_settlement_evm_channel_id_mismatch",
             ReceiverMismatch => "invalid_batch_settlement_evm_receiver_mismatch",
-            ReceiverAuthorizerMismatch => "invalid_batch_settlement_evm_receiver_authorizer_mismatch",
+            ReceiverAuthorizerMismatch => {
+                "invalid_batch_settlement_evm_receiver_authorizer_mismatch"
+            }
             TokenMismatch => "invalid_batch_settlement_evm_token_mismatch",
             WithdrawDelayMismatch => "invalid_batch_settlement_evm_withdraw_delay_mismatch",
             WithdrawDelayOutOfRange => "invalid_batch_settlement_evm_withdraw_delay_out_of_range",

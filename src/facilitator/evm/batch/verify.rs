@@ -121,7 +121,10 @@ pub fn check_config(
 
 fn check_delay(request: &BatchRequest, delay: u64) -> Result<(), Refusal> {
     let asked = extra(request, "withdrawDelay");
-    let same = |v: &Value| v.as_u64().or_else(|| v.as_str().and_then(|s| s.parse().ok()));
+    let same = |v: &Value| {
+        v.as_u64()
+            .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+    };
     if asked.is_some_and(|v| same(v) != Some(delay)) {
         return Err(Refusal::new(
             BatchReason::WithdrawDelayMismatch,
@@ -211,7 +214,10 @@ pub async fn read(
             "the channel's state could not be read from the settlement contract",
         )));
     };
-    let extra = slots.into_iter().map(|s| bytes(s).map(Bytes::from)).collect();
+    let extra = slots
+        .into_iter()
+        .map(|s| bytes(s).map(Bytes::from))
+        .collect();
     Ok(Ok(Read { state, extra }))
 }
 

@@ -6,7 +6,6 @@ use ethers_core::types::{Address, Bytes, H256, U256};
 use serde::Deserialize;
 use serde_json::{Number, Value};
 
-
 use super::reason::{BatchReason, Refusal};
 use crate::evm::batch::{ChannelConfig, ClaimRow};
 use crate::evm::{hex_decode, parse_address, parse_h256, parse_uint};
@@ -182,12 +181,19 @@ pub struct Erc3009Deposit {
 const PAYLOAD: &str = "paymentPayload.payload";
 
 /// Reads one value, or refuses naming `field` under `reason`.
-fn read<T>(reason: BatchReason, field: &str, value: Option<T>, expected: &str) -> Result<T, Refusal> {
+fn read<T>(
+    reason: BatchReason,
+    field: &str,
+    value: Option<T>,
+    expected: &str,
+) -> Result<T, Refusal> {
     value.ok_or_else(|| Refusal::new(reason, format!("{PAYLOAD}.{field}: expected {expected}")))
 }
 
 fn amount(reason: BatchReason, field: &str, text: &str) -> Result<u128, Refusal> {
-    let value = parse_uint(text).filter(|v| v.bits() <= 128).map(|v| v.as_u128());
+    let value = parse_uint(text)
+        .filter(|v| v.bits() <= 128)
+        .map(|v| v.as_u128());
     read(reason, field, value, "a decimal uint128")
 }
 
@@ -200,7 +206,12 @@ fn bytes(reason: BatchReason, field: &str, text: &str) -> Result<Bytes, Refusal>
         .strip_prefix("0x")
         .and_then(|_| hex_decode(text))
         .filter(|b| !b.is_empty() && b.len() <= 4096);
-    read(reason, field, decoded.map(Bytes::from), "0x-hex bytes (at most 4,096)")
+    read(
+        reason,
+        field,
+        decoded.map(Bytes::from),
+        "0x-hex bytes (at most 4,096)",
+    )
 }
 
 pub fn config(reason: BatchReason, wire: &WireConfig) -> Result<ChannelConfig, Refusal> {
@@ -217,7 +228,12 @@ pub fn config(reason: BatchReason, wire: &WireConfig) -> Result<ChannelConfig, R
         )?,
         token: address(reason, &field("token"), &wire.token)?,
         withdraw_delay: read(reason, &field("withdrawDelay"), delay, "a uint40")?,
-        salt: read(reason, &field("salt"), parse_h256(&wire.salt), "0x + 64 hex digits")?,
+        salt: read(
+            reason,
+            &field("salt"),
+            parse_h256(&wire.salt),
+            "0x + 64 hex digits",
+        )?,
     })
 }
 
@@ -225,7 +241,11 @@ pub fn voucher(reason: BatchReason, wire: &WireVoucher) -> Result<Voucher, Refus
     let id = parse_h256(&wire.channel_id);
     Ok(Voucher {
         channel_id: read(reason, "voucher.channelId", id, "0x + 64 hex digits")?,
-        max_claimable: amount(reason, "voucher.maxClaimableAmount", &wire.max_claimable_amount)?,
+        max_claimable: amount(
+            reason,
+            "voucher.maxClaimableAmount",
+            &wire.max_claimable_amount,
+        )?,
         signature: bytes(reason, "voucher.signature", &wire.signature)?,
     })
 }
@@ -241,10 +261,14 @@ pub fn erc3009_deposit(wire: &WireDeposit) -> Result<Erc3009Deposit, Refusal> {
         ));
     };
     let field = |name: &str| format!("deposit.authorization.erc3009Authorization.{name}");
-    let uint = |name: &str, text: &str| read(reason, &field(name), parse_uint(text), "a decimal uint256");
+    let uint =
+        |name: &str, text: &str| read(reason, &field(name), parse_uint(text), "a decimal uint256");
     let deposited = amount(reason, "deposit.amount", &wire.amount)?;
     if deposited == 0 {
-        return Err(Refusal::new(reason, format!("{PAYLOAD}.deposit.amount: must be above 0")));
+        return Err(Refusal::new(
+            reason,
+            format!("{PAYLOAD}.deposit.amount: must be above 0"),
+        ));
     }
     Ok(Erc3009Deposit {
         amount: deposited,
@@ -281,7 +305,11 @@ pub fn claim_rows(reason: BatchReason, wire: &[WireClaim]) -> Result<Vec<ClaimRo
 }
 
 /// An optional signature of the payload's, named by its field.
-pub fn signature(reason: BatchReason, field: &str, text: Option<&str>) -> Result<Option<Bytes>, Refusal> {
+pub fn signature(
+    reason: BatchReason,
+    field: &str,
+    text: Option<&str>,
+) -> Result<Option<Bytes>, Refusal> {
     text.map(|t| bytes(reason, field, t)).transpose()
 }
 
@@ -303,5 +331,6 @@ pub fn refund_nonce(text: Option<&str>) -> Result<Option<U256>, Refusal> {
 
 /// A refund's amount, when the payload names one.
 pub fn refund_amount(text: Option<&str>) -> Result<Option<u128>, Refusal> {
-    text.map(|t| amount(BatchReason::RefundPayload, "amount", t)).transpose()
+    text.map(|t| amount(BatchReason::RefundPayload, "amount", t))
+        .transpose()
 }

@@ -32,7 +32,9 @@ impl Settler {
         let key = record.key();
         let deadline = Instant::now() + self.settle_timeout;
         let Some(lane) = self.lanes.pick(network, None) else {
-            return Err(SettleError::Abandoned(format!("no signer serves {network}")));
+            return Err(SettleError::Abandoned(format!(
+                "no signer serves {network}"
+            )));
         };
         let mut reservation = lane.reserve();
         let lease = reservation.lane().lease();
@@ -40,7 +42,11 @@ impl Settler {
             balance: U256::MAX,
             permit2_allowance: U256::MAX,
         };
-        match self.ledger.claim(&key, &record, lease.as_ref(), &limits).await? {
+        match self
+            .ledger
+            .claim(&key, &record, lease.as_ref(), &limits)
+            .await?
+        {
             Claim::Claimed if lease.is_none() => self.await_stored(record, deadline).await,
             Claim::Claimed => {
                 let progress = Waiters::register(
