@@ -11,6 +11,7 @@
 
 mod actions;
 mod deposit;
+mod order;
 pub mod pack;
 pub mod reason;
 mod verify;
@@ -60,6 +61,8 @@ pub struct EvmBatch {
     pub(crate) authorizer: Option<Arc<Authorizer>>,
     /// Packs claims, sweeps and refunds into one transaction per network.
     pub(crate) packer: Arc<pack::Packer>,
+    /// Refunds of one channel, one at a time.
+    order: order::ChannelOrder,
 }
 
 impl EvmBatch {
@@ -88,6 +91,7 @@ impl EvmBatch {
             contracts: verifier.networks().map(of).collect(),
             authorizer,
             packer: Arc::new(packer),
+            order: order::ChannelOrder::default(),
         }
     }
 
@@ -212,6 +216,19 @@ impl EvmBatch {
         let network = request.payment_requirements.network.clone();
         match payload {
             BatchPayload::Deposit { .. } => deposit::settle(self, request, asking).await,
+            BatchPayload::Refund { voucher, .. } => {
+                // Two refunds of a channel would sign its one refund nonce: the second would
+                // revert at the operator's cost. Each waits for the one ahead to be answered.
+                let channel = crate::evm::parse_h256(&voucher.channel_id);
+                let _held = match channel {
+                    Some(channel) => match self.order.turn(channel).await {
+                        Ok(held) => Some(held),
+                        Err(busy) => return Ok(refused_settle(payload, network, busy)),
+                    },
+                    None => None,
+                };
+                actions::refund(self, request, asking).await
+            }
             BatchPayload::Voucher { .. } => Ok(refused_settle(
                 payload,
                 network,
@@ -222,7 +239,6 @@ impl EvmBatch {
             )),
             BatchPayload::Claim { .. } => actions::claim(self, request).await,
             BatchPayload::Settle { .. } => actions::sweep(self, request).await,
-            BatchPayload::Refund { .. } => actions::refund(self, request, asking).await,
         }
     }
 }

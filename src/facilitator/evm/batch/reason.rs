@@ -61,6 +61,7 @@ pub enum BatchReason {
     AuthorizerAddressMismatch,
     AuthorizerNotConfigured,
     WaitForReceiptFailed,
+    ChannelBusy,
 }
 
 impl BatchReason {
@@ -113,6 +114,7 @@ impl BatchReason {
             AuthorizerAddressMismatch => "invalid_batch_settlement_evm_authorizer_address_mismatch",
             AuthorizerNotConfigured => "invalid_batch_settlement_evm_authorizer_not_configured",
             WaitForReceiptFailed => "invalid_batch_settlement_evm_wait_for_receipt_failed",
+            ChannelBusy => "invalid_batch_settlement_evm_channel_busy",
         }
     }
 }
