@@ -11,8 +11,8 @@
 //   signer transaction, the escrow's balance and the payer's USDC unchanged;
 // - the server's channel record charged exactly 21 prices, and every paid answer carries the
 //   PAYMENT-RESPONSE header the client reads (its own channel record follows it, price by price).
-// The official channel manager's claim, sweep and refund (payloads `claim`, `settle`, `refund`
-// settled through the facilitator) are not in this file: routerd does not settle them yet.
+// The official channel manager's claim, sweep and refund through routerd, behind API keys, are in
+// x402-interop-batch-settlement-manager.test.mjs.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import express from 'express';
