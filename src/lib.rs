@@ -24,7 +24,9 @@
 //!                                              never evm
 //!   evm            EVM's exact and upto (ERC-3009, Permit2): its mechanism, the parsed
 //!                  request and its lowering from either version, verify and the lens, the
-//!                  settle pipeline, lanes, the follower, front-runs, leases
+//!                  settle pipeline, lanes, the follower, front-runs, leases; and
+//!                  `batch-settlement` (evm/batch: its payloads, rules, deposits through the
+//!                  settle pipeline, claims, sweeps and refunds packed per network)
 //!                                           -> mechanism discovery protocol settlement outcome
 //!                                              types; never svm
 //!   protocol       the x402 versions' shapes, field paths and reason names (v1, v2)
@@ -44,7 +46,7 @@
 //!                  clusters (`chain::svm`)  -> evm svm config guard clock
 //! signer           keys and signatures      -> evm
 //! evm              hex, quantities, fees, revert data, ERC-3009 (and what its logs say),
-//!                  ERC-6492, Permit2 and nonce reads: no I/O
+//!                  ERC-6492, Permit2, the batch-settlement contracts and nonce reads: no I/O
 //!                                           -> primitives
 //! svm              Solana: the payer's wire transaction, the exact instruction rules,
 //!                  associated token accounts: no I/O (never imports evm, nor evm it)

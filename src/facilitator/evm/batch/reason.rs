@@ -47,7 +47,6 @@ pub enum BatchReason {
     InsufficientBalance,
     DepositSimulationFailed,
     DepositTransactionFailed,
-    UnknownSettleAction,
     ClaimPayload,
     ClaimSimulationFailed,
     ClaimTransactionFailed,
@@ -60,7 +59,6 @@ pub enum BatchReason {
     RefundTransactionFailed,
     AuthorizerAddressMismatch,
     AuthorizerNotConfigured,
-    WaitForReceiptFailed,
     ChannelBusy,
 }
 
@@ -100,7 +98,6 @@ impl BatchReason {
             InsufficientBalance => "invalid_batch_settlement_evm_insufficient_balance",
             DepositSimulationFailed => "invalid_batch_settlement_evm_deposit_simulation_failed",
             DepositTransactionFailed => "invalid_batch_settlement_evm_deposit_transaction_failed",
-            UnknownSettleAction => "invalid_batch_settlement_evm_unknown_settle_action",
             ClaimPayload => "invalid_batch_settlement_evm_claim_payload",
             ClaimSimulationFailed => "invalid_batch_settlement_evm_claim_simulation_failed",
             ClaimTransactionFailed => "invalid_batch_settlement_evm_claim_transaction_failed",
@@ -113,7 +110,6 @@ impl BatchReason {
             RefundTransactionFailed => "invalid_batch_settlement_evm_refund_transaction_failed",
             AuthorizerAddressMismatch => "invalid_batch_settlement_evm_authorizer_address_mismatch",
             AuthorizerNotConfigured => "invalid_batch_settlement_evm_authorizer_not_configured",
-            WaitForReceiptFailed => "invalid_batch_settlement_evm_wait_for_receipt_failed",
             ChannelBusy => "invalid_batch_settlement_evm_channel_busy",
         }
     }
