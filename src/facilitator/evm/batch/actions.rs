@@ -547,3 +547,50 @@ fn sign_for_refund(
     let authorizer = batch.authorizer.as_ref().expect("checked by routerd_signs");
     Ok(sign(authorizer).to_vec())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refund_returns_what_is_asked_or_all_that_is_unclaimed() {
+        assert_eq!(refund_amount(None, 700), Ok(700));
+        assert_eq!(refund_amount(Some("300"), 700), Ok(300));
+        let reason = |asked, available| refund_amount(asked, available).err().map(|r| r.reason);
+        assert_eq!(
+            reason(Some("0"), 700),
+            Some(BatchReason::RefundAmountInvalid)
+        );
+        assert_eq!(
+            reason(Some("-1"), 700),
+            Some(BatchReason::RefundAmountInvalid)
+        );
+        assert_eq!(reason(None, 0), Some(BatchReason::RefundNoBalance));
+    }
+
+    #[test]
+    fn claim_rows_are_some_and_none_above_its_ceiling() {
+        let row = |max, total| ClaimRow {
+            channel: ChannelConfig {
+                payer: Address::repeat_byte(1),
+                payer_authorizer: Address::repeat_byte(1),
+                receiver: Address::repeat_byte(2),
+                receiver_authorizer: Address::repeat_byte(3),
+                token: Address::repeat_byte(4),
+                withdraw_delay: 900,
+                salt: H256::zero(),
+            },
+            max_claimable: max,
+            signature: Bytes::new(),
+            total_claimed: total,
+        };
+        assert!(check_rows(&[row(5, 5), row(5, 1)]).is_ok());
+        let over = check_rows(&[row(5, 5), row(5, 6)]).unwrap_err();
+        assert_eq!(over.reason, BatchReason::ClaimPayload);
+        assert!(over.message.contains("claims[1]"), "{}", over.message);
+        assert_eq!(
+            check_rows(&[]).unwrap_err().reason,
+            BatchReason::ClaimPayload
+        );
+    }
+}

@@ -257,3 +257,32 @@ pub async fn receipt_logs(chain: &Chain, transaction: H256) -> Option<Vec<Value>
     let receipt = answers.get(slot).as_ref().ok()?;
     receipt.get("logs")?.as_array().cloned()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(calls: usize, sweep: bool) -> Job {
+        let sweep = sweep.then(|| (Address::repeat_byte(1), Address::repeat_byte(2)));
+        Job::new(vec![Bytes::new(); calls], Vec::new(), sweep)
+    }
+
+    #[test]
+    fn packs_keep_to_the_most_calls_and_never_cut_a_job() {
+        let sizes = |packs: Vec<Vec<Job>>| -> Vec<Vec<usize>> {
+            packs
+                .iter()
+                .map(|p| p.iter().map(Job::size).collect())
+                .collect()
+        };
+        let jobs = vec![job(1, false), job(2, false), job(1, true), job(3, false)];
+        assert_eq!(sizes(chunks(jobs, 4)), vec![vec![1, 2], vec![2], vec![3]]);
+        // A job larger than the bound goes alone, whole.
+        assert_eq!(
+            sizes(chunks(vec![job(5, false), job(1, false)], 4)),
+            vec![vec![5], vec![1]]
+        );
+        let three = (0..3).map(|_| job(1, false)).collect();
+        assert_eq!(sizes(chunks(three, 100)), vec![vec![1, 1, 1]]);
+    }
+}

@@ -258,3 +258,57 @@ pub fn check_state(
 pub fn erc1271_accepts(answer: Option<&Bytes>) -> bool {
     answer.is_some_and(|a| a.len() >= 4 && a[..4] == [0x16, 0x26, 0xba, 0x7e])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(balance: u128, total_claimed: u128) -> ChannelState {
+        ChannelState {
+            balance,
+            total_claimed,
+            withdraw_requested_at: 0,
+            refund_nonce: U256::zero(),
+        }
+    }
+
+    fn reason(result: Result<(), Refusal>) -> Option<BatchReason> {
+        result.err().map(|r| r.reason)
+    }
+
+    #[test]
+    fn the_channel_rules_hold_a_voucher_between_what_is_claimed_and_the_balance() {
+        use BatchReason::*;
+        assert_eq!(
+            reason(check_state(&state(0, 0), 1, 0, false)),
+            Some(ChannelNotFound)
+        );
+        // A deposit funds the channel it opens.
+        assert_eq!(reason(check_state(&state(0, 0), 1, 5, false)), None);
+        assert_eq!(
+            reason(check_state(&state(10, 0), 11, 0, false)),
+            Some(CumulativeExceedsBalance)
+        );
+        assert_eq!(reason(check_state(&state(10, 0), 11, 1, false)), None);
+        assert_eq!(
+            reason(check_state(&state(10, 4), 4, 0, false)),
+            Some(CumulativeBelowClaimed)
+        );
+        // A refund's zero-charge voucher may equal what is claimed, never be below it.
+        assert_eq!(reason(check_state(&state(10, 4), 4, 0, true)), None);
+        assert_eq!(
+            reason(check_state(&state(10, 4), 3, 0, true)),
+            Some(CumulativeBelowClaimed)
+        );
+    }
+
+    #[test]
+    fn only_the_wallets_magic_value_accepts_a_signature() {
+        assert!(erc1271_accepts(Some(&Bytes::from(vec![
+            0x16, 0x26, 0xba, 0x7e, 0, 0
+        ]))));
+        assert!(!erc1271_accepts(Some(&Bytes::from(vec![0xff; 32]))));
+        assert!(!erc1271_accepts(Some(&Bytes::new())));
+        assert!(!erc1271_accepts(None));
+    }
+}
