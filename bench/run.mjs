@@ -1062,7 +1062,7 @@ async function main() {
   results.machine = machine();
   const started = nowMs();
   if (opts.only) {
-    // One phase, for working on it: prints its raw figures, not the table.
+    // One phase, for working on it: prints its raw figures, not the table (batch: and its lines).
     const phases = { verify: benchVerify, settle: benchSettle, store: benchStore, flood: benchFlood, router: benchRouter, startup: benchStartup, svm: benchSvm, batch: benchBatch };
     if (!phases[opts.only]) throw new Error(`--only: one of ${Object.keys(phases).join(', ')}, not ${opts.only}`);
     await phases[opts.only]();
