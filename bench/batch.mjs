@@ -290,8 +290,8 @@ export async function benchBatch(bounds, log) {
     await sleep(2000);
 
     const r = bounds.routerd;
-    const f = bounds.reference;
-    const sizes = [bounds.counted, bounds.warmup, r.total, bounds.counted, bounds.warmup, f.total];
+    const ref = bounds.reference;
+    const sizes = [bounds.counted, bounds.warmup, r.total, bounds.counted, bounds.warmup, ref.total];
     log(`batch: signing ${sizes.reduce((a, b) => a + b, 0)} distinct vouchers`);
     t0 = nowMs();
     const pools = [];
@@ -316,9 +316,9 @@ export async function benchBatch(bounds, log) {
     reference = await startReference(proxy.url, authorizerKey);
     const referenceUpstream = await countUpstream(proxy, reference.url, countedF);
     await reference.stop();
-    log(`batch: the reference straight on anvil; ${f.concurrency} callers for at most ${f.maxMs / 1000} s`);
+    log(`batch: the reference straight on anvil; ${ref.concurrency} callers for at most ${ref.maxMs / 1000} s`);
     reference = await startReference(stack.anvil.url, authorizerKey);
-    const referenceRun = await timedVerify(reference.url, reference.child.pid, warmF, poolF, f);
+    const referenceRun = await timedVerify(reference.url, reference.child.pid, warmF, poolF, ref);
     await reference.stop();
     reference = undefined;
 
