@@ -256,6 +256,70 @@ async function claimBurst(stack, channels, amount) {
   };
 }
 
+/** The verify pools, signed before any timed run: counted, warm-up and timed, for each side. */
+async function signPools(channels, bounds) {
+  const sizes = [bounds.counted, bounds.warmup, bounds.routerd.total, bounds.counted, bounds.warmup, bounds.reference.total];
+  const pools = [];
+  let from = 0;
+  for (const size of sizes) {
+    pools.push(await voucherPool(channels, size, from));
+    from += size;
+  }
+  const [countedR, warmR, poolR, countedF, warmF, poolF] = pools;
+  return { routerd: { counted: countedR, warm: warmR, pool: poolR }, reference: { counted: countedF, warm: warmF, pool: poolF }, signed: from };
+}
+
+/**
+ * routerd's voucher verifies, then the reference's, each counted through `proxy` and then timed
+ * straight on anvil. `straight()` turns routerd's next start away from the proxy.
+ */
+async function compareVerifies({ stack, proxy, straight, pools, bounds, authorizerKey, log }) {
+  const { routerd: r, reference: ref } = bounds;
+  log(`batch: routerd, ${bounds.counted} voucher verifies through the counting proxy`);
+  const routerdUpstream = await countUpstream(proxy, `${stack.url}/verify`, pools.routerd.counted);
+  log(`batch: routerd restarted straight on anvil; ${r.concurrency} callers for at most ${r.maxMs / 1000} s`);
+  straight();
+  await stack.routerd.restart();
+  const routerdRun = await timedVerify(`${stack.url}/verify`, stack.routerd.child.pid, pools.routerd.warm, pools.routerd.pool, r);
+
+  log(`batch: the reference (@x402/evm's facilitator), ${bounds.counted} verifies through the counting proxy`);
+  proxy.target = stack.anvil.url;
+  let reference = await startReference(proxy.url, authorizerKey);
+  let referenceUpstream;
+  let referenceRun;
+  try {
+    referenceUpstream = await countUpstream(proxy, reference.url, pools.reference.counted);
+    await reference.stop();
+    log(`batch: the reference straight on anvil; ${ref.concurrency} callers for at most ${ref.maxMs / 1000} s`);
+    reference = await startReference(stack.anvil.url, authorizerKey);
+    referenceRun = await timedVerify(reference.url, reference.child.pid, pools.reference.warm, pools.reference.pool, ref);
+  } finally {
+    await reference.stop();
+  }
+  return {
+    verify: { routerd: { ...routerdRun, upstream: routerdUpstream }, reference: { ...referenceRun, upstream: referenceUpstream } },
+    rpsOverReference: routerdRun.rps / referenceRun.rps,
+  };
+}
+
+/**
+ * The claim bursts: the first set's merchants with routerd's default room per transaction; the
+ * second's with room for all (routerd restarted), then the second's again.
+ */
+async function claimRounds({ stack, files, first, second, wideMaxCalls, log }) {
+  log(`batch: ${first.length} one-row claims of as many merchants at once (default batch_max_calls_per_tx)`);
+  const claimsDefault = await claimBurst(stack, first, 2n * PRICE);
+  log(`batch: ${second.length} more of other merchants, with batch_max_calls_per_tx = ${wideMaxCalls}`);
+  stack.reconfigure({ routerdOpts: { ...stack.config.routerdOpts, extra: facilitatorToml(files, wideMaxCalls) } });
+  await stack.routerd.restart();
+  const claimsWide = await claimBurst(stack, second, 2n * PRICE);
+  log(`batch: the same ${second.length} merchants claim again (a later voucher of each channel)`);
+  const claimsAgain = await claimBurst(stack, second, 3n * PRICE);
+  return {
+    default: claimsDefault, wide: { ...claimsWide, maxCallsPerTx: wideMaxCalls }, again: { ...claimsAgain, maxCallsPerTx: wideMaxCalls },
+  };
+}
+
 /**
  * The batch phase. `bounds`: {channels, depositConcurrency, counted, warmup, routerd: {concurrency,
  * total, maxMs}, reference: {...}, wideMaxCalls}.
@@ -269,78 +333,36 @@ export async function benchBatch(bounds, log) {
     proxy.target = url;
     return throughProxy ? proxy.url : url;
   };
-  // Two sets of channels: the verifies and the first claim burst on one, the second burst on
-  // the other, so that both bursts are each channel's first claim (a claim that raises a channel's
-  // totalClaimed from zero writes a fresh storage slot and costs more gas than a later one).
+  // Two sets of channels: the verifies and the first claim burst on one, the second burst on the
+  // other, so that both bursts are each merchant's first claim (it writes the receiver's claimed
+  // total from zero, a fresh storage slot, and costs more gas than a later claim).
   const total = 2 * bounds.channels;
   log(`batch: anvil with USDC and the batch-settlement contracts, routerd, ${total} merchants`);
   const { stack, merchants, files } = await startStack({ channels: total, authorizerKey, rpcUrlFor });
-  let reference;
   try {
     log(`batch: ${total} deposits through routerd (official client), ${bounds.depositConcurrency} at a time`);
     let t0 = nowMs();
     const all = await openChannels(stack, merchants, authorizer, bounds.depositConcurrency);
     const setupSeconds = (nowMs() - t0) / 1000;
-    const channels = all.slice(0, bounds.channels);
-    const second = all.slice(bounds.channels);
+    const [first, second] = [all.slice(0, bounds.channels), all.slice(bounds.channels)];
     // From here on a block every second, as the reference figures of the issue were taken.
     await stack.anvil.rpc('evm_setIntervalMining', [1]);
     // Let routerd finish what follows the deposits' settlements (its reads after each inclusion)
     // before its upstream calls are counted.
     await sleep(2000);
 
-    const r = bounds.routerd;
-    const ref = bounds.reference;
-    const sizes = [bounds.counted, bounds.warmup, r.total, bounds.counted, bounds.warmup, ref.total];
-    log(`batch: signing ${sizes.reduce((a, b) => a + b, 0)} distinct vouchers`);
     t0 = nowMs();
-    const pools = [];
-    let from = 0;
-    for (const size of sizes) {
-      pools.push(await voucherPool(channels, size, from));
-      from += size;
-    }
+    const pools = await signPools(first, bounds);
     const signSeconds = (nowMs() - t0) / 1000;
-    const [countedR, warmR, poolR, countedF, warmF, poolF] = pools;
-
-    log(`batch: routerd, ${bounds.counted} voucher verifies through the counting proxy`);
-    const routerdUpstream = await countUpstream(proxy, `${stack.url}/verify`, countedR);
-    log(`batch: routerd restarted straight on anvil; ${r.concurrency} callers for at most ${r.maxMs / 1000} s`);
-    throughProxy = false;
-    stack.reconfigure({});
-    await stack.routerd.restart();
-    const routerdRun = await timedVerify(`${stack.url}/verify`, stack.routerd.child.pid, warmR, poolR, r);
-
-    log(`batch: the reference (@x402/evm's facilitator), ${bounds.counted} verifies through the counting proxy`);
-    proxy.target = stack.anvil.url;
-    reference = await startReference(proxy.url, authorizerKey);
-    const referenceUpstream = await countUpstream(proxy, reference.url, countedF);
-    await reference.stop();
-    log(`batch: the reference straight on anvil; ${ref.concurrency} callers for at most ${ref.maxMs / 1000} s`);
-    reference = await startReference(stack.anvil.url, authorizerKey);
-    const referenceRun = await timedVerify(reference.url, reference.child.pid, warmF, poolF, ref);
-    await reference.stop();
-    reference = undefined;
-
-    log(`batch: ${channels.length} one-row claims of as many merchants at once (default batch_max_calls_per_tx)`);
-    const claimsDefault = await claimBurst(stack, channels, 2n * PRICE);
-    log(`batch: ${second.length} more of other merchants, with batch_max_calls_per_tx = ${bounds.wideMaxCalls}`);
-    stack.reconfigure({ routerdOpts: { ...stack.config.routerdOpts, extra: facilitatorToml(files, bounds.wideMaxCalls) } });
-    await stack.routerd.restart();
-    const claimsWide = await claimBurst(stack, second, 2n * PRICE);
-    claimsWide.maxCallsPerTx = bounds.wideMaxCalls;
-    log(`batch: the same ${second.length} merchants claim again (a later voucher of each channel)`);
-    const claimsAgain = await claimBurst(stack, second, 3n * PRICE);
-    claimsAgain.maxCallsPerTx = bounds.wideMaxCalls;
-
-    return {
-      channels: channels.length, setupSeconds, signSeconds, vouchersSigned: from,
-      verify: { routerd: { ...routerdRun, upstream: routerdUpstream }, reference: { ...referenceRun, upstream: referenceUpstream } },
-      rpsOverReference: routerdRun.rps / referenceRun.rps,
-      claims: { default: claimsDefault, wide: claimsWide, again: claimsAgain },
+    log(`batch: signed ${pools.signed} distinct vouchers in ${signSeconds.toFixed(1)} s`);
+    const straight = () => {
+      throughProxy = false;
+      stack.reconfigure({});
     };
+    const verifies = await compareVerifies({ stack, proxy, straight, pools, bounds, authorizerKey, log });
+    const claims = await claimRounds({ stack, files, first, second, wideMaxCalls: bounds.wideMaxCalls, log });
+    return { channels: first.length, setupSeconds, signSeconds, vouchersSigned: pools.signed, ...verifies, claims };
   } finally {
-    await reference?.stop();
     await stack.stop();
     await proxy.close();
   }
