@@ -1,6 +1,6 @@
 // Small helpers for bench/run.mjs: timing, percentiles, bounded load loops, /proc and /metrics readers.
 import { readFileSync } from 'node:fs';
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { readAnswer } from '../tests/e2e/lib/util.mjs';
 
 /** Milliseconds since an arbitrary origin, sub-microsecond resolution. */
@@ -145,6 +145,13 @@ export function watchPeak(pid, everyMs = 10) {
     },
   };
 }
+
+/** User and system CPU seconds a process has used so far (/proc/<pid>/stat, in clock ticks). */
+export function cpuSeconds(pid) {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  return { user: Number(fields[11]) / CLK_TCK, system: Number(fields[12]) / CLK_TCK };
+}
+const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
 
 /** Sum of all samples of one Prometheus counter (any labels) in GET /metrics text. */
 export async function metricSum(baseUrl, name) {

@@ -23,8 +23,9 @@ import { anvilAccount, anvilKey, freshAccount } from '../tests/e2e/lib/accounts.
 import { usdcAbi } from '../tests/e2e/lib/deploy-usdc.mjs';
 import { LENS_ABI, erc3009Ask, lensEthCall } from '../tests/e2e/lib/lens.mjs';
 import { freePort, makeTempDir, sleep, trackChild, waitFor } from '../tests/e2e/lib/util.mjs';
-import { nowMs, percentile, summarize, load, burst, answerError, postJson, procMemory, watchPeak, metricSum } from './lib.mjs';
+import { nowMs, percentile, summarize, load, burst, answerError, postJson, procMemory, watchPeak, metricSum, cpuSeconds } from './lib.mjs';
 import { benchSvm as svmPhase } from './svm.mjs';
+import { benchBatch as batchPhase, batchLines, batchFailures } from './batch.mjs';
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), '..');
 const { values: opts } = parseArgs({
@@ -75,9 +76,22 @@ const BOUNDS = {
     settleConcurrent: { concurrency: 64, total: n(200) },
     settleCalls: { concurrency: 50, total: n(200) },
   },
+  // batch-settlement: vouchers verified by routerd and by the official facilitator on as many
+  // channels, then one-row claims of every channel's merchant sent at once.
+  batch: {
+    channels: n(128),
+    depositConcurrency: 16,
+    counted: n(256),
+    warmup: n(100),
+    // Distinct bodies, each sent once: the pool bounds the run as much as the time does.
+    routerd: { concurrency: 64, total: n(12_288), maxMs: 8_000 },
+    reference: { concurrency: 64, total: n(4096), maxMs: 8_000 },
+    // The second claim burst: room for every row in one transaction.
+    wideMaxCalls: n(128),
+  },
 };
 
-const results = { machine: {}, verify: {}, settle: {}, flood: {}, memory: {}, router: {}, startup: {}, svm: {}, ratios: {} };
+const results = { machine: {}, verify: {}, settle: {}, flood: {}, memory: {}, router: {}, startup: {}, svm: {}, batch: {}, ratios: {} };
 const log = (msg) => console.error(`bench: ${msg}`);
 
 // ---------------------------------------------------------------------------------------------
@@ -122,13 +136,6 @@ function lensCall(token, authorization, payTo, id = 1) {
   const ask = erc3009Ask({ token, from: authorization.from, payTo, nonce: authorization.nonce });
   return lensEthCall(encodeFunctionData({ abi: LENS_ABI, functionName: 'facts', args: [ask] }), id);
 }
-
-/** User and system CPU seconds a process has used so far (/proc/<pid>/stat, in clock ticks). */
-function cpuSeconds(pid) {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-  return { user: Number(fields[11]) / CLK_TCK, system: Number(fields[12]) / CLK_TCK };
-}
-const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
 
 /** Signs `count` distinct payments (each body is sent once), 256 at a time. */
 async function signPayments(stack, count, payTo) {
@@ -984,6 +991,7 @@ function table() {
   out.push(`settle: settlements per block: first ${sl.firstBlock?.settlements} (the burst began at ${f(sl.firstBlock?.phase, 2)} of a block interval; `
     + `${sl.firstBlock?.emptyBefore} blocks sealed without its settlements before), then ${mid.join(' ') || '-'}, last ${sl.lastBlockSettlements}; `
     + `middle blocks min ${mid.length ? Math.min(...mid) : '-'} of ${sl.capacityPerSecond} that fit`);
+  out.push(...batchLines(results.batch));
   out.push('');
   const u = r.upstreamRequests;
   out.push('upstream requests (routerd_upstream_requests_total, all chains)');
@@ -1020,10 +1028,11 @@ function table() {
   ratio('start-up p50 with finished records / empty store', ratios.startupGrowth);
   ratio(`Solana settle sequential p50 / slot time (${sv.slotMs} ms)`, ratios.svmSettleOverSlot);
   ratio('Solana verify req/s at 64 / at 1', ratios.svmVerifyScaling);
+  ratio('batch voucher verify/s at 64, routerd / reference', ratios.batchVerifyOverReference);
   const unconfirmed = sl.n - sl.failed - sl.confirmed;
   const failures = [v.c1, v.c64, v.traced.c1, v.traced.c64, v.anvil1, v.anvil64, ...(v.floor ? [v.floor.c64, v.floor.held] : []), s.serial, sl, fl.settle, r.sends.through, r.serial, r.concurrent, ...Object.values(r.upstream),
     sv.upstream, sv.c1, sv.c64, sv.settleSerial, sv.settleConcurrent]
-    .reduce((sum, x) => sum + (x.failed ?? 0), unconfirmed);
+    .reduce((sum, x) => sum + (x.failed ?? 0), unconfirmed + batchFailures(results.batch));
   out.push('');
   out.push(`failures: ${failures}`);
   for (const e of [v.c1.firstError, v.c64.firstError, s.firstError, fl.firstError, r.serial.firstError, r.concurrent.firstError,
@@ -1040,16 +1049,28 @@ async function benchSvm() {
   results.svm = await svmPhase(BOUNDS.svm, log);
 }
 
+// ---------------------------------------------------------------------------------------------
+// h: batch-settlement (bench/batch.mjs)
+
+async function benchBatch() {
+  results.batch = await batchPhase(BOUNDS.batch, log);
+}
+
 async function main() {
   if (!existsSync(routerdBin())) throw new Error(`routerd binary not found at ${routerdBin()} (scripts/bench builds it; or set ROUTERD_BIN)`);
   if (!process.env.ROUTERD_BIN?.includes('release')) log(`warning: ROUTERD_BIN=${routerdBin()} does not look like a release build`);
   results.machine = machine();
   const started = nowMs();
   if (opts.only) {
-    // One phase, for working on it: prints its raw figures, not the table.
-    const phases = { verify: benchVerify, settle: benchSettle, store: benchStore, flood: benchFlood, router: benchRouter, startup: benchStartup, svm: benchSvm };
+    // One phase, for working on it: prints its raw figures, not the table (batch: and its lines).
+    const phases = { verify: benchVerify, settle: benchSettle, store: benchStore, flood: benchFlood, router: benchRouter, startup: benchStartup, svm: benchSvm, batch: benchBatch };
+    if (!phases[opts.only]) throw new Error(`--only: one of ${Object.keys(phases).join(', ')}, not ${opts.only}`);
     await phases[opts.only]();
     console.log(JSON.stringify({ [opts.only]: results[opts.only], memory: results.memory }, null, 2));
+    if (opts.only === 'batch') {
+      console.log(batchLines(results.batch).join('\n'));
+      if (batchFailures(results.batch) > 0) process.exitCode = 1;
+    }
     return;
   }
   await benchVerify();
@@ -1059,6 +1080,7 @@ async function main() {
   await benchRouter();
   await benchStartup();
   await benchSvm();
+  await benchBatch();
   const { verify: v, settle: s, router: r, startup: st } = results;
   results.ratios = {
     verifyOverAnvil: v.c1.p50 / v.anvil1.p50,
@@ -1080,6 +1102,7 @@ async function main() {
     startupGrowth: st.seeded.p50 / st.empty.p50,
     svmSettleOverSlot: results.svm.settleSerialOverSlot,
     svmVerifyScaling: results.svm.c64.rps / results.svm.c1.rps,
+    batchVerifyOverReference: results.batch.rpsOverReference,
   };
   results.totalSeconds = (nowMs() - started) / 1000;
   const { text, failures } = table();
