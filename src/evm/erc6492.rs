@@ -106,7 +106,8 @@ pub fn deploy_then_read(deployment: &Deployment, target: Address, calldata: &[u8
     ])
 }
 
-fn aggregate3(calls: &[(Address, bool, &[u8])]) -> Bytes {
+/// Multicall3's `aggregate3`: each call with whether it may fail.
+pub fn aggregate3(calls: &[(Address, bool, &[u8])]) -> Bytes {
     let selector = &keccak256("aggregate3((address,bool,bytes)[])")[..4];
     let mut data = selector.to_vec();
     let calls = calls

@@ -179,15 +179,7 @@ impl EvmBatch {
     fn check_voucher(
         &self,
         request: &BatchRequest,
-    ) -> Result<
-        (
-            &Network,
-            Contracts,
-            wire::Voucher,
-            Option<crate::chain::Call>,
-        ),
-        Refusal,
-    > {
+    ) -> Result<(&Network, Contracts, wire::Voucher, Option<verify::Asked>), Refusal> {
         let network = verify::check_requirements(request, |n| self.network(n))?;
         let payload = &request.payment_payload.payload;
         let Some((config, voucher)) = payload.channel() else {

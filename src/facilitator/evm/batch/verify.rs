@@ -10,8 +10,8 @@ use super::reason::{BatchReason, Refusal};
 use super::wire::{BatchPayload, BatchRequest, Voucher};
 use crate::chain::{self, Batch, Chain, Traffic, Unreachable};
 use crate::evm::batch::{self as leaf, ChannelConfig};
-use crate::evm::erc3009;
 use crate::evm::hex_decode;
+use crate::evm::{erc3009, erc6492};
 use crate::facilitator::evm::verify::Network;
 
 /// The batch-settlement scheme's name on the wire.
@@ -140,6 +140,9 @@ fn check_delay(request: &BatchRequest, delay: u64) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// A call the channel's read asks beside it: its target and calldata.
+pub type Asked = (Address, Bytes);
+
 /// Rule 6 as far as it needs no chain: a voucher of a payer authorizer is that EOA's ECDSA
 /// signature, nothing else; one of the payer itself recovers to it, or the payer's wallet is
 /// asked (`Some`: the ERC-1271 call to add to the read).
@@ -147,7 +150,7 @@ pub fn check_voucher_signature(
     domain: H256,
     config: &ChannelConfig,
     voucher: &Voucher,
-) -> Result<Option<chain::Call>, Refusal> {
+) -> Result<Option<Asked>, Refusal> {
     let digest = leaf::voucher_digest(domain, voucher.channel_id, voucher.max_claimable);
     let recovered = erc3009::recover(digest, &voucher.signature);
     let refused = || {
@@ -165,8 +168,10 @@ pub fn check_voucher_signature(
     if recovered == Some(config.payer) {
         return Ok(None);
     }
-    let data = erc3009::is_valid_signature(digest, &voucher.signature);
-    Ok(Some(chain::eth_call(config.payer, &data, "latest")))
+    Ok(Some((
+        config.payer,
+        erc3009::is_valid_signature(digest, &voucher.signature),
+    )))
 }
 
 /// What one read says: the channel, and the answers of the extra calls asked with it.
@@ -175,50 +180,62 @@ pub struct Read {
     pub extra: Vec<Option<Bytes>>,
 }
 
-/// The channel's state and `extra` calls, in one batch. An answer that does not parse is the
-/// binding's `rpc_read_failed` (`Ok(Err)`); a node that cannot be reached is `Err`.
+/// The channel's state and the `extra` calls, in one `eth_call` through Multicall3 (an extra call
+/// may fail: its answer is then `None`). An answer that does not parse is the binding's
+/// `rpc_read_failed` (`Ok(Err)`); a node that cannot be reached is `Err`.
 pub async fn read(
     chain: &Chain,
     contract: Address,
     channel: H256,
-    extra: Vec<chain::Call>,
+    extra: Vec<Asked>,
 ) -> Result<Result<Read, Refusal>, Unreachable> {
+    let views = [
+        leaf::channels(channel),
+        leaf::pending_withdrawals(channel),
+        leaf::refund_nonce(channel),
+    ];
+    let mut calls: Vec<(Address, bool, &[u8])> =
+        views.iter().map(|v| (contract, false, &v[..])).collect();
+    calls.extend(extra.iter().map(|(to, data)| (*to, true, &data[..])));
     let mut batch = Batch::new();
-    let call = |data: Bytes| chain::eth_call(contract, &data, "latest");
-    let channels = batch.add(call(leaf::channels(channel)));
-    let pending = batch.add(call(leaf::pending_withdrawals(channel)));
-    let nonce = batch.add(call(leaf::refund_nonce(channel)));
-    let slots: Vec<_> = extra.into_iter().map(|c| batch.add(c)).collect();
+    let data = erc6492::aggregate3(&calls);
+    let slot = batch.add(chain::eth_call(erc6492::MULTICALL3, &data, "latest"));
     let answers = chain.client.ask(Traffic::Callers, &batch).await?;
-    let bytes = |slot| {
-        let answer: &chain::CallResult = answers.get(slot);
-        answer
-            .as_ref()
-            .ok()
-            .and_then(Value::as_str)
-            .and_then(hex_decode)
-    };
-    let state = (|| {
-        let (balance, total_claimed) = leaf::two_words(&bytes(channels)?)?;
-        let (_, requested_at) = leaf::two_words(&bytes(pending)?)?;
-        Some(ChannelState {
-            balance,
-            total_claimed,
-            withdraw_requested_at: u64::try_from(requested_at).ok()?,
-            refund_nonce: leaf::one_word(&bytes(nonce)?)?,
-        })
-    })();
-    let Some(state) = state else {
+    let results = answers
+        .get(slot)
+        .as_ref()
+        .ok()
+        .and_then(Value::as_str)
+        .and_then(hex_decode)
+        .and_then(|answer| erc6492::decode_results(&answer))
+        .filter(|results| results.len() == calls.len());
+    let state = results.as_deref().and_then(state_of);
+    let (Some(results), Some(state)) = (results, state) else {
         return Ok(Err(Refusal::new(
             BatchReason::RpcReadFailed,
             "the channel's state could not be read from the settlement contract",
         )));
     };
-    let extra = slots
-        .into_iter()
-        .map(|s| bytes(s).map(Bytes::from))
+    let extra = results[views.len()..]
+        .iter()
+        .map(|(ok, data)| ok.then(|| Bytes::from(data.clone())))
         .collect();
     Ok(Ok(Read { state, extra }))
+}
+
+/// The channel's state from the answers of its three views, in order.
+fn state_of(results: &[(bool, Vec<u8>)]) -> Option<ChannelState> {
+    let [(true, channels), (true, pending), (true, nonce), ..] = results else {
+        return None;
+    };
+    let (balance, total_claimed) = leaf::two_words(channels)?;
+    let (_, requested_at) = leaf::two_words(pending)?;
+    Some(ChannelState {
+        balance,
+        total_claimed,
+        withdraw_requested_at: u64::try_from(requested_at).ok()?,
+        refund_nonce: leaf::one_word(nonce)?,
+    })
 }
 
 /// Rules 7, 9 and 10 on the state read: the channel holds a balance (or the deposit funds it),
