@@ -2,10 +2,11 @@
 //! namespace, scheme), looked up once per request. A new scheme or family is its rooms and a
 //! line here.
 //!
-//! A network names its namespace: a CAIP-2 id by its prefix, an x402 v1 name by the family the
-//! configuration knows its chain by (`config::solana_preset`). A kind no mechanism serves goes to
-//! its namespace's mechanism, whose rules refuse its version or scheme in that family's words, and
-//! a network of no served namespace to the first family's, as unserved.
+//! A network names its namespace: a name of a family's own spelling (a Solana cluster's, served
+//! or not) that family's, another CAIP-2 id by its prefix, another x402 v1 name the first
+//! family's. A kind no mechanism serves goes to its namespace's mechanism, whose rules refuse its
+//! network, version or scheme in that family's words (`invalid_network` for a cluster not
+//! served), and a network of no served namespace to the first family's, as unserved.
 
 use std::sync::Arc;
 
@@ -157,11 +158,15 @@ pub fn peek(bytes: &[u8]) -> Option<Peek> {
     })
 }
 
-/// The CAIP-2 namespace of a network named by its CAIP-2 id or by its x402 v1 name.
+/// The CAIP-2 namespace of a network named by its CAIP-2 id or by its x402 v1 name. A Solana
+/// spelling is Solana's whether or not the cluster is served or known, so that its body is read
+/// in Solana's shape and refused as `invalid_network`, not as a malformed EVM payload.
 pub fn namespace_of(network: &str) -> &str {
+    if svm::spells_cluster(network) {
+        return svm::NAMESPACE;
+    }
     match network.split_once(':') {
         Some((namespace, _)) => namespace,
-        None if crate::config::solana_preset(network).is_some() => svm::NAMESPACE,
         None => evm::NAMESPACE,
     }
 }
@@ -201,12 +206,14 @@ mod tests {
             namespace_of("solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1"),
             svm::NAMESPACE
         );
-        // v1's names of the clusters the configuration knows, served or not
+        // v1's names of Solana's spelling, known, served or not: Solana's rules refuse an
+        // unserved one as `invalid_network`
         assert_eq!(namespace_of("solana-devnet"), svm::NAMESPACE);
         assert_eq!(namespace_of("solana"), svm::NAMESPACE);
-        // a v1 name no configuration knows is not told apart by its spelling: the first
-        // family's rules refuse it as unserved
-        assert_eq!(namespace_of("solana-testnet"), evm::NAMESPACE);
+        assert_eq!(namespace_of("solana-testnet"), svm::NAMESPACE);
+        assert_eq!(namespace_of("solana-x:y"), svm::NAMESPACE);
+        // other names are not Solana's: the first family's rules refuse them as unserved
+        assert_eq!(namespace_of("solanas"), evm::NAMESPACE);
         assert_eq!(namespace_of("cosmos:hub"), "cosmos");
     }
 

@@ -24,6 +24,12 @@ use crate::svm::{Pubkey, Signature};
 /// The CAIP-2 namespace of Solana clusters.
 pub const NAMESPACE: &str = "solana";
 
+/// Whether a network is named in Solana's spelling (`solana`, `solana-<cluster>`,
+/// `solana:<genesis>`), whether or not routerd knows or serves the cluster.
+pub fn spells_cluster(network: &str) -> bool {
+    network == NAMESPACE || network.starts_with("solana-") || network.starts_with("solana:")
+}
+
 /// The Solana mechanism: the served clusters, when any, and what its settlements share with
 /// the EVM ones (the store, the revert cooldown).
 pub struct SvmMechanism {
