@@ -196,7 +196,10 @@ impl Facilitator {
             return Ok(resumed);
         };
         let unfinished = self.ledger.unfinished().await?;
-        let records = unfinished.into_iter().filter(|r| r.svm.is_some()).collect();
+        let records = unfinished
+            .into_iter()
+            .filter(|r| r.svm().is_some())
+            .collect();
         Ok(resumed + svm.resume(&self.ledger, &self.cooldown, records))
     }
 

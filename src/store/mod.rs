@@ -144,7 +144,9 @@ impl InFlight {
         if nonce_held {
             return Some(Claim::Permit2Clash(Permit2Clash::Nonce));
         }
-        if self.approvals > 0 || (record.approves_permit2 && self.permit2 > 0) {
+        if self.approvals > 0
+            || (record.evm().is_some_and(|evm| evm.approves_permit2) && self.permit2 > 0)
+        {
             return Some(Claim::Permit2Clash(Permit2Clash::Approval));
         }
         if self.permit2_value.saturating_add(record.value) > limits.permit2_allowance {

@@ -417,12 +417,13 @@ impl StatusLookup for Status<'_> {
     fn find(&self) -> Pin<Box<dyn Future<Output = Result<Option<Found>, StoreError>> + Send + '_>> {
         Box::pin(async move {
             let found = self.exact.settler.status(&self.key).await?;
-            Ok(found.map(|(record, head)| {
-                let status = protocol::status::answer(&record, head);
-                Found {
+            // Its key is an EVM one: so is the record stored under it.
+            Ok(found.and_then(|(record, head)| {
+                let status = protocol::status::answer(&record, record.evm()?, head);
+                Some(Found {
                     state: status.state.to_string(),
                     body: serde_json::to_vec(&status).expect("status answers serialize"),
-                }
+                })
             }))
         })
     }

@@ -154,11 +154,8 @@ impl Worker {
             }
             tracing::warn!(payment = %record.key(), block = inclusion.block, head = head.number, "settlement's block left the canonical chain; sending it again");
             record.reorged();
-            if let Some(attempt) = record
-                .attempts
-                .iter()
-                .find(|a| a.hash == inclusion.transaction)
-            {
+            let attempts = &super::part(record).attempts;
+            if let Some(attempt) = attempts.iter().find(|a| a.hash == inclusion.transaction) {
                 resend.push(attempt.raw.clone());
             }
         }
@@ -179,11 +176,12 @@ impl Worker {
                 _ => None,
             })
             .flat_map(|(nonce, record)| {
-                record.live_attempts().map(move |a| Asked {
+                let evm = super::part(record);
+                evm.live_attempts(&record.state).map(move |a| Asked {
                     nonce,
                     hash: a.hash,
-                    token: record.token,
-                    payer: record.payer,
+                    token: evm.token,
+                    payer: evm.payer,
                 })
             })
             .collect();
@@ -451,7 +449,7 @@ impl Worker {
 
 /// The read of whether the record's authorization nonce is used now, and how to judge its answer.
 fn nonce_call(record: &Record) -> (NonceRead, Call) {
-    let read = record_nonce_read(record);
+    let read = record_nonce_read(super::part(record));
     let call = chain::eth_call(read.target, &read.call, "latest");
     (read, call)
 }
@@ -485,7 +483,9 @@ async fn judge_revert(lane: &Lane, record: &Record, inclusion: Inclusion, head: 
         }
         Lookup::NotYet | Lookup::None => {}
     }
-    lane.cooldown.impose(&Payer::Evm(record.payer)).await;
+    lane.cooldown
+        .impose(&Payer::Evm(super::part(record).payer))
+        .await;
     Reverted::Failed(diagnose_revert(&lane.chain, record, inclusion.transaction).await)
 }
 
@@ -494,9 +494,10 @@ async fn diagnose_revert(chain: &Chain, record: &Record, hash: H256) -> Outcome 
     let mut batch = Batch::new();
     let (nonce_read, call) = nonce_call(record);
     let state = batch.add(call);
+    let evm = super::part(record);
     let balance = batch.add(chain::eth_call(
-        record.token,
-        &erc3009::balance_of(record.payer),
+        evm.token,
+        &erc3009::balance_of(evm.payer),
         "latest",
     ));
     let answers = chain.client.ask(Traffic::Own, &batch).await.ok();

@@ -102,7 +102,7 @@ impl Settler {
         }
         let mut by_lane: std::collections::HashMap<LaneId, Vec<Record>> = Default::default();
         for record in self.ledger.unfinished().await? {
-            if record.svm.is_some() {
+            if record.evm().is_none() {
                 // A Solana settlement: the Solana family follows it (`facilitator::svm`).
                 continue;
             }

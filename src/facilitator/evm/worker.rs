@@ -390,12 +390,13 @@ impl Worker {
         let mut gaps = self.gaps();
         for mut record in records {
             let nonce = self.nonces.take(&mut gaps);
-            let fees = market.capped(self.lane.settings.cap(record.gas_limit));
+            let evm = super::part(&record);
+            let fees = market.capped(self.lane.settings.cap(evm.gas_limit));
             let attempt = self.sign(
                 nonce,
-                record.call_target(),
-                &record.calldata,
-                record.gas_limit,
+                evm.call_target(),
+                &evm.calldata,
+                evm.gas_limit,
                 fees,
                 head.number,
             );
@@ -468,7 +469,7 @@ impl Worker {
     /// A settlement its signer cannot pay gas for: moved to another signer's lane when one can
     /// take it (its nonce here is a gap now), else kept at its nonce.
     async fn another_signer(&mut self, record: Record, nonce: u64) {
-        if record.sender.is_some() {
+        if super::part(&record).sender.is_some() {
             self.sender_unfunded(record, nonce).await;
         } else if let Some(stays) = self.move_unfunded(record, nonce) {
             self.nonces.slots.insert(nonce, Slot::settlement(stays));
@@ -619,7 +620,7 @@ impl Worker {
 
     pub(super) async fn abandon(&mut self, record: Record, why: String) {
         let key = record.key();
-        if record.attempts.is_empty() {
+        if record.latest().is_none() {
             if let Err(e) = self.store.ledger.release(&key).await {
                 tracing::error!(payment = %key, error = %e, "could not release a claim");
             }

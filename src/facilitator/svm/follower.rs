@@ -109,9 +109,9 @@ impl Follower {
         span: tracing::Span,
     ) -> Ending {
         let signature = record
-            .svm
-            .as_ref()
+            .svm()
             .expect("a Solana record")
+            .settlement
             .signature
             .clone();
         let mut followed = self.followed.lock().expect("not poisoned");
@@ -205,7 +205,7 @@ impl Follower {
             .map(|f| {
                 f.busy = true;
                 (
-                    f.record.svm.clone().expect("a Solana record"),
+                    f.record.svm().expect("a Solana record").settlement.clone(),
                     f.span.clone(),
                 )
             })
@@ -222,7 +222,8 @@ impl Follower {
         for signature in signatures {
             let svm = followed
                 .get_mut(signature)
-                .and_then(|f| f.record.svm.as_mut());
+                .and_then(|f| f.record.svm_mut())
+                .map(|part| &mut part.settlement);
             if let Some(svm) = svm.filter(|svm| svm.last_valid_block_height == 0) {
                 svm.last_valid_block_height = bound;
             }
@@ -242,9 +243,8 @@ impl Follower {
             };
             let bound = f
                 .record
-                .svm
-                .as_ref()
-                .map_or(0, |s| s.last_valid_block_height);
+                .svm()
+                .map_or(0, |s| s.settlement.last_valid_block_height);
             match landing {
                 Landing::Ended { .. } => false,
                 Landing::Pending => {
@@ -315,7 +315,7 @@ impl Follower {
             tracing::error!(chain = %self.chain.name, signature = %signature, error = %e, "could not store the settlement's end; reading it again");
             return;
         }
-        let svm = record.svm.clone().expect("a Solana record");
+        let svm = record.svm().expect("a Solana record").settlement.clone();
         if let Some((_, true)) = landed {
             tracing::warn!(chain = %self.chain.name, signature = %signature, payer = %svm.payer, "a Solana settlement failed on chain: its payer (the transfer's authority) is cooled down");
             cool_down(&self.cooldown, &record).await;

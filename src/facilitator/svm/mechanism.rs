@@ -81,7 +81,8 @@ impl SvmMechanism {
             Err(refused) => return Ok(Err(refused)),
         };
         if let Some(record) = svm.settlement_of(&self.ledger, &payment).await? {
-            let signature = record.svm.map(|s| s.signature).unwrap_or_default();
+            let signature = record.svm().map(|s| s.settlement.signature.clone());
+            let signature = signature.unwrap_or_default();
             let message = match record.outcome {
                 None => format!("transaction already being settled by {signature}"),
                 Some(outcome) if outcome.success => {

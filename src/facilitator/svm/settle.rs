@@ -215,7 +215,7 @@ impl SvmNetwork {
 /// Sends a claimed settlement's transaction the first time: when, unless the send failed (the
 /// follower sends it again then).
 async fn send(chain: &SolanaChain, record: &Record) -> Option<Instant> {
-    let svm = record.svm.as_ref().expect("a Solana record");
+    let svm = &record.svm().expect("a Solana record").settlement;
     match chain.send_transaction(&svm.transaction).await {
         Ok(()) => Some(Instant::now()),
         Err(e) => {
@@ -281,9 +281,8 @@ fn settlement_span(payment: &Payment, signature: &str) -> tracing::Span {
 
 fn record_signature(record: &Record) -> String {
     record
-        .svm
-        .as_ref()
-        .map(|s| s.signature.clone())
+        .svm()
+        .map(|s| s.settlement.signature.clone())
         .unwrap_or_default()
 }
 

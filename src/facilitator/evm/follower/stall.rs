@@ -5,6 +5,7 @@
 
 use ethers_core::types::{Bytes, U256};
 
+use super::super::part;
 use super::super::worker::{announce_sent, Slot, Worker, FILLER_GAS};
 use super::STALL_BEFORE_RESEND;
 use crate::chain::Head;
@@ -28,7 +29,7 @@ impl Worker {
             .range(chain_nonce..)
             .filter(|(_, slot)| match slot {
                 Slot::Settlement { record, .. } => {
-                    !slot.is_included() && head.timestamp >= record.valid_before
+                    !slot.is_included() && head.timestamp >= part(record).valid_before
                 }
                 Slot::Filler { .. } => false,
             })
@@ -95,7 +96,7 @@ impl Worker {
             let latest = slot.latest()?.clone();
             let first = slot.attempts().first()?.fees.max_fee_per_gas();
             let gas = match slot {
-                Slot::Settlement { record, .. } => record.gas_limit,
+                Slot::Settlement { record, .. } => part(record).gas_limit,
                 Slot::Filler { .. } => FILLER_GAS,
             };
             (latest, first, gas)
@@ -119,7 +120,8 @@ impl Worker {
         tracing::info!(lane = %self.lane.id, nonce, max_fee = %fees.max_fee_per_gas(), "replacing the transaction that blocks the lane with higher fees");
         let call = match self.nonces.slots.get(&nonce)? {
             Slot::Settlement { record, .. } => {
-                Some((record.call_target(), record.calldata.clone()))
+                let evm = part(record);
+                Some((evm.call_target(), evm.calldata.clone()))
             }
             Slot::Filler { .. } => None,
         };
