@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 use crate::chain::Chain;
 use crate::config::{ChainSettings, FacilitatorSettings, TransferMethod};
 use crate::evm::{erc3009, permit2};
-use crate::ledger::Record;
+use crate::ledger::EvmRecord;
 use crate::signer::Signer;
 use crate::store::Storage;
 use deny_list::DenyLists;
@@ -313,7 +313,7 @@ impl Facilitator {
 }
 
 /// A lane, and the queue its worker takes settlements from.
-type LaneQueue = (Arc<Lane>, mpsc::Receiver<Record>);
+type LaneQueue = (Arc<Lane>, mpsc::Receiver<EvmRecord>);
 
 /// The served EVM networks, and a lane per signer on each.
 fn evm_networks(

@@ -3,11 +3,13 @@
 //! signed transaction. Neither holds the other's fields: the stored layout that an earlier
 //! release wrote (one flat record, a Solana one with the EVM fields zeroed) is `stored`'s alone.
 
+use std::ops::{Deref, DerefMut};
+
 use ethers_core::types::{Address, Bytes, H256};
 use serde::{Deserialize, Serialize};
 
 use super::keys::{Account, Permit2Nonce};
-use super::record::{Attempt, State, TransferMethod};
+use super::record::{Attempt, Record, State, TransferMethod};
 
 /// A settlement's family and what it holds in that family's terms.
 #[derive(Debug, Clone)]
@@ -104,5 +106,67 @@ impl EvmPart {
         self.attempts
             .iter()
             .filter(move |a| Some(a.nonce) == nonce && Some(a.signer) == signer)
+    }
+}
+
+/// A record of an EVM settlement: what the EVM lanes hold, so that they read its EVM part
+/// without asking its family. Made of EVM records only (`TryFrom<Record>`), and its family
+/// cannot change: a record's family is the ledger's to set.
+#[derive(Debug, Clone)]
+pub struct EvmRecord(pub(super) Record);
+
+impl EvmRecord {
+    pub fn part(&self) -> &EvmPart {
+        match &self.0.family {
+            Family::Evm(evm) => evm,
+            Family::Svm(_) => unreachable!("an EvmRecord is made of EVM records only"),
+        }
+    }
+
+    pub fn part_mut(&mut self) -> &mut EvmPart {
+        match &mut self.0.family {
+            Family::Evm(evm) => evm,
+            Family::Svm(_) => unreachable!("an EvmRecord is made of EVM records only"),
+        }
+    }
+
+    pub fn into_record(self) -> Record {
+        self.0
+    }
+
+    /// The record, as the store takes it.
+    pub fn as_record(&self) -> &Record {
+        &self.0
+    }
+
+    /// The claim as `asking` makes it (`Record::asked_by`).
+    pub fn asked_by(self, asking: &super::Asking) -> EvmRecord {
+        EvmRecord(self.0.asked_by(asking))
+    }
+}
+
+/// An EVM record as one; any other record is given back.
+impl TryFrom<Record> for EvmRecord {
+    type Error = Record;
+
+    fn try_from(record: Record) -> Result<Self, Record> {
+        match record.family {
+            Family::Evm(_) => Ok(EvmRecord(record)),
+            Family::Svm(_) => Err(record),
+        }
+    }
+}
+
+impl Deref for EvmRecord {
+    type Target = Record;
+
+    fn deref(&self) -> &Record {
+        &self.0
+    }
+}
+
+impl DerefMut for EvmRecord {
+    fn deref_mut(&mut self) -> &mut Record {
+        &mut self.0
     }
 }

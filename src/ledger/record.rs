@@ -251,7 +251,8 @@ pub struct Record {
     pub lost: bool,
     /// Unix time of the terminal state, for pruning.
     pub finished_at: Option<u64>,
-    pub family: Family,
+    /// Set by the ledger alone (`Record::new`, `stored`): outside it, read through `evm`/`svm`.
+    pub(super) family: Family,
 }
 
 impl Record {

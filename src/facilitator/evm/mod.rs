@@ -17,12 +17,3 @@ mod worker;
 
 pub use lane::{Lane, LaneSettings, Lanes};
 pub use settle::{LeaseSettings, Ledger};
-
-use crate::ledger::{EvmPart, Record};
-
-/// The EVM part of a settlement the lanes hold. They hold EVM records alone: the settler claims
-/// EVM terms, resumes only the store's EVM records (`Ledger::start`), and a lane's queue holds
-/// what its claims queued.
-fn part(record: &Record) -> &EvmPart {
-    record.evm().expect("the EVM lanes hold EVM records only")
-}

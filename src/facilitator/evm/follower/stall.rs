@@ -5,7 +5,6 @@
 
 use ethers_core::types::{Bytes, U256};
 
-use super::super::part;
 use super::super::worker::{announce_sent, Slot, Worker, FILLER_GAS};
 use super::STALL_BEFORE_RESEND;
 use crate::chain::Head;
@@ -29,7 +28,7 @@ impl Worker {
             .range(chain_nonce..)
             .filter(|(_, slot)| match slot {
                 Slot::Settlement { record, .. } => {
-                    !slot.is_included() && head.timestamp >= part(record).valid_before
+                    !slot.is_included() && head.timestamp >= record.part().valid_before
                 }
                 Slot::Filler { .. } => false,
             })
@@ -96,7 +95,7 @@ impl Worker {
             let latest = slot.latest()?.clone();
             let first = slot.attempts().first()?.fees.max_fee_per_gas();
             let gas = match slot {
-                Slot::Settlement { record, .. } => part(record).gas_limit,
+                Slot::Settlement { record, .. } => record.part().gas_limit,
                 Slot::Filler { .. } => FILLER_GAS,
             };
             (latest, first, gas)
@@ -120,7 +119,7 @@ impl Worker {
         tracing::info!(lane = %self.lane.id, nonce, max_fee = %fees.max_fee_per_gas(), "replacing the transaction that blocks the lane with higher fees");
         let call = match self.nonces.slots.get(&nonce)? {
             Slot::Settlement { record, .. } => {
-                let evm = part(record);
+                let evm = record.part();
                 Some((evm.call_target(), evm.calldata.clone()))
             }
             Slot::Filler { .. } => None,
