@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 use crate::chain::Chain;
 use crate::config::{ChainSettings, FacilitatorSettings, TransferMethod};
 use crate::evm::{erc3009, permit2};
-use crate::ledger::EvmRecord;
+use crate::ledger::{EvmRecord, SvmRecord};
 use crate::signer::Signer;
 use crate::store::Storage;
 use deny_list::DenyLists;
@@ -198,7 +198,7 @@ impl Facilitator {
         let unfinished = self.ledger.unfinished().await?;
         let records = unfinished
             .into_iter()
-            .filter(|r| r.svm().is_some())
+            .filter_map(|r| SvmRecord::try_from(r).ok())
             .collect();
         Ok(resumed + svm.resume(&self.ledger, &self.cooldown, records))
     }

@@ -4,7 +4,7 @@
 use ethers_core::types::{Address, Bytes, H256, U256};
 use solana_pubkey::Pubkey;
 
-use super::family::{EvmPart, EvmRecord, Family, SvmPart, SvmSettlement};
+use super::family::{EvmPart, EvmRecord, Family, SvmPart, SvmRecord, SvmSettlement};
 use super::keys::Account;
 use super::record::{Asking, Record, State, TransferMethod};
 
@@ -98,6 +98,13 @@ impl EvmRecord {
     /// An EVM claim: [`Record::new`] of EVM terms, as the EVM lanes hold it.
     pub fn new(network: String, value: U256, digest: H256, terms: EvmTerms) -> EvmRecord {
         EvmRecord(Record::new(network, value, digest, Terms::Evm(terms)))
+    }
+}
+
+impl SvmRecord {
+    /// A Solana claim: [`Record::new`] of Solana terms, as the Solana followers hold it.
+    pub fn new(network: String, value: U256, digest: H256, terms: SvmTerms) -> SvmRecord {
+        SvmRecord(Record::new(network, value, digest, Terms::Svm(terms)))
     }
 }
 

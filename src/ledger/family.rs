@@ -109,64 +109,104 @@ impl EvmPart {
     }
 }
 
-/// A record of an EVM settlement: what the EVM lanes hold, so that they read its EVM part
-/// without asking its family. Made of EVM records only (`TryFrom<Record>`), and its family
-/// cannot change: a record's family is the ledger's to set.
-#[derive(Debug, Clone)]
-pub struct EvmRecord(pub(super) Record);
+/// A record of one family, made of that family's records only (`TryFrom<Record>`), whose part
+/// reads without asking the family. Its family cannot change: a record's family is the
+/// ledger's to set.
+macro_rules! family_record {
+    ($(#[$doc:meta])* $name:ident, $variant:ident, $part:ty) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone)]
+        pub struct $name(pub(super) Record);
 
-impl EvmRecord {
-    pub fn part(&self) -> &EvmPart {
-        match &self.0.family {
-            Family::Evm(evm) => evm,
-            Family::Svm(_) => unreachable!("an EvmRecord is made of EVM records only"),
+        impl $name {
+            pub fn part(&self) -> &$part {
+                match &self.0.family {
+                    Family::$variant(part) => part,
+                    _ => unreachable!("made of records of its family only"),
+                }
+            }
+
+            pub fn part_mut(&mut self) -> &mut $part {
+                match &mut self.0.family {
+                    Family::$variant(part) => part,
+                    _ => unreachable!("made of records of its family only"),
+                }
+            }
+
+            pub fn into_record(self) -> Record {
+                self.0
+            }
+
+            /// The record, as the store takes it.
+            pub fn as_record(&self) -> &Record {
+                &self.0
+            }
+
+            /// The claim as `asking` makes it (`Record::asked_by`).
+            pub fn asked_by(self, asking: &super::Asking) -> Self {
+                $name(self.0.asked_by(asking))
+            }
         }
-    }
 
-    pub fn part_mut(&mut self) -> &mut EvmPart {
-        match &mut self.0.family {
-            Family::Evm(evm) => evm,
-            Family::Svm(_) => unreachable!("an EvmRecord is made of EVM records only"),
+        /// A record of its family as one; any other record is given back.
+        impl TryFrom<Record> for $name {
+            type Error = Record;
+
+            fn try_from(record: Record) -> Result<Self, Record> {
+                match record.family {
+                    Family::$variant(_) => Ok($name(record)),
+                    _ => Err(record),
+                }
+            }
         }
-    }
 
-    pub fn into_record(self) -> Record {
-        self.0
-    }
+        impl Deref for $name {
+            type Target = Record;
 
-    /// The record, as the store takes it.
-    pub fn as_record(&self) -> &Record {
-        &self.0
-    }
+            fn deref(&self) -> &Record {
+                &self.0
+            }
+        }
 
-    /// The claim as `asking` makes it (`Record::asked_by`).
-    pub fn asked_by(self, asking: &super::Asking) -> EvmRecord {
-        EvmRecord(self.0.asked_by(asking))
-    }
+        impl DerefMut for $name {
+            fn deref_mut(&mut self) -> &mut Record {
+                &mut self.0
+            }
+        }
+    };
 }
 
-/// An EVM record as one; any other record is given back.
-impl TryFrom<Record> for EvmRecord {
-    type Error = Record;
+family_record!(
+    /// A record of an EVM settlement: what the EVM lanes hold.
+    EvmRecord,
+    Evm,
+    EvmPart
+);
 
-    fn try_from(record: Record) -> Result<Self, Record> {
-        match record.family {
-            Family::Evm(_) => Ok(EvmRecord(record)),
-            Family::Svm(_) => Err(record),
-        }
-    }
-}
+family_record!(
+    /// A record of a Solana settlement: what the Solana followers hold.
+    SvmRecord,
+    Svm,
+    SvmPart
+);
 
-impl Deref for EvmRecord {
-    type Target = Record;
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-    fn deref(&self) -> &Record {
-        &self.0
-    }
-}
-
-impl DerefMut for EvmRecord {
-    fn deref_mut(&mut self) -> &mut Record {
-        &mut self.0
+    #[test]
+    fn a_family_record_is_made_of_its_familys_records_only() {
+        let (evm, svm) = (
+            crate::testing::record(1),
+            crate::testing::svm_record("net", 2),
+        );
+        let svm = EvmRecord::try_from(svm).expect_err("a Solana record is no EVM record");
+        let evm = SvmRecord::try_from(evm).expect_err("an EVM record is no Solana record");
+        let evm = EvmRecord::try_from(evm).unwrap();
+        assert_eq!(evm.part().nonce, H256::repeat_byte(1));
+        assert_eq!(evm.key(), evm.as_record().key());
+        let svm = SvmRecord::try_from(svm).unwrap();
+        assert_eq!(svm.part().signature_digest, [2; 32]);
+        assert!(svm.into_record().evm().is_none());
     }
 }
