@@ -28,10 +28,10 @@ pub enum StartError {
     FeePayer(#[from] FeePayerError),
     #[error("{0}")]
     Setup(#[from] SetupError),
-    /// A Solana node of another cluster, or none that answers `getGenesisHash`; or a configured
-    /// mint that would pay the payee less.
+    /// A family's check before serving: e.g. a Solana node of another cluster, or none that
+    /// answers `getGenesisHash`; or a configured mint that would pay the payee less.
     #[error("{0}")]
-    Solana(String),
+    Family(String),
     #[error("chains.{0}.rpc_urls: {1}")]
     Chain(String, String),
     #[error("storage: {0}")]
@@ -50,7 +50,7 @@ impl StartError {
         match self {
             StartError::Signer(_)
             | StartError::FeePayer(_)
-            | StartError::Solana(_)
+            | StartError::Family(_)
             | StartError::Setup(_)
             | StartError::Chain(..)
             | StartError::Keys(_) => 2,
@@ -121,14 +121,7 @@ async fn start_facilitator(
         store.clone(),
         lease,
     )?;
-    facilitator
-        .check_solana_genesis()
-        .await
-        .map_err(StartError::Solana)?;
-    facilitator
-        .check_solana_mints()
-        .await
-        .map_err(StartError::Solana)?;
+    facilitator.check().await.map_err(StartError::Family)?;
     let resumed = facilitator.start().await?;
     if resumed > 0 {
         tracing::info!(resumed, "resumed unfinished settlements");
@@ -209,7 +202,7 @@ async fn shut_down(
         tracing::warn!("grace period over with requests in flight; their settlements are stored and resume on start");
     }
     if let Some(facilitator) = &app.services.facilitator {
-        facilitator.surrender_lanes().await;
+        facilitator.stop().await;
     }
     store.flush().await?;
     tracing::info!("stopped");

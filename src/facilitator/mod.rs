@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 use crate::chain::Chain;
 use crate::config::{ChainSettings, FacilitatorSettings, TransferMethod};
 use crate::evm::{erc3009, permit2};
-use crate::ledger::{EvmRecord, SvmRecord};
+use crate::ledger::EvmRecord;
 use crate::signer::Signer;
 use crate::store::Storage;
 use deny_list::DenyLists;
@@ -59,9 +59,9 @@ pub struct Facilitator {
     /// Served chain ids and their configured network names, when x402 v2 is served.
     v2_networks: Option<BTreeMap<u64, String>>,
     cooldown: Arc<Cooldown>,
-    /// Solana's `exact`, when a Solana network is served.
+    /// Solana's `exact`, when a Solana network is served: its fee payers' funds for `/ready`.
     svm: Option<Arc<svm::SvmExact>>,
-    /// The settlement store, for Solana's settlements (the EVM ones go through `settler`).
+    /// The settlement store, for `/ready`'s probe.
     ledger: Storage,
     /// Which mechanism serves which kind of payment.
     registry: Registry,
@@ -191,40 +191,28 @@ impl Facilitator {
         if let Some(catalogue) = &self.catalogue {
             catalogue.clone().spawn_upkeep();
         }
-        let resumed = self.settler.start().await?;
-        let Some(svm) = &self.svm else {
-            return Ok(resumed);
-        };
-        let unfinished = self.ledger.unfinished().await?;
-        let records = unfinished
-            .into_iter()
-            .filter_map(|r| SvmRecord::try_from(r).ok())
-            .collect();
-        Ok(resumed + svm.resume(&self.ledger, &self.cooldown, records))
+        let mut resumed = 0;
+        for family in self.registry.families() {
+            resumed += family.start().await?;
+        }
+        Ok(resumed)
     }
 
-    /// The clusters only the facilitator reads, by name, with their clients (their upstream
-    /// counts go to `/metrics`): the Solana ones.
+    /// The nodes only the facilitator reads, by name, with their clients (their upstream
+    /// counts go to `/metrics`): each family's own.
     pub fn own_upstreams(&self) -> impl Iterator<Item = (&str, &crate::chain::ChainClient)> {
-        let networks = self.svm.iter().flat_map(|svm| svm.networks());
-        networks.map(|n| (n.chain.name.as_str(), n.chain.client()))
+        self.registry
+            .families()
+            .flat_map(|family| family.upstreams())
     }
 
-    /// Refuses Solana nodes of another cluster (`getGenesisHash`); call before serving.
-    pub async fn check_solana_genesis(&self) -> Result<(), String> {
-        match &self.svm {
-            Some(svm) => svm.check_genesis().await,
-            None => Ok(()),
+    /// What each family must hold before serving (its nodes of the configured networks, its
+    /// assets paying what they say), or the message naming what does not; call before serving.
+    pub async fn check(&self) -> Result<(), String> {
+        for family in self.registry.families() {
+            family.check().await?;
         }
-    }
-
-    /// Refuses configured Solana mints whose extensions change what the payee receives; call
-    /// before serving.
-    pub async fn check_solana_mints(&self) -> Result<(), String> {
-        match &self.svm {
-            Some(svm) => svm.check_mints().await,
-            None => Ok(()),
-        }
+        Ok(())
     }
 
     /// v1's kinds name the configured networks; v2's name them by CAIP-2 id and come with v2's
@@ -280,8 +268,11 @@ impl Facilitator {
         &self.deny_list
     }
 
-    pub async fn surrender_lanes(&self) {
-        self.settler.surrender_lanes().await
+    /// Hands what each family holds (the EVM lanes) over to other instances, at shutdown.
+    pub async fn stop(&self) {
+        for family in self.registry.families() {
+            family.stop().await;
+        }
     }
 
     pub fn lost_settlements(&self) -> u64 {
@@ -397,5 +388,5 @@ fn registry(
         serves_v1: settings.serves_version(1),
         serves_v2: settings.serves_version(2),
     };
-    Registry::new(Arc::new(evm), Arc::new(svm))
+    Registry::new(vec![Arc::new(evm), Arc::new(svm)])
 }

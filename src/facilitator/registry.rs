@@ -10,12 +10,23 @@
 
 use std::sync::Arc;
 
-use super::evm::exact::{self as evm, EvmExact};
+use super::evm::exact as evm;
 use super::mechanism::{Mechanism, Payee, Payment, StatusLookup};
-use super::svm::mechanism::{self as svm, SvmMechanism};
+use super::svm::mechanism as svm;
 
-/// Each family's reading of an API key's `pay_to` entries, tried in this order.
-pub(crate) static PAYEES: &[fn(&str) -> Option<Payee>] = &[evm::payee, svm::payee];
+/// A family as routerd knows it before any is configured: how an API key's `pay_to` entry and
+/// an x402 v1 network name read in its spelling.
+pub struct Declared {
+    /// An API key's `pay_to` entry as this family reads it, if it does.
+    pub payee: fn(&str) -> Option<Payee>,
+    /// This family's namespace for a network name of its own spelling, served or not (its body
+    /// is then read in its shape, and refused by its rules).
+    pub names: fn(&str) -> Option<&'static str>,
+}
+
+/// Every family routerd has, in the order their status routes are named and their readings
+/// tried; the first one's rules refuse a network no family names.
+pub(crate) static FAMILIES: &[Declared] = &[evm::DECLARED, svm::DECLARED];
 
 /// A kind of payment a mechanism serves.
 struct Kind {
@@ -31,23 +42,23 @@ pub struct Registry {
 }
 
 impl Registry {
-    pub fn new(evm: Arc<EvmExact>, svm: Arc<SvmMechanism>) -> Self {
-        let (evm, svm): (Arc<dyn Mechanism>, Arc<dyn Mechanism>) = (evm, svm);
-        let kind = |version, namespace, scheme| Kind {
-            version,
-            namespace,
-            scheme,
-        };
-        Registry {
-            kinds: vec![
-                (kind(1, evm::NAMESPACE, "exact"), evm.clone()),
-                (kind(2, evm::NAMESPACE, "exact"), evm.clone()),
-                (kind(2, evm::NAMESPACE, "upto"), evm.clone()),
-                (kind(1, svm::NAMESPACE, "exact"), svm.clone()),
-                (kind(2, svm::NAMESPACE, "exact"), svm.clone()),
-            ],
-            families: vec![evm, svm],
-        }
+    /// The table of `families`' mechanisms, each serving the kinds it lists, in `FAMILIES`' order.
+    pub fn new(families: Vec<Arc<dyn Mechanism>>) -> Self {
+        let kinds = families
+            .iter()
+            .flat_map(|m| {
+                m.kinds().iter().map(|&(version, scheme)| {
+                    let namespace = m.namespace();
+                    let kind = Kind {
+                        version,
+                        namespace,
+                        scheme,
+                    };
+                    (kind, m.clone())
+                })
+            })
+            .collect();
+        Registry { kinds, families }
     }
 
     /// The mechanism serving a payment of `version` on `network` in `scheme`, as its body names
@@ -158,12 +169,13 @@ pub fn peek(bytes: &[u8]) -> Option<Peek> {
     })
 }
 
-/// The CAIP-2 namespace of a network named by its CAIP-2 id or by its x402 v1 name. A Solana
-/// spelling is Solana's whether or not the cluster is served or known, so that its body is read
-/// in Solana's shape and refused as `invalid_network`, not as a malformed EVM payload.
+/// The CAIP-2 namespace of a network named by its CAIP-2 id or by its x402 v1 name. A name of
+/// a family's spelling (a Solana cluster's) is that family's whether or not the network is
+/// served or known, so that its body is read in that family's shape and refused as
+/// `invalid_network`, not as a malformed payload of another family.
 pub fn namespace_of(network: &str) -> &str {
-    if svm::spells_cluster(network) {
-        return svm::NAMESPACE;
+    if let Some(namespace) = FAMILIES.iter().find_map(|f| (f.names)(network)) {
+        return namespace;
     }
     match network.split_once(':') {
         Some((namespace, _)) => namespace,
