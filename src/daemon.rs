@@ -9,7 +9,6 @@ use crate::chain::Chain;
 use crate::config::{ServerSettings, Settings};
 use crate::facilitator::deny_list::DenyLists;
 use crate::facilitator::evm::LeaseSettings;
-use crate::facilitator::svm::{FeePayerError, FeePayers, SvmExact, SvmNetwork};
 use crate::facilitator::{Facilitator, SettleError, SetupError};
 use crate::router::nonces::NonceBook;
 use crate::router::Router;
@@ -17,15 +16,10 @@ use crate::server::{
     self, App, ClientLimit, ConnectionLimits, Gate, Keys, KeysError, Metrics, Services,
     TrustedProxies,
 };
-use crate::signer::{load_signers, SignerError};
 use crate::store::{self, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("{0}")]
-    Signer(#[from] SignerError),
-    #[error("{0}")]
-    FeePayer(#[from] FeePayerError),
     #[error("{0}")]
     Setup(#[from] SetupError),
     /// A family's check before serving: e.g. a Solana node of another cluster, or none that
@@ -48,9 +42,7 @@ impl StartError {
     /// Configuration problems exit 2, like a bad config file; the rest exit 1.
     pub fn exit_code(&self) -> u8 {
         match self {
-            StartError::Signer(_)
-            | StartError::FeePayer(_)
-            | StartError::Family(_)
+            StartError::Family(_)
             | StartError::Setup(_)
             | StartError::Chain(..)
             | StartError::Keys(_) => 2,
@@ -98,29 +90,11 @@ async fn start_facilitator(
     chains: &BTreeMap<String, Arc<Chain>>,
     store: &store::Storage,
 ) -> Result<Arc<Facilitator>, StartError> {
-    // A facilitator serving only Solana needs no EVM key, and one serving only EVM no
-    // fee payer key.
-    let signers = match f.evm_networks().next() {
-        Some(_) => load_signers(&f.signer_key_file)?
-            .into_iter()
-            .map(Arc::new)
-            .collect(),
-        None => Vec::new(),
-    };
-    let svm = solana(settings, f)?;
     let lease = LeaseSettings {
         holder: settings.storage.instance_id.clone(),
         ttl: Duration::from_secs(settings.storage.lease_ttl_secs),
     };
-    let facilitator = Facilitator::new(
-        f,
-        &settings.chains,
-        chains,
-        signers,
-        svm,
-        store.clone(),
-        lease,
-    )?;
+    let facilitator = Facilitator::configured(settings, f, chains, store.clone(), lease)?;
     facilitator.check().await.map_err(StartError::Family)?;
     let resumed = facilitator.start().await?;
     if resumed > 0 {
@@ -207,21 +181,6 @@ async fn shut_down(
     store.flush().await?;
     tracing::info!("stopped");
     Ok(())
-}
-
-/// Solana's `exact`, when `facilitator.networks` names a Solana network: its clusters and the
-/// fee payer keys.
-fn solana(
-    settings: &Settings,
-    f: &crate::config::FacilitatorSettings,
-) -> Result<Option<SvmExact>, StartError> {
-    if f.solana_networks().is_empty() {
-        return Ok(None);
-    }
-    let fee_payers = FeePayers::load(&f.svm_fee_payer_key_file)?;
-    let networks = SvmNetwork::configured(f, &settings.solana_chains)
-        .map_err(|(name, e)| StartError::Chain(name, e))?;
-    Ok(Some(SvmExact::new(networks, fee_payers)))
 }
 
 /// The chains the router or the facilitator use; others in the file are ignored.

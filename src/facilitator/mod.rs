@@ -24,10 +24,10 @@ use ethers_core::types::Address;
 use tokio::sync::mpsc;
 
 use crate::chain::Chain;
-use crate::config::{ChainSettings, FacilitatorSettings, TransferMethod};
+use crate::config::{ChainSettings, FacilitatorSettings, Settings, TransferMethod};
 use crate::evm::{erc3009, permit2};
 use crate::ledger::EvmRecord;
-use crate::signer::Signer;
+use crate::signer::{load_signers, Signer};
 use crate::store::Storage;
 use deny_list::DenyLists;
 use discovery::Catalogue;
@@ -49,6 +49,12 @@ pub enum SetupError {
     DenyList(#[from] deny_list::DenyListError),
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
+    #[error("{0}")]
+    Signer(#[from] crate::signer::SignerError),
+    #[error("{0}")]
+    FeePayer(#[from] svm::FeePayerError),
+    #[error("chains.{0}.rpc_urls: {1}")]
+    Chain(String, String),
 }
 
 pub struct Facilitator {
@@ -74,6 +80,27 @@ pub struct Facilitator {
 }
 
 impl Facilitator {
+    /// The facilitator `f` configures, each family with its keys: the EVM signers when an EVM
+    /// network is served, Solana's clusters and fee payers when a Solana one is (a facilitator
+    /// serving one family needs no key of the other). `chains` are the connected EVM chains.
+    pub fn configured(
+        settings: &Settings,
+        f: &FacilitatorSettings,
+        chains: &BTreeMap<String, Arc<Chain>>,
+        store: Storage,
+        lease: evm::LeaseSettings,
+    ) -> Result<Self, SetupError> {
+        let signers = match f.evm_networks().next() {
+            Some(_) => load_signers(&f.signer_key_file)?
+                .into_iter()
+                .map(Arc::new)
+                .collect(),
+            None => Vec::new(),
+        };
+        let svm = svm::SvmExact::configured(f, &settings.solana_chains)?;
+        Self::new(f, &settings.chains, chains, signers, svm, store, lease)
+    }
+
     pub fn new(
         settings: &FacilitatorSettings,
         chain_settings: &BTreeMap<String, ChainSettings>,
