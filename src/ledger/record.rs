@@ -91,7 +91,7 @@ pub enum Lost {
     Refused,
     /// It stayed unmined at its fee ceiling; a self-transfer took its nonce.
     PricedOut,
-    /// The only signer that may send it (`Record::sender`) cannot pay for gas: no other signer
+    /// The only signer that may send it (`EvmPart::sender`) cannot pay for gas: no other signer
     /// sends it instead (its transaction would revert).
     SenderUnfunded,
     /// Solana: the block height passed the transaction's `lastValidBlockHeight` and the

@@ -516,7 +516,7 @@ impl Worker {
         Some(record)
     }
 
-    /// A settlement only this signer may send (`Record::sender`, an `upto` witness's
+    /// A settlement only this signer may send (`EvmPart::sender`, an `upto` witness's
     /// facilitator), which cannot pay for gas: another signer's transaction would revert at the
     /// operator's expense, so it fails now, with nothing sent (access.md §2), and its nonce here
     /// is a gap the next settlement or a self-transfer fills once the signer is funded.
