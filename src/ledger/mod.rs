@@ -10,7 +10,7 @@ pub mod record;
 mod stored;
 
 pub use claim::{stored_prefix, EvmTerms, SvmTerms, Terms};
-pub use family::{EvmPart, EvmRecord, Family, SvmPart, SvmRecord, SvmSettlement};
+pub use family::{EvmPart, EvmRecord, SvmPart, SvmRecord, SvmSettlement};
 pub use keys::{Account, LaneId, Payer, PaymentId, PaymentKey, Permit2Nonce, RouterNonceKey};
 pub use reason::Reason;
 pub use record::{
