@@ -52,7 +52,7 @@ fn finished_record(i: u64, now: u64) -> Record {
         calldata: Bytes::from(vec![0u8; 260]),
     });
     record.state = State::Final { inclusion };
-    record.attempts = vec![Attempt {
+    record.evm_mut().expect("an EVM claim").attempts = vec![Attempt {
         signer: Address::repeat_byte(0x44),
         nonce: i,
         hash,

@@ -51,10 +51,11 @@ async fn main() {
     }
     save(&store, &records, batch, &mut peak).await;
     for (i, record) in records.iter_mut().enumerate() {
+        let transaction = record.latest().expect("signed").hash;
         record.included(Inclusion {
             block: 1 + i as u64 / batch as u64,
             block_hash: H256::repeat_byte(1),
-            transaction: record.attempts[0].hash,
+            transaction,
             succeeded: true,
         });
     }

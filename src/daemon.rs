@@ -1,6 +1,6 @@
-//! Wiring: open the store, connect the chains, load the signers (and the receiver authorizer),
-//! check the `batch-settlement` contracts when that scheme is on, resume unfinished settlements,
-//! serve, tell systemd, and shut down cleanly on SIGTERM/SIGINT.
+//! Wiring: open the store, connect the chains, configure the facilitator (its families load
+//! their keys, and the receiver authorizer), check it before serving, resume unfinished
+//! settlements, serve, tell systemd, and shut down cleanly on SIGTERM/SIGINT.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,35 +9,24 @@ use std::time::Duration;
 use crate::chain::Chain;
 use crate::config::{ServerSettings, Settings};
 use crate::facilitator::deny_list::DenyLists;
-use crate::facilitator::evm::{check_batch_contracts, ContractsError, LeaseSettings};
-use crate::facilitator::svm::{FeePayerError, FeePayers, SvmExact, SvmNetwork};
-use crate::facilitator::{Facilitator, FacilitatorKeys, SettleError, SetupError};
+use crate::facilitator::evm::LeaseSettings;
+use crate::facilitator::{Facilitator, SettleError, SetupError};
 use crate::router::nonces::NonceBook;
 use crate::router::Router;
 use crate::server::{
     self, App, ClientLimit, ConnectionLimits, Gate, Keys, KeysError, Metrics, Services,
     TrustedProxies,
 };
-use crate::signer::{load_authorizer, load_signers, AuthorizerError, SignerError};
 use crate::store::{self, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error("{0}")]
-    Signer(#[from] SignerError),
-    #[error("{0}")]
-    Authorizer(#[from] AuthorizerError),
-    #[error("{0}")]
-    FeePayer(#[from] FeePayerError),
-    /// A `batch-settlement` contract without code on a served network.
-    #[error("{0}")]
-    BatchContracts(#[from] ContractsError),
-    #[error("{0}")]
     Setup(#[from] SetupError),
-    /// A Solana node of another cluster, or none that answers `getGenesisHash`; or a configured
-    /// mint that would pay the payee less.
+    /// A family's check before serving: e.g. a Solana node of another cluster, or none that
+    /// answers `getGenesisHash`; or a configured mint that would pay the payee less.
     #[error("{0}")]
-    Solana(String),
+    Family(String),
     #[error("chains.{0}.rpc_urls: {1}")]
     Chain(String, String),
     #[error("storage: {0}")]
@@ -54,11 +43,7 @@ impl StartError {
     /// Configuration problems exit 2, like a bad config file; the rest exit 1.
     pub fn exit_code(&self) -> u8 {
         match self {
-            StartError::Signer(_)
-            | StartError::Authorizer(_)
-            | StartError::FeePayer(_)
-            | StartError::BatchContracts(_)
-            | StartError::Solana(_)
+            StartError::Family(_)
             | StartError::Setup(_)
             | StartError::Chain(..)
             | StartError::Keys(_) => 2,
@@ -106,45 +91,12 @@ async fn start_facilitator(
     chains: &BTreeMap<String, Arc<Chain>>,
     store: &store::Storage,
 ) -> Result<Arc<Facilitator>, StartError> {
-    // A facilitator serving only Solana needs no EVM key, and one serving only EVM no
-    // fee payer key.
-    let signers = match f.evm_networks().next() {
-        Some(_) => load_signers(&f.signer_key_file)?
-            .into_iter()
-            .map(Arc::new)
-            .collect(),
-        None => Vec::new(),
-    };
-    // Not a signer: it signs authorizations, never a transaction, and gets no lane.
-    let receiver_authorizer = load_authorizer(&f.receiver_authorizer_key_file)?;
-    let svm = solana(settings, f)?;
-    if f.batch_settlement {
-        check_batch_contracts(f.evm_networks().map(|name| &chains[name])).await?;
-    }
     let lease = LeaseSettings {
         holder: settings.storage.instance_id.clone(),
         ttl: Duration::from_secs(settings.storage.lease_ttl_secs),
     };
-    let facilitator = Facilitator::new(
-        f,
-        &settings.chains,
-        chains,
-        FacilitatorKeys {
-            signers,
-            receiver_authorizer,
-        },
-        svm,
-        store.clone(),
-        lease,
-    )?;
-    facilitator
-        .check_solana_genesis()
-        .await
-        .map_err(StartError::Solana)?;
-    facilitator
-        .check_solana_mints()
-        .await
-        .map_err(StartError::Solana)?;
+    let facilitator = Facilitator::configured(settings, f, chains, store.clone(), lease)?;
+    facilitator.check().await.map_err(StartError::Family)?;
     let resumed = facilitator.start().await?;
     if resumed > 0 {
         tracing::info!(resumed, "resumed unfinished settlements");
@@ -225,26 +177,11 @@ async fn shut_down(
         tracing::warn!("grace period over with requests in flight; their settlements are stored and resume on start");
     }
     if let Some(facilitator) = &app.services.facilitator {
-        facilitator.surrender_lanes().await;
+        facilitator.stop().await;
     }
     store.flush().await?;
     tracing::info!("stopped");
     Ok(())
-}
-
-/// Solana's `exact`, when `facilitator.networks` names a Solana network: its clusters and the
-/// fee payer keys.
-fn solana(
-    settings: &Settings,
-    f: &crate::config::FacilitatorSettings,
-) -> Result<Option<SvmExact>, StartError> {
-    if f.solana_networks().is_empty() {
-        return Ok(None);
-    }
-    let fee_payers = FeePayers::load(&f.svm_fee_payer_key_file)?;
-    let networks = SvmNetwork::configured(f, &settings.solana_chains)
-        .map_err(|(name, e)| StartError::Chain(name, e))?;
-    Ok(Some(SvmExact::new(networks, fee_payers)))
 }
 
 /// The chains the router or the facilitator use; others in the file are ignored.

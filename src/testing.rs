@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use ethers_core::types::{Address, Bytes, H256, U256};
 
 use crate::evm::TxFees;
-use crate::ledger::{Attempt, EvmTerms, Record, SvmSettlement, Terms};
+use crate::ledger::{Attempt, EvmTerms, Record, SvmSettlement, SvmTerms, Terms};
 
 /// anvil's first development account: a key published with anvil (and hardhat), never used
 /// for value. Tests that need a signer use it; no real signer key is ever written in code.
@@ -54,6 +54,25 @@ pub fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("routerd-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     dir
+}
+
+/// A claimed Solana payment of 1000 on `network` settling [`svm_settlement`], its key's digest
+/// told apart by `digest`; its mint and source token account are all 0x11 and all 0x22 (so its
+/// exposure counts against the account `network|0x11…11|0x22…22`).
+pub fn svm_record(network: &str, digest: u8) -> Record {
+    let terms = SvmTerms {
+        signature_digest: [digest; 32],
+        mint: solana_pubkey::Pubkey::new_from_array([0x11; 32]),
+        source: solana_pubkey::Pubkey::new_from_array([0x22; 32]),
+        settlement: svm_settlement(),
+    };
+    let digest = H256::repeat_byte(0xd0);
+    Record::new(
+        network.to_string(),
+        U256::from(1000),
+        digest,
+        Terms::Svm(terms),
+    )
 }
 
 /// A Solana settlement of 1000 by a made-up signature and wire transaction (not decodable: the

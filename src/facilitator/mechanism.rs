@@ -10,11 +10,15 @@ use std::pin::Pin;
 use super::outcome::SettleError;
 use super::protocol::v1::{SettleResponse, VerifyResponse};
 use super::types::SupportedKind;
+use crate::chain::ChainClient;
 use crate::ledger::Asking;
 use crate::store::StoreError;
 
 /// An answer to come, boxed: a request holds only its own mechanism's state while it waits.
 pub type Answer<'a, T> = Pin<Box<dyn Future<Output = Result<T, SettleError>> + Send + 'a>>;
+
+/// Work to come, boxed (a family's start, check or stop).
+pub type Later<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A payTo as its family reads it: the CAIP-2 namespace of the family and the key's bytes (an
 /// EVM address's 20, a Solana public key's 32). API keys are scoped to these.
@@ -28,7 +32,8 @@ impl Payee {
     /// A payTo as an API key's `pay_to` writes it, in the first family that reads it (the
     /// families' spellings never overlap).
     pub fn parse(text: &str) -> Option<Self> {
-        super::registry::PAYEES.iter().find_map(|read| read(text))
+        let families = super::registry::FAMILIES;
+        families.iter().find_map(|family| (family.payee)(text))
     }
 }
 
@@ -66,8 +71,30 @@ pub struct Found {
     pub state: String,
 }
 
-/// A family's mechanism: it reads the kinds the registry gives it and answers their status.
+/// A family's mechanism: it reads the kinds the registry gives it and answers their status, and
+/// starts, checks and stops its own settlements' machinery.
 pub trait Mechanism: Send + Sync {
+    /// The CAIP-2 namespace of its networks.
+    fn namespace(&self) -> &'static str;
+    /// What it serves there, as (x402 version, scheme): the registry's rows.
+    fn kinds(&self) -> &'static [(u64, &'static str)];
+    /// What must hold before serving (its nodes are of the configured networks, its assets pay
+    /// what they say), or the message naming what does not.
+    fn check(&self) -> Later<'_, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+    /// Picks up its settlements a previous run left unfinished and starts what follows them;
+    /// answers how many. Call before serving.
+    fn start(&self) -> Answer<'_, usize>;
+    /// Hands what it holds over to other instances, at shutdown.
+    fn stop(&self) -> Later<'_, ()> {
+        Box::pin(async {})
+    }
+    /// The nodes only it reads (not the configured chains'), by name, with their clients: their
+    /// upstream counts go to `/metrics`.
+    fn upstreams(&self) -> Vec<(&str, &ChainClient)> {
+        Vec::new()
+    }
     /// The body straight into the wire type of `version` without building a JSON tree first,
     /// or `None` to read it the checked way (which reads it the same, and names the field of a
     /// failure).

@@ -24,10 +24,10 @@ use ethers_core::types::Address;
 use tokio::sync::mpsc;
 
 use crate::chain::Chain;
-use crate::config::{ChainSettings, FacilitatorSettings, TransferMethod};
+use crate::config::{ChainSettings, FacilitatorSettings, Settings, TransferMethod};
 use crate::evm::{erc3009, permit2};
-use crate::ledger::Record;
-use crate::signer::{Authorizer, Signer};
+use crate::ledger::EvmRecord;
+use crate::signer::{load_authorizer, load_signers, Authorizer, Signer};
 use crate::store::Storage;
 use deny_list::DenyLists;
 use discovery::Catalogue;
@@ -35,6 +35,7 @@ use evm::exact::EvmExact;
 use evm::request::TokenInfo;
 use evm::verify::{Network, Verifier};
 pub use evm::{Lane, LaneSettings};
+use mechanism::Mechanism;
 pub use mechanism::{Payee, Payment, StatusLookup};
 pub use outcome::SettleError;
 use protocol::v2;
@@ -49,6 +50,14 @@ pub enum SetupError {
     DenyList(#[from] deny_list::DenyListError),
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
+    #[error("{0}")]
+    Signer(#[from] crate::signer::SignerError),
+    #[error("{0}")]
+    FeePayer(#[from] svm::FeePayerError),
+    #[error("chains.{0}.rpc_urls: {1}")]
+    Chain(String, String),
+    #[error("{0}")]
+    Authorizer(#[from] crate::signer::AuthorizerError),
 }
 
 /// The keys the daemon loaded for the facilitator: the signers, each sending transactions from
@@ -67,9 +76,9 @@ pub struct Facilitator {
     /// Served chain ids and their configured network names, when x402 v2 is served.
     v2_networks: Option<BTreeMap<u64, String>>,
     cooldown: Arc<Cooldown>,
-    /// Solana's `exact`, when a Solana network is served.
+    /// Solana's `exact`, when a Solana network is served: its fee payers' funds for `/ready`.
     svm: Option<Arc<svm::SvmExact>>,
-    /// The settlement store, for Solana's settlements (the EVM ones go through `settler`).
+    /// The settlement store, for `/ready`'s probe.
     ledger: Storage,
     /// Which mechanism serves which kind of payment.
     registry: Registry,
@@ -84,6 +93,33 @@ pub struct Facilitator {
 }
 
 impl Facilitator {
+    /// The facilitator `f` configures, each family with its keys: the EVM signers when an EVM
+    /// network is served, Solana's clusters and fee payers when a Solana one is (a facilitator
+    /// serving one family needs no key of the other). `chains` are the connected EVM chains.
+    pub fn configured(
+        settings: &Settings,
+        f: &FacilitatorSettings,
+        chains: &BTreeMap<String, Arc<Chain>>,
+        store: Storage,
+        lease: evm::LeaseSettings,
+    ) -> Result<Self, SetupError> {
+        let signers = match f.evm_networks().next() {
+            Some(_) => load_signers(&f.signer_key_file)?
+                .into_iter()
+                .map(Arc::new)
+                .collect(),
+            None => Vec::new(),
+        };
+        // Not a signer: it signs authorizations, never a transaction, and gets no lane.
+        let receiver_authorizer = load_authorizer(&f.receiver_authorizer_key_file)?;
+        let keys = FacilitatorKeys {
+            signers,
+            receiver_authorizer,
+        };
+        let svm = svm::SvmExact::configured(f, &settings.solana_chains)?;
+        Self::new(f, &settings.chains, chains, keys, svm, store, lease)
+    }
+
     pub fn new(
         settings: &FacilitatorSettings,
         chain_settings: &BTreeMap<String, ChainSettings>,
@@ -208,37 +244,29 @@ impl Facilitator {
         if let Some(catalogue) = &self.catalogue {
             catalogue.clone().spawn_upkeep();
         }
-        let resumed = self.settler.start().await?;
-        let Some(svm) = &self.svm else {
-            return Ok(resumed);
-        };
-        let unfinished = self.ledger.unfinished().await?;
-        let records = unfinished.into_iter().filter(|r| r.svm.is_some()).collect();
-        Ok(resumed + svm.resume(&self.ledger, &self.cooldown, records))
+        let mut resumed = 0;
+        for mechanism in self.registry.mechanisms() {
+            resumed += mechanism.start().await?;
+        }
+        Ok(resumed)
     }
 
-    /// The clusters only the facilitator reads, by name, with their clients (their upstream
-    /// counts go to `/metrics`): the Solana ones.
+    /// The nodes only the facilitator reads, by name, with their clients (their upstream
+    /// counts go to `/metrics`): each family's own.
     pub fn own_upstreams(&self) -> impl Iterator<Item = (&str, &crate::chain::ChainClient)> {
-        let networks = self.svm.iter().flat_map(|svm| svm.networks());
-        networks.map(|n| (n.chain.name.as_str(), n.chain.client()))
+        self.registry
+            .families()
+            .flat_map(|family| family.upstreams())
     }
 
-    /// Refuses Solana nodes of another cluster (`getGenesisHash`); call before serving.
-    pub async fn check_solana_genesis(&self) -> Result<(), String> {
-        match &self.svm {
-            Some(svm) => svm.check_genesis().await,
-            None => Ok(()),
-        }
-    }
-
-    /// Refuses configured Solana mints whose extensions change what the payee receives; call
+    /// What each mechanism must hold before serving (its nodes of the configured networks, its
+    /// assets paying what they say, its contracts), or the message naming what does not; call
     /// before serving.
-    pub async fn check_solana_mints(&self) -> Result<(), String> {
-        match &self.svm {
-            Some(svm) => svm.check_mints().await,
-            None => Ok(()),
+    pub async fn check(&self) -> Result<(), String> {
+        for mechanism in self.registry.mechanisms() {
+            mechanism.check().await?;
         }
+        Ok(())
     }
 
     /// v1's kinds name the configured networks; v2's name them by CAIP-2 id and come with v2's
@@ -270,7 +298,7 @@ impl Facilitator {
     /// the catalogue is on.
     fn extensions(&self) -> Vec<&'static str> {
         let mut extensions = vec![v2::PAYMENT_IDENTIFIER];
-        extensions.extend(self.registry.families().flat_map(|m| m.extensions()));
+        extensions.extend(self.registry.mechanisms().flat_map(|m| m.extensions()));
         extensions.extend(
             self.catalogue
                 .is_some()
@@ -299,8 +327,11 @@ impl Facilitator {
         &self.deny_list
     }
 
-    pub async fn surrender_lanes(&self) {
-        self.settler.surrender_lanes().await
+    /// Hands what each mechanism holds (the EVM lanes) over to other instances, at shutdown.
+    pub async fn stop(&self) {
+        for mechanism in self.registry.mechanisms() {
+            mechanism.stop().await;
+        }
     }
 
     pub fn lost_settlements(&self) -> u64 {
@@ -332,7 +363,7 @@ impl Facilitator {
 }
 
 /// A lane, and the queue its worker takes settlements from.
-type LaneQueue = (Arc<Lane>, mpsc::Receiver<Record>);
+type LaneQueue = (Arc<Lane>, mpsc::Receiver<EvmRecord>);
 
 /// The served EVM networks, and a lane per signer on each.
 fn evm_networks(
@@ -426,5 +457,9 @@ fn registry(
         serves_v1: settings.serves_version(1),
         serves_v2: settings.serves_version(2),
     };
-    Registry::new(Arc::new(evm), batch.map(Arc::new), Arc::new(svm))
+    let schemes = batch.map(|b| -> Arc<dyn Mechanism> { Arc::new(b) });
+    Registry::new(
+        vec![Arc::new(evm), Arc::new(svm)],
+        schemes.into_iter().collect(),
+    )
 }

@@ -2,20 +2,31 @@
 //! namespace, scheme), looked up once per request. A new scheme or family is its rooms and a
 //! line here.
 //!
-//! A network names its namespace: a CAIP-2 id by its prefix, an x402 v1 name by the family the
-//! configuration knows its chain by (`config::solana_preset`). A kind no mechanism serves goes to
-//! its namespace's mechanism, whose rules refuse its version or scheme in that family's words, and
-//! a network of no served namespace to the first family's, as unserved.
+//! A network names its namespace: a name of a family's own spelling (a Solana cluster's, served
+//! or not) that family's, another CAIP-2 id by its prefix, another x402 v1 name the first
+//! family's. A kind no mechanism serves goes to its namespace's mechanism, whose rules refuse its
+//! network, version or scheme in that family's words (`invalid_network` for a cluster not
+//! served), and a network of no served namespace to the first family's, as unserved.
 
 use std::sync::Arc;
 
-use super::evm::batch::{self, EvmBatch};
-use super::evm::exact::{self as evm, EvmExact};
+use super::evm::exact as evm;
 use super::mechanism::{Mechanism, Payee, Payment, StatusLookup};
-use super::svm::mechanism::{self as svm, SvmMechanism};
+use super::svm::mechanism as svm;
 
-/// Each family's reading of an API key's `pay_to` entries, tried in this order.
-pub(crate) static PAYEES: &[fn(&str) -> Option<Payee>] = &[evm::payee, svm::payee];
+/// A family as routerd knows it before any is configured: how an API key's `pay_to` entry and
+/// an x402 v1 network name read in its spelling.
+pub struct Declared {
+    /// An API key's `pay_to` entry as this family reads it, if it does.
+    pub payee: fn(&str) -> Option<Payee>,
+    /// This family's namespace for a network name of its own spelling, served or not (its body
+    /// is then read in its shape, and refused by its rules).
+    pub names: fn(&str) -> Option<&'static str>,
+}
+
+/// Every family routerd has, in the order their status routes are named and their readings
+/// tried; the first one's rules refuse a network no family names.
+pub(crate) static FAMILIES: &[Declared] = &[evm::DECLARED, svm::DECLARED];
 
 /// A kind of payment a mechanism serves.
 struct Kind {
@@ -28,38 +39,34 @@ pub struct Registry {
     kinds: Vec<(Kind, Arc<dyn Mechanism>)>,
     /// One mechanism per family, in the order their status routes are named.
     families: Vec<Arc<dyn Mechanism>>,
-    /// Every mechanism once, in the order `/supported` lists their kinds.
+    /// Every mechanism once: the families', then the schemes served beside them.
     mechanisms: Vec<Arc<dyn Mechanism>>,
 }
 
 impl Registry {
-    pub fn new(evm: Arc<EvmExact>, batch: Option<Arc<EvmBatch>>, svm: Arc<SvmMechanism>) -> Self {
-        let (evm, svm): (Arc<dyn Mechanism>, Arc<dyn Mechanism>) = (evm, svm);
-        let batch = batch.map(|b| -> Arc<dyn Mechanism> { b });
-        let kind = |version, namespace, scheme| Kind {
-            version,
-            namespace,
-            scheme,
-        };
-        let mut kinds = vec![
-            (kind(1, evm::NAMESPACE, "exact"), evm.clone()),
-            (kind(2, evm::NAMESPACE, "exact"), evm.clone()),
-            (kind(2, evm::NAMESPACE, "upto"), evm.clone()),
-            (kind(1, svm::NAMESPACE, "exact"), svm.clone()),
-            (kind(2, svm::NAMESPACE, "exact"), svm.clone()),
-        ];
-        kinds.extend(
-            batch
-                .clone()
-                .map(|b| (kind(2, evm::NAMESPACE, batch::SCHEME), b)),
-        );
+    /// The table of `families`' mechanisms, in `FAMILIES`' order, and of `schemes` (mechanisms of
+    /// a family's further schemes, found by their family's status route), each serving the
+    /// kinds it lists.
+    pub fn new(families: Vec<Arc<dyn Mechanism>>, schemes: Vec<Arc<dyn Mechanism>>) -> Self {
+        let mechanisms: Vec<_> = families.iter().chain(&schemes).cloned().collect();
+        let kinds = mechanisms
+            .iter()
+            .flat_map(|m| {
+                m.kinds().iter().map(|&(version, scheme)| {
+                    let namespace = m.namespace();
+                    let kind = Kind {
+                        version,
+                        namespace,
+                        scheme,
+                    };
+                    (kind, m.clone())
+                })
+            })
+            .collect();
         Registry {
             kinds,
-            families: vec![evm.clone(), svm.clone()],
-            mechanisms: [Some(evm), Some(svm), batch]
-                .into_iter()
-                .flatten()
-                .collect(),
+            families,
+            mechanisms,
         }
     }
 
@@ -88,7 +95,8 @@ impl Registry {
         self.families.iter().map(|m| m.as_ref())
     }
 
-    /// Every mechanism, once: each lists its own kinds in `/supported`.
+    /// Every mechanism, once: each lists its own kinds in `/supported`, and starts, checks and
+    /// stops its own machinery.
     pub fn mechanisms(&self) -> impl Iterator<Item = &dyn Mechanism> {
         self.mechanisms.iter().map(|m| m.as_ref())
     }
@@ -176,11 +184,16 @@ pub fn peek(bytes: &[u8]) -> Option<Peek> {
     })
 }
 
-/// The CAIP-2 namespace of a network named by its CAIP-2 id or by its x402 v1 name.
+/// The CAIP-2 namespace of a network named by its CAIP-2 id or by its x402 v1 name. A name of
+/// a family's spelling (a Solana cluster's) is that family's whether or not the network is
+/// served or known, so that its body is read in that family's shape and refused as
+/// `invalid_network`, not as a malformed payload of another family.
 pub fn namespace_of(network: &str) -> &str {
+    if let Some(namespace) = FAMILIES.iter().find_map(|f| (f.names)(network)) {
+        return namespace;
+    }
     match network.split_once(':') {
         Some((namespace, _)) => namespace,
-        None if crate::config::solana_preset(network).is_some() => svm::NAMESPACE,
         None => evm::NAMESPACE,
     }
 }
@@ -220,12 +233,14 @@ mod tests {
             namespace_of("solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1"),
             svm::NAMESPACE
         );
-        // v1's names of the clusters the configuration knows, served or not
+        // v1's names of Solana's spelling, known, served or not: Solana's rules refuse an
+        // unserved one as `invalid_network`
         assert_eq!(namespace_of("solana-devnet"), svm::NAMESPACE);
         assert_eq!(namespace_of("solana"), svm::NAMESPACE);
-        // a v1 name no configuration knows is not told apart by its spelling: the first
-        // family's rules refuse it as unserved
-        assert_eq!(namespace_of("solana-testnet"), evm::NAMESPACE);
+        assert_eq!(namespace_of("solana-testnet"), svm::NAMESPACE);
+        assert_eq!(namespace_of("solana-x:y"), svm::NAMESPACE);
+        // other names are not Solana's: the first family's rules refuse them as unserved
+        assert_eq!(namespace_of("solanas"), evm::NAMESPACE);
         assert_eq!(namespace_of("cosmos:hub"), "cosmos");
     }
 

@@ -1,13 +1,12 @@
-//! How a record begins: one constructor for every family's claim, so that a stored record's
-//! fields are filled in one place. A Solana record keeps, in the fields an EVM one stores its
-//! token and payer in, what earlier releases wrote there (the first 20 bytes of its mint and of
-//! its source token account; zeros and empties in the rest): records of either release read the
-//! same, and their account keys stay those the stores index them by.
+//! How a record begins: one constructor for every family's claim, so that a record's fields are
+//! filled in one place. How each family's record is stored is `stored`'s.
 
 use ethers_core::types::{Address, Bytes, H256, U256};
 use solana_pubkey::Pubkey;
 
-use super::record::{Asking, Record, State, SvmSettlement, TransferMethod};
+use super::family::{EvmPart, EvmRecord, Family, SvmPart, SvmRecord, SvmSettlement};
+use super::keys::Account;
+use super::record::{Asking, Record, State, TransferMethod};
 
 /// What an EVM claim settles: the authorization's terms and the transaction that carries them.
 #[derive(Debug, Clone)]
@@ -52,48 +51,38 @@ impl Record {
     /// A claim of `value` on `network`: nothing signed or sent yet, nothing answered. `digest`
     /// is what only the same payment carries (the EIP-712 digest; a Solana message's hash).
     pub fn new(network: String, value: U256, digest: H256, terms: Terms) -> Record {
-        let (evm, svm) = match terms {
-            Terms::Evm(evm) => (evm, None),
-            Terms::Svm(svm) => (
-                EvmTerms {
-                    token: stored_prefix(&svm.mint),
-                    payer: stored_prefix(&svm.source),
-                    pay_to: Address::zero(),
-                    nonce: H256(svm.signature_digest),
-                    valid_before: 0,
-                    method: TransferMethod::default(),
-                    approves_permit2: false,
-                    via: None,
-                    sender: None,
-                    calldata: Bytes::new(),
-                    gas_limit: 0,
-                },
-                Some(svm.settlement),
-            ),
+        let family = match terms {
+            Terms::Evm(evm) => Family::Evm(EvmPart {
+                token: evm.token,
+                payer: evm.payer,
+                pay_to: evm.pay_to,
+                nonce: evm.nonce,
+                valid_before: evm.valid_before,
+                method: evm.method,
+                approves_permit2: evm.approves_permit2,
+                via: evm.via,
+                sender: evm.sender,
+                calldata: evm.calldata,
+                gas_limit: evm.gas_limit,
+                attempts: Vec::new(),
+            }),
+            Terms::Svm(svm) => Family::Svm(SvmPart {
+                signature_digest: svm.signature_digest,
+                exposed: Account::svm(&network, &svm.mint, &svm.source),
+                settlement: svm.settlement,
+            }),
         };
         Record {
             network,
-            token: evm.token,
-            payer: evm.payer,
-            pay_to: evm.pay_to,
             value,
-            nonce: evm.nonce,
-            valid_before: evm.valid_before,
             digest,
-            method: evm.method,
-            approves_permit2: evm.approves_permit2,
-            via: evm.via,
-            sender: evm.sender,
-            calldata: evm.calldata,
-            gas_limit: evm.gas_limit,
             request: None,
             payment_id: None,
             state: State::Claimed,
-            attempts: Vec::new(),
             outcome: None,
             lost: false,
             finished_at: None,
-            svm,
+            family,
         }
     }
 
@@ -102,6 +91,20 @@ impl Record {
         self.request = asking.tag.clone();
         self.payment_id = asking.payment_id.clone();
         self
+    }
+}
+
+impl EvmRecord {
+    /// An EVM claim: [`Record::new`] of EVM terms, as the EVM lanes hold it.
+    pub fn new(network: String, value: U256, digest: H256, terms: EvmTerms) -> EvmRecord {
+        EvmRecord(Record::new(network, value, digest, Terms::Evm(terms)))
+    }
+}
+
+impl SvmRecord {
+    /// A Solana claim: [`Record::new`] of Solana terms, as the Solana followers hold it.
+    pub fn new(network: String, value: U256, digest: H256, terms: SvmTerms) -> SvmRecord {
+        SvmRecord(Record::new(network, value, digest, Terms::Svm(terms)))
     }
 }
 
@@ -162,7 +165,7 @@ mod tests {
         );
         assert_eq!(read.paid_by(), None, "the fixture's authority is not a key");
         let mut paid = read;
-        paid.svm.as_mut().unwrap().payer = source.to_string();
+        paid.svm_mut().unwrap().settlement.payer = source.to_string();
         assert_eq!(paid.paid_by(), Some(Payer::Svm(source)));
     }
 }

@@ -3,14 +3,17 @@
 //! facilitator drives it, and neither is known here.
 
 mod claim;
+mod family;
 pub mod keys;
 mod reason;
 pub mod record;
+mod stored;
 
 pub use claim::{stored_prefix, EvmTerms, SvmTerms, Terms};
+pub use family::{EvmPart, EvmRecord, SvmPart, SvmRecord, SvmSettlement};
 pub use keys::{Account, LaneId, Payer, PaymentId, PaymentKey, Permit2Nonce, RouterNonceKey};
 pub use reason::Reason;
 pub use record::{
-    depth, Asking, Attempt, Inclusion, Lost, Outcome, Pass, Record, RequestTag, State,
-    SvmSettlement, TagKind, TransferMethod,
+    depth, Asking, Attempt, Inclusion, Lost, Outcome, Pass, Record, RequestTag, State, TagKind,
+    TransferMethod,
 };

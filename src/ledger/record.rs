@@ -10,6 +10,7 @@
 use ethers_core::types::{Address, Bytes, H256, U256};
 use serde::{Deserialize, Serialize};
 
+use super::family::{EvmPart, Family, SvmPart};
 use super::keys::{Account, Payer, PaymentKey, Permit2Nonce};
 use super::Reason;
 use crate::primitives::TxFees;
@@ -93,7 +94,7 @@ pub enum Lost {
     Refused,
     /// It stayed unmined at its fee ceiling; a self-transfer took its nonce.
     PricedOut,
-    /// The only signer that may send it (`Record::sender`) cannot pay for gas: no other signer
+    /// The only signer that may send it (`EvmPart::sender`) cannot pay for gas: no other signer
     /// sends it instead (its transaction would revert).
     SenderUnfunded,
     /// Solana: the block height passed the transaction's `lastValidBlockHeight` and the
@@ -232,121 +233,99 @@ pub enum TransferMethod {
 }
 
 impl TransferMethod {
-    fn is_eip3009(&self) -> bool {
+    pub(super) fn is_eip3009(&self) -> bool {
         *self == TransferMethod::Eip3009
     }
 }
 
-/// The settled authorization and its requirements, and everything the settlement went through.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// A settlement: what every family's shares (its network, value, digest, who asked, where it
+/// stands and what was answered) and what it holds in its family's terms. It is stored in the
+/// flat layout earlier releases wrote (`stored`).
+#[derive(Debug, Clone)]
 pub struct Record {
     pub network: String,
-    pub token: Address,
-    pub payer: Address,
-    pub pay_to: Address,
     pub value: U256,
-    pub nonce: H256,
-    pub valid_before: u64,
-    /// The EIP-712 digest settled: only the same authorization is told the outcome.
+    /// What only the same payment carries: the EIP-712 digest settled, a Solana message's
+    /// hash. Only the same payment is told the outcome.
     pub digest: H256,
-    /// How the funds move; records from before Permit2 read as ERC-3009.
-    #[serde(default, skip_serializing_if = "TransferMethod::is_eip3009")]
-    pub method: TransferMethod,
-    /// A Permit2 settlement that first submits the payer's EIP-2612 permit approving Permit2
-    /// (`settleWithPermit`): that permit spends the token's permit nonce and sets the allowance.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub approves_permit2: bool,
-    /// The contract the settlement transaction calls when it is not the token: Multicall3, when
-    /// the payer's wallet is deployed in the same transaction (ERC-6492).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub via: Option<Address>,
-    /// The only signer that may send it: an `upto` witness's facilitator (x402's upto proxy
-    /// takes the transaction from nobody else). `None`: any signer of the network.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sender: Option<Address>,
-    /// The settlement transaction's calldata (`transferWithAuthorization`, or Multicall3's
-    /// `aggregate3` around it), kept so the settlement can be re-signed.
-    pub calldata: Bytes,
-    pub gas_limit: u64,
     /// The claiming request's tag, when it carried one: a header's retries get its answer.
-    #[serde(default)]
     pub request: Option<RequestTag>,
     /// The payer's x402 v2 `payment-identifier` id, when its payload carried one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payment_id: Option<String>,
     pub state: State,
-    pub attempts: Vec<Attempt>,
     pub outcome: Option<Outcome>,
     /// A success was answered and the settlement can no longer land: money owed to a merchant.
     pub lost: bool,
     /// Unix time of the terminal state, for pruning.
     pub finished_at: Option<u64>,
-    /// A Solana payment's transaction (svm.md §4); `None` for an EVM one, as every record of
-    /// earlier releases reads. Its key is `PaymentId::Svm` (network and `nonce`); `token` and
-    /// `payer` hold the first 20 bytes of its mint and source token account, as earlier releases
-    /// stored them (`Record::new`): the account its exposure counts against.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub svm: Option<SvmSettlement>,
-}
-
-/// A Solana settlement: one transaction, signed by routerd's fee payer and stored with the claim
-/// (the write-ahead), before it is ever sent. Keys and signatures are base58, as Solana writes them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SvmSettlement {
-    /// The transaction id: the fee payer's signature.
-    pub signature: String,
-    /// The signed wire transaction, base64: sent again, byte for byte, while it may land.
-    pub transaction: String,
-    /// An upper bound of its blockhash's `lastValidBlockHeight` (the cluster's latest blockhash's
-    /// when it was claimed): past it with the signature unknown, it can never land.
-    pub last_valid_block_height: u64,
-    /// The transfer's authority.
-    pub payer: String,
-    pub pay_to: String,
-    pub mint: String,
-    pub amount: u64,
-    /// The error the transaction failed with on chain, as the node wrote it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    /// Set by the ledger alone (`Record::new`, `stored`): outside it, read through `evm`/`svm`.
+    pub(super) family: Family,
 }
 
 impl Record {
     pub fn key(&self) -> PaymentKey {
-        if self.svm.is_some() {
-            return PaymentKey::svm(&self.network, self.nonce.0);
+        match &self.family {
+            Family::Evm(evm) => {
+                PaymentKey::evm(self.network.clone(), evm.token, evm.payer, evm.nonce)
+            }
+            Family::Svm(svm) => PaymentKey::svm(&self.network, svm.signature_digest),
         }
-        PaymentKey::evm(self.network.clone(), self.token, self.payer, self.nonce)
+    }
+
+    /// The EVM settlement, for an EVM record.
+    pub fn evm(&self) -> Option<&EvmPart> {
+        match &self.family {
+            Family::Evm(evm) => Some(evm),
+            Family::Svm(_) => None,
+        }
+    }
+
+    pub fn evm_mut(&mut self) -> Option<&mut EvmPart> {
+        match &mut self.family {
+            Family::Evm(evm) => Some(evm),
+            Family::Svm(_) => None,
+        }
+    }
+
+    /// The Solana settlement, for a Solana record.
+    pub fn svm(&self) -> Option<&SvmPart> {
+        match &self.family {
+            Family::Svm(svm) => Some(svm),
+            Family::Evm(_) => None,
+        }
+    }
+
+    pub fn svm_mut(&mut self) -> Option<&mut SvmPart> {
+        match &mut self.family {
+            Family::Svm(svm) => Some(svm),
+            Family::Evm(_) => None,
+        }
     }
 
     /// Who pays: the authorization's signer, or the Solana transfer's authority. `None` for a
     /// Solana record whose authority does not read as a key (no record routerd wrote).
     pub fn paid_by(&self) -> Option<Payer> {
-        match &self.svm {
-            None => Some(Payer::Evm(self.payer)),
-            Some(svm) => svm.payer.parse().ok().map(Payer::Svm),
+        match &self.family {
+            Family::Evm(evm) => Some(Payer::Evm(evm.payer)),
+            Family::Svm(svm) => svm.settlement.payer.parse().ok().map(Payer::Svm),
         }
     }
 
-    /// Where the settlement transaction goes.
-    pub fn call_target(&self) -> Address {
-        self.via.unwrap_or(self.token)
-    }
-
+    /// The account its exposure counts against.
     pub fn account(&self) -> Account {
-        Account {
-            network: self.network.clone(),
-            asset: self.token,
-            payer: self.payer,
+        match &self.family {
+            Family::Evm(evm) => Account {
+                network: self.network.clone(),
+                asset: evm.token,
+                payer: evm.payer,
+            },
+            Family::Svm(svm) => svm.exposed.clone(),
         }
     }
 
     /// The Permit2 nonce it spends, for a Permit2 settlement.
     pub fn permit2_nonce(&self) -> Option<Permit2Nonce> {
-        (self.method == TransferMethod::Permit2).then(|| Permit2Nonce {
-            network: self.network.clone(),
-            owner: self.payer,
-            nonce: self.nonce,
-        })
+        self.evm()?.permit2_nonce(&self.network)
     }
 
     /// Whether its value may still leave the payer's balance and is not yet answered: such
@@ -356,24 +335,25 @@ impl Record {
         self.outcome.is_none() && !self.state.is_terminal()
     }
 
+    /// Its latest signed transaction (an EVM settlement's; a Solana one is signed at its claim).
     pub fn latest(&self) -> Option<&Attempt> {
-        self.attempts.last()
+        self.evm()?.latest()
     }
 
     /// The attempts at the nonce the settlement occupies now: one of them can still be mined.
     pub fn live_attempts(&self) -> impl Iterator<Item = &Attempt> {
-        let nonce = self.state.nonce();
-        let signer = self.latest().map(|a| a.signer);
-        self.attempts
-            .iter()
-            .filter(move |a| Some(a.nonce) == nonce && Some(a.signer) == signer)
+        let attempts = self.evm().map(|evm| evm.live_attempts(&self.state));
+        attempts.into_iter().flatten()
     }
 
+    /// An EVM settlement signed `attempt`, at its nonce; a Solana record is never re-signed.
     pub fn signed(&mut self, attempt: Attempt) {
-        self.state = State::Signed {
-            nonce: attempt.nonce,
+        let Some(evm) = self.evm_mut() else {
+            return;
         };
-        self.attempts.push(attempt);
+        let nonce = attempt.nonce;
+        evm.attempts.push(attempt);
+        self.state = State::Signed { nonce };
     }
 
     pub fn sent(&mut self) {
@@ -493,8 +473,8 @@ impl Record {
         let succeeded = error.is_none();
         self.state = State::Landed { slot, succeeded };
         self.finished_at = Some(now);
-        if let Some(svm) = &mut self.svm {
-            svm.error = error.clone();
+        if let Some(svm) = self.svm_mut() {
+            svm.settlement.error = error.clone();
         }
         if self.outcome.is_some() {
             return false;
@@ -679,14 +659,13 @@ mod tests {
         assert_eq!(serde_json::from_str::<State>(&stored).unwrap(), state);
     }
 
-    fn solana(record: &mut Record) {
-        record.svm = Some(crate::testing::svm_settlement());
+    fn solana() -> Record {
+        crate::testing::svm_record("net", 4)
     }
 
     #[test]
     fn a_solana_landing_is_answered_once_and_ends_the_record() {
-        let mut r = record();
-        solana(&mut r);
+        let mut r = solana();
         assert!(r.exposes());
         assert!(r.landed(42, None, 7));
         assert_eq!(
@@ -706,8 +685,7 @@ mod tests {
         );
         assert!(r.outcome.as_ref().unwrap().success);
 
-        let mut failed = record();
-        solana(&mut failed);
+        let mut failed = solana();
         assert!(failed.landed(42, Some("{\"InstructionError\":[2,\"Custom\"]}".into()), 7));
         assert_eq!(failed.state.name(), "failed");
         let outcome = failed.outcome.clone().unwrap();
@@ -715,12 +693,11 @@ mod tests {
         assert_eq!(outcome.reason, Some(Reason::Payload));
         assert!(outcome.message.unwrap().contains("InstructionError"));
         assert_eq!(
-            failed.svm.as_ref().unwrap().error.as_deref(),
+            failed.svm().unwrap().settlement.error.as_deref(),
             Some("{\"InstructionError\":[2,\"Custom\"]}")
         );
 
-        let mut expired = record();
-        solana(&mut expired);
+        let mut expired = solana();
         assert!(expired.expire(Lost::BlockHeightExceeded, 9));
         assert!(expired
             .outcome
@@ -732,22 +709,28 @@ mod tests {
 
     #[test]
     fn a_solana_record_reads_back_and_an_evm_one_stores_no_svm_field() {
-        let mut r = record();
+        let r = record();
         let stored = serde_json::to_string(&r).unwrap();
         assert!(
             !stored.contains("\"svm\""),
             "EVM records are stored as before"
         );
-        assert!(serde_json::from_str::<Record>(&stored)
-            .unwrap()
-            .svm
-            .is_none());
-        solana(&mut r);
+        let read = serde_json::from_str::<Record>(&stored).unwrap();
+        assert!(read.svm().is_none() && read.evm().is_some());
+        assert_eq!(serde_json::to_string(&read).unwrap(), stored);
+        let mut r = solana();
         r.landed(42, None, 7);
         let stored = serde_json::to_string(&r).unwrap();
         let read: Record = serde_json::from_str(&stored).unwrap();
-        assert_eq!(read.svm, r.svm);
+        assert!(read.evm().is_none(), "a Solana record holds no EVM part");
+        assert_eq!(
+            read.svm().map(|s| &s.settlement),
+            r.svm().map(|s| &s.settlement)
+        );
         assert_eq!(read.state, r.state);
+        assert_eq!(read.key(), r.key());
+        assert_eq!(read.account(), r.account());
+        assert_eq!(serde_json::to_string(&read).unwrap(), stored);
     }
 
     #[test]

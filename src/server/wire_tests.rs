@@ -233,10 +233,38 @@ async fn answers_with_a_silent_chain() {
     compare(&answers.join("\n\n"), "silent_chain.txt");
 }
 
-/// Bodies of kinds this facilitator does not serve: a Solana payment where no cluster is served.
-const KINDS: [&str; 1] = [
+/// Bodies of kinds this facilitator does not serve: a Solana payment where no cluster is
+/// served, in v2 and v1.
+const KINDS: [&str; 2] = [
     r#"{"x402Version":2,"paymentPayload":{"x402Version":2,"accepted":{"scheme":"exact","network":"solana:x","amount":"1","asset":"m","payTo":"p","maxTimeoutSeconds":60},"payload":{"transaction":"AA=="}},"paymentRequirements":{"scheme":"exact","network":"solana:x","amount":"1","asset":"m","payTo":"p","maxTimeoutSeconds":60}}"#,
+    r#"{"x402Version":1,"paymentPayload":{"x402Version":1,"scheme":"exact","network":"solana-testnet","payload":{"transaction":"AA=="}},"paymentRequirements":{"scheme":"exact","network":"solana-testnet","maxAmountRequired":"1","resource":"https://r.example","description":"d","mimeType":"m","payTo":"p","maxTimeoutSeconds":60,"asset":"m"}}"#,
 ];
+
+/// Requests of payments on networks this facilitator does not serve (`v1` is an EVM one on
+/// `base`): a network of Solana's spelling, known or not, is refused in Solana's words whatever
+/// the payload's shape; a network of no family in the first family's.
+fn unserved(v1: &str) -> Vec<(&'static str, &'static str, String)> {
+    let evm_on = |network: &str| v1.replace("\"base\"", &format!("\"{network}\""));
+    let v2_on = |network: &str| KINDS[0].replace("solana:x", network);
+    vec![
+        ("POST", "/verify", KINDS[0].to_string()),
+        ("POST", "/verify", v2_on("solana-devnet")),
+        ("POST", "/verify", evm_on("solana-devnet")),
+        ("POST", "/verify", evm_on("cosmos:hub")),
+        ("POST", "/verify", KINDS[1].to_string()),
+        ("POST", "/settle", KINDS[1].to_string()),
+        ("POST", "/verify", v2_on("solana-testnet")),
+        ("POST", "/settle", v2_on("solana-testnet")),
+        ("POST", "/verify", evm_on("solana-testnet")),
+        ("POST", "/settle", evm_on("solana-testnet")),
+        ("POST", "/settle", evm_on("cosmos:hub")),
+        (
+            "POST",
+            "/verify",
+            KINDS[1].replace("solana-testnet", "cosmos:hub"),
+        ),
+    ]
+}
 
 /// A facilitator on a chain that never answers: its routes, its refusals that need no chain,
 /// and `/ready` naming the chain and the signer whose balance is unknown.
@@ -298,22 +326,14 @@ async fn answers_with_a_facilitator() {
             &format!("/settlements/solana-devnet/{}", "1".repeat(64)),
             String::new(),
         ),
-        ("POST", "/verify", KINDS[0].to_string()),
-        (
-            "POST",
-            "/verify",
-            KINDS[0].replace("solana:x", "solana-devnet"),
-        ),
-        (
-            "POST",
-            "/verify",
-            v1.replace("\"base\"", "\"solana-devnet\""),
-        ),
-        ("POST", "/verify", v1.replace("\"base\"", "\"cosmos:hub\"")),
+    ]
+    .into_iter()
+    .chain(unserved(v1))
+    .chain([
         ("POST", "/", call("router_chains", None)),
         ("POST", "/", TX.to_string()),
         ("POST", "/quote", TX.to_string()),
-    ] {
+    ]) {
         let answer = exchange(address, method, path, &body).await;
         answers.push(format!("{method} {path} {body}\n=> {answer}"));
     }

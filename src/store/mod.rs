@@ -12,7 +12,7 @@
 //! - a claimed settlement is in the work queue until its first signed attempt is stored: taken
 //!   by the lane that claimed it (under that lane's fence), or free for any lane of its network.
 //!   A lane's next holder (a larger fence) takes over what the previous holder had taken.
-//!   A claim that names its signer (`Record::sender`) is taken only by that signer's lane;
+//!   A claim that names its signer (`EvmPart::sender`) is taken only by that signer's lane;
 //! - a payer's revert cooldown, once stored, is seen by every handle and outlives the process;
 //!   a later end is never shortened by an earlier one;
 //! - the discovery catalogue holds at most its cap of listings, one per id, the least recently
@@ -144,7 +144,9 @@ impl InFlight {
         if nonce_held {
             return Some(Claim::Permit2Clash(Permit2Clash::Nonce));
         }
-        if self.approvals > 0 || (record.approves_permit2 && self.permit2 > 0) {
+        if self.approvals > 0
+            || (record.evm().is_some_and(|evm| evm.approves_permit2) && self.permit2 > 0)
+        {
             return Some(Claim::Permit2Clash(Permit2Clash::Approval));
         }
         if self.permit2_value.saturating_add(record.value) > limits.permit2_allowance {
@@ -234,7 +236,7 @@ pub trait LaneStore: Send + Sync {
         records: &[&Record],
     ) -> Result<(), StoreError>;
     /// Takes up to `limit` claims from the work queue for `lease`'s lane: free ones of its
-    /// network that its signer may send (`Record::sender` names it, or nobody), and those its lane took
+    /// network that its signer may send (`EvmPart::sender` names it, or nobody), and those its lane took
     /// under an older fence (a previous holder's). `SKIP
     /// LOCKED`: instances polling together never take the same claim.
     async fn take_queued(&self, lease: &Lease, limit: usize) -> Result<Vec<Record>, StoreError>;

@@ -1,13 +1,13 @@
 // What the stores in tests/fixtures/store-53628ba/ hold: written by routerd 53628ba (the release
 // before the ledger room) through its store API, by this very text `include!`d into its tree,
 // and read back by this routerd in `store::upgrade_tests`. Kept free of paths so that both
-// trees compile it; the includer brings Record, State, Attempt, Inclusion, Outcome, Lost,
-// RequestTag, LaneId, Reason, TxFees, Storage, Duration, Address, Bytes, H256 and U256, and
-// `fixture_router_key()`: in 53628ba the reservation's key was its encoded string,
-// FIXTURE_ROUTER_KEY; here it is a RouterNonceKey that encodes to the same. 53628ba's Record
-// had no `method` or `via` (its records read back as ERC-3009, called on the token): to write the
-// fixture there again, drop those lines. The record is written out field by field, not by
-// `Record::new`, for the same reason: 53628ba has no constructor.
+// trees compile it; the includer brings Record, Attempt, Inclusion, Outcome, Lost,
+// LaneId, Reason, TxFees, Storage, Duration, Address, Bytes, H256, U256 and serde_json's `json!`,
+// and `fixture_router_key()`: in 53628ba the reservation's key was its encoded string,
+// FIXTURE_ROUTER_KEY; here it is a RouterNonceKey that encodes to the same. A claim is written
+// in the stored layout, which every release reads (53628ba's records and this one's differ in
+// memory, and 53628ba has no constructor); the fields 53628ba did not have are left out, and
+// read back as it meant them (ERC-3009, called on the token).
 
 const FIXTURE_AT: u64 = 1_700_000_000;
 const FIXTURE_ROUTER_KEY: &str = "l1|0x7070707070707070707070707070707070707070|ip:127.0.0.1";
@@ -20,34 +20,26 @@ fn fixture_lane() -> LaneId {
 }
 
 fn fixture_claim(n: u8) -> Record {
-    Record {
-        network: "chainX".to_string(),
-        token: Address::repeat_byte(0x10),
-        payer: Address::repeat_byte(0x20 + n % 2),
-        pay_to: Address::repeat_byte(0x30),
-        value: U256::from(1000 * u64::from(n)),
-        nonce: H256::repeat_byte(n),
-        valid_before: FIXTURE_AT + 3600,
-        digest: H256::repeat_byte(0x80 + n),
-        method: Default::default(),
-        approves_permit2: false,
-        via: None,
-        sender: None,
-        calldata: Bytes::from(vec![0xe3, 0xee, 0x16, 0x0e, n]),
-        gas_limit: 150_000,
-        request: Some(RequestTag {
-            key: format!("order-{n}"),
-            body: H256::repeat_byte(0xb0 + n),
-            kind: Default::default(),
-        }),
-        payment_id: None,
-        state: State::Claimed,
-        attempts: Vec::new(),
-        outcome: None,
-        lost: false,
-        finished_at: None,
-        svm: None,
-    }
+    let hex = |byte: u8, len: usize| format!("0x{}", format!("{byte:02x}").repeat(len));
+    let claim = json!({
+        "network": "chainX",
+        "token": hex(0x10, 20),
+        "payer": hex(0x20 + n % 2, 20),
+        "pay_to": hex(0x30, 20),
+        "value": format!("{:#x}", 1000 * u64::from(n)),
+        "nonce": hex(n, 32),
+        "valid_before": FIXTURE_AT + 3600,
+        "digest": hex(0x80 + n, 32),
+        "calldata": format!("0xe3ee160e{n:02x}"),
+        "gas_limit": 150_000,
+        "request": { "key": format!("order-{n}"), "body": hex(0xb0 + n, 32) },
+        "state": "Claimed",
+        "attempts": [],
+        "outcome": null,
+        "lost": false,
+        "finished_at": null,
+    });
+    serde_json::from_value(claim).expect("a claim in the stored layout")
 }
 
 fn fixture_attempt(n: u8, nonce: u64) -> Attempt {
@@ -122,6 +114,9 @@ fn fixture_records() -> Vec<Record> {
     vec![claimed, signed, sent, included, settled, reverted, expired, lost]
 }
 
+/// The claims `fixture_records` began from, in its order.
+const FIXTURE_CLAIMS: [u8; 8] = [1, 2, 3, 4, 5, 7, 8, 9];
+
 /// Writes the fixture as the settlement service would: claims, signed attempts under the lane's
 /// lease with its next nonce, the states that followed, and two router reservations.
 async fn write_fixture(store: &Storage) {
@@ -130,18 +125,14 @@ async fn write_fixture(store: &Storage) {
         .await
         .unwrap()
         .unwrap();
-    let records = fixture_records();
-    for record in &records {
-        let mut claim = record.clone();
-        claim.state = State::Claimed;
-        claim.attempts.clear();
-        claim.outcome = None;
-        claim.lost = false;
-        claim.finished_at = None;
-        let taken = store.claim(&record.key(), &claim, None, &Limits::balance(U256::MAX)).await;
+    // Each record was first claimed as it began.
+    for n in FIXTURE_CLAIMS {
+        let claim = fixture_claim(n);
+        let taken = store.claim(&claim.key(), &claim, None, &Limits::balance(U256::MAX)).await;
         assert!(matches!(taken.unwrap(), Claim::Claimed));
     }
-    let signed: Vec<&Record> = records.iter().filter(|r| !r.attempts.is_empty()).collect();
+    let records = fixture_records();
+    let signed: Vec<&Record> = records.iter().filter(|r| r.latest().is_some()).collect();
     store.commit_signed(&lease, 9, &signed).await.unwrap();
     let all: Vec<&Record> = records.iter().collect();
     store.save(&all, true).await.unwrap();

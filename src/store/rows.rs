@@ -45,7 +45,7 @@ impl Row {
             permit2: record.permit2_nonce().map(|nonce| Permit2Row {
                 nonce: nonce.storage_key(),
                 owner: nonce.owner_key(),
-                approves: record.approves_permit2,
+                approves: record.evm().is_some_and(|evm| evm.approves_permit2),
             }),
         }
     }

@@ -169,7 +169,8 @@ mod v1 {
             };
             let terms = ledger::Terms::Evm(terms);
             let mut record = ledger::Record::new(self.network, self.value, self.digest, terms);
-            (record.state, record.attempts) = (state, attempts);
+            record.state = state;
+            record.evm_mut()?.attempts = attempts;
             (record.outcome, record.finished_at) = (outcome, finished_at);
             Some(record)
         }
@@ -197,9 +198,9 @@ mod v1 {
             });
             let old: Record = serde_json::from_value(json.clone()).unwrap();
             let record = old.upgrade(100).unwrap();
-            assert_eq!(record.pay_to, Address::repeat_byte(7));
+            assert_eq!(record.evm().unwrap().pay_to, Address::repeat_byte(7));
             assert_eq!(record.state.name(), "final");
-            assert_eq!(record.attempts[0].nonce, 5);
+            assert_eq!(record.latest().unwrap().nonce, 5);
             assert!(record.outcome.unwrap().success);
             let mut claim = json;
             claim["attempts"] = serde_json::json!([]);

@@ -15,12 +15,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ethers_core::types::{Address, Bytes, H256, U256};
+use serde_json::json;
 
 use super::{Claim, Limits, Storage};
 use crate::evm::TxFees;
-use crate::ledger::{
-    Attempt, Inclusion, LaneId, Lost, Outcome, Reason, Record, RequestTag, RouterNonceKey, State,
-};
+use crate::ledger::{Attempt, Inclusion, LaneId, Lost, Outcome, Reason, Record, RouterNonceKey};
 
 include!("release_fixture.rs");
 
@@ -53,7 +52,7 @@ async fn finds_everything(store: &Storage) {
         .await
         .unwrap()
         .iter()
-        .map(|r| r.nonce)
+        .filter_map(|r| r.evm().map(|e| e.nonce))
         .collect();
     unfinished.sort();
     assert_eq!(

@@ -191,6 +191,18 @@ it('row 3: a network this daemon does not know -> invalid_network', async () => 
   expectInvalid(await verify(p.body), 'invalid_network', { payer: alice.address });
 });
 
+it('row 3: a Solana payment on a cluster of no served family -> invalid_network, verify and settle', async () => {
+  // No Solana cluster is configured here: a Solana-shaped v1 body naming one is refused as an
+  // unserved network in Solana's words, not read in EVM shape and refused as a malformed body.
+  const p = await payment();
+  const body = mutate(p.body, (b) => {
+    for (const part of [b.paymentPayload, b.paymentRequirements]) part.network = 'solana-testnet';
+    b.paymentPayload.payload = { transaction: 'AA==' };
+  });
+  expectInvalid(await verify(body), 'invalid_network', { payer: '' });
+  expectSettleFailed(await stack.settle(body), 'invalid_network', { network: 'solana-testnet', payer: '' });
+});
+
 it('row 3: payload and requirements networks differ -> invalid_network', async () => {
   const p = await payment();
   expectInvalid(await verify(mutate(p.body, (b) => { b.paymentRequirements.network = OTHER.name; })), 'invalid_network');

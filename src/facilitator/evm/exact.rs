@@ -18,12 +18,15 @@ use super::verify::Verifier;
 use crate::chain::Budget;
 use crate::evm::{self as leaf, parse_address};
 use crate::facilitator::discovery::Catalogue;
-use crate::facilitator::mechanism::{Answer, Found, Mechanism, Payee, Payment, StatusLookup};
+use crate::facilitator::mechanism::{
+    Answer, Found, Later, Mechanism, Payee, Payment, StatusLookup,
+};
 use crate::facilitator::outcome::{Invalid, SettleError, Settled};
 use crate::facilitator::protocol::read::read_value;
 use crate::facilitator::protocol::v1::{self, SettleResponse, VerifyResponse};
 use crate::facilitator::protocol::values::Payload;
 use crate::facilitator::protocol::{self, eip2612, v2};
+use crate::facilitator::registry::Declared;
 use crate::facilitator::settlement::ClaimOn;
 use crate::facilitator::types::SupportedKind;
 use crate::ledger::{Asking, PaymentKey, Reason};
@@ -193,6 +196,13 @@ impl EvmExact {
 }
 
 /// An API key's payTo, when it is an EVM address (`0x` and 40 hex digits).
+/// EVM as the registry knows it before any chain is configured: its v1 names are the
+/// configuration's, of no spelling of their own (a name no family spells is EVM's, as unserved).
+pub const DECLARED: Declared = Declared {
+    payee,
+    names: |_| None,
+};
+
 pub fn payee(text: &str) -> Option<Payee> {
     if !(text.starts_with("0x") || text.starts_with("0X")) {
         return None;
@@ -314,6 +324,24 @@ impl Payment for Served<'_> {
 }
 
 impl Mechanism for EvmExact {
+    fn namespace(&self) -> &'static str {
+        NAMESPACE
+    }
+
+    fn kinds(&self) -> &'static [(u64, &'static str)] {
+        &[(1, "exact"), (2, "exact"), (2, "upto")]
+    }
+
+    /// Resumes the lanes' unfinished settlements and starts the lane workers.
+    fn start(&self) -> Answer<'_, usize> {
+        Box::pin(self.settler.start())
+    }
+
+    /// Hands the lanes back.
+    fn stop(&self) -> Later<'_, ()> {
+        Box::pin(self.settler.surrender_lanes())
+    }
+
     fn read_direct(&self, version: u64, bytes: &[u8]) -> Option<Box<dyn Payment + '_>> {
         let request = EvmRequest::read_direct(version, bytes)?;
         Some(Box::new(Served {
@@ -417,12 +445,13 @@ impl StatusLookup for Status<'_> {
     fn find(&self) -> Pin<Box<dyn Future<Output = Result<Option<Found>, StoreError>> + Send + '_>> {
         Box::pin(async move {
             let found = self.exact.settler.status(&self.key).await?;
-            Ok(found.map(|(record, head)| {
-                let status = protocol::status::answer(&record, head);
-                Found {
+            // Its key is an EVM one: so is the record stored under it.
+            Ok(found.and_then(|(record, head)| {
+                let status = protocol::status::answer(&record, record.evm()?, head);
+                Some(Found {
                     state: status.state.to_string(),
                     body: serde_json::to_vec(&status).expect("status answers serialize"),
-                }
+                })
             }))
         })
     }

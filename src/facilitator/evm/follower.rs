@@ -23,7 +23,7 @@ use crate::clock::unix_now;
 use crate::evm;
 use crate::evm::erc3009;
 use crate::evm::{NonceRead, TxFees};
-use crate::ledger::{depth, Attempt, Inclusion, Lost, Outcome, Record, State};
+use crate::ledger::{depth, Attempt, EvmRecord, Inclusion, Lost, Outcome, Record, State};
 use crate::ledger::{Payer, Reason};
 use crate::store::StoreError;
 
@@ -154,11 +154,8 @@ impl Worker {
             }
             tracing::warn!(payment = %record.key(), block = inclusion.block, head = head.number, "settlement's block left the canonical chain; sending it again");
             record.reorged();
-            if let Some(attempt) = record
-                .attempts
-                .iter()
-                .find(|a| a.hash == inclusion.transaction)
-            {
+            let attempts = &record.part().attempts;
+            if let Some(attempt) = attempts.iter().find(|a| a.hash == inclusion.transaction) {
                 resend.push(attempt.raw.clone());
             }
         }
@@ -179,11 +176,12 @@ impl Worker {
                 _ => None,
             })
             .flat_map(|(nonce, record)| {
-                record.live_attempts().map(move |a| Asked {
+                let evm = record.part();
+                evm.live_attempts(&record.state).map(move |a| Asked {
                     nonce,
                     hash: a.hash,
-                    token: record.token,
-                    payer: record.payer,
+                    token: evm.token,
+                    payer: evm.payer,
                 })
             })
             .collect();
@@ -238,7 +236,7 @@ impl Worker {
 
     /// Our nonce was used by a transaction that is not ours. If the authorization is still
     /// unused the settlement is signed again at a new nonce; otherwise somebody else settled it.
-    async fn nonce_taken(&mut self, record: Record, head: &Head) {
+    async fn nonce_taken(&mut self, record: EvmRecord, head: &Head) {
         let key = record.key();
         let mut batch = Batch::new();
         let (nonce_read, call) = nonce_call(&record);
@@ -263,7 +261,7 @@ impl Worker {
 
     /// The authorization of a settlement whose signer nonce somebody else's transaction took
     /// was used too: by a front-run with the signed effect (settled by it), or otherwise (lost).
-    async fn used_elsewhere_at_a_taken_nonce(&mut self, mut record: Record, head: &Head) {
+    async fn used_elsewhere_at_a_taken_nonce(&mut self, mut record: EvmRecord, head: &Head) {
         let confirmations = self.lane.settings.confirmations;
         let answered_now = match front_runner(&self.lane.chain, &record, head, confirmations).await
         {
@@ -372,7 +370,7 @@ impl Worker {
         let records: Vec<&Record> = nonces
             .iter()
             .filter_map(|nonce| match self.nonces.slots.get(nonce) {
-                Some(Slot::Settlement { record, .. }) => Some(&**record),
+                Some(Slot::Settlement { record, .. }) => Some(record.as_record()),
                 _ => None,
             })
             .collect();
@@ -433,7 +431,7 @@ impl Worker {
 
     /// Stores a terminal state reached without inclusion; tells the waiters when its failure is
     /// their answer (`answered_now`), or reports a success already answered as lost.
-    pub(super) async fn finished(&mut self, record: Record, answered_now: bool) {
+    pub(super) async fn finished(&mut self, record: EvmRecord, answered_now: bool) {
         let key = record.key();
         if let Err(e) = self.store.ledger.save(&[&record], true).await {
             tracing::error!(payment = %key, error = %e, "could not store a settlement's end");
@@ -450,8 +448,8 @@ impl Worker {
 }
 
 /// The read of whether the record's authorization nonce is used now, and how to judge its answer.
-fn nonce_call(record: &Record) -> (NonceRead, Call) {
-    let read = record_nonce_read(record);
+fn nonce_call(record: &EvmRecord) -> (NonceRead, Call) {
+    let read = record_nonce_read(record.part());
     let call = chain::eth_call(read.target, &read.call, "latest");
     (read, call)
 }
@@ -474,7 +472,12 @@ enum Reverted {
 /// its trial succeeded, or nothing was sent, so its wallet or balance answered the chain
 /// differently, at the operator's expense. A payer whose authorization somebody else executed
 /// did nothing of the kind.
-async fn judge_revert(lane: &Lane, record: &Record, inclusion: Inclusion, head: &Head) -> Reverted {
+async fn judge_revert(
+    lane: &Lane,
+    record: &EvmRecord,
+    inclusion: Inclusion,
+    head: &Head,
+) -> Reverted {
     let confirmations = lane.settings.confirmations;
     match front_runner(&lane.chain, record, head, confirmations).await {
         Lookup::FrontRun(by) => return Reverted::FrontRun(by),
@@ -485,18 +488,19 @@ async fn judge_revert(lane: &Lane, record: &Record, inclusion: Inclusion, head: 
         }
         Lookup::NotYet | Lookup::None => {}
     }
-    lane.cooldown.impose(&Payer::Evm(record.payer)).await;
+    lane.cooldown.impose(&Payer::Evm(record.part().payer)).await;
     Reverted::Failed(diagnose_revert(&lane.chain, record, inclusion.transaction).await)
 }
 
 /// A mined settlement that reverted: find out why, for the payer.
-async fn diagnose_revert(chain: &Chain, record: &Record, hash: H256) -> Outcome {
+async fn diagnose_revert(chain: &Chain, record: &EvmRecord, hash: H256) -> Outcome {
     let mut batch = Batch::new();
     let (nonce_read, call) = nonce_call(record);
     let state = batch.add(call);
+    let evm = record.part();
     let balance = batch.add(chain::eth_call(
-        record.token,
-        &erc3009::balance_of(record.payer),
+        evm.token,
+        &erc3009::balance_of(evm.payer),
         "latest",
     ));
     let answers = chain.client.ask(Traffic::Own, &batch).await.ok();

@@ -17,7 +17,7 @@ use crate::clock::unix_now;
 use crate::evm;
 use crate::evm::authorization_logs::SignedTransfer;
 use crate::evm::TxFees;
-use crate::ledger::{depth, Inclusion, Record, State, TransferMethod};
+use crate::ledger::{depth, EvmRecord, Inclusion, State, TransferMethod};
 
 /// What the chain says of a settlement whose authorization nonce is used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,13 +32,14 @@ pub(super) enum Lookup {
 }
 
 /// The effect the payer signed, when the token's logs can show it (ERC-3009).
-fn signed_transfer(record: &Record) -> Option<SignedTransfer> {
-    (record.method == TransferMethod::Eip3009).then_some(SignedTransfer {
-        token: record.token,
-        from: record.payer,
-        to: record.pay_to,
+fn signed_transfer(record: &EvmRecord) -> Option<SignedTransfer> {
+    let evm = record.part();
+    (evm.method == TransferMethod::Eip3009).then_some(SignedTransfer {
+        token: evm.token,
+        from: evm.payer,
+        to: evm.pay_to,
         value: record.value,
-        nonce: record.nonce,
+        nonce: evm.nonce,
     })
 }
 
@@ -47,11 +48,12 @@ fn signed_transfer(record: &Record) -> Option<SignedTransfer> {
 /// of ours: routerd cannot know that no other facilitator answered a success for it.
 pub(super) async fn front_runner(
     chain: &Chain,
-    record: &Record,
+    record: &EvmRecord,
     head: &Head,
     confirmations: u64,
 ) -> Lookup {
-    let (Some(effect), Some(first)) = (signed_transfer(record), record.attempts.first()) else {
+    let attempts = &record.part().attempts;
+    let (Some(effect), Some(first)) = (signed_transfer(record), attempts.first()) else {
         return Lookup::None;
     };
     let filter = json!({
@@ -74,7 +76,7 @@ pub(super) async fn front_runner(
         .iter()
         .filter(|log| log.get("removed") != Some(&Value::Bool(true)))
         .filter_map(|log| log.get("transactionHash").and_then(chain::head::parse_hash))
-        .find(|hash| !record.attempts.iter().any(|a| a.hash == *hash));
+        .find(|hash| !attempts.iter().any(|a| a.hash == *hash));
     match used_by {
         Some(hash) => judge(chain, &effect, hash, head, confirmations).await,
         None => Lookup::None,
@@ -162,7 +164,7 @@ impl Worker {
             };
             let unmined = matches!(record.state, State::Signed { .. } | State::Sent { .. });
             if unmined && signed_transfer(record).is_some() {
-                let read = record_nonce_read(record);
+                let read = record_nonce_read(record.part());
                 let slot = batch.add(chain::eth_call(read.target, &read.call, &block));
                 asked.push((*nonce, read, slot));
             }

@@ -14,7 +14,7 @@ use crate::facilitator::settlement::answer_times::AnswerTimes;
 use crate::facilitator::settlement::cooldown::Cooldown;
 use crate::facilitator::settlement::waiters::Waiters;
 use crate::guard::Guard;
-use crate::ledger::{LaneId, Outcome, Record};
+use crate::ledger::{EvmRecord, LaneId, Outcome};
 use crate::signer::Signer;
 use crate::store::Lease;
 
@@ -72,7 +72,7 @@ pub struct Lane {
     pub(super) chain: Arc<Chain>,
     pub(super) signer: Arc<Signer>,
     pub(super) settings: LaneSettings,
-    pub(super) queue: mpsc::Sender<Record>,
+    pub(super) queue: mpsc::Sender<EvmRecord>,
     pub(super) under_way: AtomicUsize,
     pub(super) funded: AtomicBool,
     /// Where a settlement that reverted on chain sends its payer.
@@ -89,7 +89,7 @@ impl Lane {
         signer: Arc<Signer>,
         settings: LaneSettings,
         cooldown: Arc<Cooldown>,
-    ) -> (Arc<Self>, mpsc::Receiver<Record>) {
+    ) -> (Arc<Self>, mpsc::Receiver<EvmRecord>) {
         let (queue, receiver) = mpsc::channel(QUEUE);
         let guard = Guard::new(format!(
             "signer lane {} {}",
@@ -159,7 +159,7 @@ impl Lane {
     /// Moves a settlement, and its count, to `other`'s worker. Never waits on `other`'s queue:
     /// two workers moving work to each other must not deadlock. A full (or closed) queue keeps
     /// it here, still counted here: answers it then.
-    pub(super) fn pass(&self, other: &Lane, record: Record) -> Option<Record> {
+    pub(super) fn pass(&self, other: &Lane, record: EvmRecord) -> Option<EvmRecord> {
         // Counted on `other` before its worker can answer it: `answered` never goes below zero,
         // so a count added after the answer would stay.
         other.under_way.fetch_add(1, Ordering::Relaxed);
@@ -183,7 +183,7 @@ impl Reservation {
 
     /// Hands a claimed record to the worker; the worker now answers for the count (the
     /// reservation is spent: dropping it counts nothing).
-    pub async fn submit(&mut self, record: Record) {
+    pub async fn submit(&mut self, record: EvmRecord) {
         let lane = self.lane.take().expect("held until submitted");
         if lane.queue.send(record).await.is_err() {
             tracing::error!(lane = %lane.id, "lane worker has stopped");
@@ -267,7 +267,13 @@ impl Lanes {
 
     /// Tells the callers waiting on `record` (included on `lane`'s chain) its outcome, and
     /// times their answer from its block as the head watcher first saw it.
-    pub(super) fn answer(&self, lane: &Lane, waiters: &Waiters, record: &Record, outcome: Outcome) {
+    pub(super) fn answer(
+        &self,
+        lane: &Lane,
+        waiters: &Waiters,
+        record: &EvmRecord,
+        outcome: Outcome,
+    ) {
         let block = record.state.inclusion().map(|i| i.block);
         let seen = block.and_then(|b| lane.chain.head.first_seen(b));
         if waiters.done(record, outcome) {

@@ -15,7 +15,7 @@ use super::follower::Seen;
 use super::worker::{transaction_count, Slot, Worker, MAX_BATCH};
 use super::{LeaseSettings, Ledger};
 use crate::facilitator::settlement::waiters::Progress;
-use crate::ledger::{LaneId, Record};
+use crate::ledger::{EvmRecord, LaneId};
 use crate::store::{Lease, StoreError};
 
 /// The store, and the lane's lease in it while this instance holds the lane.
@@ -92,7 +92,7 @@ impl Worker {
     pub(super) async fn take_over(
         &mut self,
         lease: Lease,
-        resumed: Vec<Record>,
+        resumed: Vec<EvmRecord>,
         asked_at: Instant,
     ) -> Result<(), StoreError> {
         let stored = self
@@ -119,7 +119,7 @@ impl Worker {
     }
 
     /// The unfinished settlements whose latest transaction is this lane's.
-    async fn stored_settlements(&self) -> Result<Vec<Record>, StoreError> {
+    async fn stored_settlements(&self) -> Result<Vec<EvmRecord>, StoreError> {
         let lane = &self.lane.id;
         Ok(self
             .store
@@ -127,6 +127,7 @@ impl Worker {
             .unfinished()
             .await?
             .into_iter()
+            .filter_map(|r| EvmRecord::try_from(r).ok())
             .filter(|r| {
                 r.latest().is_some_and(|a| {
                     LaneId {
@@ -147,6 +148,11 @@ impl Worker {
         match self.store.ledger.take_queued(lease, room).await {
             Ok(records) if records.is_empty() => false,
             Ok(records) => {
+                // The queue holds the claims of EVM lanes only.
+                let records: Vec<EvmRecord> = records
+                    .into_iter()
+                    .filter_map(|r| EvmRecord::try_from(r).ok())
+                    .collect();
                 self.lane
                     .under_way
                     .fetch_add(records.len(), Ordering::Relaxed);
@@ -178,11 +184,11 @@ impl Worker {
 
     /// Records this worker will not sign: given back to the queue (any lane of the network may
     /// take them), their callers told to read the outcome from the store.
-    pub(super) async fn hand_over(&mut self, records: Vec<Record>) {
+    pub(super) async fn hand_over(&mut self, records: Vec<EvmRecord>) {
         if records.is_empty() {
             return;
         }
-        let keys: Vec<_> = records.iter().map(Record::key).collect();
+        let keys: Vec<_> = records.iter().map(|r| r.key()).collect();
         if let Err(e) = self.store.ledger.requeue(&keys).await {
             // Still queued under this lane's old fence: its next holder takes them.
             tracing::warn!(lane = %self.lane.id, error = %e, "could not give settlements back to the queue");

@@ -4,7 +4,7 @@
 use ethers_core::types::{Address, H256};
 
 use crate::evm::NonceRead;
-use crate::ledger::{Record, TransferMethod};
+use crate::ledger::{EvmPart, TransferMethod};
 
 /// Where a payment of `token` by `payer` moved by `method` marks `nonce` used.
 pub fn nonce_read(
@@ -20,7 +20,7 @@ pub fn nonce_read(
     }
 }
 
-/// Where a stored settlement's nonce is marked used.
-pub fn record_nonce_read(record: &Record) -> NonceRead {
-    nonce_read(record.method, record.token, record.payer, record.nonce)
+/// Where a settlement's authorization nonce is marked used.
+pub fn record_nonce_read(evm: &EvmPart) -> NonceRead {
+    nonce_read(evm.method, evm.token, evm.payer, evm.nonce)
 }

@@ -18,6 +18,5 @@ pub mod settle;
 pub mod verify;
 mod worker;
 
-pub use contracts::{check_batch_contracts, ContractsError};
 pub use lane::{Lane, LaneSettings, Lanes};
 pub use settle::{LeaseSettings, Ledger};

@@ -34,7 +34,7 @@ use crate::facilitator::settlement::recheck::{exposure_may_clear, next_head, MAX
 use crate::facilitator::settlement::waiters::{Progress, Waiters};
 use crate::facilitator::settlement::{key_taken, pass_on, ClaimOn};
 use crate::ledger::Reason;
-use crate::ledger::{Asking, LaneId, PaymentKey, Record};
+use crate::ledger::{Asking, EvmRecord, LaneId, PaymentKey, Record};
 use crate::store::{Claim, Lease, Limits, Storage, StoreError};
 use call::{gas_limit, new_record, permit2_allowance, refusal, SettlementCall};
 use known::Known;
@@ -58,7 +58,7 @@ pub struct Settler {
     lanes: Arc<Lanes>,
     waiters: Arc<Waiters>,
     /// The lane workers' queues until `start` hands them to their workers.
-    queues: Mutex<Vec<(Arc<Lane>, mpsc::Receiver<Record>)>>,
+    queues: Mutex<Vec<(Arc<Lane>, mpsc::Receiver<EvmRecord>)>>,
     settle_timeout: Duration,
     retention: Duration,
     lease: LeaseSettings,
@@ -68,7 +68,7 @@ impl Settler {
     pub fn new(
         verifier: Arc<Verifier>,
         ledger: Ledger,
-        lanes: Vec<(Arc<Lane>, mpsc::Receiver<Record>)>,
+        lanes: Vec<(Arc<Lane>, mpsc::Receiver<EvmRecord>)>,
         settle_timeout: Duration,
         retention: Duration,
         lease: LeaseSettings,
@@ -101,12 +101,12 @@ impl Settler {
         if pruned > 0 {
             tracing::info!(pruned, "pruned finished settlement records");
         }
-        let mut by_lane: std::collections::HashMap<LaneId, Vec<Record>> = Default::default();
+        let mut by_lane: std::collections::HashMap<LaneId, Vec<EvmRecord>> = Default::default();
         for record in self.ledger.unfinished().await? {
-            if record.svm.is_some() {
+            let Ok(record) = EvmRecord::try_from(record) else {
                 // A Solana settlement: the Solana family follows it (`facilitator::svm`).
                 continue;
-            }
+            };
             let Some(latest) = record.latest() else {
                 // Claimed but never signed: nothing reached the network; the caller may retry.
                 // In a shared store it may be another instance's claim in flight: left alone.
@@ -225,7 +225,7 @@ impl Settler {
                 (pending, outcome)
             }
             Stage::Queued(pending, record) => {
-                let outcome = Box::pin(self.await_stored(*record, pending.deadline));
+                let outcome = Box::pin(self.await_stored(record.into_record(), pending.deadline));
                 let outcome = outcome.instrument(pending.span.clone()).await;
                 (pending, outcome)
             }
@@ -533,7 +533,7 @@ enum Stage {
     /// Claimed here and handed to the lane: its progress to wait on.
     Submitted(Box<Pending>, watch::Receiver<Progress>),
     /// Claimed and queued for an instance holding a lane of its network.
-    Queued(Box<Pending>, Box<Record>),
+    Queued(Box<Pending>, Box<EvmRecord>),
     /// Claimed before: what this request may be told of it.
     Known(Box<Pending>, Known),
 }
@@ -566,7 +566,7 @@ impl Pending {
 /// A payment prepared for its claim, or already answered.
 enum Prepared {
     /// The record to claim, and the payer as the chain read saw it.
-    Ready(Box<Record>, Payer),
+    Ready(Box<EvmRecord>, Payer),
     Answered(Settled),
 }
 
@@ -576,7 +576,7 @@ enum Attempt {
     /// Claimed here and handed to the lane: its progress to wait on.
     Submitted(watch::Receiver<Progress>),
     /// Claimed and queued for an instance holding a lane of its network.
-    Queued(Box<Record>),
+    Queued(Box<EvmRecord>),
     /// Failed before the claim, or settled meanwhile by a duplicate.
     Answered(Settled),
     Known(Known),

@@ -38,7 +38,7 @@ use crate::clock::unix_now;
 use crate::evm;
 use crate::evm::TxFees;
 use crate::facilitator::settlement::waiters::{Progress, Waiters};
-use crate::ledger::{Attempt, Lost, Record, State};
+use crate::ledger::{Attempt, EvmRecord, Lost, Record, State};
 use crate::signer::UnsignedTx;
 use crate::store::{Lease, StoreError};
 
@@ -52,7 +52,7 @@ const QUEUE_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 /// What occupies one nonce of the lane.
 pub(super) enum Slot {
     Settlement {
-        record: Box<Record>,
+        record: Box<EvmRecord>,
         misses: u8,
     },
     /// A 0-value self-transfer that uses up a nonce nothing else will.
@@ -63,7 +63,7 @@ pub(super) enum Slot {
 
 impl Slot {
     /// A settlement that has just taken (or taken again) its nonce: no heads missed yet.
-    pub(super) fn settlement(record: Record) -> Self {
+    pub(super) fn settlement(record: EvmRecord) -> Self {
         Slot::Settlement {
             record: Box::new(record),
             misses: 0,
@@ -104,7 +104,7 @@ pub(super) struct Nonces {
     pub(super) next: u64,
     pub(super) slots: BTreeMap<u64, Slot>,
     /// Records waiting for a nonce: new claims, and settlements whose nonce was taken.
-    pub(super) to_sign: Vec<Record>,
+    pub(super) to_sign: Vec<EvmRecord>,
 }
 
 impl Nonces {
@@ -150,9 +150,9 @@ struct Batch {
     /// The fees of the head they were signed at, and its number.
     market: TxFees,
     block: u64,
-    signed: Vec<Record>,
+    signed: Vec<EvmRecord>,
     /// The same records before signing, kept (shared store only) to sign again.
-    unsigned: Vec<Record>,
+    unsigned: Vec<EvmRecord>,
     /// The lane's next nonce before this batch, to give its nonces back if it is not stored.
     next_before: u64,
 }
@@ -214,7 +214,7 @@ impl Worker {
         ledger: Ledger,
         waiters: Arc<Waiters>,
         lease_settings: &LeaseSettings,
-        resumed: Vec<Record>,
+        resumed: Vec<EvmRecord>,
     ) -> Result<Self, StoreError> {
         let asked_at = Instant::now();
         let lease = ledger
@@ -238,7 +238,7 @@ impl Worker {
 
     /// Resumes stored settlements of this lane: registers their waiters, occupies their nonces
     /// and sends their latest transactions again.
-    pub(super) async fn adopt(&mut self, resumed: Vec<Record>) {
+    pub(super) async fn adopt(&mut self, resumed: Vec<EvmRecord>) {
         let mut raws = Vec::new();
         for mut record in resumed {
             // Inclusions are found again from receipts: the block may have changed while down.
@@ -268,7 +268,7 @@ impl Worker {
         self.broadcast(&raws).await;
     }
 
-    pub async fn run(mut self, mut queue: mpsc::Receiver<Record>) {
+    pub async fn run(mut self, mut queue: mpsc::Receiver<EvmRecord>) {
         let mut heads = self.lane.chain.head.subscribe();
         let mut renewal = tokio::time::interval(self.store.settings.ttl / 3);
         let mut shared_queue = tokio::time::interval(QUEUE_POLL);
@@ -340,7 +340,7 @@ impl Worker {
         };
         let signed = started.elapsed();
         let count = batch.signed.len();
-        let records: Vec<&Record> = batch.signed.iter().collect();
+        let records: Vec<&Record> = batch.signed.iter().map(EvmRecord::as_record).collect();
         let committed = self
             .store
             .ledger
@@ -390,12 +390,13 @@ impl Worker {
         let mut gaps = self.gaps();
         for mut record in records {
             let nonce = self.nonces.take(&mut gaps);
-            let fees = market.capped(self.lane.settings.cap(record.gas_limit));
+            let evm = record.part();
+            let fees = market.capped(self.lane.settings.cap(evm.gas_limit));
             let attempt = self.sign(
                 nonce,
-                record.call_target(),
-                &record.calldata,
-                record.gas_limit,
+                evm.call_target(),
+                &evm.calldata,
+                evm.gas_limit,
                 fees,
                 head.number,
             );
@@ -467,8 +468,8 @@ impl Worker {
 
     /// A settlement its signer cannot pay gas for: moved to another signer's lane when one can
     /// take it (its nonce here is a gap now), else kept at its nonce.
-    async fn another_signer(&mut self, record: Record, nonce: u64) {
-        if record.sender.is_some() {
+    async fn another_signer(&mut self, record: EvmRecord, nonce: u64) {
+        if record.part().sender.is_some() {
             self.sender_unfunded(record, nonce).await;
         } else if let Some(stays) = self.move_unfunded(record, nonce) {
             self.nonces.slots.insert(nonce, Slot::settlement(stays));
@@ -478,13 +479,13 @@ impl Worker {
     /// Settlements the node took (or may take when sent again): `Sent`, stored in one write,
     /// their callers told the hash, and followed at their nonces. One write for the whole
     /// broadcast rather than one a settlement: the lane answers the next head only after this.
-    async fn sent(&mut self, mut records: Vec<Record>) {
+    async fn sent(&mut self, mut records: Vec<EvmRecord>) {
         if records.is_empty() {
             return;
         }
-        records.iter_mut().for_each(Record::sent);
+        records.iter_mut().for_each(|r| r.sent());
         // Informative (recovery treats signed and sent alike): no flush to wait for.
-        let refs: Vec<&Record> = records.iter().collect();
+        let refs: Vec<&Record> = records.iter().map(EvmRecord::as_record).collect();
         if let Err(e) = self.store.ledger.save(&refs, false).await {
             tracing::error!(lane = %self.lane.id, settlements = records.len(), error = %e, "could not store sent states");
         }
@@ -498,7 +499,7 @@ impl Worker {
     /// The signer cannot pay for gas: the settlement moves to another signer's lane when one
     /// takes it (this nonce is then a gap: the next settlement or a self-transfer fills it);
     /// else it waits here at its nonce, as signed. Answers it when it stays.
-    fn move_unfunded(&self, mut record: Record, nonce: u64) -> Option<Record> {
+    fn move_unfunded(&self, mut record: EvmRecord, nonce: u64) -> Option<EvmRecord> {
         self.lane.funded.store(false, Ordering::Relaxed);
         if let Some(other) = self
             .out
@@ -515,11 +516,11 @@ impl Worker {
         Some(record)
     }
 
-    /// A settlement only this signer may send (`Record::sender`, an `upto` witness's
+    /// A settlement only this signer may send (`EvmPart::sender`, an `upto` witness's
     /// facilitator), which cannot pay for gas: another signer's transaction would revert at the
     /// operator's expense, so it fails now, with nothing sent (access.md §2), and its nonce here
     /// is a gap the next settlement or a self-transfer fills once the signer is funded.
-    async fn sender_unfunded(&mut self, mut record: Record, nonce: u64) {
+    async fn sender_unfunded(&mut self, mut record: EvmRecord, nonce: u64) {
         self.lane.funded.store(false, Ordering::Relaxed);
         tracing::warn!(lane = %self.lane.id, payment = %record.key(), nonce, "the signer an upto payment names cannot pay for gas; it fails unsent, no other signer may send it");
         let answered_now = record.expire(Lost::SenderUnfunded, unix_now());
@@ -531,7 +532,7 @@ impl Worker {
     /// failed, and a self-transfer takes its nonce. Answers the self-transfer to broadcast.
     async fn refused(
         &mut self,
-        mut record: Record,
+        mut record: EvmRecord,
         nonce: u64,
         market: TxFees,
         block: u64,
@@ -617,9 +618,9 @@ impl Worker {
         }
     }
 
-    pub(super) async fn abandon(&mut self, record: Record, why: String) {
+    pub(super) async fn abandon(&mut self, record: EvmRecord, why: String) {
         let key = record.key();
-        if record.attempts.is_empty() {
+        if record.latest().is_none() {
             if let Err(e) = self.store.ledger.release(&key).await {
                 tracing::error!(payment = %key, error = %e, "could not release a claim");
             }
@@ -649,7 +650,7 @@ pub(super) async fn transaction_count(lane: &Lane, block: &str) -> Option<u64> {
 
 /// Tells a settlement's waiters it was sent as its latest attempt: its span learns the signer
 /// and nonce here, the transaction from the waiters.
-pub(super) fn announce_sent(waiters: &Waiters, record: &Record) {
+pub(super) fn announce_sent(waiters: &Waiters, record: &EvmRecord) {
     let attempt = record.latest().expect("signed");
     let key = record.key();
     let span = waiters.span(&key);

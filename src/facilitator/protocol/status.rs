@@ -4,29 +4,30 @@
 use super::v1;
 use crate::evm;
 use crate::facilitator::types::{SettlementStatus, StatusOutcome};
-use crate::ledger::{self, Record};
+use crate::ledger::{self, EvmPart, Record};
 
-/// The record, with its inclusion's depth at `head` when the head is known.
-pub fn answer(record: &Record, head: Option<u64>) -> SettlementStatus {
+/// The record of an EVM settlement (`part`, its EVM part), with its inclusion's depth at `head` when
+/// the head is known.
+pub fn answer(record: &Record, part: &EvmPart, head: Option<u64>) -> SettlementStatus {
     // Records migrated from store version 1 know their transaction, not its block.
     let inclusion = record.state.inclusion();
     let block = inclusion.filter(|i| !i.block_hash.is_zero());
     let transaction = inclusion
         .map(|i| i.transaction)
-        .or_else(|| record.latest().map(|a| a.hash));
+        .or_else(|| part.latest().map(|a| a.hash));
     SettlementStatus {
         network: record.network.clone(),
-        asset: evm::hex_bytes(record.token),
-        payer: evm::hex_bytes(record.payer),
-        nonce: evm::hex_bytes(record.nonce),
-        pay_to: evm::hex_bytes(record.pay_to),
+        asset: evm::hex_bytes(part.token),
+        payer: evm::hex_bytes(part.payer),
+        nonce: evm::hex_bytes(part.nonce),
+        pay_to: evm::hex_bytes(part.pay_to),
         value: record.value.to_string(),
         digest: evm::hex_bytes(record.digest),
         payment_identifier: record.payment_id.clone(),
         state: record.state.name(),
         transaction: transaction.map(evm::hex_bytes),
-        signer: record.latest().map(|a| evm::hex_bytes(a.signer)),
-        signer_nonce: record.latest().map(|a| a.nonce),
+        signer: part.latest().map(|a| evm::hex_bytes(a.signer)),
+        signer_nonce: part.latest().map(|a| a.nonce),
         block: block.map(|i| i.block),
         block_hash: block.map(|i| evm::hex_bytes(i.block_hash)),
         confirmations: match (block, head) {

@@ -24,7 +24,7 @@ use super::settle::cool_down;
 use crate::chain::svm::{SignatureStatus, SolanaChain, TransactionRecord};
 use crate::clock::unix_now;
 use crate::facilitator::settlement::cooldown::Cooldown;
-use crate::ledger::{Lost, Record, SvmSettlement};
+use crate::ledger::{Lost, Record, SvmRecord, SvmSettlement};
 use crate::store::Storage;
 use crate::svm::{transfer_indexes, PaymentTransaction};
 
@@ -60,7 +60,7 @@ pub(super) struct Follower {
 }
 
 struct Followed {
-    record: Record,
+    record: SvmRecord,
     sent_at: Option<Instant>,
     /// Since when the cluster has not known the signature (`None` once it did).
     unknown_since: Option<Instant>,
@@ -104,16 +104,11 @@ impl Follower {
     /// already followed is not followed twice: its end is the same.
     pub(super) fn follow(
         &self,
-        record: Record,
+        record: SvmRecord,
         sent_at: Option<Instant>,
         span: tracing::Span,
     ) -> Ending {
-        let signature = record
-            .svm
-            .as_ref()
-            .expect("a Solana record")
-            .signature
-            .clone();
+        let signature = record.part().settlement.signature.clone();
         let mut followed = self.followed.lock().expect("not poisoned");
         let ending = match followed.entry(signature) {
             Entry::Occupied(entry) => entry.get().ended.subscribe(),
@@ -204,10 +199,7 @@ impl Follower {
             .filter(|f| !f.busy)
             .map(|f| {
                 f.busy = true;
-                (
-                    f.record.svm.clone().expect("a Solana record"),
-                    f.span.clone(),
-                )
+                (f.record.part().settlement.clone(), f.span.clone())
             })
             .collect();
         let bound = asked
@@ -222,7 +214,7 @@ impl Follower {
         for signature in signatures {
             let svm = followed
                 .get_mut(signature)
-                .and_then(|f| f.record.svm.as_mut());
+                .map(|f| &mut f.record.part_mut().settlement);
             if let Some(svm) = svm.filter(|svm| svm.last_valid_block_height == 0) {
                 svm.last_valid_block_height = bound;
             }
@@ -240,11 +232,7 @@ impl Follower {
             let Some(f) = followed.get_mut(signature) else {
                 return;
             };
-            let bound = f
-                .record
-                .svm
-                .as_ref()
-                .map_or(0, |s| s.last_valid_block_height);
+            let bound = f.record.part().settlement.last_valid_block_height;
             match landing {
                 Landing::Ended { .. } => false,
                 Landing::Pending => {
@@ -311,11 +299,11 @@ impl Follower {
             .map(|f| f.record.clone());
         let Some(mut record) = record else { return };
         end(&mut record);
-        if let Err(e) = self.ledger.save(&[&record], true).await {
+        if let Err(e) = self.ledger.save(&[record.as_record()], true).await {
             tracing::error!(chain = %self.chain.name, signature = %signature, error = %e, "could not store the settlement's end; reading it again");
             return;
         }
-        let svm = record.svm.clone().expect("a Solana record");
+        let svm = record.part().settlement.clone();
         if let Some((_, true)) = landed {
             tracing::warn!(chain = %self.chain.name, signature = %signature, payer = %svm.payer, "a Solana settlement failed on chain: its payer (the transfer's authority) is cooled down");
             cool_down(&self.cooldown, &record).await;
@@ -332,9 +320,10 @@ impl Follower {
             followed.span.record("block", slot);
             followed.span.record("success", !failed);
         }
-        followed
-            .ended
-            .send_replace(Some(Arc::new(Ended { record, seen })));
+        followed.ended.send_replace(Some(Arc::new(Ended {
+            record: record.into_record(),
+            seen,
+        })));
     }
 }
 

@@ -11,18 +11,36 @@ use std::time::Duration;
 use super::wire::{self, Refused, SvmRequest};
 use super::{cooled_down, payment_key, SvmExact, SvmNetwork, SvmSettled, Version};
 use crate::chain::Budget;
-use crate::facilitator::mechanism::{Answer, Found, Mechanism, Payee, Payment, StatusLookup};
+use crate::chain::ChainClient;
+use crate::facilitator::mechanism::{
+    Answer, Found, Later, Mechanism, Payee, Payment, StatusLookup,
+};
 use crate::facilitator::outcome::{Invalid, SettleError};
 use crate::facilitator::protocol::read::read_value;
 use crate::facilitator::protocol::v1::{SettleResponse, VerifyResponse};
+use crate::facilitator::registry::Declared;
 use crate::facilitator::settlement::cooldown::Cooldown;
 use crate::facilitator::types::{SupportedKind, SvmSettlementStatus};
-use crate::ledger::{Asking, Reason};
+use crate::ledger::{Asking, Reason, SvmRecord};
 use crate::store::{Storage, StoreError};
 use crate::svm::{Pubkey, Signature};
 
 /// The CAIP-2 namespace of Solana clusters.
 pub const NAMESPACE: &str = "solana";
+
+/// Solana as the registry knows it before any cluster is configured.
+pub const DECLARED: Declared = Declared {
+    payee,
+    names: spelled,
+};
+
+/// Solana's namespace for a network named in its spelling (`solana`, `solana-<cluster>`,
+/// `solana:<genesis>`), whether or not routerd knows or serves the cluster.
+fn spelled(network: &str) -> Option<&'static str> {
+    let ours =
+        network == NAMESPACE || network.starts_with("solana-") || network.starts_with("solana:");
+    ours.then_some(NAMESPACE)
+}
 
 /// The Solana mechanism: the served clusters, when any, and what its settlements share with
 /// the EVM ones (the store, the revert cooldown).
@@ -75,7 +93,8 @@ impl SvmMechanism {
             Err(refused) => return Ok(Err(refused)),
         };
         if let Some(record) = svm.settlement_of(&self.ledger, &payment).await? {
-            let signature = record.svm.map(|s| s.signature).unwrap_or_default();
+            let signature = record.svm().map(|s| s.settlement.signature.clone());
+            let signature = signature.unwrap_or_default();
             let message = match record.outcome {
                 None => format!("transaction already being settled by {signature}"),
                 Some(outcome) if outcome.success => {
@@ -242,6 +261,49 @@ impl Payment for Served<'_> {
 }
 
 impl Mechanism for SvmMechanism {
+    fn namespace(&self) -> &'static str {
+        NAMESPACE
+    }
+
+    fn kinds(&self) -> &'static [(u64, &'static str)] {
+        &[(1, "exact"), (2, "exact")]
+    }
+
+    /// Its nodes are of their clusters (`getGenesisHash`), and no configured mint's extensions
+    /// change what the payee receives.
+    fn check(&self) -> Later<'_, Result<(), String>> {
+        Box::pin(async {
+            let Some(exact) = &self.exact else {
+                return Ok(());
+            };
+            exact.check_genesis().await?;
+            exact.check_mints().await
+        })
+    }
+
+    /// Follows every unfinished Solana settlement of a served cluster again.
+    fn start(&self) -> Answer<'_, usize> {
+        Box::pin(async {
+            let Some(exact) = &self.exact else {
+                return Ok(0);
+            };
+            let unfinished = self.ledger.unfinished().await?;
+            let records = unfinished
+                .into_iter()
+                .filter_map(|r| SvmRecord::try_from(r).ok())
+                .collect();
+            Ok(exact.resume(&self.ledger, &self.cooldown, records))
+        })
+    }
+
+    /// The clusters' nodes: only the facilitator reads them.
+    fn upstreams(&self) -> Vec<(&str, &ChainClient)> {
+        let networks = self.exact.iter().flat_map(|svm| svm.networks());
+        networks
+            .map(|n| (n.chain.name.as_str(), n.chain.client()))
+            .collect()
+    }
+
     /// Always the checked way.
     fn read_direct(&self, _version: u64, _bytes: &[u8]) -> Option<Box<dyn Payment + '_>> {
         None

@@ -22,6 +22,7 @@ use crate::config::{solana_preset, FacilitatorSettings, SolanaChainSettings};
 use crate::facilitator::deny_list::{DenyList, DenyLists};
 use crate::facilitator::outcome::SettleError;
 use crate::facilitator::settlement::answer_times::AnswerTimes;
+use crate::facilitator::SetupError;
 use crate::store::Storage;
 use crate::svm::exact::MAX_MICRO_LAMPORTS_PER_COMPUTE_UNIT;
 use crate::svm::{
@@ -64,7 +65,7 @@ pub struct SvmNetwork {
 impl SvmNetwork {
     /// The served Solana networks of `facilitator.networks`, each with its upstream client.
     /// An error names the chain and why its client could not be built.
-    pub fn configured(
+    pub(crate) fn configured(
         settings: &FacilitatorSettings,
         chains: &BTreeMap<String, SolanaChainSettings>,
     ) -> Result<Vec<Self>, (String, String)> {
@@ -184,6 +185,21 @@ pub struct SvmExact {
 }
 
 impl SvmExact {
+    /// Solana's `exact`, when `facilitator.networks` names a Solana network: its clusters and
+    /// the fee payer keys.
+    pub fn configured(
+        f: &FacilitatorSettings,
+        chains: &BTreeMap<String, SolanaChainSettings>,
+    ) -> Result<Option<SvmExact>, SetupError> {
+        if f.solana_networks().is_empty() {
+            return Ok(None);
+        }
+        let fee_payers = FeePayers::load(&f.svm_fee_payer_key_file)?;
+        let networks =
+            SvmNetwork::configured(f, chains).map_err(|(name, e)| SetupError::Chain(name, e))?;
+        Ok(Some(SvmExact::new(networks, fee_payers)))
+    }
+
     pub fn new(networks: Vec<SvmNetwork>, fee_payers: FeePayers) -> Self {
         Self {
             networks,

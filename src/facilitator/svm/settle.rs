@@ -27,7 +27,7 @@ use crate::facilitator::settlement::cooldown::Cooldown;
 use crate::facilitator::settlement::{caller_of, key_taken, pass_on, with_pass};
 use crate::facilitator::settlement::{Answer, Caller};
 use crate::ledger::{Account, Asking, PaymentKey, Record, SvmSettlement};
-use crate::ledger::{Payer, SvmTerms, Terms};
+use crate::ledger::{Payer, SvmRecord, SvmTerms};
 use crate::store::{Claim, Limits, Storage, StoreError};
 use crate::svm::{Signature, SignedTransaction, Transfer};
 
@@ -112,7 +112,7 @@ impl SvmExact {
             }
         }
         // The write-ahead: on disk before the transaction is ever sent.
-        ledger.save(&[&record], true).await?;
+        ledger.save(&[record.as_record()], true).await?;
         let signature = record_signature(&record);
         // The send, the follower's sends again and its reads of the record are traced in the
         // settlement's span, which ends with the settlement.
@@ -188,7 +188,7 @@ impl SvmExact {
         &self,
         ledger: &Storage,
         cooldown: &Arc<Cooldown>,
-        records: Vec<Record>,
+        records: Vec<SvmRecord>,
     ) -> usize {
         let mut resumed = 0;
         for record in records {
@@ -214,8 +214,8 @@ impl SvmNetwork {
 
 /// Sends a claimed settlement's transaction the first time: when, unless the send failed (the
 /// follower sends it again then).
-async fn send(chain: &SolanaChain, record: &Record) -> Option<Instant> {
-    let svm = record.svm.as_ref().expect("a Solana record");
+async fn send(chain: &SolanaChain, record: &SvmRecord) -> Option<Instant> {
+    let svm = &record.part().settlement;
     match chain.send_transaction(&svm.transaction).await {
         Ok(()) => Some(Instant::now()),
         Err(e) => {
@@ -279,12 +279,8 @@ fn settlement_span(payment: &Payment, signature: &str) -> tracing::Span {
     )
 }
 
-fn record_signature(record: &Record) -> String {
-    record
-        .svm
-        .as_ref()
-        .map(|s| s.signature.clone())
-        .unwrap_or_default()
+fn record_signature(record: &SvmRecord) -> String {
+    record.part().settlement.signature.clone()
 }
 
 /// What a claim stores of a Solana payment: the signed transaction and what it pays. Its blockhash
@@ -313,7 +309,7 @@ fn new_record(
     asking: &Asking,
     svm: SvmSettlement,
     digest: H256,
-) -> Record {
+) -> SvmRecord {
     let value = U256::from(svm.amount);
     let terms = SvmTerms {
         signature_digest,
@@ -321,7 +317,7 @@ fn new_record(
         source: transfer.source,
         settlement: svm,
     };
-    Record::new(network.to_string(), value, digest, Terms::Svm(terms)).asked_by(asking)
+    SvmRecord::new(network.to_string(), value, digest, terms).asked_by(asking)
 }
 
 /// A payment already claimed: the claimant (its `Idempotency-Key`, or the identical request a
@@ -335,13 +331,15 @@ async fn known(
     asking: &Asking,
     deadline: Instant,
 ) -> Result<SvmSettled, SettleError> {
+    // Its key is a Solana one: so is the record stored under it; any other is somebody else's.
+    let record = SvmRecord::try_from(record).map_err(|other| key_taken(&other))?;
     let caller = caller_of(record.request.as_ref(), asking.tag.as_ref())?;
     let caller = with_pass(ledger, caller, key, asking).await?;
     let signature = record_signature(&record);
     match (&record.outcome, caller) {
         // A failure is nobody's success: everybody is told it.
         (Some(outcome), Caller::Another) if !outcome.success => {
-            return Ok(SvmSettled::Ended(Box::new(record)))
+            return Ok(SvmSettled::Ended(Box::new(record.into_record())))
         }
         (outcome, Caller::Another) => {
             return Ok(SvmSettled::Duplicate {
@@ -349,7 +347,9 @@ async fn known(
                 ended: outcome.is_some(),
             })
         }
-        (Some(_), Caller::Claimant) => return Ok(SvmSettled::Ended(Box::new(record))),
+        (Some(_), Caller::Claimant) => {
+            return Ok(SvmSettled::Ended(Box::new(record.into_record())))
+        }
         (None, Caller::Claimant) => {}
     }
     // Followed once: a claimant asking again waits on the same follower.

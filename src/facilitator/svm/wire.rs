@@ -285,7 +285,7 @@ fn v1_settle_failure(state: &State) -> &'static str {
 /// The status route's answer for a stored Solana settlement (v1's reason names, as the EVM
 /// status route's); its confirmations are the cluster's, read by the caller.
 pub fn status_answer(record: &Record) -> Option<SvmSettlementStatus> {
-    let svm = record.svm.as_ref()?;
+    let svm = &record.svm()?.settlement;
     let (state, slot) = match record.state {
         State::Landed { slot, succeeded } => {
             (if succeeded { "final" } else { "failed" }, Some(slot))
@@ -347,7 +347,7 @@ pub fn settle_answer(
             String::new(),
         ),
         SvmSettled::Ended(record) => {
-            let signature = record.svm.as_ref().map(|s| s.signature.clone());
+            let signature = record.svm().map(|s| s.settlement.signature.clone());
             let signature = signature.unwrap_or_default();
             let message = record.outcome.as_ref().and_then(|o| o.message.clone());
             match record.state {
@@ -588,8 +588,8 @@ mod tests {
     }
 
     fn record(end: impl FnOnce(&mut Record)) -> Box<Record> {
-        let mut record = crate::testing::record(1);
-        record.svm = Some(SvmSettlement {
+        let mut record = crate::testing::svm_record("net", 1);
+        record.svm_mut().unwrap().settlement = SvmSettlement {
             signature: SIG.into(),
             transaction: "AQ==".into(),
             last_valid_block_height: 10,
@@ -598,7 +598,7 @@ mod tests {
             mint: "m".into(),
             amount: 1,
             error: None,
-        });
+        };
         end(&mut record);
         Box::new(record)
     }

@@ -43,13 +43,7 @@ pub(super) async fn a_solana_settlement_is_claimed_once_and_read_back_whole(
     a: &Storage,
     b: &Storage,
 ) {
-    let mut claim = record(1);
-    claim.network = "solana-devnet".to_string();
-    // The mint's and the source token account's first bytes: the account of its exposure.
-    claim.token = Address::repeat_byte(0x11);
-    claim.payer = Address::repeat_byte(0x22);
-    claim.nonce = H256::repeat_byte(0x5a);
-    claim.svm = Some(crate::testing::svm_settlement());
+    let claim = crate::testing::svm_record("solana-devnet", 0x5a);
     let key = PaymentKey::svm("solana-devnet", [0x5a; 32]);
     assert_eq!(claim.key(), key);
     let limits = Limits::balance(U256::MAX);
@@ -59,17 +53,20 @@ pub(super) async fn a_solana_settlement_is_claimed_once_and_read_back_whole(
     ));
     a.save(&[&claim], true).await.unwrap();
     match b.claim(&key, &claim, None, &limits).await.unwrap() {
-        Claim::Exists(stored) => assert_eq!(stored.svm, claim.svm),
+        Claim::Exists(stored) => assert_eq!(settlement(&stored), settlement(&claim)),
         other => panic!("a Solana payment was claimed twice: {other:?}"),
     }
     let unfinished = b.unfinished().await.unwrap();
     let stored = unfinished.iter().find(|r| r.key() == key).unwrap();
-    assert_eq!(stored.svm, claim.svm, "the signed transaction is stored");
+    assert_eq!(
+        settlement(stored),
+        settlement(&claim),
+        "the signed transaction is stored"
+    );
     // Verify reads the same exposure without claiming.
     assert_eq!(b.exposed(&claim.account()).await.unwrap(), U256::from(1000));
     // The same source's next payment counts this one in flight (access.md §2).
-    let mut next = claim.clone();
-    next.nonce = H256::repeat_byte(0x5b);
+    let next = crate::testing::svm_record("solana-devnet", 0x5b);
     let next_key = PaymentKey::svm("solana-devnet", [0x5b; 32]);
     let within = Limits::balance(U256::from(1500));
     match b.claim(&next_key, &next, None, &within).await.unwrap() {
@@ -81,7 +78,7 @@ pub(super) async fn a_solana_settlement_is_claimed_once_and_read_back_whole(
     b.save(&[&ended], true).await.unwrap();
     let read = a.get(&key).await.unwrap().unwrap();
     assert_eq!(read.state, ended.state);
-    assert_eq!(read.svm, ended.svm);
+    assert_eq!(settlement(&read), settlement(&ended));
     assert!(!a.unfinished().await.unwrap().iter().any(|r| r.key() == key));
     assert_eq!(a.exposed(&claim.account()).await.unwrap(), U256::zero());
     assert!(matches!(
@@ -150,7 +147,7 @@ pub(super) async fn exposure_adds_up_per_account(a: &Storage, b: &Storage) {
     }
     // Another payer's account is apart.
     let mut stranger = record(0x51);
-    stranger.payer = Address::repeat_byte(0x77);
+    stranger.evm_mut().unwrap().payer = Address::repeat_byte(0x77);
     assert!(matches!(
         a.claim(&stranger.key(), &stranger, None, &Limits::balance(value))
             .await
@@ -178,12 +175,17 @@ pub(super) async fn exposure_adds_up_per_account(a: &Storage, b: &Storage) {
     ));
 }
 
+/// A Solana record's signed transaction.
+fn settlement(record: &Record) -> Option<&crate::ledger::SvmSettlement> {
+    record.svm().map(|part| &part.settlement)
+}
+
 /// A Permit2 record of `token`, told apart by `nonce`; `approves`: it carries an EIP-2612 permit.
 fn permit2(nonce: u8, token: u8, approves: bool) -> Record {
     let mut r = record(nonce);
-    r.method = crate::ledger::TransferMethod::Permit2;
-    r.token = Address::repeat_byte(token);
-    r.approves_permit2 = approves;
+    r.evm_mut().unwrap().method = crate::ledger::TransferMethod::Permit2;
+    r.evm_mut().unwrap().token = Address::repeat_byte(token);
+    r.evm_mut().unwrap().approves_permit2 = approves;
     r
 }
 
@@ -240,7 +242,7 @@ pub(super) async fn permit2_claims_keep_to_allowance_nonce_and_approval(a: &Stor
         Claim::Claimed
     ));
     // Another token, a nonce in flight: refused; concurrently, one of two wins.
-    let same_nonce = permit2(won[0].nonce.0[0], 0x12, false);
+    let same_nonce = permit2(won[0].evm().unwrap().nonce.0[0], 0x12, false);
     let claim = a.claim(&same_nonce.key(), &same_nonce, None, &limits).await;
     assert!(matches!(
         claim.unwrap(),
@@ -258,7 +260,7 @@ pub(super) async fn permit2_claims_keep_to_allowance_nonce_and_approval(a: &Stor
     answered.finished_at = None;
     a.save(&[&answered], true).await.unwrap();
     b.release(&won[1].key()).await.unwrap();
-    for nonce in [won[0].nonce.0[0], won[1].nonce.0[0]] {
+    for nonce in [&won[0], &won[1]].map(|r| r.evm().unwrap().nonce.0[0]) {
         let freed = permit2(nonce, 0x12, false);
         let claim = b.claim(&freed.key(), &freed, None, &limits).await.unwrap();
         assert!(matches!(claim, Claim::Claimed), "{claim:?}");

@@ -118,7 +118,7 @@ pub(super) async fn a_claim_naming_its_signer_goes_to_that_signers_lane_only(
         .unwrap();
     let other = a.acquire(&lane(), "one", LONG).await.unwrap().unwrap();
     let mut upto = record(20);
-    upto.sender = Some(other_lane().signer);
+    upto.evm_mut().unwrap().sender = Some(other_lane().signer);
     a.claim(&upto.key(), &upto, None, &Limits::balance(U256::MAX))
         .await
         .unwrap();
@@ -126,7 +126,7 @@ pub(super) async fn a_claim_naming_its_signer_goes_to_that_signers_lane_only(
     let taken = b.take_queued(&named, 10).await.unwrap();
     assert_eq!(taken.len(), 1, "{taken:?}");
     assert_eq!(
-        taken[0].sender,
+        taken[0].evm().unwrap().sender,
         Some(other_lane().signer),
         "the record keeps its signer"
     );

@@ -126,7 +126,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     ),
     (
         8,
-        // The only signer that may send a queued claim (`Record::sender`, an `upto` witness's
+        // The only signer that may send a queued claim (`EvmPart::sender`, an `upto` witness's
         // facilitator); NULL: any lane of its network.
         "ALTER TABLE settlement_queue ADD COLUMN signer text;",
     ),

@@ -112,7 +112,7 @@ impl SettlementStore for PgStore {
                     &request_key,
                     &c.permit2_nonce,
                     &c.permit2_approves,
-                    &record.sender.map(hex_bytes),
+                    &record.evm().and_then(|evm| evm.sender).map(hex_bytes),
                 ],
             )
             .await;

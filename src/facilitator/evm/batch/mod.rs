@@ -24,11 +24,12 @@ use ethers_core::types::{Address, H256};
 use ethers_core::utils::to_checksum;
 use serde_json::json;
 
+use super::contracts::check_batch_contracts;
 use super::settle::Settler;
 use super::verify::{Network, Verifier};
 use crate::evm::batch as leaf;
 use crate::evm::parse_address;
-use crate::facilitator::mechanism::{Answer, Mechanism, Payee, Payment, StatusLookup};
+use crate::facilitator::mechanism::{Answer, Later, Mechanism, Payee, Payment, StatusLookup};
 use crate::facilitator::outcome::SettleError;
 use crate::facilitator::protocol::read::read_value;
 use crate::facilitator::protocol::v1::{SettleResponse, VerifyResponse};
@@ -334,6 +335,29 @@ const OBJECTS: &[&str] = &[
 ];
 
 impl Mechanism for EvmBatch {
+    fn namespace(&self) -> &'static str {
+        super::exact::NAMESPACE
+    }
+
+    fn kinds(&self) -> &'static [(u64, &'static str)] {
+        &[(2, SCHEME)]
+    }
+
+    /// Its contracts have code on every network it serves.
+    fn check(&self) -> Later<'_, Result<(), String>> {
+        let chains: Vec<_> = self.verifier.networks().map(|n| n.chain.clone()).collect();
+        Box::pin(async move {
+            let checked = check_batch_contracts(&chains).await;
+            checked.map_err(|e| e.to_string())
+        })
+    }
+
+    /// Its deposits, claims, sweeps and refunds are the EVM lanes' settlements: `exact`
+    /// resumes them.
+    fn start(&self) -> Answer<'_, usize> {
+        Box::pin(async { Ok(0) })
+    }
+
     fn read_direct(&self, _version: u64, bytes: &[u8]) -> Option<Box<dyn Payment + '_>> {
         let request = serde_json::from_slice(bytes).ok()?;
         Some(Box::new(Served {

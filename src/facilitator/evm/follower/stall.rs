@@ -28,7 +28,7 @@ impl Worker {
             .range(chain_nonce..)
             .filter(|(_, slot)| match slot {
                 Slot::Settlement { record, .. } => {
-                    !slot.is_included() && head.timestamp >= record.valid_before
+                    !slot.is_included() && head.timestamp >= record.part().valid_before
                 }
                 Slot::Filler { .. } => false,
             })
@@ -95,7 +95,7 @@ impl Worker {
             let latest = slot.latest()?.clone();
             let first = slot.attempts().first()?.fees.max_fee_per_gas();
             let gas = match slot {
-                Slot::Settlement { record, .. } => record.gas_limit,
+                Slot::Settlement { record, .. } => record.part().gas_limit,
                 Slot::Filler { .. } => FILLER_GAS,
             };
             (latest, first, gas)
@@ -119,7 +119,8 @@ impl Worker {
         tracing::info!(lane = %self.lane.id, nonce, max_fee = %fees.max_fee_per_gas(), "replacing the transaction that blocks the lane with higher fees");
         let call = match self.nonces.slots.get(&nonce)? {
             Slot::Settlement { record, .. } => {
-                Some((record.call_target(), record.calldata.clone()))
+                let evm = record.part();
+                Some((evm.call_target(), evm.calldata.clone()))
             }
             Slot::Filler { .. } => None,
         };

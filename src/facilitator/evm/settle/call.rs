@@ -10,7 +10,7 @@ use crate::evm::{erc3009, erc6492, permit2};
 use crate::facilitator::evm::request::Method;
 use crate::facilitator::evm::verify::{Payer, Payment};
 use crate::facilitator::outcome::Invalid;
-use crate::ledger::{Asking, EvmTerms, Reason, Record, Terms};
+use crate::ledger::{Asking, EvmRecord, EvmTerms, Reason};
 use crate::store::{Claim, Limits, Permit2Clash};
 
 /// Gas added on top of the tried gas of `transferWithAuthorization`.
@@ -141,7 +141,7 @@ pub(super) fn new_record(
     call: SettlementCall,
     gas_limit: u64,
     asking: &Asking,
-) -> Record {
+) -> EvmRecord {
     let valid_before = payment.auth.valid_before.min(U256::from(u64::MAX)).as_u64();
     let terms = EvmTerms {
         token: payment.token.address,
@@ -160,7 +160,7 @@ pub(super) fn new_record(
         gas_limit,
     };
     let (network, value) = (payment.network.name.clone(), payment.charge());
-    Record::new(network, value, payment.digest, Terms::Evm(terms)).asked_by(asking)
+    EvmRecord::new(network, value, payment.digest, terms).asked_by(asking)
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use crate::clock::unix_now;
 use crate::facilitator::outcome::{SettleError, Settled};
 use crate::facilitator::settlement::key_taken;
 use crate::facilitator::settlement::waiters::{Progress, Waiters};
-use crate::ledger::{Asking, EvmTerms, Record, Terms, TransferMethod};
+use crate::ledger::{Asking, EvmRecord, EvmTerms, TransferMethod};
 use crate::store::{Claim, Limits};
 
 /// How long a call may wait unmined before its lane gives it up.
@@ -47,7 +47,9 @@ impl Settler {
             .claim(&key, &record, lease.as_ref(), &limits)
             .await?
         {
-            Claim::Claimed if lease.is_none() => self.await_stored(record, deadline).await,
+            Claim::Claimed if lease.is_none() => {
+                self.await_stored(record.into_record(), deadline).await
+            }
             Claim::Claimed => {
                 let progress = Waiters::register(
                     &mut self.waiters.lock(),
@@ -78,7 +80,7 @@ fn call_record(
     calldata: Bytes,
     gas_limit: u64,
     asking: &Asking,
-) -> Record {
+) -> EvmRecord {
     let hash = H256(keccak256(&calldata));
     let terms = EvmTerms {
         token: contract,
@@ -93,5 +95,5 @@ fn call_record(
         calldata,
         gas_limit,
     };
-    Record::new(network.to_string(), U256::zero(), hash, Terms::Evm(terms)).asked_by(asking)
+    EvmRecord::new(network.to_string(), U256::zero(), hash, terms).asked_by(asking)
 }
