@@ -1,6 +1,6 @@
 //! The x402 `batch-settlement` contracts on the wire: a channel's config and id, the EIP-712
-//! digests of its vouchers, refunds and claim batches, the ERC-3009 deposit's authorization, and
-//! the calldata of the settlement contract's functions and views. No I/O.
+//! digests of its vouchers, refunds and claim batches, the ERC-3009 and Permit2 deposits'
+//! authorizations, and the calldata of the settlement contract's functions and views. No I/O.
 //!
 //! The channel id is the EIP-712 hash of the config under the settlement contract's domain
 //! (`x402 Batch Settlement`, version 1, the chain and the contract): the same config names another
@@ -70,6 +70,53 @@ static CLAIM_ENTRY_TYPE: &str =
 static CLAIM_ENTRY_TYPEHASH: LazyLock<[u8; 32]> = LazyLock::new(|| keccak256(CLAIM_ENTRY_TYPE));
 static CLAIM_BATCH_TYPEHASH: LazyLock<[u8; 32]> =
     LazyLock::new(|| keccak256(format!("ClaimBatch(ClaimEntry[] claims){CLAIM_ENTRY_TYPE}")));
+/// Permit2's signed type of a deposit: its own fields, then the collector's witness, which binds
+/// the transfer to one channel.
+static PERMIT2_DEPOSIT_TYPEHASH: LazyLock<[u8; 32]> = LazyLock::new(|| {
+    keccak256("PermitWitnessTransferFrom(TokenPermissions permitted,address spender,uint256 nonce,uint256 deadline,DepositWitness witness)DepositWitness(bytes32 channelId)TokenPermissions(address token,uint256 amount)")
+});
+static TOKEN_PERMISSIONS_TYPEHASH: LazyLock<[u8; 32]> =
+    LazyLock::new(|| keccak256("TokenPermissions(address token,uint256 amount)"));
+static DEPOSIT_WITNESS_TYPEHASH: LazyLock<[u8; 32]> =
+    LazyLock::new(|| keccak256("DepositWitness(bytes32 channelId)"));
+
+/// A deposit's Permit2 transfer as the payer signed it: `amount` of `token` to the Permit2
+/// deposit collector (`spender`), which moves it into `channel` only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Permit2Deposit {
+    pub token: Address,
+    pub amount: U256,
+    pub spender: Address,
+    pub nonce: U256,
+    pub deadline: U256,
+    pub channel: H256,
+}
+
+impl Permit2Deposit {
+    /// The `PermitWitnessTransferFrom` digest under Permit2's domain (`permit2::domain_separator`).
+    pub fn digest(&self, permit2_domain: H256) -> H256 {
+        let permitted = struct_hash(
+            &TOKEN_PERMISSIONS_TYPEHASH,
+            vec![Token::Address(self.token), Token::Uint(self.amount)],
+        );
+        let witness = struct_hash(
+            &DEPOSIT_WITNESS_TYPEHASH,
+            vec![Token::FixedBytes(self.channel.as_bytes().to_vec())],
+        );
+        let fields = vec![
+            Token::FixedBytes(permitted.to_vec()),
+            Token::Address(self.spender),
+            Token::Uint(self.nonce),
+            Token::Uint(self.deadline),
+            Token::FixedBytes(witness.to_vec()),
+        ];
+        typed_digest(
+            permit2_domain,
+            struct_hash(&PERMIT2_DEPOSIT_TYPEHASH, fields),
+        )
+    }
+}
+
 /// The settlement contract's EIP-712 domain separator on chain `chain_id`.
 pub fn domain_separator(chain_id: u64, contract: Address) -> H256 {
     H256(keccak256(encode(&[
@@ -211,6 +258,22 @@ pub fn erc3009_collector_data(
     ]))
 }
 
+/// What the Permit2 collector reads of a deposit: the permit's nonce and deadline, the payer's
+/// signature, and an EIP-2612 permit of Permit2 to submit first (empty for none).
+pub fn permit2_collector_data(
+    nonce: U256,
+    deadline: U256,
+    signature: &[u8],
+    eip2612: &[u8],
+) -> Bytes {
+    Bytes::from(encode(&[
+        Token::Uint(nonce),
+        Token::Uint(deadline),
+        Token::Bytes(signature.to_vec()),
+        Token::Bytes(eip2612.to_vec()),
+    ]))
+}
+
 fn claim_tokens(rows: &[ClaimRow]) -> Token {
     let row = |r: &ClaimRow| {
         let voucher = Token::Tuple(vec![
@@ -328,6 +391,34 @@ mod tests {
         assert_eq!(two_words(&too_big), None);
         assert_eq!(two_words(&answer[..40]), None);
         assert_eq!(one_word(&answer[..32]), Some(7.into()));
+    }
+
+    #[test]
+    fn a_permit2_deposit_digest_is_the_one_viem_signs() {
+        // viem's hashTypedData of the same PermitWitnessTransferFrom with its DepositWitness.
+        let deposit = Permit2Deposit {
+            token: Address::repeat_byte(5),
+            amount: 1000.into(),
+            spender: Address::from_str("0x4020425FAf3B746C082C2f942b4E5159887B0005").unwrap(),
+            nonce: 77.into(),
+            deadline: 1_900_000_000u64.into(),
+            channel: H256::repeat_byte(0x11),
+        };
+        let expected =
+            H256::from_str("0xa509d467f5c208fa489fceeb3e381a69324816d93960328aa801b25834494e4f")
+                .unwrap();
+        let domain = crate::evm::permit2::domain_separator(8453);
+        assert_eq!(deposit.digest(domain), expected);
+        let data = permit2_collector_data(77.into(), 1_900_000_000u64.into(), &[0xab, 0xcd], &[]);
+        // viem's encodeAbiParameters: two words, two offsets, the signature's length and word,
+        // and the empty permit's length.
+        assert_eq!(data.len(), 7 * 32);
+        assert_eq!(
+            (data[31], data[95], data[127], data[159]),
+            (77, 0x80, 0xc0, 2)
+        );
+        assert_eq!(&data[160..162], &[0xab, 0xcd]);
+        assert!(data[192..].iter().all(|b| *b == 0));
     }
 
     #[test]

@@ -69,7 +69,9 @@ pub fn parse(values: Values<'_>, served: &dyn Served) -> Result<Request, Invalid
     };
     let allowed = match method {
         Method::Eip3009 | Method::Eip3009Receive => terms.token.eip3009,
-        Method::Permit2 | Method::Permit2Upto { .. } => terms.token.permit2,
+        Method::Permit2 | Method::Permit2Upto { .. } | Method::Permit2Deposit { .. } => {
+            terms.token.permit2
+        }
     };
     if !allowed {
         return Err(Invalid::field(

@@ -31,13 +31,14 @@ pub struct Request {
     pub eip2612: Option<Eip2612Permit>,
     /// Non-empty, and no longer than `facilitator.max_signature_bytes`.
     pub signature: Vec<u8>,
-    /// The contract call that executes the authorization, when it is not the token's own
-    /// (`Method::Eip3009Receive`).
+    /// The contract call that executes the authorization, when it is not the token's own or a
+    /// proxy's (`Method::Eip3009Receive`, `Method::Permit2Deposit`).
     pub through: Option<Through>,
 }
 
 /// A contract call that executes a payer's authorization inside it: a `batch-settlement`
-/// deposit, whose collector submits the `receiveWithAuthorization`.
+/// deposit, whose collector submits the `receiveWithAuthorization` or Permit2's
+/// `permitWitnessTransferFrom`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Through {
     pub contract: Address,
@@ -57,27 +58,35 @@ pub enum Method {
     /// ERC-3009's `receiveWithAuthorization`, submitted by its `to` (a deposit collector) inside
     /// the call `Request::through` names.
     Eip3009Receive,
+    /// A `batch-settlement` deposit through Permit2: `permitWitnessTransferFrom` with the Permit2
+    /// deposit collector as the spender (`authorization.to`) and a witness naming `channel`,
+    /// submitted by that collector inside the call `Request::through` names.
+    Permit2Deposit { channel: H256 },
 }
 
 impl Method {
-    /// Through Permit2, `exact` or `upto`.
+    /// Through Permit2: `exact`, `upto` or a deposit.
     pub fn is_permit2(self) -> bool {
-        matches!(self, Method::Permit2 | Method::Permit2Upto { .. })
+        matches!(
+            self,
+            Method::Permit2 | Method::Permit2Upto { .. } | Method::Permit2Deposit { .. }
+        )
     }
 
-    /// How the ledger stores it: `upto` moves funds through Permit2 too.
+    /// How the ledger stores it: `upto` and deposits through Permit2 move funds through Permit2
+    /// too (its nonce bitmap, the payer's allowance of it).
     pub fn transfer_method(self) -> TransferMethod {
-        match self {
-            Method::Eip3009 | Method::Eip3009Receive => TransferMethod::Eip3009,
-            Method::Permit2 | Method::Permit2Upto { .. } => TransferMethod::Permit2,
+        match self.is_permit2() {
+            true => TransferMethod::Permit2,
+            false => TransferMethod::Eip3009,
         }
     }
 
     /// Its name in `transfer_methods`.
     pub fn name(self) -> &'static str {
-        match self {
-            Method::Eip3009 | Method::Eip3009Receive => "eip3009",
-            Method::Permit2 | Method::Permit2Upto { .. } => "permit2",
+        match self.is_permit2() {
+            true => "permit2",
+            false => "eip3009",
         }
     }
 }

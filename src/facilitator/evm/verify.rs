@@ -14,6 +14,7 @@ use super::request::{Method, Request, Served, Through, TokenInfo};
 use crate::chain::{Chain, Unreachable};
 use crate::clock::unix_now;
 use crate::evm;
+use crate::evm::batch;
 use crate::evm::erc3009::{self, TransferAuthorization};
 use crate::evm::erc6492::{self, Deployment};
 use crate::evm::permit2::{self, Eip2612Permit, Permit2Authorization};
@@ -179,6 +180,32 @@ fn permit2_authorization(
     }
 }
 
+/// What the payer signed, as `method` says.
+fn signed_digest(
+    network: &Network,
+    token: &TokenInfo,
+    auth: &TransferAuthorization,
+    method: Method,
+) -> H256 {
+    match method {
+        Method::Eip3009 => erc3009::digest(token.domain_separator, auth),
+        Method::Eip3009Receive => erc3009::receive_digest(token.domain_separator, auth),
+        Method::Permit2Deposit { channel } => batch::Permit2Deposit {
+            token: token.address,
+            amount: auth.value,
+            spender: auth.to,
+            nonce: U256::from_big_endian(auth.nonce.as_bytes()),
+            deadline: auth.valid_before,
+            channel,
+        }
+        .digest(network.permit2_domain),
+        Method::Permit2 | Method::Permit2Upto { .. } => permit2::digest(
+            network.permit2_domain,
+            &permit2_authorization(auth, token.address, method),
+        ),
+    }
+}
+
 pub struct Verifier {
     networks: HashMap<String, Network>,
     /// `facilitator.deny_list_file`, as last read.
@@ -304,14 +331,7 @@ impl Verifier {
                 ));
             }
         }
-        let digest = match request.method {
-            Method::Eip3009 => erc3009::digest(token.domain_separator, &auth),
-            Method::Eip3009Receive => erc3009::receive_digest(token.domain_separator, &auth),
-            Method::Permit2 | Method::Permit2Upto { .. } => permit2::digest(
-                network.permit2_domain,
-                &permit2_authorization(&auth, token.address, request.method),
-            ),
-        };
+        let digest = signed_digest(network, token, &auth, request.method);
         Ok(Payment {
             network,
             token,

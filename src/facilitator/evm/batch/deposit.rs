@@ -1,13 +1,13 @@
-//! A deposit: the payer's ERC-3009 `receiveWithAuthorization` to the collector, lowered into the
-//! `exact` pipeline's request with the settlement contract's `deposit` as the call that executes
-//! it. The pipeline judges the authorization (signature, time, balance, nonce, the call tried)
+//! A deposit: the payer's ERC-3009 `receiveWithAuthorization` to the ERC-3009 collector, or its
+//! Permit2 `PermitWitnessTransferFrom` to the Permit2 collector, lowered into the `exact`
+//! pipeline's request with the settlement contract's `deposit` as the call that executes it. The pipeline judges the authorization (signature, time, balance, nonce, the call tried)
 //! and settles it under the ledger's rules; the channel's rules are checked beside it.
 
-use ethers_core::types::H256;
+use ethers_core::types::{H256, U256};
 
 use super::reason::{BatchReason, Refusal};
 use super::verify::{self, ChannelState};
-use super::wire::{self, BatchPayload, BatchRequest, Erc3009Deposit};
+use super::wire::{self, BatchPayload, BatchRequest, Erc3009Deposit, Permit2Deposit};
 use super::{payer_of, EvmBatch};
 use crate::chain::Budget;
 use crate::evm::batch::{self as leaf, ChannelConfig};
@@ -52,32 +52,53 @@ fn lower<'a>(batch: &'a EvmBatch, request: &BatchRequest) -> Result<Lowered<'a>,
     let config = wire::config(BatchReason::DepositPayload, channel_config)?;
     let extra = request.payment_requirements.extra.as_ref();
     let named = |key: &str| extra.and_then(|e| e.get(key)).and_then(|v| v.as_str());
-    if named("name").is_none() || named("version").is_none() {
-        return Err(Refusal::new(
-            BatchReason::MissingEip712Domain,
-            "paymentRequirements.extra.name and .version: required (the token's EIP-712 domain)",
-        ));
-    }
-    let deposit = wire::erc3009_deposit(deposit)?;
-    let token = network
-        .tokens
-        .iter()
-        .find(|t| t.address == config.token && t.eip3009);
-    if token.is_none() {
-        return Err(Refusal::new(
-            BatchReason::TokenMismatch,
-            "paymentRequirements.asset: not a token routerd takes ERC-3009 deposits of on that network",
-        ));
-    }
-    let request = exact_request(network, &config, voucher.channel_id, &deposit, contracts)?;
+    let channel = voucher.channel_id;
+    let request = match wire::permit2_deposit(deposit, named("assetTransferMethod"))? {
+        Some(permit) => {
+            check_permit2(network, &config, channel, &permit, &contracts)?;
+            permit2_request(network, &config, &permit, contracts)?
+        }
+        None => {
+            if named("name").is_none() || named("version").is_none() {
+                return Err(Refusal::new(
+                    BatchReason::MissingEip712Domain,
+                    "paymentRequirements.extra.name and .version: required (the token's EIP-712 domain)",
+                ));
+            }
+            let deposit = wire::erc3009_deposit(deposit)?;
+            let token = network
+                .tokens
+                .iter()
+                .find(|t| t.address == config.token && t.eip3009);
+            if token.is_none() {
+                return Err(Refusal::new(
+                    BatchReason::TokenMismatch,
+                    "paymentRequirements.asset: not a token routerd takes ERC-3009 deposits of on that network",
+                ));
+            }
+            exact_request(network, &config, channel, &deposit, contracts)?
+        }
+    };
     Ok(Lowered {
         network,
-        channel: voucher.channel_id,
+        channel,
         max_claimable: voucher.max_claimable,
-        amount: deposit.amount,
+        amount: request.amount.as_u128(),
         request,
         settlement: contracts.settlement,
     })
+}
+
+/// The collector's ERC-6492 unwrapped signature: the one the token or Permit2 checks.
+fn inner_signature(signature: &[u8], field: &str) -> Result<Vec<u8>, Refusal> {
+    match erc6492::unwrap(signature) {
+        Ok(Some(wrapped)) => Ok(wrapped.inner.to_vec()),
+        Ok(None) => Ok(signature.to_vec()),
+        Err(_) => Err(Refusal::new(
+            BatchReason::DepositPayload,
+            format!("paymentPayload.payload.deposit.authorization.{field}.signature: an ERC-6492 wrapper that does not decode"),
+        )),
+    }
 }
 
 /// The deposit as `exact` settles an authorization: from the payer to the collector, its nonce
@@ -90,17 +111,7 @@ fn exact_request(
     contracts: super::Contracts,
 ) -> Result<Request, Refusal> {
     let collector = contracts.erc3009_collector;
-    // The collector hands the token the signature itself: an ERC-6492 wrapper's inner one.
-    let inner = match erc6492::unwrap(&deposit.signature) {
-        Ok(Some(wrapped)) => wrapped.inner.to_vec(),
-        Ok(None) => deposit.signature.to_vec(),
-        Err(_) => {
-            return Err(Refusal::new(
-                BatchReason::DepositPayload,
-                "paymentPayload.payload.deposit.authorization.erc3009Authorization.signature: an ERC-6492 wrapper that does not decode",
-            ))
-        }
-    };
+    let inner = inner_signature(&deposit.signature, "erc3009Authorization")?;
     let data = leaf::erc3009_collector_data(
         deposit.valid_after,
         deposit.valid_before,
@@ -132,9 +143,110 @@ fn exact_request(
     })
 }
 
-/// The `exact` pipeline's refusal in the binding's words.
-fn refusal(failure: Invalid) -> Refusal {
+/// A Permit2 deposit's terms against the channel and the served configuration, in the order the
+/// official facilitator checks them; its deadline and signature are the pipeline's.
+fn check_permit2(
+    network: &Network,
+    config: &ChannelConfig,
+    channel: H256,
+    permit: &Permit2Deposit,
+    contracts: &super::Contracts,
+) -> Result<(), Refusal> {
+    const FIELD: &str = "paymentPayload.payload.deposit.authorization.permit2Authorization";
+    let refuse = |reason, what: &str| Err(Refusal::new(reason, format!("{FIELD}.{what}")));
+    if permit.from != config.payer {
+        return refuse(
+            BatchReason::Permit2InvalidSignature,
+            "from: not channelConfig.payer",
+        );
+    }
+    if permit.spender != contracts.permit2_collector {
+        return refuse(
+            BatchReason::Permit2InvalidSpender,
+            "spender: not the Permit2 deposit collector",
+        );
+    }
+    if permit.token != config.token {
+        return refuse(
+            BatchReason::TokenMismatch,
+            "permitted.token: not paymentRequirements.asset",
+        );
+    }
+    if permit.permitted != U256::from(permit.amount) {
+        return refuse(
+            BatchReason::Permit2AmountMismatch,
+            "permitted.amount: not deposit.amount",
+        );
+    }
+    if permit.channel != channel {
+        return refuse(
+            BatchReason::ChannelIdMismatch,
+            "witness.channelId: not voucher.channelId",
+        );
+    }
+    let served = network
+        .tokens
+        .iter()
+        .any(|t| t.address == config.token && t.permit2);
+    if !served {
+        return Err(Refusal::new(
+            BatchReason::TokenMismatch,
+            "paymentRequirements.asset: not a token routerd takes Permit2 deposits of on that network",
+        ));
+    }
+    Ok(())
+}
+
+/// A Permit2 deposit as `exact` settles a Permit2 payment: from the payer to the Permit2
+/// collector (the spender), its Permit2 nonce the payment's, executed by `deposit(config,
+/// amount, collector, collectorData)`.
+fn permit2_request(
+    network: &Network,
+    config: &ChannelConfig,
+    permit: &Permit2Deposit,
+    contracts: super::Contracts,
+) -> Result<Request, Refusal> {
+    let collector = contracts.permit2_collector;
+    let inner = inner_signature(&permit.signature, "permit2Authorization")?;
+    let data = leaf::permit2_collector_data(permit.nonce, permit.deadline, &inner, &[]);
+    let mut nonce = [0u8; 32];
+    permit.nonce.to_big_endian(&mut nonce);
+    Ok(Request {
+        network: network.name.clone(),
+        asset: config.token,
+        pay_to: collector,
+        amount: permit.amount.into(),
+        resource: String::new(),
+        max_timeout_seconds: 0,
+        authorization: TransferAuthorization {
+            from: config.payer,
+            to: collector,
+            value: permit.amount.into(),
+            valid_after: U256::zero(),
+            valid_before: permit.deadline,
+            nonce: H256(nonce),
+        },
+        method: Method::Permit2Deposit {
+            channel: permit.channel,
+        },
+        eip2612: None,
+        signature: permit.signature.to_vec(),
+        through: Some(Through {
+            contract: contracts.settlement,
+            calldata: leaf::deposit(config, permit.amount, collector, &data),
+        }),
+    })
+}
+
+/// The `exact` pipeline's refusal in the binding's words: a Permit2 deposit's deadline,
+/// signature and allowance in the Permit2 ones.
+fn refusal(failure: Invalid, permit2: bool) -> Refusal {
     let reason = match failure.reason {
+        Reason::ValidBefore if permit2 => BatchReason::Permit2DeadlineExpired,
+        Reason::Signature | Reason::SignatureAddress if permit2 => {
+            BatchReason::Permit2InvalidSignature
+        }
+        Reason::Permit2Allowance => BatchReason::Permit2AllowanceRequired,
         Reason::ValidBefore => BatchReason::ValidBefore,
         Reason::ValidAfter => BatchReason::ValidAfter,
         Reason::Signature | Reason::SignatureAddress => BatchReason::ReceiveAuthorizationSignature,
@@ -170,7 +282,7 @@ pub(super) async fn verify(
     };
     let payment = match batch.verifier.check_local(&lowered.request) {
         Ok(payment) => payment,
-        Err(failure) => return Ok(Err(refusal(failure))),
+        Err(failure) => return Ok(Err(refusal(failure, lowered.request.method.is_permit2()))),
     };
     let used = match batch.settler.claim_on(&payment).await? {
         None => None,
@@ -186,7 +298,7 @@ pub(super) async fn verify(
     let (authorization, channel) =
         tokio::join!(batch.verifier.check_on_chain(&payment), channel_read);
     if let Err(failure) = authorization? {
-        return Ok(Err(refusal(failure)));
+        return Ok(Err(refusal(failure, lowered.request.method.is_permit2())));
     }
     let state = match channel? {
         Ok(read) => read.state,
@@ -271,7 +383,7 @@ pub(super) async fn settle(
             message: settled.message.unwrap_or_else(|| "".into()),
         };
         let reverted = failure.reason == Reason::Payload && settled.transaction.is_some();
-        let mut refused = refusal(failure);
+        let mut refused = refusal(failure, lowered.request.method.is_permit2());
         if reverted {
             refused.reason = BatchReason::DepositTransactionFailed;
         }

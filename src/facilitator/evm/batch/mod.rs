@@ -47,6 +47,7 @@ pub use verify::SCHEME;
 pub struct Contracts {
     pub settlement: Address,
     pub erc3009_collector: Address,
+    pub permit2_collector: Address,
 }
 
 /// The mechanism: the `exact` verifier's networks and the settle pipeline deposits go through.
@@ -81,6 +82,7 @@ impl EvmBatch {
             let contracts = Contracts {
                 settlement: configured.batch_settlement,
                 erc3009_collector: configured.erc3009_deposit_collector,
+                permit2_collector: configured.permit2_deposit_collector,
             };
             (n.name.clone(), contracts)
         };

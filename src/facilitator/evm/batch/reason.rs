@@ -41,6 +41,11 @@ pub enum BatchReason {
     RpcReadFailed,
     MissingEip712Domain,
     Erc3009AuthorizationRequired,
+    Permit2InvalidSpender,
+    Permit2AmountMismatch,
+    Permit2DeadlineExpired,
+    Permit2InvalidSignature,
+    Permit2AllowanceRequired,
     ValidBefore,
     ValidAfter,
     ReceiveAuthorizationSignature,
@@ -90,6 +95,11 @@ impl BatchReason {
             Erc3009AuthorizationRequired => {
                 "invalid_batch_settlement_evm_erc3009_authorization_required"
             }
+            Permit2InvalidSpender => "invalid_batch_settlement_evm_permit2_invalid_spender",
+            Permit2AmountMismatch => "invalid_batch_settlement_evm_permit2_amount_mismatch",
+            Permit2DeadlineExpired => "invalid_batch_settlement_evm_permit2_deadline_expired",
+            Permit2InvalidSignature => "invalid_batch_settlement_evm_permit2_invalid_signature",
+            Permit2AllowanceRequired => "invalid_batch_settlement_evm_permit2_allowance_required",
             ValidBefore => "invalid_batch_settlement_evm_payload_authorization_valid_before",
             ValidAfter => "invalid_batch_settlement_evm_payload_authorization_valid_after",
             ReceiveAuthorizationSignature => {

@@ -151,6 +151,31 @@ pub struct WireDepositAuthorization {
     pub permit2_authorization: Option<Value>,
 }
 
+/// A Permit2 deposit's authorization, as the official client sends it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WirePermit2 {
+    from: String,
+    permitted: WirePermitted,
+    spender: String,
+    nonce: String,
+    deadline: String,
+    witness: WireDepositWitness,
+    signature: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct WirePermitted {
+    token: String,
+    amount: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireDepositWitness {
+    channel_id: String,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WireErc3009 {
@@ -175,6 +200,20 @@ pub struct Erc3009Deposit {
     pub valid_after: U256,
     pub valid_before: U256,
     pub salt: U256,
+    pub signature: Bytes,
+}
+
+/// A Permit2 deposit's values: the deposit's amount, and the permit the payer signed.
+#[derive(Debug, Clone)]
+pub struct Permit2Deposit {
+    pub amount: u128,
+    pub from: Address,
+    pub token: Address,
+    pub permitted: U256,
+    pub spender: Address,
+    pub nonce: U256,
+    pub deadline: U256,
+    pub channel: H256,
     pub signature: Bytes,
 }
 
@@ -250,19 +289,9 @@ pub fn voucher(reason: BatchReason, wire: &WireVoucher) -> Result<Voucher, Refus
     })
 }
 
-/// An ERC-3009 deposit's values; a deposit authorized otherwise is refused (only ERC-3009
-/// deposits are served).
-pub fn erc3009_deposit(wire: &WireDeposit) -> Result<Erc3009Deposit, Refusal> {
+/// The deposit's amount: above 0.
+fn deposit_amount(wire: &WireDeposit) -> Result<u128, Refusal> {
     let reason = BatchReason::DepositPayload;
-    let Some(auth) = &wire.authorization.erc3009_authorization else {
-        return Err(Refusal::new(
-            BatchReason::Erc3009AuthorizationRequired,
-            format!("{PAYLOAD}.deposit.authorization.erc3009Authorization: required (routerd settles deposits through the ERC-3009 collector)"),
-        ));
-    };
-    let field = |name: &str| format!("deposit.authorization.erc3009Authorization.{name}");
-    let uint =
-        |name: &str, text: &str| read(reason, &field(name), parse_uint(text), "a decimal uint256");
     let deposited = amount(reason, "deposit.amount", &wire.amount)?;
     if deposited == 0 {
         return Err(Refusal::new(
@@ -270,13 +299,72 @@ pub fn erc3009_deposit(wire: &WireDeposit) -> Result<Erc3009Deposit, Refusal> {
             format!("{PAYLOAD}.deposit.amount: must be above 0"),
         ));
     }
+    Ok(deposited)
+}
+
+/// An ERC-3009 deposit's values; a deposit with neither authorization, or with a Permit2 one the
+/// requirements do not ask for (`Some("eip3009")`), is refused.
+pub fn erc3009_deposit(wire: &WireDeposit) -> Result<Erc3009Deposit, Refusal> {
+    let reason = BatchReason::DepositPayload;
+    let Some(auth) = &wire.authorization.erc3009_authorization else {
+        return Err(Refusal::new(
+            BatchReason::Erc3009AuthorizationRequired,
+            format!("{PAYLOAD}.deposit.authorization.erc3009Authorization: required (or permit2Authorization, unless paymentRequirements.extra.assetTransferMethod is \"eip3009\")"),
+        ));
+    };
+    let field = |name: &str| format!("deposit.authorization.erc3009Authorization.{name}");
+    let uint =
+        |name: &str, text: &str| read(reason, &field(name), parse_uint(text), "a decimal uint256");
     Ok(Erc3009Deposit {
-        amount: deposited,
+        amount: deposit_amount(wire)?,
         valid_after: uint("validAfter", &auth.valid_after)?,
         valid_before: uint("validBefore", &auth.valid_before)?,
         salt: uint("salt", &auth.salt)?,
         signature: bytes(reason, &field("signature"), &auth.signature)?,
     })
+}
+
+/// A Permit2 deposit's values, when the deposit is one: it carries `permit2Authorization` and no
+/// `erc3009Authorization`, and the requirements' `assetTransferMethod` (`hint`) is not
+/// `"eip3009"`, as the official facilitator chooses.
+pub fn permit2_deposit(
+    wire: &WireDeposit,
+    hint: Option<&str>,
+) -> Result<Option<Permit2Deposit>, Refusal> {
+    let authorization = &wire.authorization;
+    let (None, Some(value)) = (
+        &authorization.erc3009_authorization,
+        &authorization.permit2_authorization,
+    ) else {
+        return Ok(None);
+    };
+    if hint == Some("eip3009") {
+        return Ok(None);
+    }
+    let reason = BatchReason::DepositPayload;
+    let prefix = "deposit.authorization.permit2Authorization";
+    let auth = WirePermit2::deserialize(value)
+        .map_err(|e| Refusal::new(reason, format!("{PAYLOAD}.{prefix}: {e}")))?;
+    let field = |name: &str| format!("{prefix}.{name}");
+    let uint =
+        |name: &str, text: &str| read(reason, &field(name), parse_uint(text), "a decimal uint256");
+    let channel = parse_h256(&auth.witness.channel_id);
+    Ok(Some(Permit2Deposit {
+        amount: deposit_amount(wire)?,
+        from: address(reason, &field("from"), &auth.from)?,
+        token: address(reason, &field("permitted.token"), &auth.permitted.token)?,
+        permitted: uint("permitted.amount", &auth.permitted.amount)?,
+        spender: address(reason, &field("spender"), &auth.spender)?,
+        nonce: uint("nonce", &auth.nonce)?,
+        deadline: uint("deadline", &auth.deadline)?,
+        channel: read(
+            reason,
+            &field("witness.channelId"),
+            channel,
+            "0x + 64 hex digits",
+        )?,
+        signature: bytes(reason, &field("signature"), &auth.signature)?,
+    }))
 }
 
 /// A claim's rows, each named by its place (`claims[i]`).

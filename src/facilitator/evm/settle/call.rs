@@ -104,9 +104,9 @@ impl SettlementCall {
                 (payment.token.address, call)
             }
             Method::Permit2 => (permit2::EXACT_PROXY, permit2_settle(payment)),
-            Method::Eip3009Receive => match &payment.through {
+            Method::Eip3009Receive | Method::Permit2Deposit { .. } => match &payment.through {
                 Some(through) => (through.contract, through.calldata.clone()),
-                None => unreachable!("a receive authorization is lowered with its call"),
+                None => unreachable!("a deposit's authorization is lowered with its call"),
             },
             Method::Permit2Upto { .. } => (permit2::UPTO_PROXY, permit2_settle(payment)),
         };
