@@ -2,8 +2,8 @@
 // deposits through Permit2: the requirements say `assetTransferMethod: "permit2"`, and the official
 // @x402/evm 2.27.0 client signs a PermitWitnessTransferFrom whose spender is the Permit2 deposit
 // collector and whose witness names the channel. On anvil, with routerd's own escrow and collectors
-// (lib/batch-settlement.mjs), Permit2 (lib/permit2.mjs) and Circle's USDC served with both
-// transfer methods:
+// (lib/batch-settlement.mjs), Permit2 (lib/permit2.mjs) and Circle's USDC served by Permit2 only:
+// - /supported lists the scheme on the network (its only token takes Permit2 deposits);
 // - verify of a Permit2 deposit is valid with the channel snapshot; the same deposit settled five
 //   times at once moves it once, in one transaction: escrow holds exactly the deposit, the payer
 //   paid no gas; the channel's vouchers then verify;
@@ -34,7 +34,7 @@ const it = (name, fn, opts = {}) => test(name, { timeout: 60_000, ...opts }, wit
 before(async () => {
   stack = await startFacilitatorStack({
     routerd: { x402Versions: [1, 2], allowHttpResource: true, extra: 'batch_settlement = true\n' },
-    usdcExtra: 'transfer_methods = ["eip3009", "permit2"]\n',
+    usdcExtra: 'transfer_methods = ["permit2"]\n',
     beforeRouterd: async (s) => {
       await placeBatchSettlement(s.client);
       await placePermit2(s.client);
@@ -80,6 +80,13 @@ async function pay(client, reqs = requirements()) {
 const verify = (body) => stack.post('/verify', body);
 const settle = (body) => stack.post('/settle', body);
 const balanceOf = (address) => stack.client.readContract({ address: stack.usdc, abi: usdcAbi, functionName: 'balanceOf', args: [address] });
+
+it('/supported lists batch-settlement on a network whose token takes Permit2 deposits only', async () => {
+  const { status, body } = await stack.request('/supported');
+  assert.equal(status, 200);
+  const kind = body.kinds.find((k) => k.scheme === 'batch-settlement');
+  assert.deepEqual(kind, { x402Version: 2, scheme: 'batch-settlement', network: NETWORK });
+});
 
 it('a Permit2 deposit verifies, settles once in one transaction, and vouchers verify against its channel', async () => {
   const { account, client } = await newPayer();

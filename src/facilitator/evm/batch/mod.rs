@@ -390,7 +390,7 @@ impl Mechanism for EvmBatch {
         Err("path: a deposit's settlement is found by its authorization under /settlements/{network}/{asset}/{from}/{nonce}".to_string())
     }
 
-    /// Every v2 network with a token whose deposits the ERC-3009 collector takes.
+    /// Every v2 network with a token whose deposits a collector takes (ERC-3009 or Permit2).
     fn supported(&self, version: u32) -> Vec<SupportedKind> {
         if version != 2 {
             return Vec::new();
@@ -404,7 +404,7 @@ impl Mechanism for EvmBatch {
                 && self
                     .verifier
                     .network(name)
-                    .is_some_and(|n| n.tokens.iter().any(|t| t.eip3009))
+                    .is_some_and(|n| n.tokens.iter().any(|t| t.eip3009 || t.permit2))
         };
         let served = self.v2_networks.iter().filter(|(_, name)| deposits(name));
         served
