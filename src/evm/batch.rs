@@ -12,6 +12,8 @@ use ethers_core::abi::{decode, encode, ParamType, Token};
 use ethers_core::types::{Address, Bytes, H256, U256};
 use ethers_core::utils::keccak256;
 
+use super::permit2::Eip2612Permit;
+
 /// The shortest and longest withdraw delay the contract accepts, in seconds (15 min, 30 days).
 pub const MIN_WITHDRAW_DELAY: u64 = 900;
 pub const MAX_WITHDRAW_DELAY: u64 = 2_592_000;
@@ -271,6 +273,18 @@ pub fn permit2_collector_data(
         Token::Uint(deadline),
         Token::Bytes(signature.to_vec()),
         Token::Bytes(eip2612.to_vec()),
+    ]))
+}
+
+/// An EIP-2612 permit of Permit2 as the Permit2 collector reads it:
+/// `(value, deadline, v, r, s)`.
+pub fn eip2612_permit_data(permit: &Eip2612Permit) -> Bytes {
+    Bytes::from(encode(&[
+        Token::Uint(permit.value),
+        Token::Uint(permit.deadline),
+        Token::Uint(permit.v.into()),
+        Token::FixedBytes(permit.r.as_bytes().to_vec()),
+        Token::FixedBytes(permit.s.as_bytes().to_vec()),
     ]))
 }
 

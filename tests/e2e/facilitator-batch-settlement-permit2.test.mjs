@@ -10,17 +10,21 @@
 // - a payer that has not approved Permit2 is refused with permit2_allowance_required, at verify and
 //   at settle, and nothing is sent;
 // - a forged signature, a spender other than the collector, an amount other than the deposit's and
-//   an expired deadline are refused with their Permit2 reasons.
+//   an expired deadline are refused with their Permit2 reasons;
+// - `eip2612GasSponsoring`: a payer that never approved Permit2 and holds no ETH deposits with the
+//   EIP-2612 permit the client signs, which the collector submits in the deposit's transaction; a
+//   permit for another amount is refused with the binding's reason.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { getAddress } from 'viem';
+import { getAddress, erc20Abi } from 'viem';
+import { declareEip2612GasSponsoringExtension } from '@x402/extensions';
 import { toClientEvmSigner } from '@x402/evm';
 import { BatchSettlementEvmScheme as BatchClient } from '@x402/evm/batch-settlement/client';
 import { startFacilitatorStack, withLogTail, CHAIN_ID } from './lib/stack.mjs';
 import { anvilAccount, freshAccount, ROLE } from './lib/accounts.mjs';
 import { mintUsdc, usdcAbi, USDC_EIP712 } from './lib/deploy-usdc.mjs';
 import { BATCH_SETTLEMENT, PERMIT2_COLLECTOR, placeBatchSettlement, readChannel } from './lib/batch-settlement.mjs';
-import { approvePermit2, placePermit2 } from './lib/permit2.mjs';
+import { PERMIT2, approvePermit2, placePermit2 } from './lib/permit2.mjs';
 
 const NETWORK = `eip155:${CHAIN_ID}`;
 const PRICE = 1000n;
@@ -67,10 +71,13 @@ async function newPayer({ approve = true } = {}) {
   return { account, client: new BatchClient(toClientEvmSigner(account, stack.client)) };
 }
 
-/** The client's next payload; `charged()` tells the client the request was charged the price. */
-async function pay(client, reqs = requirements()) {
-  const { payload } = await client.createPaymentPayload(2, reqs);
-  const paymentPayload = { x402Version: 2, accepted: reqs, payload };
+/**
+ * The client's next payload (with the extensions `context` declares); `charged()` tells the client
+ * the request was charged the price.
+ */
+async function pay(client, reqs = requirements(), context = undefined) {
+  const { payload, extensions } = await client.createPaymentPayload(2, reqs, context);
+  const paymentPayload = { x402Version: 2, accepted: reqs, payload, ...(extensions ? { extensions } : {}) };
   const charged = () => client.schemeHooks.onPaymentResponse({
     settleResponse: { success: true, extra: { chargedAmount: String(PRICE) } }, paymentPayload, requirements: reqs,
   });
@@ -185,4 +192,29 @@ it('a Permit2 deposit with a forged signature, another spender or amount, or an 
   // The deposit itself is still valid: nothing above used it.
   const ok = await verify(deposit.body);
   assert.equal(ok.body.isValid, true, JSON.stringify(ok.body));
+});
+
+it('eip2612GasSponsoring: a payer that never approved Permit2 deposits through the permit it signs, in one transaction', async () => {
+  const { account, client } = await newPayer({ approve: false });
+  const deposit = await pay(client, requirements(), { extensions: declareEip2612GasSponsoringExtension() });
+  const info = deposit.paymentPayload.extensions?.eip2612GasSponsoring?.info;
+  assert.ok(info, 'the client signed an EIP-2612 permit');
+  const refused = structuredClone(deposit.body);
+  refused.paymentPayload.extensions.eip2612GasSponsoring.info.amount = String(BigInt(info.amount) + 1n);
+  const wrong = await verify(refused);
+  assert.equal(wrong.body.invalidReason, 'invalid_batch_settlement_evm_eip2612_amount_mismatch', wrong.text);
+
+  const verified = await verify(deposit.body);
+  assert.equal(verified.body.isValid, true, verified.text);
+  const escrowBefore = await balanceOf(BATCH_SETTLEMENT);
+  const settled = await settle(deposit.body);
+  assert.equal(settled.body.success, true, settled.text);
+  const amount = BigInt(deposit.payload.deposit.amount);
+  assert.equal(await balanceOf(BATCH_SETTLEMENT), escrowBefore + amount);
+  assert.equal(await stack.client.getBalance({ address: account.address }), 0n);
+  const allowance = await stack.client.readContract({
+    address: stack.usdc, abi: erc20Abi, functionName: 'allowance', args: [account.address, PERMIT2],
+  });
+  assert.equal(allowance, BigInt(info.amount) - amount, 'the permit approved Permit2, and the deposit spent it');
+  assert.equal(settled.body.extra.channelState.balance, String(amount));
 });

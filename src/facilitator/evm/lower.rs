@@ -315,7 +315,7 @@ struct Info {
 }
 
 /// The permit of `extension` (the extension's object), for the Permit2 payment `request`.
-fn permit(extension: &Value, request: &Request) -> Result<Eip2612Permit, Invalid> {
+pub fn permit(extension: &Value, request: &Request) -> Result<Eip2612Permit, Invalid> {
     let format = |problem: &str| {
         Invalid::new(
             Reason::Eip2612Format,

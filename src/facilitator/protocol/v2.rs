@@ -181,7 +181,7 @@ pub fn values<'a>(
 }
 
 /// The `eip2612GasSponsoring` extension the payload carries, if any.
-pub fn eip2612_extension(request: &PaymentRequest) -> Option<&Value> {
+pub fn eip2612_extension<P>(request: &PaymentRequest<P>) -> Option<&Value> {
     let extensions = request.payment_payload.extensions.as_ref();
     extensions.and_then(|e| e.get(eip2612::KEY))
 }

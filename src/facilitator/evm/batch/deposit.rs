@@ -13,11 +13,12 @@ use crate::chain::Budget;
 use crate::evm::batch::{self as leaf, ChannelConfig};
 use crate::evm::erc3009::TransferAuthorization;
 use crate::evm::{erc6492, hex_bytes};
+use crate::facilitator::evm::lower;
 use crate::facilitator::evm::request::{Method, Request, Through};
 use crate::facilitator::evm::verify::Network;
 use crate::facilitator::outcome::{Invalid, SettleError};
 use crate::facilitator::protocol::v1::SettleResponse;
-use crate::facilitator::protocol::v2::SETTLEMENT_PENDING;
+use crate::facilitator::protocol::v2::{self, SETTLEMENT_PENDING};
 use crate::facilitator::settlement::ClaimOn;
 use crate::ledger::{Asking, Reason};
 
@@ -56,7 +57,8 @@ fn lower<'a>(batch: &'a EvmBatch, request: &BatchRequest) -> Result<Lowered<'a>,
     let request = match wire::permit2_deposit(deposit, named("assetTransferMethod"))? {
         Some(permit) => {
             check_permit2(network, &config, channel, &permit, &contracts)?;
-            permit2_request(network, &config, &permit, contracts)?
+            let sponsored = v2::eip2612_extension(request);
+            permit2_request(network, &config, &permit, contracts, sponsored)?
         }
         None => {
             if named("name").is_none() || named("version").is_none() {
@@ -199,19 +201,20 @@ fn check_permit2(
 
 /// A Permit2 deposit as `exact` settles a Permit2 payment: from the payer to the Permit2
 /// collector (the spender), its Permit2 nonce the payment's, executed by `deposit(config,
-/// amount, collector, collectorData)`.
+/// amount, collector, collectorData)`; with the `eip2612GasSponsoring` permit (`sponsored`) the
+/// collector submits first, for a payer that has not approved Permit2.
 fn permit2_request(
     network: &Network,
     config: &ChannelConfig,
     permit: &Permit2Deposit,
     contracts: super::Contracts,
+    sponsored: Option<&serde_json::Value>,
 ) -> Result<Request, Refusal> {
     let collector = contracts.permit2_collector;
     let inner = inner_signature(&permit.signature, "permit2Authorization")?;
-    let data = leaf::permit2_collector_data(permit.nonce, permit.deadline, &inner, &[]);
     let mut nonce = [0u8; 32];
     permit.nonce.to_big_endian(&mut nonce);
-    Ok(Request {
+    let mut request = Request {
         network: network.name.clone(),
         asset: config.token,
         pay_to: collector,
@@ -231,11 +234,24 @@ fn permit2_request(
         },
         eip2612: None,
         signature: permit.signature.to_vec(),
-        through: Some(Through {
-            contract: contracts.settlement,
-            calldata: leaf::deposit(config, permit.amount, collector, &data),
-        }),
-    })
+        through: None,
+    };
+    if let Some(extension) = sponsored {
+        let checked = lower::permit(extension, &request).map_err(|f| refusal(f, true))?;
+        request.eip2612 = Some(checked);
+    }
+    let eip2612 = request.eip2612.as_ref().map(leaf::eip2612_permit_data);
+    let data = leaf::permit2_collector_data(
+        permit.nonce,
+        permit.deadline,
+        &inner,
+        eip2612.as_deref().unwrap_or_default(),
+    );
+    request.through = Some(Through {
+        contract: contracts.settlement,
+        calldata: leaf::deposit(config, permit.amount, collector, &data),
+    });
+    Ok(request)
 }
 
 /// The `exact` pipeline's refusal in the binding's words: a Permit2 deposit's deadline,
@@ -247,6 +263,12 @@ fn refusal(failure: Invalid, permit2: bool) -> Refusal {
             BatchReason::Permit2InvalidSignature
         }
         Reason::Permit2Allowance => BatchReason::Permit2AllowanceRequired,
+        Reason::Eip2612Format => BatchReason::Eip2612Format,
+        Reason::Eip2612From => BatchReason::Eip2612FromMismatch,
+        Reason::Eip2612Asset => BatchReason::Eip2612AssetMismatch,
+        Reason::Eip2612Spender => BatchReason::Eip2612SpenderNotPermit2,
+        Reason::Eip2612Amount => BatchReason::Eip2612AmountMismatch,
+        Reason::Eip2612Deadline => BatchReason::Eip2612DeadlineExpired,
         Reason::ValidBefore => BatchReason::ValidBefore,
         Reason::ValidAfter => BatchReason::ValidAfter,
         Reason::Signature | Reason::SignatureAddress => BatchReason::ReceiveAuthorizationSignature,
