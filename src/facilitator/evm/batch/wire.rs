@@ -422,3 +422,77 @@ pub fn refund_amount(text: Option<&str>) -> Result<Option<u128>, Refusal> {
     text.map(|t| amount(BatchReason::RefundPayload, "amount", t))
         .transpose()
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn deposit(erc3009: bool, permit2: bool) -> WireDeposit {
+        let mut authorization = serde_json::Map::new();
+        if erc3009 {
+            authorization.insert(
+                "erc3009Authorization".into(),
+                json!({"validAfter": "0", "validBefore": "9", "salt": "1", "signature": "0x01"}),
+            );
+        }
+        if permit2 {
+            authorization.insert(
+                "permit2Authorization".into(),
+                json!({
+                    "from": format!("0x{}", "11".repeat(20)),
+                    "permitted": {"token": format!("0x{}", "22".repeat(20)), "amount": "5"},
+                    "spender": "0x4020425FAf3B746C082C2f942b4E5159887B0005",
+                    "nonce": "7",
+                    "deadline": "9",
+                    "witness": {"channelId": format!("0x{}", "33".repeat(32))},
+                    "signature": "0x01",
+                }),
+            );
+        }
+        serde_json::from_value(json!({"amount": "5", "authorization": authorization})).unwrap()
+    }
+
+    #[test]
+    fn a_deposit_goes_through_permit2_only_with_no_erc3009_authorization_and_no_eip3009_hint() {
+        let permit = permit2_deposit(&deposit(false, true), Some("permit2")).unwrap();
+        let permit = permit.expect("a Permit2 deposit");
+        assert_eq!((permit.amount, permit.permitted), (5, 5.into()));
+        assert_eq!((permit.nonce, permit.deadline), (7.into(), 9.into()));
+        assert_eq!(permit.channel, H256::repeat_byte(0x33));
+        // The official client sends no hint when the requirements carry none.
+        assert!(permit2_deposit(&deposit(false, true), None)
+            .unwrap()
+            .is_some());
+        // An ERC-3009 authorization, or requirements that ask for one, keep the ERC-3009 path.
+        assert!(permit2_deposit(&deposit(true, true), Some("permit2"))
+            .unwrap()
+            .is_none());
+        assert!(permit2_deposit(&deposit(false, true), Some("eip3009"))
+            .unwrap()
+            .is_none());
+        let refused = erc3009_deposit(&deposit(false, true)).unwrap_err();
+        assert_eq!(refused.reason, BatchReason::Erc3009AuthorizationRequired);
+    }
+
+    #[test]
+    fn a_permit2_authorization_that_does_not_parse_is_named() {
+        let mut wire = deposit(false, true);
+        let auth = wire.authorization.permit2_authorization.as_mut().unwrap();
+        auth["deadline"] = json!("soon");
+        let refused = permit2_deposit(&wire, None).unwrap_err();
+        assert_eq!(refused.reason, BatchReason::DepositPayload);
+        assert!(refused
+            .message
+            .contains("deposit.authorization.permit2Authorization.deadline"));
+        auth_without(&mut wire, "witness");
+        let refused = permit2_deposit(&wire, None).unwrap_err();
+        assert!(refused.message.contains("witness"), "{}", refused.message);
+    }
+
+    fn auth_without(wire: &mut WireDeposit, key: &str) {
+        let auth = wire.authorization.permit2_authorization.as_mut().unwrap();
+        auth.as_object_mut().unwrap().remove(key);
+    }
+}
