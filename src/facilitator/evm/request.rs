@@ -22,7 +22,8 @@ pub struct Request {
     pub resource: String,
     pub max_timeout_seconds: u64,
     /// What the payer signed. A Permit2 authorization is carried in the same terms: its owner,
-    /// its witness's `to` and `validAfter`, its amount, its deadline and its nonce.
+    /// its witness's `to` and `validAfter`, its amount, its deadline and its nonce; a Permit2
+    /// deposit's `to` is its spender (the collector), its `validAfter` 0.
     pub authorization: TransferAuthorization,
     /// How the funds move.
     pub method: Method,

@@ -1,7 +1,8 @@
 //! A deposit: the payer's ERC-3009 `receiveWithAuthorization` to the ERC-3009 collector, or its
 //! Permit2 `PermitWitnessTransferFrom` to the Permit2 collector, lowered into the `exact`
-//! pipeline's request with the settlement contract's `deposit` as the call that executes it. The pipeline judges the authorization (signature, time, balance, nonce, the call tried)
-//! and settles it under the ledger's rules; the channel's rules are checked beside it.
+//! pipeline's request with the settlement contract's `deposit` as the call that executes it. The
+//! pipeline judges the authorization (signature, time, balance, nonce, Permit2's allowance, the
+//! call tried) and settles it under the ledger's rules; the channel's rules are checked beside it.
 
 use ethers_core::types::{H256, U256};
 
