@@ -8,7 +8,9 @@
 // - a sweep moves exactly what was claimed to the receiver, and a second one is
 //   `nothing_to_settle` with nothing sent;
 // - a refund routerd signs only for a key scoped to the receiver: exactly the unclaimed rest
-//   goes back to the payer; an unscoped key is refused and nothing moves.
+//   goes back to the payer; an unscoped key is refused and nothing moves;
+// - a voucher above the channel's balance, or not above what routerd has claimed of it, is
+//   refused with its reason, and one above both is valid.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { writeFileSync } from 'node:fs';
@@ -21,7 +23,7 @@ import { BatchSettlementEvmScheme as BatchClient } from '@x402/evm/batch-settlem
 import { startFacilitatorStack, withLogTail, CHAIN_ID } from './lib/stack.mjs';
 import { freshAccount } from './lib/accounts.mjs';
 import { mintUsdc, usdcAbi, USDC_EIP712 } from './lib/deploy-usdc.mjs';
-import { placeBatchSettlement, readChannel, readReceiver, signClaimBatch } from './lib/batch-settlement.mjs';
+import { placeBatchSettlement, readChannel, readReceiver, signClaimBatch, signVoucher } from './lib/batch-settlement.mjs';
 
 const NETWORK = `eip155:${CHAIN_ID}`;
 const PRICE = 1000n;
@@ -190,4 +192,26 @@ it('routerd signs a refund only for a key scoped to the receiver; the unclaimed 
   assert.equal(refunded.body.amount, String(rest));
   assert.equal(await balanceOf(c.account.address), payerBefore + rest);
   assert.equal(refunded.body.extra.channelState.refundNonce, '1');
+});
+
+it('a voucher above the balance, or not above what is claimed, is refused; one between is valid', async () => {
+  const m = merchants[0];
+  const c = await channelWith(m, 2);
+  const state = await readChannel(stack.client, c.channelId);
+  const voucher = async (max) => {
+    const signed = await signVoucher(c.account, c.channelId, String(max), NETWORK);
+    const payload = { type: 'voucher', channelConfig: c.last.channelConfig, voucher: signed };
+    const answer = await stack.post('/verify', body(payload, c.reqs), { headers: bearer(m.token) });
+    assert.equal(answer.status, 200, answer.text);
+    return answer.body;
+  };
+  const over = await voucher(state.balance + 1n);
+  assert.equal(over.invalidReason, 'invalid_batch_settlement_evm_cumulative_exceeds_balance', JSON.stringify(over));
+  const claimed = await claim(m, [c.row]);
+  assert.equal(claimed.body.success, true, claimed.text);
+  const at = await voucher(2n * PRICE);
+  assert.equal(at.invalidReason, 'invalid_batch_settlement_evm_cumulative_below_claimed', JSON.stringify(at));
+  const between = await voucher(3n * PRICE);
+  assert.equal(between.isValid, true, JSON.stringify(between));
+  assert.equal(between.extra.totalClaimed, String(2n * PRICE));
 });
