@@ -10,8 +10,8 @@ use std::time::Duration;
 use ethers_core::types::{Address, H256, U256};
 
 use super::{
-    next_router_nonce, ChannelKey, ChannelSnapshot, Claim, Limits, Listing, PayerCooldown, Permit2Clash, Sent, Storage,
-    StoreError,
+    next_router_nonce, ChannelKey, ChannelSnapshot, Claim, Limits, Listing, PayerCooldown,
+    Permit2Clash, Sent, Storage, StoreError,
 };
 use crate::ledger::{
     Inclusion, LaneId, Outcome, Pass, PaymentKey, Record, RequestTag, RouterNonceKey, State,

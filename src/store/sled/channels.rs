@@ -63,7 +63,10 @@ impl ChannelStore for Store {
         let stored = self.channels.update_and_fetch(key_bytes(key), |old| {
             Some(encode(&snapshot.merged_over(old.and_then(decode))))
         })?;
-        stored.as_deref().and_then(decode).ok_or_else(|| corrupt(key))
+        stored
+            .as_deref()
+            .and_then(decode)
+            .ok_or_else(|| corrupt(key))
     }
 
     async fn channel(&self, key: &ChannelKey) -> Result<Option<ChannelSnapshot>, StoreError> {
