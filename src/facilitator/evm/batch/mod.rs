@@ -81,7 +81,7 @@ impl EvmBatch {
         v2_networks: BTreeMap<u64, String>,
         authorizer: Option<Arc<Authorizer>>,
         max_calls: usize,
-        store: Storage,
+        store: &Storage,
     ) -> Self {
         let of = |n: &Network| {
             let configured = &n.chain.settings.contracts;
@@ -101,7 +101,7 @@ impl EvmBatch {
             authorizer,
             packer: Arc::new(packer),
             order: order::ChannelOrder::default(),
-            mirror: mirror::Mirror::new(store),
+            mirror: mirror::Mirror::new(store.clone()),
         }
     }
 
