@@ -180,7 +180,7 @@ impl Facilitator {
             let networks = v2_networks.clone().unwrap_or_default();
             let authorizer = receiver_authorizer.clone();
             let max_calls = settings.batch_max_calls_per_tx;
-            evm::batch::EvmBatch::new(&verifier, &settler, networks, authorizer, max_calls)
+            evm::batch::EvmBatch::new(&verifier, &settler, networks, authorizer, max_calls, &store)
         });
         let registry = registry(settings, evm, batch, svm.clone(), &store, &cooldown);
         Ok(Self {

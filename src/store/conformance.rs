@@ -10,8 +10,8 @@ use std::time::Duration;
 use ethers_core::types::{Address, H256, U256};
 
 use super::{
-    next_router_nonce, Claim, Limits, Listing, PayerCooldown, Permit2Clash, Sent, Storage,
-    StoreError,
+    next_router_nonce, ChannelKey, ChannelSnapshot, Claim, Limits, Listing, PayerCooldown,
+    Permit2Clash, Sent, Storage, StoreError,
 };
 use crate::ledger::{
     Inclusion, LaneId, Outcome, Pass, PaymentKey, Record, RequestTag, RouterNonceKey, State,
@@ -148,6 +148,18 @@ macro_rules! conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn cooldowns_are_shared_and_pruned() {
                 run("cooldowns", |a, b| async move { super::cooldowns_are_shared_and_pruned(&a, &b).await }).await;
+            }
+
+            $(#[$attr])?
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn the_channel_mirror_never_lowers_what_only_grows() {
+                run("channel_mirror", |a, b| async move { super::the_channel_mirror_never_lowers_what_only_grows(&a, &b).await }).await;
+            }
+
+            $(#[$attr])?
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn two_writers_of_a_channel_keep_the_highest_claim() {
+                run("channel_writers", |a, b| async move { super::two_writers_of_a_channel_keep_the_highest_claim(&a, &b).await }).await;
             }
 
             $(#[$attr])?

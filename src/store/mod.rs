@@ -15,6 +15,8 @@
 //!   A claim that names its signer (`EvmPart::sender`) is taken only by that signer's lane;
 //! - a payer's revert cooldown, once stored, is seen by every handle and outlives the process;
 //!   a later end is never shortened by an earlier one;
+//! - a channel's mirror never lowers its `totalClaimed` or `refundNonce` (they only grow on
+//!   chain: a lower one is a stale read), whichever handle writes and in whatever order;
 //! - the discovery catalogue holds at most its cap of listings, one per id, the least recently
 //!   settled evicted first, and is read most recently settled first.
 
@@ -342,10 +344,64 @@ pub trait DiscoveryStore: Send + Sync {
     async fn unlist_before(&self, cutoff: u64) -> Result<usize, StoreError>;
 }
 
+/// A batch-settlement channel, as the mirror keys it: its network's configured name and id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ChannelKey {
+    pub network: String,
+    pub channel: H256,
+}
+
+/// The last state routerd read or caused for a channel, and when (unix seconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChannelSnapshot {
+    pub balance: u128,
+    pub total_claimed: u128,
+    pub withdraw_requested_at: u64,
+    pub refund_nonce: U256,
+    pub at: u64,
+}
+
+impl ChannelSnapshot {
+    /// `self` written over `stored` (every backend's one rule): `totalClaimed` and `refundNonce`
+    /// only grow on chain, so the higher of each stays; balance and withdrawal come from the
+    /// newer write (a tie: `self`).
+    pub fn merged_over(self, stored: Option<ChannelSnapshot>) -> ChannelSnapshot {
+        let Some(stored) = stored else {
+            return self;
+        };
+        let newer = if self.at >= stored.at { self } else { stored };
+        ChannelSnapshot {
+            total_claimed: self.total_claimed.max(stored.total_claimed),
+            refund_nonce: self.refund_nonce.max(stored.refund_nonce),
+            ..newer
+        }
+    }
+}
+
+/// The channel mirror of batch-settlement: per channel, the last snapshot any instance read or
+/// caused, so a node answering an older state cannot lower what routerd judges vouchers by.
+#[async_trait]
+pub trait ChannelStore: Send + Sync {
+    /// Stores `snapshot` merged over what is stored ([`ChannelSnapshot::merged_over`]), as one
+    /// step also across instances; answers what is stored after it.
+    async fn put_channel(
+        &self,
+        key: &ChannelKey,
+        snapshot: &ChannelSnapshot,
+    ) -> Result<ChannelSnapshot, StoreError>;
+    async fn channel(&self, key: &ChannelKey) -> Result<Option<ChannelSnapshot>, StoreError>;
+}
+
 /// One backend: everything routerd stores.
 #[async_trait]
 pub trait Backend:
-    SettlementStore + LaneStore + RouterNonceStore + SentStore + CooldownStore + DiscoveryStore
+    SettlementStore
+    + LaneStore
+    + RouterNonceStore
+    + SentStore
+    + CooldownStore
+    + DiscoveryStore
+    + ChannelStore
 {
     /// Whether other instances may share this store (their settlements appear in it).
     fn shared(&self) -> bool;

@@ -1,4 +1,5 @@
-//! What every instance shares besides claims: payer cooldowns and the discovery catalogue.
+//! What every instance shares besides claims: payer cooldowns, the discovery catalogue and the
+//! batch-settlement channel mirror.
 
 use super::*;
 
@@ -81,4 +82,86 @@ pub(super) async fn the_catalogue_is_bounded_ordered_and_expires(a: &Storage, b:
     assert_eq!(b.unlist_before(111).await.unwrap(), 2);
     assert_eq!(a.unlist_before(111).await.unwrap(), 0);
     assert_eq!(ids(listed(a, 0).await), ["c"]);
+}
+
+fn channel_key(network: &str, byte: u8) -> ChannelKey {
+    ChannelKey {
+        network: network.to_string(),
+        channel: H256::repeat_byte(byte),
+    }
+}
+
+fn snapshot(balance: u128, total_claimed: u128, refund_nonce: u64, at: u64) -> ChannelSnapshot {
+    ChannelSnapshot {
+        balance,
+        total_claimed,
+        withdraw_requested_at: at / 2,
+        refund_nonce: U256::from(refund_nonce),
+        at,
+    }
+}
+
+/// The mirror through two handles: a write never lowers totalClaimed or refundNonce (a stale
+/// read), balance and withdrawal come from the newer write, and channels of one id on two
+/// networks are two entries.
+pub(super) async fn the_channel_mirror_never_lowers_what_only_grows(a: &Storage, b: &Storage) {
+    let key = channel_key("base", 0x61);
+    assert_eq!(b.channel(&key).await.unwrap(), None);
+    let first = snapshot(1000, 300, 2, 100);
+    assert_eq!(a.put_channel(&key, &first).await.unwrap(), first);
+    assert_eq!(b.channel(&key).await.unwrap(), Some(first));
+    // A lagging node's older state, written later: what only grows stays.
+    let stale = snapshot(900, 100, 1, 110);
+    let merged = ChannelSnapshot {
+        total_claimed: 300,
+        refund_nonce: U256::from(2),
+        ..stale
+    };
+    assert_eq!(b.put_channel(&key, &stale).await.unwrap(), merged);
+    assert_eq!(a.channel(&key).await.unwrap(), Some(merged));
+    // An older write keeps the newer balance, yet raises what only grows.
+    let late = snapshot(5, 400, 7, 50);
+    let raised = ChannelSnapshot {
+        total_claimed: 400,
+        refund_nonce: U256::from(7),
+        ..merged
+    };
+    assert_eq!(a.put_channel(&key, &late).await.unwrap(), raised);
+    assert_eq!(b.channel(&key).await.unwrap(), Some(raised));
+    // Full-width amounts are stored whole.
+    let wide = ChannelSnapshot {
+        balance: u128::MAX,
+        total_claimed: u128::MAX,
+        withdraw_requested_at: 1,
+        refund_nonce: U256::MAX,
+        at: 200,
+    };
+    let other = channel_key("base-sepolia", 0x61);
+    a.put_channel(&other, &wide).await.unwrap();
+    assert_eq!(b.channel(&other).await.unwrap(), Some(wide));
+    assert_eq!(b.channel(&key).await.unwrap(), Some(raised));
+}
+
+/// Two writers of one channel at once, each raising totalClaimed: the highest of all stays,
+/// whatever the interleaving.
+pub(super) async fn two_writers_of_a_channel_keep_the_highest_claim(a: &Storage, b: &Storage) {
+    let key = channel_key("base", 0x62);
+    let write = |store: Storage, from: u128| {
+        let key = key.clone();
+        tokio::spawn(async move {
+            for claimed in (from..200).step_by(2) {
+                let at = 1000 + (claimed as u64 % 7);
+                let put = snapshot(500, claimed, claimed as u64, at);
+                store.put_channel(&key, &put).await.unwrap();
+            }
+        })
+    };
+    let (one, two) = (write(a.clone(), 0), write(b.clone(), 1));
+    one.await.unwrap();
+    two.await.unwrap();
+    let stored = a.channel(&key).await.unwrap().unwrap();
+    assert_eq!(stored.total_claimed, 199);
+    assert_eq!(stored.refund_nonce, U256::from(199));
+    assert_eq!(stored.at, 1006);
+    assert_eq!(b.channel(&key).await.unwrap(), Some(stored));
 }

@@ -10,6 +10,7 @@
 //! - the schema is created and migrated by routerd at start, under an advisory lock, so
 //!   instances starting together migrate once. The URL never appears in errors or logs.
 
+mod channels;
 mod columns;
 mod cooldowns;
 mod discovery;
@@ -140,6 +141,21 @@ const MIGRATIONS: &[(i32, &str)] = &[
              listing text NOT NULL
          );
          CREATE INDEX discovery_listings_settled ON discovery_listings (settled_at, id);",
+    ),
+    (
+        10,
+        // The batch-settlement channel mirror: the last state routerd read or caused per
+        // channel (`channel` in lowercase hex), and when (`read_at`, unix seconds).
+        "CREATE TABLE channel_mirror (
+             network text NOT NULL,
+             channel text NOT NULL,
+             balance numeric(39, 0) NOT NULL,
+             total_claimed numeric(39, 0) NOT NULL,
+             withdraw_requested_at bigint NOT NULL,
+             refund_nonce numeric(78, 0) NOT NULL,
+             read_at bigint NOT NULL,
+             PRIMARY KEY (network, channel)
+         );",
     ),
 ];
 

@@ -3,6 +3,7 @@
 //! locks its directory, so one process at a time uses it; leases are kept anyway, so every
 //! backend answers the conformance suite alike.
 
+mod channels;
 mod cooldowns;
 mod discovery;
 mod lanes;
@@ -80,6 +81,8 @@ pub struct Store {
     permit2_nonces: Tree,
     /// Payer address (20 bytes) -> end of its revert cooldown (8 bytes, big-endian unix seconds).
     cooldowns: Tree,
+    /// Channel id (32 bytes) ++ network name -> the channel mirror's snapshot (`channels.rs`).
+    channels: Tree,
     /// Listing id -> `ListingRow` (discovery catalogue).
     listings: Tree,
     /// Settle time (8 bytes, big-endian unix seconds) ++ listing id: the catalogue in the order
@@ -128,6 +131,7 @@ impl Store {
             permit2_exposure: db.open_tree("permit2_exposure")?,
             permit2_nonces: db.open_tree("permit2_nonces")?,
             cooldowns: db.open_tree("cooldowns")?,
+            channels: db.open_tree("channel_mirror")?,
             listings: db.open_tree("listings")?,
             listings_by_time: db.open_tree("listings_by_time")?,
             listing: Arc::default(),

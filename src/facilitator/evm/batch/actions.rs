@@ -90,18 +90,42 @@ pub(super) async fn claim(
         payload,
         network: request.payment_requirements.network.clone(),
     };
-    let job = match claim_job(batch, request).await? {
-        Ok((target, job)) => (target, job),
+    let (target, job, claimed) = match claim_job(batch, request).await? {
+        Ok(prepared) => prepared,
         Err(refused) => return Ok(answer.refused(refused)),
     };
-    let packed = batch.packer.submit(job.0, job.1).await;
-    Ok(answer.of(packed, BatchReason::ClaimTransactionFailed))
+    let packed = batch.packer.submit(target.clone(), job).await;
+    let settled = answer.of(packed, BatchReason::ClaimTransactionFailed);
+    if settled.success {
+        mirror_claims(batch, &target, &claimed).await;
+    }
+    Ok(settled)
 }
+
+/// Records in the mirror what a settled claim caused: a node that answers the state from
+/// before it must not pass a voucher at or below it. A channel the mirror knows nothing of is
+/// read first, for the fields a claim leaves as they were.
+async fn mirror_claims(batch: &EvmBatch, target: &Target, claimed: &[(H256, u128)]) {
+    let network = &target.network;
+    for &(channel, total) in claimed {
+        if batch.mirror.claimed(network, channel, total, None).await {
+            continue;
+        }
+        let read = verify::read(&target.chain, target.settlement, channel, Vec::new()).await;
+        if let Ok(Ok(read)) = read {
+            let state = Some(read.state);
+            batch.mirror.claimed(network, channel, total, state).await;
+        }
+    }
+}
+
+/// Each claimed channel and the total its row claims.
+type ClaimedTotals = Vec<(H256, u128)>;
 
 async fn claim_job(
     batch: &EvmBatch,
     request: &BatchRequest,
-) -> Result<Result<(Target, Job), Refusal>, SettleError> {
+) -> Result<Result<(Target, Job, ClaimedTotals), Refusal>, SettleError> {
     let BatchPayload::Claim {
         claims,
         claim_authorizer_signature,
@@ -113,6 +137,10 @@ async fn claim_job(
         let target = target(batch, request)?;
         let rows = wire::claim_rows(BatchReason::ClaimPayload, claims)?;
         check_rows(&rows)?;
+        let claimed = rows
+            .iter()
+            .map(|r| (leaf::channel_id(target.domain, &r.channel), r.total_claimed))
+            .collect();
         let field = "claimAuthorizerSignature";
         let signature = wire::signature(
             BatchReason::ClaimPayload,
@@ -133,14 +161,14 @@ async fn claim_job(
                 Job::new(Vec::new(), rows, None)
             }
         };
-        Ok((target, job))
+        Ok((target, job, claimed))
     })();
-    let (target, job) = match checked {
+    let (target, job, claimed) = match checked {
         Ok(checked) => checked,
         Err(refused) => return Ok(Err(refused)),
     };
     let tried = try_job(batch, &target, &job, BatchReason::ClaimSimulationFailed).await?;
-    Ok(tried.map(|()| (target, job)))
+    Ok(tried.map(|()| (target, job, claimed)))
 }
 
 /// Rows of a claim: some, and none above its voucher's signed ceiling.
@@ -373,9 +401,11 @@ pub(super) async fn refund(
         let refunded = refunded(&target, &settled.transaction, channel).await;
         settled.amount = Some(refunded.map_or_else(String::new, |a| a.to_string()));
         let after = verify::read(&target.chain, target.settlement, channel, Vec::new()).await?;
-        settled.extra = after
-            .ok()
-            .map(|read| json!({ "channelState": read.state.snapshot(channel) }));
+        if let Ok(read) = after {
+            let state = batch.mirror.judge(&target.network, channel, read.state);
+            let state = state.await;
+            settled.extra = Some(json!({ "channelState": state.snapshot(channel) }));
+        }
     }
     Ok(settled)
 }
@@ -421,7 +451,9 @@ async fn refund_job(
             "paymentPayload.payload.voucher.signature: the payer's wallet does not accept it (ERC-1271)",
         )));
     }
-    let state = read.state;
+    let network = &target.network;
+    let state = batch.mirror.judge(network, voucher.channel_id, read.state);
+    let state = state.await;
     let calls = verify::check_state(&state, voucher.max_claimable, 0, true)
         .and_then(|()| refund_calls(batch, request, asking, &target, voucher.channel_id, &state));
     let job = match calls {

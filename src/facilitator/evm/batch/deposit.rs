@@ -327,6 +327,9 @@ pub(super) async fn verify(
         Ok(read) => read.state,
         Err(refused) => return Ok(Err(refused)),
     };
+    let state = (batch.mirror)
+        .judge(&lowered.network.name, lowered.channel, state)
+        .await;
     Ok(
         verify::check_state(&state, lowered.max_claimable, lowered.amount, false)
             .map(|()| (lowered.channel, state)),
@@ -377,9 +380,14 @@ pub(super) async fn settle(
             let _read = chain.client.admit(Budget::Settle)?;
             verify::read(chain, lowered.settlement, lowered.channel, Vec::new()).await?
         };
-        let checked = before.and_then(|read| {
-            verify::check_state(&read.state, lowered.max_claimable, lowered.amount, false)
-        });
+        let state = match before {
+            Ok(read) => {
+                let name = &lowered.network.name;
+                batch.mirror.judge(name, lowered.channel, read.state).await
+            }
+            Err(refused) => return Ok(super::refused_settle(payload, network, refused)),
+        };
+        let checked = verify::check_state(&state, lowered.max_claimable, lowered.amount, false);
         if let Err(refused) = checked {
             return Ok(super::refused_settle(payload, network, refused));
         }
@@ -416,7 +424,11 @@ pub(super) async fn settle(
         return Ok(answer);
     }
     let after = verify::read(chain, lowered.settlement, lowered.channel, Vec::new()).await?;
-    let state = after.map(|read| read.state.snapshot(lowered.channel)).ok();
-    answer.extra = state.map(|s| serde_json::json!({ "channelState": s }));
+    if let Ok(read) = after {
+        let name = &lowered.network.name;
+        let state = batch.mirror.judge(name, lowered.channel, read.state).await;
+        let snapshot = state.snapshot(lowered.channel);
+        answer.extra = Some(serde_json::json!({ "channelState": snapshot }));
+    }
     Ok(answer)
 }

@@ -7,10 +7,12 @@
 //! the payer's exposure, reorgs, every instance), only its transaction calling the contract.
 //!
 //! Rooms: `wire` (the payloads), `verify` (the rules and the channel read), `deposit` (a
-//! deposit as the settle pipeline takes it), `reason` (the binding's reason names).
+//! deposit as the settle pipeline takes it), `mirror` (the last state routerd read or caused
+//! per channel, the floor of what only grows), `reason` (the binding's reason names).
 
 mod actions;
 mod deposit;
+mod mirror;
 mod order;
 pub mod pack;
 pub mod reason;
@@ -37,6 +39,7 @@ use crate::facilitator::protocol::v2;
 use crate::facilitator::types::SupportedKind;
 use crate::ledger::Asking;
 use crate::signer::Authorizer;
+use crate::store::Storage;
 use reason::{BatchReason, Refusal};
 use wire::{BatchPayload, BatchRequest};
 
@@ -65,6 +68,8 @@ pub struct EvmBatch {
     pub(crate) packer: Arc<pack::Packer>,
     /// Refunds of one channel, one at a time.
     order: order::ChannelOrder,
+    /// The channels' last states routerd read or caused.
+    mirror: mirror::Mirror,
 }
 
 impl EvmBatch {
@@ -76,6 +81,7 @@ impl EvmBatch {
         v2_networks: BTreeMap<u64, String>,
         authorizer: Option<Arc<Authorizer>>,
         max_calls: usize,
+        store: &Storage,
     ) -> Self {
         let of = |n: &Network| {
             let configured = &n.chain.settings.contracts;
@@ -95,6 +101,7 @@ impl EvmBatch {
             authorizer,
             packer: Arc::new(packer),
             order: order::ChannelOrder::default(),
+            mirror: mirror::Mirror::new(store.clone()),
         }
     }
 
@@ -162,6 +169,9 @@ impl EvmBatch {
             Ok(read) => read,
             Err(refused) => return Ok(Err(refused)),
         };
+        let state = (self.mirror)
+            .judge(&network.name, voucher.channel_id, read.state)
+            .await;
         if asks_wallet && !verify::erc1271_accepts(read.extra[0].as_ref()) {
             return Ok(Err(Refusal::new(
                 BatchReason::VoucherSignature,
@@ -169,7 +179,6 @@ impl EvmBatch {
             )));
         }
         let refund = matches!(payload, BatchPayload::Refund { .. });
-        let state = read.state;
         Ok(
             verify::check_state(&state, voucher.max_claimable, 0, refund)
                 .map(|()| (voucher.channel_id, state)),
