@@ -1,0 +1,207 @@
+// The batch phase's payer burst (bench/batch.mjs): payers who each deposit once and then pay by
+// voucher through the official resource server (bench/batch-shop.mjs, an @x402/express shop with
+// @x402/evm's batch-settlement server scheme, in a process of its own), each with the official
+// @x402/fetch client and @x402/evm's batch-settlement client scheme.
+//
+// Every payer pays its requests one after another; all payers at once. A payer's first request
+// deposits (the shop asks its facilitator to verify and settle it); the next ones are vouchers,
+// which the official server verifies and charges itself against the channel state the deposit's
+// answer gave it (it asks the facilitator again only once that state is older than its TTL, at
+// least 30 s). The burst runs twice, each time with a new shop and new payers:
+// - with routerd as the shop's facilitator (the deposits settle on chain, 1 s blocks);
+// - with an instrument in place of a facilitator (`startInstantFacilitator`): it answers at once,
+//   without a chain, so that the second run measures the shop's own ceiling.
+import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { createServer } from 'node:http';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { getAddress } from 'viem';
+import { generatePrivateKey } from 'viem/accounts';
+import { toClientEvmSigner } from '@x402/evm';
+import { BatchSettlementEvmScheme as BatchClient, InMemoryClientChannelStorage } from '@x402/evm/batch-settlement/client';
+import { wrapFetchWithPayment, x402Client, decodePaymentResponseHeader } from '@x402/fetch';
+import { freshAccount } from '../tests/e2e/lib/accounts.mjs';
+import { BATCH_SETTLEMENT } from '../tests/e2e/lib/batch-settlement.mjs';
+import { trackChild } from '../tests/e2e/lib/util.mjs';
+import { nowMs, summarize, cpuSeconds } from './lib.mjs';
+
+const here = dirname(fileURLToPath(import.meta.url));
+
+/** The shop in a process of its own, its facilitator at `facilitatorUrl`. */
+async function startShop({ facilitatorUrl, network, asset, payTo, price, minDeposit, apiKey }) {
+  const env = { ...process.env, BENCH_AUTHORIZER_KEY: generatePrivateKey(), ...(apiKey && { BENCH_API_KEY: apiKey }) };
+  const args = [join(here, 'batch-shop.mjs'), facilitatorUrl, network, asset, payTo, String(price), String(minDeposit)];
+  const child = trackChild(spawn(process.execPath, args, { env, stdio: ['ignore', 'pipe', 'inherit'] }));
+  const port = await new Promise((resolve, reject) => {
+    child.stdout.once('data', (line) => resolve(Number(String(line).trim())));
+    child.once('exit', (code) => reject(new Error(`batch-shop exited with ${code}`)));
+  });
+  const url = `http://127.0.0.1:${port}`;
+  return {
+    child,
+    url,
+    stats: async () => (await fetch(`${url}/stats`)).json(),
+    stop: () => new Promise((done) => {
+      if (child.exitCode !== null || child.signalCode !== null) return done();
+      child.once('exit', done);
+      return child.kill('SIGTERM');
+    }),
+  };
+}
+
+/**
+ * A measuring instrument, not a facilitator: answers the shop's /supported, /verify and /settle at
+ * once, without a chain and without checking any signature, as much as the official server needs
+ * to accept the answer: /verify isValid with the channel's snapshot (its balance the deposit the
+ * payload carries, nothing claimed), /settle success with a made-up transaction hash and the same
+ * snapshot under `channelState` (what the server records as the channel's on-chain state).
+ */
+export async function startInstantFacilitator(network) {
+  const balances = new Map(); // channelId -> deposited, from the deposits' payloads
+  const snapshot = (payload) => {
+    const channelId = payload.voucher.channelId;
+    const deposited = payload.deposit ? BigInt(payload.deposit.amount) : 0n;
+    const balance = (balances.get(channelId) ?? 0n) + deposited;
+    return { channelId, balance: String(balance), totalClaimed: '0', withdrawRequestedAt: 0, refundNonce: '0' };
+  };
+  const answers = {
+    'GET /supported': () => ({ kinds: [{ x402Version: 2, scheme: 'batch-settlement', network }], extensions: [], signers: {} }),
+    'POST /verify': ({ paymentPayload: { payload } }) => ({ isValid: true, payer: payload.channelConfig.payer, extra: snapshot(payload) }),
+    'POST /settle': ({ paymentPayload: { payload } }) => {
+      const state = snapshot(payload);
+      if (payload.deposit) balances.set(state.channelId, BigInt(state.balance));
+      return {
+        success: true, payer: payload.channelConfig.payer, network, amount: payload.deposit?.amount ?? '',
+        transaction: `0x${createHash('sha256').update(`${state.channelId}:${state.balance}`).digest('hex')}`,
+        extra: { channelState: state },
+      };
+    },
+  };
+  const server = createServer((req, res) => {
+    const chunks = [];
+    req.on('data', (chunk) => chunks.push(chunk));
+    req.on('end', () => {
+      const answer = answers[`${req.method} ${req.url}`];
+      let status = 200;
+      let body;
+      try {
+        body = answer ? answer(chunks.length ? JSON.parse(Buffer.concat(chunks).toString('utf8')) : {}) : { error: 'not served' };
+        if (!answer) status = 404;
+      } catch (err) {
+        status = 400;
+        body = { error: err.message };
+      }
+      res.writeHead(status, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(body));
+    });
+  });
+  server.keepAliveTimeout = 60_000;
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { url: `http://127.0.0.1:${server.address().port}`, close: () => new Promise((done) => server.close(done)) };
+}
+
+/** One payer's @x402/fetch, its deposit covering its first request and `vouchers` more. */
+function payingFetch({ account, client, network, asset, price, vouchers }) {
+  const scheme = new BatchClient(toClientEvmSigner(account, client), {
+    storage: new InMemoryClientChannelStorage(), depositPolicy: { depositMultiplier: vouchers + 1 },
+  });
+  const x402 = new x402Client().register(network, scheme);
+  x402.setSpendControls({ allowedAssets: [{ network, asset, maxAmountPerPayment: String(price) }] });
+  return wrapFetchWithPayment(fetch, x402);
+}
+
+/**
+ * A paid answer: 200 and a successful PAYMENT-RESPONSE charging one price. Answers its kind
+ * (`deposit` when it names a transaction, `voucher` when none) or throws what went wrong.
+ */
+async function paidAnswer(res, price) {
+  const text = await res.text();
+  if (res.status !== 200) throw new Error(`HTTP ${res.status} ${text.slice(0, 300)}`);
+  const header = res.headers.get('payment-response');
+  const receipt = header && decodePaymentResponseHeader(header);
+  if (receipt?.success !== true || receipt.extra?.chargedAmount !== String(price)) {
+    throw new Error(`not a paid answer: ${JSON.stringify(receipt)}`);
+  }
+  return receipt.transaction ? 'deposit' : 'voucher';
+}
+
+/**
+ * The burst: every payer in `accounts` pays `vouchers` + 1 requests to `url`, one after another,
+ * all payers at once; a payer stops early at `maxMs`. Answers paid requests/s over the whole burst,
+ * the deposits' and vouchers' latencies, how long the last deposit took, and the failures.
+ */
+async function burst({ url, accounts, vouchers, maxMs, ...shape }) {
+  const latency = { deposit: [], voucher: [] };
+  let failed = 0;
+  let firstError;
+  let depositsDoneMs = 0;
+  const t0 = nowMs();
+  const deadline = t0 + maxMs;
+  await Promise.all(accounts.map(async (account) => {
+    const pay = payingFetch({ ...shape, account, vouchers });
+    for (let i = 0; i <= vouchers && nowMs() < deadline; i += 1) {
+      const sent = nowMs();
+      try {
+        const kind = await paidAnswer(await pay(`${url}/weather`), shape.price);
+        latency[kind].push(nowMs() - sent);
+        if (kind === 'deposit') depositsDoneMs = Math.max(depositsDoneMs, nowMs() - t0);
+      } catch (err) {
+        failed += 1;
+        firstError ??= `payer ${account.address} request ${i}: ${err.message}`;
+      }
+    }
+  }));
+  const seconds = (nowMs() - t0) / 1000;
+  const paid = latency.deposit.length + latency.voucher.length;
+  return {
+    payers: accounts.length, paid, rps: paid / seconds, seconds, depositsDoneSeconds: depositsDoneMs / 1000,
+    deposits: latency.deposit.length, vouchers: latency.voucher.length, failed, firstError,
+    deposit: summarize(latency.deposit), voucher: summarize(latency.voucher),
+  };
+}
+
+/** One run: a new shop on `facilitatorUrl`, the burst, the shop's CPU and its facilitator calls. */
+async function run({ facilitatorUrl, apiKey, payTo, accounts, bounds, shape }) {
+  const minDeposit = BigInt(bounds.vouchers + 1) * shape.price;
+  const shop = await startShop({ ...shape, facilitatorUrl, apiKey, payTo, minDeposit });
+  try {
+    const cpu0 = cpuSeconds(shop.child.pid);
+    const result = await burst({ ...shape, url: shop.url, accounts, vouchers: bounds.vouchers, maxMs: bounds.maxMs });
+    const cpu1 = cpuSeconds(shop.child.pid);
+    const cpu = cpu1.user - cpu0.user + cpu1.system - cpu0.system;
+    return { ...result, shopCpuMicrosPerPaid: (cpu * 1e6) / result.paid, facilitatorCalls: await shop.stats() };
+  } finally {
+    await shop.stop();
+  }
+}
+
+/**
+ * The burst through routerd (`stack`, its payers `accounts` holding USDC, the shop's receiver
+ * `payTo` with its API key `apiKey`), then through the instrument with as many new payers.
+ * `bounds`: {payers, vouchers, maxMs}.
+ */
+export async function payerBurst({ stack, accounts, payTo, apiKey, bounds, log }) {
+  const network = `eip155:${stack.chainId}`;
+  const shape = { network, asset: getAddress(stack.usdc), price: bounds.price, client: stack.client };
+  log(`batch: burst, ${accounts.length} payers at once, each a deposit then ${bounds.vouchers} vouchers, through routerd`);
+  const escrow0 = await stack.balanceOf(BATCH_SETTLEMENT);
+  const routerd = await run({ facilitatorUrl: stack.url, apiKey, payTo, accounts, bounds, shape });
+  // Each deposit is the shop's minimum deposit: the first request and every voucher after it.
+  const escrowed = await stack.balanceOf(BATCH_SETTLEMENT) - escrow0;
+  const expected = BigInt(routerd.deposits) * BigInt(bounds.vouchers + 1) * bounds.price;
+  log(`batch: the same burst, new payers, the shop's facilitator an instrument that answers at once`);
+  const instant = await startInstantFacilitator(network);
+  let ceiling;
+  try {
+    const fresh = accounts.map(() => freshAccount());
+    ceiling = await run({ facilitatorUrl: instant.url, payTo, accounts: fresh, bounds, shape });
+  } finally {
+    await instant.close();
+  }
+  return {
+    routerd: { ...routerd, escrowedOk: escrowed === expected, escrowed: String(escrowed) },
+    instant: ceiling,
+    rpsOverInstant: routerd.rps / ceiling.rps,
+  };
+}
