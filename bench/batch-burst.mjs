@@ -167,10 +167,15 @@ async function run({ facilitatorUrl, apiKey, payTo, accounts, bounds, shape }) {
   const shop = await startShop({ ...shape, facilitatorUrl, apiKey, payTo, minDeposit });
   try {
     const cpu0 = cpuSeconds(shop.child.pid);
+    const own0 = process.cpuUsage();
     const result = await burst({ ...shape, url: shop.url, accounts, vouchers: bounds.vouchers, maxMs: bounds.maxMs });
     const cpu1 = cpuSeconds(shop.child.pid);
+    const own = process.cpuUsage(own0);
     const cpu = cpu1.user - cpu0.user + cpu1.system - cpu0.system;
-    return { ...result, shopCpuMicrosPerPaid: (cpu * 1e6) / result.paid, facilitatorCalls: await shop.stats() };
+    return {
+      ...result, shopCpuMicrosPerPaid: (cpu * 1e6) / result.paid, clientCpuMicrosPerPaid: (own.user + own.system) / result.paid,
+      facilitatorCalls: await shop.stats(),
+    };
   } finally {
     await shop.stop();
   }

@@ -416,7 +416,8 @@ function burstLines(burst) {
   const line = (name, x) => `h burst, ${name}: ${f(x.rps, 0)} paid requests/s (${x.paid} paid in ${f(x.seconds, 1)} s: `
     + `${x.deposits} deposits, ${x.vouchers} vouchers; ${x.failed} failed) from ${x.payers} payers at once; `
     + `deposit p50 ${f(x.deposit.p50, 0)} ms, all deposits answered by ${f(x.depositsDoneSeconds, 1)} s; voucher p50 ${f(x.voucher.p50, 1)} ms, `
-    + `p99 ${f(x.voucher.p99, 1)} ms; shop CPU ${f(x.shopCpuMicrosPerPaid, 0)} µs per paid request; the shop asked its facilitator: ${calls(x)}`;
+    + `p99 ${f(x.voucher.p99, 1)} ms; CPU per paid request: shop ${f(x.shopCpuMicrosPerPaid, 0)} µs, payers `
+    + `(the load generator) ${f(x.clientCpuMicrosPerPaid, 0)} µs; the shop asked its facilitator: ${calls(x)}`;
   const out = [
     line('the official shop on routerd', burst.routerd) + `; escrowed ${burst.routerd.escrowedOk ? 'as deposited' : `${burst.routerd.escrowed}, NOT the deposits`}`,
     line('the same shop on an instrument that answers at once (no chain; its ceiling)', burst.instant),

@@ -1032,6 +1032,7 @@ function table() {
   ratio(`Solana settle sequential p50 / slot time (${sv.slotMs} ms)`, ratios.svmSettleOverSlot);
   ratio('Solana verify req/s at 64 / at 1', ratios.svmVerifyScaling);
   ratio('batch voucher verify/s at 64, routerd / reference', ratios.batchVerifyOverReference);
+  ratio('batch burst paid req/s, routerd / shop\'s ceiling', ratios.batchBurstOverCeiling);
   const unconfirmed = sl.n - sl.failed - sl.confirmed;
   const failures = [v.c1, v.c64, v.traced.c1, v.traced.c64, v.anvil1, v.anvil64, ...(v.floor ? [v.floor.c64, v.floor.held] : []), s.serial, sl, fl.settle, r.sends.through, r.serial, r.concurrent, ...Object.values(r.upstream),
     sv.upstream, sv.c1, sv.c64, sv.settleSerial, sv.settleConcurrent]
@@ -1106,6 +1107,7 @@ async function main() {
     svmSettleOverSlot: results.svm.settleSerialOverSlot,
     svmVerifyScaling: results.svm.c64.rps / results.svm.c1.rps,
     batchVerifyOverReference: results.batch.rpsOverReference,
+    batchBurstOverCeiling: results.batch.burst.rpsOverInstant,
   };
   results.totalSeconds = (nowMs() - started) / 1000;
   const { text, failures } = table();
