@@ -9,11 +9,10 @@
 // answer gave it (it asks the facilitator again only once that state is older than its TTL, at
 // least 30 s). The burst runs twice, each time with a new shop and new payers:
 // - with routerd as the shop's facilitator (the deposits settle on chain, 1 s blocks);
-// - with an instrument in place of a facilitator (`startInstantFacilitator`): it answers at once,
-//   without a chain, so that the second run measures the shop's own ceiling.
+// - with an instrument in place of a facilitator (bench/batch-instant.mjs, in a process of its own
+//   so that the payers' work does not delay its answers): it answers at once, without a chain, so
+//   that the second run measures the shop's own ceiling.
 import { spawn } from 'node:child_process';
-import { createHash } from 'node:crypto';
-import { createServer } from 'node:http';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { getAddress } from 'viem';
@@ -28,20 +27,16 @@ import { nowMs, summarize, cpuSeconds } from './lib.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 
-/** The shop in a process of its own, its facilitator at `facilitatorUrl`. */
-async function startShop({ facilitatorUrl, network, asset, payTo, price, minDeposit, apiKey }) {
-  const env = { ...process.env, BENCH_AUTHORIZER_KEY: generatePrivateKey(), ...(apiKey && { BENCH_API_KEY: apiKey }) };
-  const args = [join(here, 'batch-shop.mjs'), facilitatorUrl, network, asset, payTo, String(price), String(minDeposit)];
-  const child = trackChild(spawn(process.execPath, args, { env, stdio: ['ignore', 'pipe', 'inherit'] }));
+/** `script` (in bench/) in a process of its own, serving on the port it prints first. */
+async function startServer(script, args, env) {
+  const child = trackChild(spawn(process.execPath, [join(here, script), ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'inherit'] }));
   const port = await new Promise((resolve, reject) => {
     child.stdout.once('data', (line) => resolve(Number(String(line).trim())));
-    child.once('exit', (code) => reject(new Error(`batch-shop exited with ${code}`)));
+    child.once('exit', (code) => reject(new Error(`${script} exited with ${code}`)));
   });
-  const url = `http://127.0.0.1:${port}`;
   return {
     child,
-    url,
-    stats: async () => (await fetch(`${url}/stats`)).json(),
+    url: `http://127.0.0.1:${port}`,
     stop: () => new Promise((done) => {
       if (child.exitCode !== null || child.signalCode !== null) return done();
       child.once('exit', done);
@@ -50,55 +45,11 @@ async function startShop({ facilitatorUrl, network, asset, payTo, price, minDepo
   };
 }
 
-/**
- * A measuring instrument, not a facilitator: answers the shop's /supported, /verify and /settle at
- * once, without a chain and without checking any signature, as much as the official server needs
- * to accept the answer: /verify isValid with the channel's snapshot (its balance the deposit the
- * payload carries, nothing claimed), /settle success with a made-up transaction hash and the same
- * snapshot under `channelState` (what the server records as the channel's on-chain state).
- */
-export async function startInstantFacilitator(network) {
-  const balances = new Map(); // channelId -> deposited, from the deposits' payloads
-  const snapshot = (payload) => {
-    const channelId = payload.voucher.channelId;
-    const deposited = payload.deposit ? BigInt(payload.deposit.amount) : 0n;
-    const balance = (balances.get(channelId) ?? 0n) + deposited;
-    return { channelId, balance: String(balance), totalClaimed: '0', withdrawRequestedAt: 0, refundNonce: '0' };
-  };
-  const answers = {
-    'GET /supported': () => ({ kinds: [{ x402Version: 2, scheme: 'batch-settlement', network }], extensions: [], signers: {} }),
-    'POST /verify': ({ paymentPayload: { payload } }) => ({ isValid: true, payer: payload.channelConfig.payer, extra: snapshot(payload) }),
-    'POST /settle': ({ paymentPayload: { payload } }) => {
-      const state = snapshot(payload);
-      if (payload.deposit) balances.set(state.channelId, BigInt(state.balance));
-      return {
-        success: true, payer: payload.channelConfig.payer, network, amount: payload.deposit?.amount ?? '',
-        transaction: `0x${createHash('sha256').update(`${state.channelId}:${state.balance}`).digest('hex')}`,
-        extra: { channelState: state },
-      };
-    },
-  };
-  const server = createServer((req, res) => {
-    const chunks = [];
-    req.on('data', (chunk) => chunks.push(chunk));
-    req.on('end', () => {
-      const answer = answers[`${req.method} ${req.url}`];
-      let status = 200;
-      let body;
-      try {
-        body = answer ? answer(chunks.length ? JSON.parse(Buffer.concat(chunks).toString('utf8')) : {}) : { error: 'not served' };
-        if (!answer) status = 404;
-      } catch (err) {
-        status = 400;
-        body = { error: err.message };
-      }
-      res.writeHead(status, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(body));
-    });
-  });
-  server.keepAliveTimeout = 60_000;
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return { url: `http://127.0.0.1:${server.address().port}`, close: () => new Promise((done) => server.close(done)) };
+/** The shop, its facilitator at `facilitatorUrl`, with its own receiver authorizer key. */
+async function startShop({ facilitatorUrl, network, asset, payTo, price, minDeposit, apiKey }) {
+  const env = { BENCH_AUTHORIZER_KEY: generatePrivateKey(), ...(apiKey && { BENCH_API_KEY: apiKey }) };
+  const shop = await startServer('batch-shop.mjs', [facilitatorUrl, network, asset, payTo, String(price), String(minDeposit)], env);
+  return { ...shop, stats: async () => (await fetch(`${shop.url}/stats`)).json() };
 }
 
 /** One payer's @x402/fetch, its deposit covering its first request and `vouchers` more. */
@@ -196,13 +147,13 @@ export async function payerBurst({ stack, accounts, payTo, apiKey, bounds, log }
   const escrowed = await stack.balanceOf(BATCH_SETTLEMENT) - escrow0;
   const expected = BigInt(routerd.deposits) * BigInt(bounds.vouchers + 1) * bounds.price;
   log(`batch: the same burst, new payers, the shop's facilitator an instrument that answers at once`);
-  const instant = await startInstantFacilitator(network);
+  const instant = await startServer('batch-instant.mjs', [network], {});
   let ceiling;
   try {
     const fresh = accounts.map(() => freshAccount());
     ceiling = await run({ facilitatorUrl: instant.url, payTo, accounts: fresh, bounds, shape });
   } finally {
-    await instant.close();
+    await instant.stop();
   }
   return {
     routerd: { ...routerd, escrowedOk: escrowed === expected, escrowed: String(escrowed) },
