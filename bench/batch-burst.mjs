@@ -13,6 +13,7 @@
 //   so that the payers' work does not delay its answers): it answers at once, without a chain, so
 //   that the second run measures the shop's own ceiling.
 import { spawn } from 'node:child_process';
+import { Agent, request as httpRequest } from 'node:http';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { getAddress } from 'viem';
@@ -52,6 +53,32 @@ async function startShop({ facilitatorUrl, network, asset, payTo, price, minDepo
   return { ...shop, stats: async () => (await fetch(`${shop.url}/stats`)).json() };
 }
 
+/**
+ * A payer's own fetch: its requests on one keep-alive connection of its own (node:http), one at a
+ * time, as a wallet sends them. With the global fetch, the 250 payers shared one pool, which kept
+ * opening new connections during the burst; the busy shop accepted them a few a second, and the
+ * requests sent on them waited up to 20 s (the shop answered every request it read within 2.5 s).
+ */
+function ownConnectionFetch() {
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  return (input, init) => new Promise((resolve, reject) => {
+    const request = new Request(input, init);
+    if (request.body) throw new Error('a paid GET has no body');
+    const req = httpRequest(request.url, { method: request.method, headers: Object.fromEntries(request.headers), agent }, (res) => {
+      const chunks = [];
+      res.on('data', (chunk) => chunks.push(chunk));
+      res.on('end', () => {
+        const headers = new Headers();
+        for (const [name, value] of Object.entries(res.headers)) headers.set(name, Array.isArray(value) ? value.join(', ') : value);
+        resolve(new Response(res.statusCode === 204 ? null : Buffer.concat(chunks), { status: res.statusCode, headers }));
+      });
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
 /** One payer's @x402/fetch, its deposit covering its first request and `vouchers` more. */
 function payingFetch({ account, client, network, asset, price, vouchers }) {
   const scheme = new BatchClient(toClientEvmSigner(account, client), {
@@ -59,7 +86,7 @@ function payingFetch({ account, client, network, asset, price, vouchers }) {
   });
   const x402 = new x402Client().register(network, scheme);
   x402.setSpendControls({ allowedAssets: [{ network, asset, maxAmountPerPayment: String(price) }] });
-  return wrapFetchWithPayment(fetch, x402);
+  return wrapFetchWithPayment(ownConnectionFetch(), x402);
 }
 
 /**
@@ -96,6 +123,7 @@ async function burst({ url, accounts, vouchers, maxMs, ...shape }) {
       try {
         const kind = await paidAnswer(await pay(`${url}/weather`), shape.price);
         latency[kind].push(nowMs() - sent);
+        if (nowMs() - sent > 3000) console.error(`slow ${kind} i=${i} at ${((sent - t0) / 1000).toFixed(1)} s took ${((nowMs() - sent) / 1000).toFixed(1)} s; t0 ${(t0/1000).toFixed(1)}`);
         if (kind === 'deposit') depositsDoneMs = Math.max(depositsDoneMs, nowMs() - t0);
       } catch (err) {
         failed += 1;
