@@ -7,11 +7,12 @@
 // deposits (the shop asks its facilitator to verify and settle it); the next ones are vouchers,
 // which the official server verifies and charges itself against the channel state the deposit's
 // answer gave it (it asks the facilitator again only once that state is older than its TTL, at
-// least 30 s). The burst runs twice, each time with a new shop and new payers:
+// least 30 s). The burst runs four times, each time with a new shop and new payers, two on each
+// side (routerd, the instrument, the instrument, routerd):
 // - with routerd as the shop's facilitator (the deposits settle on chain, 1 s blocks);
 // - with an instrument in place of a facilitator (bench/batch-instant.mjs, in a process of its own
 //   so that the payers' work does not delay its answers): it answers at once, without a chain, so
-//   that the second run measures the shop's own ceiling.
+//   that these runs measure the shop's own ceiling.
 import { spawn } from 'node:child_process';
 import { Agent, request as httpRequest } from 'node:http';
 import { dirname, join } from 'node:path';
@@ -123,7 +124,6 @@ async function burst({ url, accounts, vouchers, maxMs, ...shape }) {
       try {
         const kind = await paidAnswer(await pay(`${url}/weather`), shape.price);
         latency[kind].push(nowMs() - sent);
-        if (nowMs() - sent > 3000) console.error(`slow ${kind} i=${i} at ${((sent - t0) / 1000).toFixed(1)} s took ${((nowMs() - sent) / 1000).toFixed(1)} s; t0 ${(t0/1000).toFixed(1)}`);
         if (kind === 'deposit') depositsDoneMs = Math.max(depositsDoneMs, nowMs() - t0);
       } catch (err) {
         failed += 1;
@@ -131,13 +131,7 @@ async function burst({ url, accounts, vouchers, maxMs, ...shape }) {
       }
     }
   }));
-  const seconds = (nowMs() - t0) / 1000;
-  const paid = latency.deposit.length + latency.voucher.length;
-  return {
-    payers: accounts.length, paid, rps: paid / seconds, seconds, depositsDoneSeconds: depositsDoneMs / 1000,
-    deposits: latency.deposit.length, vouchers: latency.voucher.length, failed, firstError,
-    deposit: summarize(latency.deposit), voucher: summarize(latency.voucher),
-  };
+  return { payers: accounts.length, seconds: (nowMs() - t0) / 1000, depositsDoneSeconds: depositsDoneMs / 1000, latency, failed, firstError };
 }
 
 /** One run: a new shop on `facilitatorUrl`, the burst, the shop's CPU and its facilitator calls. */
@@ -150,9 +144,8 @@ async function run({ facilitatorUrl, apiKey, payTo, accounts, bounds, shape }) {
     const result = await burst({ ...shape, url: shop.url, accounts, vouchers: bounds.vouchers, maxMs: bounds.maxMs });
     const cpu1 = cpuSeconds(shop.child.pid);
     const own = process.cpuUsage(own0);
-    const cpu = cpu1.user - cpu0.user + cpu1.system - cpu0.system;
     return {
-      ...result, shopCpuMicrosPerPaid: (cpu * 1e6) / result.paid, clientCpuMicrosPerPaid: (own.user + own.system) / result.paid,
+      ...result, shopCpuSeconds: cpu1.user - cpu0.user + cpu1.system - cpu0.system, clientCpuSeconds: (own.user + own.system) / 1e6,
       facilitatorCalls: await shop.stats(),
     };
   } finally {
@@ -160,32 +153,67 @@ async function run({ facilitatorUrl, apiKey, payTo, accounts, bounds, shape }) {
   }
 }
 
+/** One side's runs as one: rates over their summed time, latencies over all their requests. */
+function combine(runs) {
+  const sum = (key) => runs.reduce((total, r) => total + r[key], 0);
+  const deposits = runs.flatMap((r) => r.latency.deposit);
+  const vouchers = runs.flatMap((r) => r.latency.voucher);
+  const paid = deposits.length + vouchers.length;
+  const facilitatorCalls = {};
+  for (const [op, types] of runs.flatMap((r) => Object.entries(r.facilitatorCalls))) {
+    for (const [type, k] of Object.entries(types)) {
+      facilitatorCalls[op] ??= {};
+      facilitatorCalls[op][type] = (facilitatorCalls[op][type] ?? 0) + k;
+    }
+  }
+  return {
+    runs: runs.length, payers: runs[0].payers, paid, seconds: sum('seconds'), rps: paid / sum('seconds'),
+    rpsEach: runs.map((r) => (r.latency.deposit.length + r.latency.voucher.length) / r.seconds),
+    deposits: deposits.length, vouchers: vouchers.length, failed: sum('failed'), firstError: runs.find((r) => r.firstError)?.firstError,
+    depositsDoneSeconds: Math.max(...runs.map((r) => r.depositsDoneSeconds)), deposit: summarize(deposits), voucher: summarize(vouchers),
+    shopCpuMicrosPerPaid: (sum('shopCpuSeconds') * 1e6) / paid, clientCpuMicrosPerPaid: (sum('clientCpuSeconds') * 1e6) / paid,
+    facilitatorCalls,
+  };
+}
+
 /**
- * The burst through routerd (`stack`, its payers `accounts` holding USDC, the shop's receiver
- * `payTo` with its API key `apiKey`), then through the instrument with as many new payers.
- * `bounds`: {payers, vouchers, maxMs}.
+ * The burst four times, each with a new shop and new payers, in the order routerd, the
+ * instrument, the instrument, routerd, so that a machine that gets busier or quieter over the
+ * minute weighs on both sides alike. `stack`: routerd's; `accounts`: twice `bounds.payers` payers
+ * holding USDC (routerd's two runs); `payTo`: the shop's receiver, `apiKey` its key at routerd.
+ * `bounds`: {payers, vouchers, maxMs (each run), price}.
  */
 export async function payerBurst({ stack, accounts, payTo, apiKey, bounds, log }) {
   const network = `eip155:${stack.chainId}`;
   const shape = { network, asset: getAddress(stack.usdc), price: bounds.price, client: stack.client };
-  log(`batch: burst, ${accounts.length} payers at once, each a deposit then ${bounds.vouchers} vouchers, through routerd`);
+  const viaRouterd = (payers) => () => run({ facilitatorUrl: stack.url, apiKey, payTo, accounts: payers, bounds, shape });
+  const viaInstrument = async () => {
+    const instant = await startServer('batch-instant.mjs', [network], {});
+    try {
+      return await run({ facilitatorUrl: instant.url, payTo, accounts: Array.from({ length: bounds.payers }, () => freshAccount()), bounds, shape });
+    } finally {
+      await instant.stop();
+    }
+  };
+  const order = [
+    ['routerd', viaRouterd(accounts.slice(0, bounds.payers))], ['instant', viaInstrument],
+    ['instant', viaInstrument], ['routerd', viaRouterd(accounts.slice(bounds.payers, 2 * bounds.payers))],
+  ];
   const escrow0 = await stack.balanceOf(BATCH_SETTLEMENT);
-  const routerd = await run({ facilitatorUrl: stack.url, apiKey, payTo, accounts, bounds, shape });
+  const runs = { routerd: [], instant: [] };
+  for (const [side, go] of order) {
+    log(`batch: burst, ${bounds.payers} payers at once, each a deposit then ${bounds.vouchers} vouchers, through the shop on `
+      + `${side === 'routerd' ? 'routerd' : 'an instrument that answers at once'}`);
+    runs[side].push(await go());
+  }
+  const routerd = combine(runs.routerd);
+  const instant = combine(runs.instant);
   // Each deposit is the shop's minimum deposit: the first request and every voucher after it.
   const escrowed = await stack.balanceOf(BATCH_SETTLEMENT) - escrow0;
   const expected = BigInt(routerd.deposits) * BigInt(bounds.vouchers + 1) * bounds.price;
-  log(`batch: the same burst, new payers, the shop's facilitator an instrument that answers at once`);
-  const instant = await startServer('batch-instant.mjs', [network], {});
-  let ceiling;
-  try {
-    const fresh = accounts.map(() => freshAccount());
-    ceiling = await run({ facilitatorUrl: instant.url, payTo, accounts: fresh, bounds, shape });
-  } finally {
-    await instant.stop();
-  }
   return {
     routerd: { ...routerd, escrowedOk: escrowed === expected, escrowed: String(escrowed) },
-    instant: ceiling,
-    rpsOverInstant: routerd.rps / ceiling.rps,
+    instant,
+    rpsOverInstant: routerd.rps / instant.rps,
   };
 }

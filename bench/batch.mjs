@@ -342,7 +342,7 @@ export async function benchBatch(bounds, log) {
   // total from zero, a fresh storage slot, and costs more gas than a later claim).
   const total = 2 * bounds.channels;
   log(`batch: anvil with USDC and the batch-settlement contracts, routerd, ${total} merchants`);
-  const { stack, merchants: keyed, files } = await startStack({ channels: total, burstPayers: bounds.burst.payers, authorizerKey, rpcUrlFor });
+  const { stack, merchants: keyed, files } = await startStack({ channels: total, burstPayers: 2 * bounds.burst.payers, authorizerKey, rpcUrlFor });
   const merchants = keyed.slice(0, total);
   const shop = keyed[total];
   try {
@@ -413,8 +413,9 @@ export function batchLines(b) {
 function burstLines(burst) {
   const calls = (x) => Object.entries(x.facilitatorCalls).map(([op, types]) => `${op} ${Object.entries(types)
     .map(([type, k]) => `${k} ${type}`).join(' + ') || 'none'}`).join(', ');
-  const line = (name, x) => `h burst, ${name}: ${f(x.rps, 0)} paid requests/s (${x.paid} paid in ${f(x.seconds, 1)} s: `
-    + `${x.deposits} deposits, ${x.vouchers} vouchers; ${x.failed} failed) from ${x.payers} payers at once; `
+  const line = (name, x) => `h burst, ${name}: ${f(x.rps, 0)} paid requests/s (runs: ${x.rpsEach.map((r) => f(r, 0)).join(', ')}; `
+    + `${x.paid} paid in ${f(x.seconds, 1)} s: `
+    + `${x.deposits} deposits, ${x.vouchers} vouchers; ${x.failed} failed) from ${x.payers} payers at once each run; `
     + `deposit p50 ${f(x.deposit.p50, 0)} ms, all deposits answered by ${f(x.depositsDoneSeconds, 1)} s; voucher p50 ${f(x.voucher.p50, 1)} ms, `
     + `p99 ${f(x.voucher.p99, 1)} ms; CPU per paid request: shop ${f(x.shopCpuMicrosPerPaid, 0)} µs, payers `
     + `(the load generator) ${f(x.clientCpuMicrosPerPaid, 0)} µs; the shop asked its facilitator: ${calls(x)}`;
