@@ -80,14 +80,18 @@ function ownConnectionFetch() {
   });
 }
 
-/** One payer's @x402/fetch, its deposit covering its first request and `vouchers` more. */
+/**
+ * One payer's @x402/fetch (`pay`), its deposit covering its first request and `vouchers` more, and
+ * its own fetch beneath (`plain`).
+ */
 function payingFetch({ account, client, network, asset, price, vouchers }) {
   const scheme = new BatchClient(toClientEvmSigner(account, client), {
     storage: new InMemoryClientChannelStorage(), depositPolicy: { depositMultiplier: vouchers + 1 },
   });
   const x402 = new x402Client().register(network, scheme);
   x402.setSpendControls({ allowedAssets: [{ network, asset, maxAmountPerPayment: String(price) }] });
-  return wrapFetchWithPayment(ownConnectionFetch(), x402);
+  const plain = ownConnectionFetch();
+  return { pay: wrapFetchWithPayment(plain, x402), plain };
 }
 
 /**
@@ -115,10 +119,12 @@ async function burst({ url, accounts, vouchers, maxMs, ...shape }) {
   let failed = 0;
   let firstError;
   let depositsDoneMs = 0;
+  // Every payer's connection open before the burst (a busy shop accepts new ones a few a second).
+  const payers = accounts.map((account) => ({ account, ...payingFetch({ ...shape, account, vouchers }) }));
+  await Promise.all(payers.map(async ({ plain }) => (await plain(`${url}/stats`)).text()));
   const t0 = nowMs();
   const deadline = t0 + maxMs;
-  await Promise.all(accounts.map(async (account) => {
-    const pay = payingFetch({ ...shape, account, vouchers });
+  await Promise.all(payers.map(async ({ account, pay }) => {
     for (let i = 0; i <= vouchers && nowMs() < deadline; i += 1) {
       const sent = nowMs();
       try {
