@@ -90,7 +90,7 @@ const BOUNDS = {
     wideMaxCalls: n(128),
     // Payers at once through the official shop, each a deposit then `vouchers` vouchers; each of
     // the four runs (two on routerd, two on the instrument) stops at maxMs.
-    burst: { payers: n(250), vouchers: opts.quick ? 5 : 20, maxMs: 14_000 },
+    burst: { payers: n(250), vouchers: opts.quick ? 5 : 20, maxMs: 12_000 },
   },
 };
 
