@@ -32,6 +32,7 @@ import { USDC_EIP712 } from '../tests/e2e/lib/deploy-usdc.mjs';
 import { BATCH_SETTLEMENT, batchSettlementAbi, placeBatchSettlement, signVoucher } from '../tests/e2e/lib/batch-settlement.mjs';
 import { readAnswer, sleep, trackChild } from '../tests/e2e/lib/util.mjs';
 import { nowMs, summarize, load, cpuSeconds, procMemory } from './lib.mjs';
+import { payerBurst } from './batch-burst.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const NETWORK = `eip155:${CHAIN_ID}`;
@@ -73,14 +74,17 @@ function facilitatorToml(files, maxCalls) {
     + `[auth]\napi_keys_file = ${JSON.stringify(files.keys)}\n`;
 }
 
-/** The stack (anvil with USDC and the contracts, routerd through `rpcUrlFor`) and its merchants. */
-async function startStack({ channels, authorizerKey, rpcUrlFor }) {
-  const merchants = Array.from({ length: channels }, (_, i) => ({
+/**
+ * The stack (anvil with USDC and the contracts, routerd through `rpcUrlFor`), its merchants (one
+ * per channel, then the burst's shop, the last) and `burstPayers` more funded payers.
+ */
+async function startStack({ channels, burstPayers, authorizerKey, rpcUrlFor }) {
+  const merchants = Array.from({ length: channels + 1 }, (_, i) => ({
     name: `m${i}`, receiver: freshAccount().address, token: `key-m${i}-${'x'.repeat(24)}`,
   }));
   let files;
   const stack = await startFacilitatorStack({
-    fundedPayers: channels,
+    fundedPayers: channels + burstPayers,
     routerd: { x402Versions: [1, 2], allowHttpResource: true },
     rpcUrlFor,
     beforeRouterd: async (s) => {
@@ -338,7 +342,9 @@ export async function benchBatch(bounds, log) {
   // total from zero, a fresh storage slot, and costs more gas than a later claim).
   const total = 2 * bounds.channels;
   log(`batch: anvil with USDC and the batch-settlement contracts, routerd, ${total} merchants`);
-  const { stack, merchants, files } = await startStack({ channels: total, authorizerKey, rpcUrlFor });
+  const { stack, merchants: keyed, files } = await startStack({ channels: total, burstPayers: 2 * bounds.burst.payers, authorizerKey, rpcUrlFor });
+  const merchants = keyed.slice(0, total);
+  const shop = keyed[total];
   try {
     log(`batch: ${total} deposits through routerd (official client), ${bounds.depositConcurrency} at a time`);
     let t0 = nowMs();
@@ -361,7 +367,10 @@ export async function benchBatch(bounds, log) {
     };
     const verifies = await compareVerifies({ stack, proxy, straight, pools, bounds, authorizerKey, log });
     const claims = await claimRounds({ stack, files, first, second, wideMaxCalls: bounds.wideMaxCalls, log });
-    return { channels: first.length, setupSeconds, signSeconds, vouchersSigned: pools.signed, ...verifies, claims };
+    const burst = await payerBurst({
+      stack, accounts: stack.payers.slice(total), payTo: shop.receiver, apiKey: shop.token, bounds: { ...bounds.burst, price: PRICE }, log,
+    });
+    return { channels: first.length, setupSeconds, signSeconds, vouchersSigned: pools.signed, ...verifies, claims, burst };
   } finally {
     await stack.stop();
     await proxy.close();
@@ -396,12 +405,33 @@ export function batchLines(b) {
     if (c.firstError) out.push(`  first error: ${c.firstError}`);
   }
   for (const x of [vr, vf, vr.upstream, vf.upstream]) if (x.firstError) out.push(`  first error: ${x.firstError}`);
+  out.push(...burstLines(b.burst));
   return out;
 }
 
-/** Failures of the phase: verifies not valid, claims not claimed. */
+/** The payer burst's lines: through routerd, through the instrument, and their ratio. */
+function burstLines(burst) {
+  const calls = (x) => Object.entries(x.facilitatorCalls).map(([op, types]) => `${op} ${Object.entries(types)
+    .map(([type, k]) => `${k} ${type}`).join(' + ') || 'none'}`).join(', ');
+  const line = (name, x) => `h burst, ${name}: ${f(x.rps, 0)} paid requests/s (runs: ${x.rpsEach.map((r) => f(r, 0)).join(', ')}; `
+    + `${x.paid} paid in ${f(x.seconds, 1)} s: `
+    + `${x.deposits} deposits, ${x.vouchers} vouchers; ${x.failed} failed) from ${x.payers} payers at once each run; `
+    + `deposit p50 ${f(x.deposit.p50, 0)} ms, all deposits answered by ${f(x.depositsDoneSeconds, 1)} s; voucher p50 ${f(x.voucher.p50, 1)} ms, `
+    + `p99 ${f(x.voucher.p99, 1)} ms; CPU per paid request: shop ${f(x.shopCpuMicrosPerPaid, 0)} µs, payers `
+    + `(the load generator) ${f(x.clientCpuMicrosPerPaid, 0)} µs; the shop asked its facilitator: ${calls(x)}`;
+  const out = [
+    line('the official shop on routerd', burst.routerd) + `; escrowed ${burst.routerd.escrowedOk ? 'as deposited' : `${burst.routerd.escrowed}, NOT the deposits`}`,
+    line('the same shop on an instrument that answers at once (no chain; its ceiling)', burst.instant),
+    `h burst paid requests/s, routerd / the shop's ceiling: ${f(burst.rpsOverInstant, 2)} (goal: 0.8)`,
+  ];
+  for (const x of [burst.routerd, burst.instant]) if (x.firstError) out.push(`  first error: ${x.firstError}`);
+  return out;
+}
+
+/** Failures of the phase: verifies not valid, claims not claimed, burst requests not paid. */
 export function batchFailures(b) {
   const { routerd: vr, reference: vf } = b.verify;
   return vr.failed + vf.failed + vr.upstream.failed + vf.upstream.failed
-    + Object.values(b.claims).reduce((sum, c) => sum + (c.claims - c.claimedOnChain), 0);
+    + Object.values(b.claims).reduce((sum, c) => sum + (c.claims - c.claimedOnChain), 0)
+    + b.burst.routerd.failed + b.burst.instant.failed + (b.burst.routerd.escrowedOk ? 0 : 1);
 }

@@ -88,6 +88,9 @@ const BOUNDS = {
     reference: { concurrency: 64, total: n(4096), maxMs: 8_000 },
     // The second claim burst: room for every row in one transaction.
     wideMaxCalls: n(128),
+    // Payers at once through the official shop, each a deposit then `vouchers` vouchers; each of
+    // the four runs (two on routerd, two on the instrument) stops at maxMs.
+    burst: { payers: n(250), vouchers: opts.quick ? 5 : 20, maxMs: 12_000 },
   },
 };
 
@@ -1029,6 +1032,7 @@ function table() {
   ratio(`Solana settle sequential p50 / slot time (${sv.slotMs} ms)`, ratios.svmSettleOverSlot);
   ratio('Solana verify req/s at 64 / at 1', ratios.svmVerifyScaling);
   ratio('batch voucher verify/s at 64, routerd / reference', ratios.batchVerifyOverReference);
+  ratio('batch burst paid req/s, routerd / shop\'s ceiling', ratios.batchBurstOverCeiling);
   const unconfirmed = sl.n - sl.failed - sl.confirmed;
   const failures = [v.c1, v.c64, v.traced.c1, v.traced.c64, v.anvil1, v.anvil64, ...(v.floor ? [v.floor.c64, v.floor.held] : []), s.serial, sl, fl.settle, r.sends.through, r.serial, r.concurrent, ...Object.values(r.upstream),
     sv.upstream, sv.c1, sv.c64, sv.settleSerial, sv.settleConcurrent]
@@ -1103,6 +1107,7 @@ async function main() {
     svmSettleOverSlot: results.svm.settleSerialOverSlot,
     svmVerifyScaling: results.svm.c64.rps / results.svm.c1.rps,
     batchVerifyOverReference: results.batch.rpsOverReference,
+    batchBurstOverCeiling: results.batch.burst.rpsOverInstant,
   };
   results.totalSeconds = (nowMs() - started) / 1000;
   const { text, failures } = table();
