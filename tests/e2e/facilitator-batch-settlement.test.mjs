@@ -137,6 +137,17 @@ it('vouchers that break a channel rule are refused with the binding reason', asy
     'invalid_batch_settlement_evm_receiver_mismatch');
   await refused((p, b) => { b.paymentRequirements.extra.withdrawDelay = 901; }, 'invalid_batch_settlement_evm_withdraw_delay_mismatch');
   await refused((p, b) => { b.paymentPayload.accepted.scheme = 'exact'; }, 'invalid_batch_settlement_evm_scheme');
+  // A payload that does not read is a 400 naming its field, however deep.
+  const malformed = structuredClone(voucher.body);
+  malformed.paymentPayload.payload.voucher.signature = { r: 1 };
+  const shape = await verify(malformed);
+  assert.equal(shape.status, 400, shape.text);
+  assert.match(shape.body.message, /^paymentPayload\.payload\.voucher\.signature: invalid type: map/, shape.text);
+  delete malformed.paymentPayload.payload.channelConfig.salt;
+  malformed.paymentPayload.payload.voucher.signature = voucher.payload.voucher.signature;
+  const missing = await settle(malformed);
+  assert.equal(missing.status, 400, missing.text);
+  assert.equal(missing.body.message, 'paymentPayload.payload.channelConfig.salt: missing', missing.text);
 });
 
 // One success per deposit authorization (spec/batch-settlement.md, spec/access.md section 1): the

@@ -126,10 +126,10 @@ async fn claim_job(
     batch: &EvmBatch,
     request: &BatchRequest,
 ) -> Result<Result<(Target, Job, ClaimedTotals), Refusal>, SettleError> {
-    let BatchPayload::Claim {
+    let BatchPayload::Claim(wire::ClaimPayload {
         claims,
         claim_authorizer_signature,
-    } = &request.payment_payload.payload
+    }) = &request.payment_payload.payload
     else {
         unreachable!("a claim payload");
     };
@@ -276,7 +276,7 @@ pub(super) async fn sweep(
         payload,
         network: request.payment_requirements.network.clone(),
     };
-    let BatchPayload::Settle { receiver, token } = payload else {
+    let BatchPayload::Settle(wire::SettlePayload { receiver, token }) = payload else {
         unreachable!("a settle payload");
     };
     let checked = target(batch, request).and_then(|t| Ok((t, wire::sweep(receiver, token)?)));
@@ -473,7 +473,7 @@ fn refund_calls(
     channel: H256,
     state: &ChannelState,
 ) -> Result<Vec<Bytes>, Refusal> {
-    let BatchPayload::Refund {
+    let BatchPayload::Refund(wire::RefundPayload {
         channel_config,
         amount,
         refund_nonce,
@@ -481,7 +481,7 @@ fn refund_calls(
         refund_authorizer_signature,
         claim_authorizer_signature,
         ..
-    } = &request.payment_payload.payload
+    }) = &request.payment_payload.payload
     else {
         unreachable!("a refund payload");
     };

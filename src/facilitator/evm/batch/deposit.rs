@@ -43,11 +43,11 @@ fn lower<'a>(batch: &'a EvmBatch, request: &BatchRequest) -> Result<Lowered<'a>,
             "paymentPayload.payload.voucher.signature does not recover to the channel's payer",
         ));
     }
-    let BatchPayload::Deposit {
+    let BatchPayload::Deposit(wire::DepositPayload {
         channel_config,
         deposit,
         ..
-    } = &request.payment_payload.payload
+    }) = &request.payment_payload.payload
     else {
         unreachable!("lowered only for a deposit payload");
     };

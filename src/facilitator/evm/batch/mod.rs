@@ -124,8 +124,8 @@ impl EvmBatch {
     async fn verify(&self, request: &BatchRequest) -> Result<VerifyResponse, SettleError> {
         let payload = &request.payment_payload.payload;
         let verdict = match payload {
-            BatchPayload::Deposit { .. } => deposit::verify(self, request).await?,
-            BatchPayload::Voucher { .. } | BatchPayload::Refund { .. } => {
+            BatchPayload::Deposit(_) => deposit::verify(self, request).await?,
+            BatchPayload::Voucher(_) | BatchPayload::Refund(_) => {
                 self.verify_voucher(request).await?
             }
             _ => Err(Refusal::new(
@@ -151,8 +151,8 @@ impl EvmBatch {
             Err(refused) => return Ok(Err(refused)),
         };
         let (network, contracts, voucher, erc1271) = checked;
-        if let BatchPayload::Refund { amount, .. } = payload {
-            if let Err(refused) = wire::refund_amount(amount.as_deref()) {
+        if let BatchPayload::Refund(refund) = payload {
+            if let Err(refused) = wire::refund_amount(refund.amount.as_deref()) {
                 return Ok(Err(refused));
             }
         }
@@ -178,7 +178,7 @@ impl EvmBatch {
                 "paymentPayload.payload.voucher.signature: the payer's wallet does not accept it (ERC-1271)",
             )));
         }
-        let refund = matches!(payload, BatchPayload::Refund { .. });
+        let refund = matches!(payload, BatchPayload::Refund(_));
         Ok(
             verify::check_state(&state, voucher.max_claimable, 0, refund)
                 .map(|()| (voucher.channel_id, state)),
@@ -219,11 +219,11 @@ impl EvmBatch {
         let payload = &request.payment_payload.payload;
         let network = request.payment_requirements.network.clone();
         match payload {
-            BatchPayload::Deposit { .. } => deposit::settle(self, request, asking).await,
-            BatchPayload::Refund { voucher, .. } => {
+            BatchPayload::Deposit(_) => deposit::settle(self, request, asking).await,
+            BatchPayload::Refund(refund) => {
                 // Two refunds of a channel would sign its one refund nonce: the second would
                 // revert at the operator's cost. Each waits for the one ahead to be answered.
-                let channel = crate::evm::parse_h256(&voucher.channel_id);
+                let channel = crate::evm::parse_h256(&refund.voucher.channel_id);
                 let _held = match channel {
                     Some(channel) => match self.order.turn(channel).await {
                         Ok(held) => Some(held),
@@ -233,7 +233,7 @@ impl EvmBatch {
                 };
                 actions::refund(self, request, asking).await
             }
-            BatchPayload::Voucher { .. } => Ok(refused_settle(
+            BatchPayload::Voucher(_) => Ok(refused_settle(
                 payload,
                 network,
                 Refusal::new(
@@ -241,8 +241,8 @@ impl EvmBatch {
                     "paymentPayload.payload.type: a voucher is charged by the resource server, not settled",
                 ),
             )),
-            BatchPayload::Claim { .. } => actions::claim(self, request).await,
-            BatchPayload::Settle { .. } => actions::sweep(self, request).await,
+            BatchPayload::Claim(_) => actions::claim(self, request).await,
+            BatchPayload::Settle(_) => actions::sweep(self, request).await,
         }
     }
 }
@@ -383,7 +383,19 @@ impl Mechanism for EvmBatch {
         body: serde_json::Value,
         prefix: &str,
     ) -> Result<Box<dyn Payment + '_>, String> {
-        let request = read_value(body, OBJECTS, prefix)?;
+        let payload = body.pointer("/paymentPayload/payload").cloned();
+        let request = read_value(body, OBJECTS, prefix).map_err(|message| {
+            // The tagged read names `paymentPayload.payload` alone: read again, it names the field.
+            let at = format!(
+                "{prefix}{}paymentPayload.payload",
+                if prefix.is_empty() { "" } else { "." }
+            );
+            let lossy = message.starts_with(&at);
+            let named = payload
+                .filter(|_| lossy)
+                .and_then(|p| wire::why_not(p, prefix));
+            named.unwrap_or(message)
+        })?;
         Ok(Box::new(Served {
             batch: self,
             request,

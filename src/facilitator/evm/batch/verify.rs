@@ -84,7 +84,7 @@ pub fn check_config(
     config: &ChannelConfig,
     channel: H256,
 ) -> Result<(), Refusal> {
-    let refund = matches!(request.payment_payload.payload, BatchPayload::Refund { .. });
+    let refund = matches!(request.payment_payload.payload, BatchPayload::Refund(_));
     let refuse = |reason, message: &str| Err(Refusal::new(reason, message));
     if leaf::channel_id(domain, config) != channel {
         return refuse(

@@ -9,6 +9,7 @@ use serde_json::{Number, Value};
 use super::reason::{BatchReason, Refusal};
 use crate::evm::batch::{ChannelConfig, ClaimRow};
 use crate::evm::{hex_decode, parse_address, parse_h256, parse_uint};
+use crate::facilitator::protocol::read::read_value;
 use crate::facilitator::protocol::v2;
 
 /// A `batch-settlement` request: v2's envelope around one of its payloads.
@@ -18,43 +19,80 @@ pub type BatchRequest = v2::PaymentRequest<BatchPayload>;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum BatchPayload {
-    #[serde(rename_all = "camelCase")]
-    Deposit {
-        channel_config: WireConfig,
-        voucher: WireVoucher,
-        deposit: WireDeposit,
-    },
-    #[serde(rename_all = "camelCase")]
-    Voucher {
-        channel_config: WireConfig,
-        voucher: WireVoucher,
-    },
+    Deposit(DepositPayload),
+    Voucher(VoucherPayload),
     /// A cooperative refund; the server completes it (nonce, claims, its signatures) before
     /// settling it.
-    #[serde(rename_all = "camelCase")]
-    Refund {
-        channel_config: WireConfig,
-        voucher: WireVoucher,
-        #[serde(default)]
-        amount: Option<String>,
-        #[serde(default)]
-        refund_nonce: Option<String>,
-        #[serde(default)]
-        claims: Vec<WireClaim>,
-        #[serde(default)]
-        refund_authorizer_signature: Option<String>,
-        #[serde(default)]
-        claim_authorizer_signature: Option<String>,
-    },
+    Refund(RefundPayload),
     /// The server's claim of its channels' latest vouchers.
-    #[serde(rename_all = "camelCase")]
-    Claim {
-        claims: Vec<WireClaim>,
-        #[serde(default)]
-        claim_authorizer_signature: Option<String>,
-    },
+    Claim(ClaimPayload),
     /// The server's sweep of what it claimed.
-    Settle { receiver: String, token: String },
+    Settle(SettlePayload),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DepositPayload {
+    pub channel_config: WireConfig,
+    pub voucher: WireVoucher,
+    pub deposit: WireDeposit,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VoucherPayload {
+    pub channel_config: WireConfig,
+    pub voucher: WireVoucher,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RefundPayload {
+    pub channel_config: WireConfig,
+    pub voucher: WireVoucher,
+    #[serde(default)]
+    pub amount: Option<String>,
+    #[serde(default)]
+    pub refund_nonce: Option<String>,
+    #[serde(default)]
+    pub claims: Vec<WireClaim>,
+    #[serde(default)]
+    pub refund_authorizer_signature: Option<String>,
+    #[serde(default)]
+    pub claim_authorizer_signature: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimPayload {
+    pub claims: Vec<WireClaim>,
+    #[serde(default)]
+    pub claim_authorizer_signature: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct SettlePayload {
+    pub receiver: String,
+    pub token: String,
+}
+
+/// Why a payload did not read, naming its field: read again as its own type alone, since the
+/// tagged read of the whole request loses the path below `paymentPayload.payload`. `None` when
+/// it names no type of the scheme's (the tagged read's message says so already).
+pub fn why_not(payload: Value, prefix: &str) -> Option<String> {
+    let at = match prefix {
+        "" => "paymentPayload.payload".to_string(),
+        prefix => format!("{prefix}.paymentPayload.payload"),
+    };
+    let kind = payload.get("type")?.as_str()?.to_string();
+    match kind.as_str() {
+        "deposit" => read_value::<DepositPayload>(payload, &[], &at).err(),
+        "voucher" => read_value::<VoucherPayload>(payload, &[], &at).err(),
+        "refund" => read_value::<RefundPayload>(payload, &[], &at).err(),
+        "claim" => read_value::<ClaimPayload>(payload, &[], &at).err(),
+        "settle" => read_value::<SettlePayload>(payload, &[], &at).err(),
+        _ => None,
+    }
 }
 
 /// One row of a claim as the server sends it.
@@ -76,31 +114,20 @@ pub struct WireClaimVoucher {
 impl BatchPayload {
     pub fn kind(&self) -> &'static str {
         match self {
-            BatchPayload::Deposit { .. } => "deposit",
-            BatchPayload::Voucher { .. } => "voucher",
-            BatchPayload::Refund { .. } => "refund",
-            BatchPayload::Claim { .. } => "claim",
-            BatchPayload::Settle { .. } => "settle",
+            BatchPayload::Deposit(_) => "deposit",
+            BatchPayload::Voucher(_) => "voucher",
+            BatchPayload::Refund(_) => "refund",
+            BatchPayload::Claim(_) => "claim",
+            BatchPayload::Settle(_) => "settle",
         }
     }
 
     /// The payload's channel config and voucher, for the three kinds a payer signs.
     pub fn channel(&self) -> Option<(&WireConfig, &WireVoucher)> {
         match self {
-            BatchPayload::Deposit {
-                channel_config,
-                voucher,
-                ..
-            }
-            | BatchPayload::Voucher {
-                channel_config,
-                voucher,
-            }
-            | BatchPayload::Refund {
-                channel_config,
-                voucher,
-                ..
-            } => Some((channel_config, voucher)),
+            BatchPayload::Deposit(p) => Some((&p.channel_config, &p.voucher)),
+            BatchPayload::Voucher(p) => Some((&p.channel_config, &p.voucher)),
+            BatchPayload::Refund(p) => Some((&p.channel_config, &p.voucher)),
             _ => None,
         }
     }
@@ -108,8 +135,8 @@ impl BatchPayload {
     /// The reason a malformed value of this payload is refused under.
     pub fn malformed(&self) -> BatchReason {
         match self {
-            BatchPayload::Deposit { .. } => BatchReason::DepositPayload,
-            BatchPayload::Refund { .. } => BatchReason::RefundPayload,
+            BatchPayload::Deposit(_) => BatchReason::DepositPayload,
+            BatchPayload::Refund(_) => BatchReason::RefundPayload,
             _ => BatchReason::VoucherPayload,
         }
     }
@@ -425,6 +452,33 @@ pub fn refund_amount(text: Option<&str>) -> Result<Option<u128>, Refusal> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_payload_that_does_not_read_is_named_to_its_field() {
+        let voucher = serde_json::json!({
+            "type": "voucher",
+            "channelConfig": {"payer": "0x", "payerAuthorizer": "0x", "receiver": "0x",
+                "receiverAuthorizer": "0x", "token": "0x", "withdrawDelay": 900, "salt": "0x"},
+            "voucher": {"channelId": "0x", "maxClaimableAmount": "1", "signature": {"r": 1}},
+        });
+        let named = why_not(voucher.clone(), "").expect("does not read");
+        assert!(
+            named.starts_with("paymentPayload.payload.voucher.signature: invalid type: map"),
+            "{named}"
+        );
+        let mut missing = voucher;
+        missing["channelConfig"]
+            .as_object_mut()
+            .unwrap()
+            .remove("salt");
+        let named = why_not(missing, "[1]").expect("does not read");
+        assert_eq!(
+            named,
+            "[1].paymentPayload.payload.channelConfig.salt: missing"
+        );
+        assert_eq!(why_not(serde_json::json!({"type": "other"}), ""), None);
+    }
+
     use serde_json::json;
 
     use super::*;
