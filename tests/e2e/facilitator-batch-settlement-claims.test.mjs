@@ -3,8 +3,9 @@
 // (facilitator.receiver_authorizer_key_file) and merchants behind API keys scoped to their payTo.
 // Payers deposit through routerd and pay by vouchers the official @x402/evm client signs:
 // - claims of several merchants sent at once land in one transaction, each answered its own
-//   success; a bad row is answered its reason and the others land; a server's own authorizer
-//   signature is relayed, a forged one refused;
+//   success; a bad row is answered its reason and the others land; a claim that claims nothing
+//   more, or of another merchant's channel, is refused with nothing sent; a server's own
+//   authorizer signature is relayed, a forged one refused;
 // - a sweep moves exactly what was claimed to the receiver, and a second one is
 //   `nothing_to_settle` with nothing sent;
 // - a refund routerd signs only for a key scoped to the receiver: exactly the unclaimed rest
@@ -137,6 +138,17 @@ it('claims of several merchants sent together land in one transaction; a bad row
   }
   const again = await claim(merchants[2], [channels[2].row]);
   assert.equal(again.body.success, true, again.text);
+
+  // A claim that claims nothing more would cost the operator gas and move nothing: refused, and
+  // nothing sent. A merchant's key claims its own receiver's channels only.
+  const blockBefore = await stack.client.getBlockNumber();
+  const nothing = await claim(merchants[0], [channels[0].row]);
+  assert.equal(nothing.body.success, false, nothing.text);
+  assert.equal(nothing.body.errorReason, 'invalid_batch_settlement_evm_claim_payload', nothing.text);
+  assert.match(nothing.body.errorMessage, /nothing to claim/, nothing.text);
+  const other = await claim(merchants[1], [channels[0].row]);
+  assert.equal(other.body.errorReason, 'invalid_batch_settlement_evm_receiver_mismatch', other.text);
+  assert.equal(await stack.client.getBlockNumber(), blockBefore);
 });
 
 it('a sweep moves exactly what was claimed; a second one has nothing to settle and sends nothing', async () => {

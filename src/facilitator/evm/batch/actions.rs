@@ -15,7 +15,7 @@ use super::wire::{self, BatchPayload, BatchRequest};
 use super::{payer_of, EvmBatch};
 use crate::chain::{self, Batch, Budget, Traffic};
 use crate::evm::batch::{self as leaf, ChannelConfig, ClaimRow};
-use crate::evm::{erc3009, hex_bytes, hex_decode};
+use crate::evm::{erc3009, hex_bytes, hex_decode, parse_address};
 use crate::facilitator::outcome::SettleError;
 use crate::facilitator::protocol::v1::SettleResponse;
 use crate::facilitator::protocol::v2::SETTLEMENT_PENDING;
@@ -136,53 +136,105 @@ async fn claim_job(
     let checked = (|| {
         let target = target(batch, request)?;
         let rows = wire::claim_rows(BatchReason::ClaimPayload, claims)?;
-        check_rows(&rows)?;
-        let claimed = rows
-            .iter()
-            .map(|r| (leaf::channel_id(target.domain, &r.channel), r.total_claimed))
-            .collect();
+        let pay_to = parse_address(&request.payment_requirements.pay_to);
+        check_rows(&rows, pay_to, batch.packer.max_calls())?;
         let field = "claimAuthorizerSignature";
-        let signature = wire::signature(
-            BatchReason::ClaimPayload,
-            field,
-            claim_authorizer_signature.as_deref(),
-        )?;
-        let job = match signature {
-            Some(signature) => {
-                check_claim_signer(target.domain, &rows, &signature)?;
-                Job::new(
-                    vec![leaf::claim_with_signature(&rows, &signature)],
-                    Vec::new(),
-                    None,
-                )
-            }
-            None => {
-                routerd_signs(batch, rows.iter().map(|r| r.channel.receiver_authorizer))?;
-                Job::new(Vec::new(), rows, None)
-            }
-        };
-        Ok((target, job, claimed))
+        let reason = BatchReason::ClaimPayload;
+        let signature = wire::signature(reason, field, claim_authorizer_signature.as_deref())?;
+        match &signature {
+            Some(signature) => check_claim_signer(target.domain, &rows, signature)?,
+            None => routerd_signs(batch, rows.iter().map(|r| r.channel.receiver_authorizer))?,
+        }
+        Ok((target, rows, signature))
     })();
-    let (target, job, claimed) = match checked {
+    let (target, rows, signature) = match checked {
         Ok(checked) => checked,
         Err(refused) => return Ok(Err(refused)),
+    };
+    let rows = match advancing(&target, rows, signature.is_none()).await? {
+        Ok(rows) => rows,
+        Err(refused) => return Ok(Err(refused)),
+    };
+    let claimed = rows
+        .iter()
+        .map(|r| (leaf::channel_id(target.domain, &r.channel), r.total_claimed))
+        .collect();
+    let job = match signature {
+        Some(signature) => {
+            let call = leaf::claim_with_signature(&rows, &signature);
+            Job::new(vec![call], Vec::new(), None)
+        }
+        None => Job::new(Vec::new(), rows, None),
     };
     let tried = try_job(batch, &target, &job, BatchReason::ClaimSimulationFailed).await?;
     Ok(tried.map(|()| (target, job, claimed)))
 }
 
-/// Rows of a claim: some, and none above its voucher's signed ceiling.
-fn check_rows(rows: &[ClaimRow]) -> Result<(), Refusal> {
-    if rows.is_empty() {
-        return Err(Refusal::new(
+/// The rows that claim more than their channel has claimed on chain (the contract skips the
+/// others, and a transaction of them alone would cost the operator gas and move nothing). Rows
+/// routerd signs for are cut to these; a server's signature covers its rows as they are, sent
+/// whole when any of them claims more.
+async fn advancing(
+    target: &Target,
+    rows: Vec<ClaimRow>,
+    cut: bool,
+) -> Result<Result<Vec<ClaimRow>, Refusal>, SettleError> {
+    let channels: Vec<H256> = rows
+        .iter()
+        .map(|r| leaf::channel_id(target.domain, &r.channel))
+        .collect();
+    let totals = {
+        let _read = target.chain.client.admit(Budget::Settle)?;
+        verify::claimed_totals(&target.chain, target.settlement, &channels).await?
+    };
+    let totals = match totals {
+        Ok(totals) => totals,
+        Err(refused) => return Ok(Err(refused)),
+    };
+    let advances: Vec<bool> = rows
+        .iter()
+        .zip(&totals)
+        .map(|(row, on_chain)| row.total_claimed > *on_chain)
+        .collect();
+    if !advances.contains(&true) {
+        return Ok(Err(Refusal::new(
             BatchReason::ClaimPayload,
-            "paymentPayload.payload.claims: empty",
+            "paymentPayload.payload.claims: every row is at or below what its channel has claimed: nothing to claim",
+        )));
+    }
+    Ok(Ok(match cut {
+        true => rows
+            .into_iter()
+            .zip(advances)
+            .filter_map(|(row, advances)| advances.then_some(row))
+            .collect(),
+        false => rows,
+    }))
+}
+
+/// Rows of a claim: some, no more than one transaction packs
+/// (`facilitator.batch_max_calls_per_tx`), each of a channel paying the requirements' payTo (an
+/// API key scoped to a payTo claims for it alone), none above its voucher's signed ceiling.
+fn check_rows(rows: &[ClaimRow], pay_to: Option<Address>, max: usize) -> Result<(), Refusal> {
+    let refuse = |message: String| Err(Refusal::new(BatchReason::ClaimPayload, message));
+    if rows.is_empty() {
+        return refuse("paymentPayload.payload.claims: empty".to_string());
+    }
+    if rows.len() > max {
+        return refuse(format!(
+            "paymentPayload.payload.claims: {} rows, above the {max} one transaction packs (facilitator.batch_max_calls_per_tx)",
+            rows.len()
+        ));
+    }
+    if let Some(i) = rows.iter().position(|r| Some(r.channel.receiver) != pay_to) {
+        return Err(Refusal::new(
+            BatchReason::ReceiverMismatch,
+            format!("paymentPayload.payload.claims[{i}].voucher.channel.receiver is not paymentRequirements.payTo"),
         ));
     }
     match rows.iter().position(|r| r.total_claimed > r.max_claimable) {
-        Some(i) => Err(Refusal::new(
-            BatchReason::ClaimPayload,
-            format!("paymentPayload.payload.claims[{i}].totalClaimed exceeds its voucher's maxClaimableAmount"),
+        Some(i) => refuse(format!(
+            "paymentPayload.payload.claims[{i}].totalClaimed exceeds its voucher's maxClaimableAmount"
         )),
         None => Ok(()),
     }
@@ -279,7 +331,18 @@ pub(super) async fn sweep(
     let BatchPayload::Settle(wire::SettlePayload { receiver, token }) = payload else {
         unreachable!("a settle payload");
     };
-    let checked = target(batch, request).and_then(|t| Ok((t, wire::sweep(receiver, token)?)));
+    let pay_to = parse_address(&request.payment_requirements.pay_to);
+    let checked = target(batch, request).and_then(|t| {
+        let (receiver, token) = wire::sweep(receiver, token)?;
+        match Some(receiver) == pay_to {
+            // An API key scoped to a payTo sweeps for it alone.
+            true => Ok((t, (receiver, token))),
+            false => Err(Refusal::new(
+                BatchReason::ReceiverMismatch,
+                "paymentPayload.payload.receiver is not paymentRequirements.payTo",
+            )),
+        }
+    });
     let (target, (receiver, token)) = match checked {
         Ok(checked) => checked,
         Err(refused) => return Ok(answer.refused(refused)),
@@ -616,13 +679,21 @@ mod tests {
             signature: Bytes::new(),
             total_claimed: total,
         };
-        assert!(check_rows(&[row(5, 5), row(5, 1)]).is_ok());
-        let over = check_rows(&[row(5, 5), row(5, 6)]).unwrap_err();
+        let payee = Some(Address::repeat_byte(2));
+        assert!(check_rows(&[row(5, 5), row(5, 1)], payee, 100).is_ok());
+        let over = check_rows(&[row(5, 5), row(5, 6)], payee, 100).unwrap_err();
         assert_eq!(over.reason, BatchReason::ClaimPayload);
         assert!(over.message.contains("claims[1]"), "{}", over.message);
-        assert_eq!(
-            check_rows(&[]).unwrap_err().reason,
-            BatchReason::ClaimPayload
+        let empty = check_rows(&[], payee, 100).unwrap_err();
+        assert_eq!(empty.reason, BatchReason::ClaimPayload);
+        let many = check_rows(&[row(5, 5), row(5, 5), row(5, 5)], payee, 2).unwrap_err();
+        assert_eq!(many.reason, BatchReason::ClaimPayload);
+        assert!(
+            many.message.contains("batch_max_calls_per_tx"),
+            "{}",
+            many.message
         );
+        let elsewhere = check_rows(&[row(5, 5)], Some(Address::repeat_byte(9)), 100).unwrap_err();
+        assert_eq!(elsewhere.reason, BatchReason::ReceiverMismatch);
     }
 }

@@ -91,6 +91,11 @@ impl Packer {
         }
     }
 
+    /// The most calls one transaction packs (`facilitator.batch_max_calls_per_tx`).
+    pub fn max_calls(&self) -> usize {
+        self.max_calls
+    }
+
     /// Queues `job` for `target`'s next transaction and waits for its outcome.
     pub async fn submit(self: &Arc<Self>, target: Target, mut job: Job) -> Packed {
         let (sender, receiver) = oneshot::channel();

@@ -197,18 +197,7 @@ pub async fn read(
     let mut calls: Vec<(Address, bool, &[u8])> =
         views.iter().map(|v| (contract, false, &v[..])).collect();
     calls.extend(extra.iter().map(|(to, data)| (*to, true, &data[..])));
-    let mut batch = Batch::new();
-    let data = erc6492::aggregate3(&calls);
-    let slot = batch.add(chain::eth_call(erc6492::MULTICALL3, &data, "latest"));
-    let answers = chain.client.ask(Traffic::Callers, &batch).await?;
-    let results = answers
-        .get(slot)
-        .as_ref()
-        .ok()
-        .and_then(Value::as_str)
-        .and_then(hex_decode)
-        .and_then(|answer| erc6492::decode_results(&answer))
-        .filter(|results| results.len() == calls.len());
+    let results = aggregate(chain, &calls).await?;
     let state = results.as_deref().and_then(state_of);
     let (Some(results), Some(state)) = (results, state) else {
         return Ok(Err(Refusal::new(
@@ -221,6 +210,50 @@ pub async fn read(
         .map(|(ok, data)| ok.then(|| Bytes::from(data.clone())))
         .collect();
     Ok(Ok(Read { state, extra }))
+}
+
+/// `calls` in one `eth_call` through Multicall3's `aggregate3`: each call's success and answer,
+/// or `None` when the answer does not parse.
+async fn aggregate(
+    chain: &Chain,
+    calls: &[(Address, bool, &[u8])],
+) -> Result<Option<Vec<(bool, Vec<u8>)>>, Unreachable> {
+    let mut batch = Batch::new();
+    let data = erc6492::aggregate3(calls);
+    let slot = batch.add(chain::eth_call(erc6492::MULTICALL3, &data, "latest"));
+    let answers = chain.client.ask(Traffic::Callers, &batch).await?;
+    Ok(answers
+        .get(slot)
+        .as_ref()
+        .ok()
+        .and_then(Value::as_str)
+        .and_then(hex_decode)
+        .and_then(|answer| erc6492::decode_results(&answer))
+        .filter(|results| results.len() == calls.len()))
+}
+
+/// What each of `channels` has claimed on chain, in one `eth_call`.
+pub async fn claimed_totals(
+    chain: &Chain,
+    contract: Address,
+    channels: &[H256],
+) -> Result<Result<Vec<u128>, Refusal>, Unreachable> {
+    let views: Vec<Bytes> = channels.iter().map(|c| leaf::channels(*c)).collect();
+    let calls: Vec<(Address, bool, &[u8])> =
+        views.iter().map(|v| (contract, false, &v[..])).collect();
+    let totals = aggregate(chain, &calls).await?.and_then(|results| {
+        let total = |(ok, answer): &(bool, Vec<u8>)| ok.then(|| leaf::two_words(answer)).flatten();
+        results
+            .iter()
+            .map(|r| total(r).map(|(_, claimed)| claimed))
+            .collect()
+    });
+    Ok(totals.ok_or_else(|| {
+        Refusal::new(
+            BatchReason::RpcReadFailed,
+            "the channels' claimed totals could not be read from the settlement contract",
+        )
+    }))
 }
 
 /// The channel's state from the answers of its three views, in order.
