@@ -171,15 +171,15 @@ pub fn refund_digest(domain: H256, channel: H256, nonce: U256, amount: u128) -> 
     typed_digest(domain, struct_hash(&REFUND_TYPEHASH, fields))
 }
 
-/// What the receiver authorizer signs for `claimWithSignature` over `rows` (channel id,
-/// ceiling and new total of each, in order).
-pub fn claim_batch_digest(domain: H256, rows: &[(H256, u128, u128)]) -> H256 {
+/// What the receiver authorizer signs for `claimWithSignature` over `rows`: each row's channel
+/// id, ceiling and new total, in order.
+pub fn claim_batch_digest(domain: H256, rows: &[ClaimRow]) -> H256 {
     let mut entries = Vec::with_capacity(rows.len() * 32);
-    for (channel, max, total) in rows {
+    for row in rows {
         let fields = vec![
-            Token::FixedBytes(channel.as_bytes().to_vec()),
-            Token::Uint((*max).into()),
-            Token::Uint((*total).into()),
+            Token::FixedBytes(channel_id(domain, &row.channel).as_bytes().to_vec()),
+            Token::Uint(row.max_claimable.into()),
+            Token::Uint(row.total_claimed.into()),
         ];
         entries.extend_from_slice(&struct_hash(&CLAIM_ENTRY_TYPEHASH, fields));
     }

@@ -27,7 +27,15 @@ struct Answer<'a> {
     network: String,
 }
 
-impl Answer<'_> {
+impl<'a> Answer<'a> {
+    /// The answer to `request`: its payload's payer, its network as it named it.
+    fn to(request: &'a BatchRequest) -> Self {
+        Answer {
+            payload: &request.payment_payload.payload,
+            network: request.payment_requirements.network.clone(),
+        }
+    }
+
     fn refused(&self, refused: Refusal) -> SettleResponse {
         super::refused_settle(self.payload, self.network.clone(), refused)
     }
@@ -85,11 +93,7 @@ pub(super) async fn claim(
     batch: &EvmBatch,
     request: &BatchRequest,
 ) -> Result<SettleResponse, SettleError> {
-    let payload = &request.payment_payload.payload;
-    let answer = Answer {
-        payload,
-        network: request.payment_requirements.network.clone(),
-    };
+    let answer = Answer::to(request);
     let (target, job, claimed) = match claim_job(batch, request).await? {
         Ok(prepared) => prepared,
         Err(refused) => return Ok(answer.refused(refused)),
@@ -242,17 +246,7 @@ fn check_rows(rows: &[ClaimRow], pay_to: Option<Address>, max: usize) -> Result<
 
 /// The server's `ClaimBatch` signature is its rows' one receiver authorizer's.
 fn check_claim_signer(domain: H256, rows: &[ClaimRow], signature: &[u8]) -> Result<(), Refusal> {
-    let entries: Vec<(H256, u128, u128)> = rows
-        .iter()
-        .map(|r| {
-            (
-                leaf::channel_id(domain, &r.channel),
-                r.max_claimable,
-                r.total_claimed,
-            )
-        })
-        .collect();
-    let signer = erc3009::recover(leaf::claim_batch_digest(domain, &entries), signature);
+    let signer = erc3009::recover(leaf::claim_batch_digest(domain, rows), signature);
     match rows.iter().all(|r| Some(r.channel.receiver_authorizer) == signer) {
         true => Ok(()),
         false => Err(Refusal::new(
@@ -324,10 +318,7 @@ pub(super) async fn sweep(
     request: &BatchRequest,
 ) -> Result<SettleResponse, SettleError> {
     let payload = &request.payment_payload.payload;
-    let answer = Answer {
-        payload,
-        network: request.payment_requirements.network.clone(),
-    };
+    let answer = Answer::to(request);
     let BatchPayload::Settle(wire::SettlePayload { receiver, token }) = payload else {
         unreachable!("a settle payload");
     };
@@ -448,11 +439,7 @@ pub(super) async fn refund(
     request: &BatchRequest,
     asking: &Asking,
 ) -> Result<SettleResponse, SettleError> {
-    let payload = &request.payment_payload.payload;
-    let answer = Answer {
-        payload,
-        network: request.payment_requirements.network.clone(),
-    };
+    let answer = Answer::to(request);
     let prepared = match refund_job(batch, request, asking).await? {
         Ok(prepared) => prepared,
         Err(refused) => return Ok(answer.refused(refused)),

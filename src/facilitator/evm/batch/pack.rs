@@ -179,17 +179,7 @@ impl Packer {
 
 /// routerd's `ClaimBatch` signature over `rows`, in order.
 pub fn sign_claims(authorizer: &Authorizer, domain: H256, rows: &[ClaimRow]) -> [u8; 65] {
-    let entries: Vec<(H256, u128, u128)> = rows
-        .iter()
-        .map(|r| {
-            (
-                leaf::channel_id(domain, &r.channel),
-                r.max_claimable,
-                r.total_claimed,
-            )
-        })
-        .collect();
-    authorizer.sign_hash(leaf::claim_batch_digest(domain, &entries))
+    authorizer.sign_hash(leaf::claim_batch_digest(domain, rows))
 }
 
 /// Jobs in arrival order, cut into packs of at most `max` calls (a job is never cut).
