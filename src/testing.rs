@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use ethers_core::types::{Address, Bytes, H256, U256};
+use solana_pubkey::Pubkey;
 
 use crate::evm::TxFees;
 use crate::ledger::{Attempt, EvmTerms, Record, SvmSettlement, SvmTerms, Terms};
@@ -58,12 +59,17 @@ pub fn temp_dir(name: &str) -> PathBuf {
 
 /// A claimed Solana payment of 1000 on `network` settling [`svm_settlement`], its key's digest
 /// told apart by `digest`; its mint and source token account are all 0x11 and all 0x22 (so its
-/// exposure counts against the account `network|0x11…11|0x22…22`).
+/// exposure counts against the account `network|0x11…11|0x22…22`, 32 bytes each).
 pub fn svm_record(network: &str, digest: u8) -> Record {
+    svm_record_from(network, digest, Pubkey::new_from_array([0x22; 32]))
+}
+
+/// [`svm_record`] from the token account `source`.
+pub fn svm_record_from(network: &str, digest: u8, source: Pubkey) -> Record {
     let terms = SvmTerms {
         signature_digest: [digest; 32],
-        mint: solana_pubkey::Pubkey::new_from_array([0x11; 32]),
-        source: solana_pubkey::Pubkey::new_from_array([0x22; 32]),
+        mint: Pubkey::new_from_array([0x11; 32]),
+        source,
         settlement: svm_settlement(),
     };
     let digest = H256::repeat_byte(0xd0);
@@ -85,6 +91,7 @@ pub fn svm_settlement() -> SvmSettlement {
         payer: "payer".into(),
         pay_to: "payee".into(),
         mint: "mint".into(),
+        source: None,
         amount: 1000,
         error: None,
     }

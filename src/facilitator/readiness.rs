@@ -23,6 +23,7 @@ use crate::chain::Traffic;
 use crate::chain::{Batch, Call, Chain, Slot};
 use crate::evm;
 use crate::guard::Guard;
+use crate::ledger::Payer;
 use crate::svm::{self, Pubkey};
 
 /// How long the probe of one network's signers may take.
@@ -142,9 +143,8 @@ impl Facilitator {
     /// whether it answered, and how long it took.
     pub async fn store_probe(&self) -> StoreProbe {
         let started = std::time::Instant::now();
-        let read = self
-            .ledger
-            .cooldown_of(Address::zero(), crate::clock::unix_now());
+        let nobody = Payer::Evm(Address::zero());
+        let read = self.ledger.cooldown_of(&nobody, crate::clock::unix_now());
         let ok = matches!(tokio::time::timeout(PROBE_TIMEOUT, read).await, Ok(Ok(_)));
         StoreProbe {
             ok,

@@ -5,7 +5,7 @@ use ethers_core::types::{Address, Bytes, H256, U256};
 use solana_pubkey::Pubkey;
 
 use super::family::{EvmPart, EvmRecord, Family, SvmPart, SvmRecord, SvmSettlement};
-use super::keys::Account;
+use super::keys::SvmAccount;
 use super::record::{Asking, Record, State, TransferMethod};
 
 /// What an EVM claim settles: the authorization's terms and the transaction that carries them.
@@ -25,7 +25,9 @@ pub struct EvmTerms {
 }
 
 /// What a Solana claim settles: the digest its key holds, the mint and source token account
-/// its exposure counts against, and the signed transaction (the write-ahead).
+/// its exposure counts against, and the signed transaction (the write-ahead). The settlement
+/// stores the mint and source as these keys spell them (base58), whatever it was given: the
+/// account reads back from them.
 #[derive(Debug, Clone)]
 pub struct SvmTerms {
     pub signature_digest: [u8; 32],
@@ -39,12 +41,6 @@ pub struct SvmTerms {
 pub enum Terms {
     Evm(EvmTerms),
     Svm(SvmTerms),
-}
-
-/// The 20 bytes a Solana key is stored as where earlier releases stored an EVM address (a
-/// Solana record's token and payer fields, an account's and a cooldown's keys): its first 20.
-pub fn stored_prefix(key: &Pubkey) -> Address {
-    Address::from_slice(&key.to_bytes()[..20])
 }
 
 impl Record {
@@ -68,8 +64,15 @@ impl Record {
             }),
             Terms::Svm(svm) => Family::Svm(SvmPart {
                 signature_digest: svm.signature_digest,
-                exposed: Account::svm(&network, &svm.mint, &svm.source),
-                settlement: svm.settlement,
+                exposed: SvmAccount::Whole {
+                    mint: svm.mint,
+                    source: svm.source,
+                },
+                settlement: SvmSettlement {
+                    mint: svm.mint.to_string(),
+                    source: Some(svm.source.to_string()),
+                    ..svm.settlement
+                },
             }),
         };
         Record {
@@ -113,30 +116,19 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::ledger::{Payer, PaymentKey};
 
-    /// A Solana claim is stored field for field as the landed release stored it (its JSON, its
-    /// key and account), and reads back unchanged: no migration.
-    #[test]
-    fn a_solana_claim_is_stored_as_the_landed_release_stored_it() {
-        let (mint, source) = (
+    use crate::ledger::{Account, AccountId, Payer, PaymentKey, SvmAccount};
+
+    fn keys() -> (Pubkey, Pubkey) {
+        (
             Pubkey::new_from_array([0x11; 32]),
             Pubkey::new_from_array([0x22; 32]),
-        );
-        let settlement = crate::testing::svm_settlement();
-        let terms = SvmTerms {
-            signature_digest: [0x5a; 32],
-            mint,
-            source,
-            settlement: settlement.clone(),
-        };
-        let record = Record::new(
-            "solana-devnet".into(),
-            U256::from(1000),
-            H256::repeat_byte(0xd0),
-            Terms::Svm(terms),
-        );
-        let landed = json!({
+        )
+    }
+
+    /// A Solana record as the landed Solana release stored it (its settlement has no source).
+    fn landed() -> serde_json::Value {
+        json!({
             "network": "solana-devnet",
             "token": format!("0x{}", "11".repeat(20)),
             "payer": format!("0x{}", "22".repeat(20)),
@@ -153,19 +145,72 @@ mod tests {
             "outcome": null,
             "lost": false,
             "finished_at": null,
-            "svm": serde_json::to_value(&settlement).unwrap(),
-        });
-        assert_eq!(serde_json::to_value(&record).unwrap(), landed);
+            "svm": serde_json::to_value(crate::testing::svm_settlement()).unwrap(),
+        })
+    }
+
+    /// A Solana claim is stored in the landed release's layout (so that release reads it), its
+    /// settlement naming its mint and source in full, and reads back with its account in full.
+    #[test]
+    fn a_solana_claim_is_stored_in_the_landed_layout_with_its_keys_in_full() {
+        let (mint, source) = keys();
+        let terms = SvmTerms {
+            signature_digest: [0x5a; 32],
+            mint,
+            source,
+            settlement: crate::testing::svm_settlement(),
+        };
+        let record = Record::new(
+            "solana-devnet".into(),
+            U256::from(1000),
+            H256::repeat_byte(0xd0),
+            Terms::Svm(terms),
+        );
+        let mut written = landed();
+        written["svm"]["mint"] = json!(mint.to_string());
+        written["svm"]["source"] = json!(source.to_string());
+        assert_eq!(serde_json::to_value(&record).unwrap(), written);
+        let read: Record = serde_json::from_value(written.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&read).unwrap(), written);
+        assert_eq!(read.account(), Account::svm("solana-devnet", mint, source));
+        assert_eq!(read.account(), record.account());
+        assert_eq!(read.key(), PaymentKey::svm("solana-devnet", [0x5a; 32]));
+    }
+
+    /// A record of the landed Solana release reads back unchanged, its key and account those
+    /// that release indexed it by: no migration.
+    #[test]
+    fn a_solana_record_of_the_landed_release_reads_back_unchanged() {
+        let landed = landed();
         let read: Record = serde_json::from_value(landed.clone()).unwrap();
         assert_eq!(serde_json::to_value(&read).unwrap(), landed);
         assert_eq!(read.key(), PaymentKey::svm("solana-devnet", [0x5a; 32]));
+        let account = read.account();
         assert_eq!(
-            read.account().storage_key(),
+            account.id,
+            AccountId::Svm(SvmAccount::Landed {
+                mint: [0x11; 20],
+                source: [0x22; 20]
+            })
+        );
+        assert_eq!(
+            account.storage_key(),
             format!("solana-devnet|0x{}|0x{}", "11".repeat(20), "22".repeat(20))
         );
         assert_eq!(read.paid_by(), None, "the fixture's authority is not a key");
         let mut paid = read;
+        let source = keys().1;
         paid.svm_mut().unwrap().settlement.payer = source.to_string();
         assert_eq!(paid.paid_by(), Some(Payer::Svm(source)));
+    }
+
+    /// A stored source that is no key is a record that does not read, naming the field.
+    #[test]
+    fn a_solana_source_that_is_no_key_does_not_read() {
+        let mut stored = landed();
+        stored["svm"]["mint"] = json!(keys().0.to_string());
+        stored["svm"]["source"] = json!("not a key");
+        let error = serde_json::from_value::<Record>(stored).unwrap_err();
+        assert!(error.to_string().contains("svm.source"), "{error}");
     }
 }

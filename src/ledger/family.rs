@@ -8,7 +8,7 @@ use std::ops::{Deref, DerefMut};
 use ethers_core::types::{Address, Bytes, H256};
 use serde::{Deserialize, Serialize};
 
-use super::keys::{Account, Permit2Nonce};
+use super::keys::{Permit2Nonce, SvmAccount};
 use super::record::{Attempt, Record, State, TransferMethod};
 
 /// A settlement's family and what it holds in that family's terms.
@@ -51,9 +51,9 @@ pub struct EvmPart {
 pub struct SvmPart {
     /// The SHA-256 of its fee payer's signature: its `PaymentId::Svm`.
     pub signature_digest: [u8; 32],
-    /// The mint and source token account its exposure counts against, under the key earlier
-    /// releases indexed them by (`Account::svm`); its network is the record's.
-    pub exposed: Account,
+    /// The mint and source token account its exposure counts against (in full, or as a record
+    /// of the landed Solana release names them); its network is the record's.
+    pub exposed: SvmAccount,
     pub settlement: SvmSettlement,
 }
 
@@ -72,6 +72,10 @@ pub struct SvmSettlement {
     pub payer: String,
     pub pay_to: String,
     pub mint: String,
+    /// The transfer's source token account. Records of the landed Solana release have none:
+    /// their account is read from what that release stored (`SvmAccount::Landed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
     pub amount: u64,
     /// The error the transaction failed with on chain, as the node wrote it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -7,7 +7,6 @@ use std::fmt;
 use ethers_core::types::{Address, H256};
 use solana_pubkey::Pubkey;
 
-use super::claim::stored_prefix;
 use crate::primitives::hex_bytes;
 
 /// A payment: its network and what names it there, in its family's terms. Each family's key has
@@ -71,7 +70,8 @@ impl PaymentKey {
     }
 }
 
-/// Who pays, in their family's terms: the one a revert cooldown refuses (access.md §2).
+/// Who pays, in their family's terms: the one a revert cooldown refuses (access.md §2). Its
+/// cooldown is stored under its whole key ([`Payer::storage_bytes`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Payer {
     Evm(Address),
@@ -80,12 +80,43 @@ pub enum Payer {
 }
 
 impl Payer {
-    /// The 20 bytes its cooldown is stored and kept under: the address, or a Solana key's first
-    /// 20, as earlier releases stored them (so their cooldowns still refuse).
-    pub fn cooldown_id(&self) -> Address {
+    /// The bytes its cooldown is stored under: the family's whole key (an address's 20 bytes,
+    /// as every release stored them; a Solana key's 32).
+    pub fn storage_bytes(&self) -> &[u8] {
         match self {
-            Payer::Evm(address) => *address,
-            Payer::Svm(key) => stored_prefix(key),
+            Payer::Evm(address) => address.as_bytes(),
+            Payer::Svm(key) => key.as_ref(),
+        }
+    }
+
+    /// The payer whose cooldown is stored under `bytes`: 20 bytes are an EVM address, 32 a
+    /// Solana key; anything else is no payer.
+    pub fn from_storage_bytes(bytes: &[u8]) -> Option<Payer> {
+        match bytes.len() {
+            20 => Some(Payer::Evm(Address::from_slice(bytes))),
+            32 => Some(Payer::Svm(Pubkey::try_from(bytes).ok()?)),
+            _ => None,
+        }
+    }
+
+    /// Where the landed Solana release stored this payer's cooldown, if elsewhere: a Solana key's
+    /// first 20 bytes, which read back as an EVM address. Such a cooldown still refuses the payer
+    /// until it ends; nothing is stored there any more, so it is only ever read.
+    pub fn earlier_cooldown(&self) -> Option<Payer> {
+        match self {
+            Payer::Evm(_) => None,
+            Payer::Svm(key) => Some(Payer::Evm(Address::from_slice(&key.as_ref()[..20]))),
+        }
+    }
+}
+
+/// A payer in its family's spelling, for logs: an address in lowercase hex, a Solana key in
+/// base58.
+impl fmt::Display for Payer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Payer::Evm(address) => write!(f, "{address:#x}"),
+            Payer::Svm(key) => write!(f, "{key}"),
         }
     }
 }
@@ -97,33 +128,67 @@ impl fmt::Display for PaymentKey {
 }
 
 /// One payer's funds in one token on one network: what the payer-exposure rule (access.md §2)
-/// adds its unfinished settlements up on. A Solana account is a token account of a mint, each
-/// known by its first 20 bytes ([`Account::svm`]): the key earlier releases indexed it by.
+/// adds its unfinished settlements up on.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Account {
     pub network: String,
-    pub asset: Address,
-    pub payer: Address,
+    pub id: AccountId,
+}
+
+/// What names an account on its network, in its family's terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AccountId {
+    /// A token and the address holding it.
+    Evm {
+        asset: Address,
+        holder: Address,
+    },
+    Svm(SvmAccount),
+}
+
+/// A Solana account: a mint and a token account of it (a transfer's source).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SvmAccount {
+    /// Each key in full.
+    Whole { mint: Pubkey, source: Pubkey },
+    /// As the landed Solana release keyed it: the first 20 bytes of the mint and of the source.
+    /// Only records that release stored name it (read by `stored`, which finds no full source
+    /// in them), so that their exposure is counted and removed under the key it was indexed
+    /// under; no new record is keyed so.
+    Landed { mint: [u8; 20], source: [u8; 20] },
 }
 
 impl Account {
-    /// A Solana token account of `mint` (`source`), under the key earlier releases gave it:
-    /// the first 20 bytes of each.
-    pub fn svm(network: &str, mint: &Pubkey, source: &Pubkey) -> Self {
+    /// An EVM payer's balance of `asset`.
+    pub fn evm(network: &str, asset: Address, holder: Address) -> Self {
         Account {
             network: network.to_string(),
-            asset: stored_prefix(mint),
-            payer: stored_prefix(source),
+            id: AccountId::Evm { asset, holder },
         }
     }
 
-    /// The key its exposure is kept and serialised under.
+    /// A Solana token account of `mint` (`source`).
+    pub fn svm(network: &str, mint: Pubkey, source: Pubkey) -> Self {
+        Account {
+            network: network.to_string(),
+            id: AccountId::Svm(SvmAccount::Whole { mint, source }),
+        }
+    }
+
+    /// The key its exposure is kept and serialised under: `network|0x<asset>|0x<holder>` in
+    /// lowercase hex, as every release wrote it; a Solana account's keys in full (32 bytes
+    /// each), or the 20 of each that the landed Solana release wrote.
     pub fn storage_key(&self) -> String {
+        let (asset, holder): (&[u8], &[u8]) = match &self.id {
+            AccountId::Evm { asset, holder } => (asset.as_bytes(), holder.as_bytes()),
+            AccountId::Svm(SvmAccount::Whole { mint, source }) => (mint.as_ref(), source.as_ref()),
+            AccountId::Svm(SvmAccount::Landed { mint, source }) => (mint, source),
+        };
         format!(
             "{}|{}|{}",
             self.network,
-            hex_bytes(self.asset),
-            hex_bytes(self.payer)
+            hex_bytes(asset),
+            hex_bytes(holder)
         )
     }
 }
@@ -193,17 +258,78 @@ impl RouterNonceKey {
 mod tests {
     use super::*;
 
-    /// A Solana payer's cooldown and account are kept where earlier releases kept them.
+    fn shared_prefix(last: u8) -> Pubkey {
+        Pubkey::new_from_array(std::array::from_fn(|i| if i < 20 { i as u8 } else { last }))
+    }
+
+    /// A payer's cooldown is kept under its whole key: an address's 20 bytes as ever, a Solana
+    /// key's 32, read back in their family; two Solana keys sharing 20 bytes are two payers.
     #[test]
-    fn a_solana_payer_and_account_encode_as_before() {
-        let key = Pubkey::new_from_array(std::array::from_fn(|i| i as u8));
-        let prefix = Address::from_slice(&key.to_bytes()[..20]);
-        assert_eq!(Payer::Svm(key).cooldown_id(), prefix);
-        assert_eq!(Payer::Evm(prefix).cooldown_id(), prefix);
-        let mint = Pubkey::new_from_array([0xAB; 32]);
+    fn a_payer_is_kept_under_its_whole_key() {
+        let evm = Payer::Evm(Address::repeat_byte(0x51));
+        assert_eq!(evm.storage_bytes(), [0x51; 20]);
+        assert_eq!(Payer::from_storage_bytes(&[0x51; 20]), Some(evm));
+        let (one, two) = (shared_prefix(1), shared_prefix(2));
+        assert_eq!(Payer::Svm(one).storage_bytes(), one.to_bytes());
+        assert_ne!(
+            Payer::Svm(one).storage_bytes(),
+            Payer::Svm(two).storage_bytes()
+        );
         assert_eq!(
-            Account::svm("solana-devnet", &mint, &key).storage_key(),
-            format!("solana-devnet|0x{}|{}", "ab".repeat(20), hex_bytes(prefix))
+            Payer::from_storage_bytes(&one.to_bytes()),
+            Some(Payer::Svm(one))
+        );
+        assert_eq!(Payer::from_storage_bytes(&[1; 21]), None);
+        assert_eq!(evm.earlier_cooldown(), None);
+        // Where the landed Solana release kept a Solana payer's cooldown.
+        let landed = Payer::Evm(Address::from_slice(&one.to_bytes()[..20]));
+        assert_eq!(Payer::Svm(one).earlier_cooldown(), Some(landed));
+        assert_eq!(Payer::Svm(two).earlier_cooldown(), Some(landed));
+    }
+
+    /// Logs name a payer as its family writes it.
+    #[test]
+    fn a_payer_is_shown_in_its_familys_spelling() {
+        let evm = Payer::Evm(Address::repeat_byte(0xAB));
+        assert_eq!(evm.to_string(), format!("0x{}", "ab".repeat(20)));
+        let key: Pubkey = "So11111111111111111111111111111111111111112"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            Payer::Svm(key).to_string(),
+            "So11111111111111111111111111111111111111112"
+        );
+    }
+
+    /// A Solana account is its mint and source in full: two sources sharing 20 bytes are two
+    /// accounts. One the landed Solana release keyed keeps that key.
+    #[test]
+    fn a_solana_account_is_its_keys_in_full() {
+        let mint = Pubkey::new_from_array([0xAB; 32]);
+        let (one, two) = (shared_prefix(1), shared_prefix(2));
+        let whole = Account::svm("solana-devnet", mint, one);
+        assert_eq!(
+            whole.storage_key(),
+            format!("solana-devnet|0x{}|{}", "ab".repeat(32), hex_bytes(one))
+        );
+        assert_ne!(
+            whole.storage_key(),
+            Account::svm("solana-devnet", mint, two).storage_key()
+        );
+        let landed = Account {
+            network: "solana-devnet".into(),
+            id: AccountId::Svm(SvmAccount::Landed {
+                mint: [0xAB; 20],
+                source: std::array::from_fn(|i| i as u8),
+            }),
+        };
+        assert_eq!(
+            landed.storage_key(),
+            format!(
+                "solana-devnet|0x{}|{}",
+                "ab".repeat(20),
+                hex_bytes(&one.to_bytes()[..20])
+            )
         );
     }
 
@@ -243,11 +369,7 @@ mod tests {
             lane.storage_key(),
             format!("base|{:?}", Address::repeat_byte(0xCD))
         );
-        let account = Account {
-            network: "base".into(),
-            asset: Address::repeat_byte(0xAB),
-            payer: Address::repeat_byte(1),
-        };
+        let account = Account::evm("base", Address::repeat_byte(0xAB), Address::repeat_byte(1));
         assert_eq!(
             account.storage_key(),
             format!("base|0x{}|0x{}", "ab".repeat(20), "01".repeat(20))

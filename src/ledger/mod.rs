@@ -9,9 +9,12 @@ mod reason;
 pub mod record;
 mod stored;
 
-pub use claim::{stored_prefix, EvmTerms, SvmTerms, Terms};
+pub use claim::{EvmTerms, SvmTerms, Terms};
 pub use family::{EvmPart, EvmRecord, SvmPart, SvmRecord, SvmSettlement};
-pub use keys::{Account, LaneId, Payer, PaymentId, PaymentKey, Permit2Nonce, RouterNonceKey};
+pub use keys::{
+    Account, AccountId, LaneId, Payer, PaymentId, PaymentKey, Permit2Nonce, RouterNonceKey,
+    SvmAccount,
+};
 pub use reason::Reason;
 pub use record::{
     depth, Asking, Attempt, Inclusion, Lost, Outcome, Pass, Record, RequestTag, State, TagKind,

@@ -11,7 +11,7 @@ use ethers_core::types::{Address, Bytes, H256, U256};
 use serde::{Deserialize, Serialize};
 
 use super::family::{EvmPart, Family, SvmPart};
-use super::keys::{Account, Payer, PaymentKey, Permit2Nonce};
+use super::keys::{Account, AccountId, Payer, PaymentKey, Permit2Nonce};
 use super::Reason;
 use crate::primitives::TxFees;
 
@@ -314,12 +314,11 @@ impl Record {
     /// The account its exposure counts against.
     pub fn account(&self) -> Account {
         match &self.family {
-            Family::Evm(evm) => Account {
+            Family::Evm(evm) => Account::evm(&self.network, evm.token, evm.payer),
+            Family::Svm(svm) => Account {
                 network: self.network.clone(),
-                asset: evm.token,
-                payer: evm.payer,
+                id: AccountId::Svm(svm.exposed),
             },
-            Family::Svm(svm) => svm.exposed.clone(),
         }
     }
 

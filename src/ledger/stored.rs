@@ -1,18 +1,24 @@
 //! How a record is stored: the one flat layout every release has written, whatever its family.
-//! A Solana record keeps, in the fields an EVM one stores its authorization in, what earlier
-//! releases wrote there (its key's digest as the nonce, the first 20 bytes of its mint and of its
-//! source token account as token and payer, zeros and empties in the rest), so records of either
-//! release read the same and their keys and account keys stay those the stores index them by.
-//! The family's part is told by the `svm` field: absent on every EVM record, as earlier releases
-//! wrote them.
+//! A Solana record keeps, in the fields an EVM one stores its authorization in, what the landed
+//! Solana release wrote there (its key's digest as the nonce, the first 20 bytes of its mint and
+//! of its source token account as token and payer, zeros and empties in the rest), so records of
+//! either release read the same in both. The family's part is told by the `svm` field: absent on
+//! every EVM record, as earlier releases wrote them.
+//!
+//! A Solana record's account is its mint and source in full (`svm.mint`, `svm.source`). A record
+//! of the landed Solana release has no `svm.source`: its account is the 20 bytes of each that
+//! release keyed it by (`SvmAccount::Landed`), read from its token and payer fields, so that its
+//! exposure is removed under the key it was indexed under.
 
 use std::borrow::Cow;
 
 use ethers_core::types::{Address, Bytes, H256, U256};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use solana_pubkey::Pubkey;
+
 use super::family::{EvmPart, Family, SvmPart, SvmSettlement};
-use super::keys::Account;
+use super::keys::SvmAccount;
 use super::record::{Attempt, Outcome, Record, RequestTag, State, TransferMethod};
 
 /// A record as it is written: fields in the order, and under the names, earlier releases wrote.
@@ -126,28 +132,75 @@ fn written_family(record: &Record) -> Written<'_> {
                 Cow::Borrowed(&evm.calldata),
             )
         },
-        Family::Svm(svm) => Written {
-            svm: Some(&svm.settlement),
-            ..shared(
-                svm.exposed.asset,
-                svm.exposed.payer,
-                H256(svm.signature_digest),
-                Cow::Owned(Bytes::new()),
-            )
-        },
+        Family::Svm(svm) => {
+            let (mint, source) = landed_layout(&svm.exposed);
+            Written {
+                svm: Some(&svm.settlement),
+                ..shared(
+                    mint,
+                    source,
+                    H256(svm.signature_digest),
+                    Cow::Owned(Bytes::new()),
+                )
+            }
+        }
     }
 }
 
-impl From<Read> for Record {
-    fn from(read: Read) -> Record {
+/// What the landed Solana release wrote in a Solana record's token and payer fields: the first
+/// 20 bytes of its mint and of its source. Still written, so that release reads the record as
+/// it wrote it.
+fn landed_layout(account: &SvmAccount) -> (Address, Address) {
+    match account {
+        SvmAccount::Whole { mint, source } => (
+            Address::from_slice(&mint.as_ref()[..20]),
+            Address::from_slice(&source.as_ref()[..20]),
+        ),
+        SvmAccount::Landed { mint, source } => (Address::from(*mint), Address::from(*source)),
+    }
+}
+
+/// Why a stored record does not read as one.
+#[derive(Debug, thiserror::Error)]
+enum Unreadable {
+    #[error("{field} is not a Solana key: {text:?}")]
+    NotAKey { field: &'static str, text: String },
+}
+
+/// The account a Solana record's exposure counts against: its mint and source in full, or, for
+/// a record of the landed Solana release (it stored no source), the 20 bytes of each that
+/// release keyed it by, from the token and payer fields.
+fn svm_account(
+    settlement: &SvmSettlement,
+    token: Address,
+    payer: Address,
+) -> Result<SvmAccount, Unreadable> {
+    let Some(source) = &settlement.source else {
+        return Ok(SvmAccount::Landed {
+            mint: token.0,
+            source: payer.0,
+        });
+    };
+    let key = |field, text: &str| {
+        text.parse::<Pubkey>().map_err(|_| Unreadable::NotAKey {
+            field,
+            text: text.to_string(),
+        })
+    };
+    Ok(SvmAccount::Whole {
+        mint: key("svm.mint", &settlement.mint)?,
+        source: key("svm.source", source)?,
+    })
+}
+
+impl TryFrom<Read> for Record {
+    type Error = Unreadable;
+
+    fn try_from(read: Read) -> Result<Record, Unreadable> {
         let family = match read.svm {
             Some(settlement) => Family::Svm(SvmPart {
                 signature_digest: read.nonce.0,
-                exposed: Account {
-                    network: read.network.clone(),
-                    asset: read.token,
-                    payer: read.payer,
-                },
+                exposed: svm_account(&settlement, read.token, read.payer)?,
                 settlement,
             }),
             None => Family::Evm(EvmPart {
@@ -165,7 +218,7 @@ impl From<Read> for Record {
                 attempts: read.attempts,
             }),
         };
-        Record {
+        Ok(Record {
             network: read.network,
             value: read.value,
             digest: read.digest,
@@ -176,7 +229,7 @@ impl From<Read> for Record {
             lost: read.lost,
             finished_at: read.finished_at,
             family,
-        }
+        })
     }
 }
 
@@ -188,6 +241,7 @@ impl Serialize for Record {
 
 impl<'de> Deserialize<'de> for Record {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Read::deserialize(deserializer).map(Record::from)
+        let read = Read::deserialize(deserializer)?;
+        Record::try_from(read).map_err(serde::de::Error::custom)
     }
 }

@@ -14,8 +14,9 @@ use super::{
     Permit2Clash, Sent, Storage, StoreError,
 };
 use crate::ledger::{
-    Inclusion, LaneId, Outcome, Pass, PaymentKey, Record, RequestTag, RouterNonceKey, State,
+    Inclusion, LaneId, Outcome, Pass, Payer, PaymentKey, Record, RequestTag, RouterNonceKey, State,
 };
+use solana_pubkey::Pubkey;
 
 mod claims;
 mod lanes;
@@ -148,6 +149,30 @@ macro_rules! conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn cooldowns_are_shared_and_pruned() {
                 run("cooldowns", |a, b| async move { super::cooldowns_are_shared_and_pruned(&a, &b).await }).await;
+            }
+
+            $(#[$attr])?
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_solana_cooldown_is_kept_under_its_whole_key() {
+                run("solana_cooldowns", |a, b| async move { super::a_solana_cooldown_is_kept_under_its_whole_key(&a, &b).await }).await;
+            }
+
+            $(#[$attr])?
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_solana_cooldown_in_the_earlier_layout_is_found() {
+                run("landed_cooldowns", |a, b| async move { super::a_solana_cooldown_in_the_earlier_layout_is_found(&a, &b).await }).await;
+            }
+
+            $(#[$attr])?
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn two_solana_sources_sharing_20_bytes_are_exposed_apart() {
+                run("solana_sources", |a, b| async move { super::two_solana_sources_sharing_20_bytes_are_exposed_apart(&a, &b).await }).await;
+            }
+
+            $(#[$attr])?
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_landed_solana_record_is_exposed_and_ended_under_its_key() {
+                run("landed_solana", |a, b| async move { super::a_landed_solana_record_is_exposed_and_ended_under_its_key(&a, &b).await }).await;
             }
 
             $(#[$attr])?

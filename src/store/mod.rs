@@ -31,10 +31,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ethers_core::types::{Address, H256, U256};
+use ethers_core::types::{H256, U256};
 
 use crate::config::{StorageBackend, StorageSettings};
-use crate::ledger::{Account, LaneId, Pass, PaymentKey, Record, RouterNonceKey};
+use crate::ledger::{Account, LaneId, Pass, Payer, PaymentKey, Record, RouterNonceKey};
 
 /// What went wrong, in words every backend can say: callers decide on the kind, and the
 /// backend's own error rides along, boxed, for the log (never a URL or a password).
@@ -294,10 +294,11 @@ pub trait SentStore: Send + Sync {
     async fn forget_sent_beyond(&self, keep: usize) -> Result<usize, StoreError>;
 }
 
-/// A payer refused until `until` (unix seconds) because a settlement of theirs reverted.
+/// A payer refused until `until` (unix seconds) because a settlement of theirs reverted. Kept
+/// under the payer's whole key (`Payer::storage_bytes`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PayerCooldown {
-    pub payer: Address,
+    pub payer: Payer,
     pub until: u64,
 }
 
@@ -308,7 +309,7 @@ pub trait CooldownStore: Send + Sync {
     /// Refuses the payer until `cooldown.until`; a later end already stored stays.
     async fn cool_down(&self, cooldown: PayerCooldown) -> Result<(), StoreError>;
     /// When `payer`'s refusal ends, if it ends after `now`.
-    async fn cooldown_of(&self, payer: Address, now: u64) -> Result<Option<u64>, StoreError>;
+    async fn cooldown_of(&self, payer: &Payer, now: u64) -> Result<Option<u64>, StoreError>;
     /// Every refusal that ends after `now`.
     async fn cooldowns(&self, now: u64) -> Result<Vec<PayerCooldown>, StoreError>;
     /// Deletes refusals that ended at or before `now`; answers how many.

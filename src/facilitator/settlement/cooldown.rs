@@ -10,13 +10,15 @@
 //! the store for the payer at hand on a shared store, so a cooldown another instance imposed a
 //! moment ago is honoured before anything is signed. An embedded store has no other writer: the
 //! copy in memory is all of it.
+//!
+//! A payer is kept under its family's whole key. A cooldown the landed Solana release stored for
+//! a Solana payer sits under its key's first 20 bytes (`Payer::earlier_cooldown`) and still
+//! refuses that payer until it ends: memory knows it, as it knows every stored cooldown.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-use ethers_core::types::Address;
 
 use crate::clock::unix_now;
 use crate::ledger::Payer;
@@ -30,9 +32,9 @@ const PRUNE_EVERY: Duration = Duration::from_secs(60);
 pub struct Cooldown {
     period: Duration,
     store: Storage,
-    /// A payer's cooldown id (`Payer::cooldown_id`, what the store keys it by) -> unix time its
-    /// refusal ends, as last read from the store or imposed here.
-    until: Mutex<HashMap<Address, u64>>,
+    /// A payer (as the store keys it) -> unix time its refusal ends, as last read from the
+    /// store or imposed here.
+    until: Mutex<HashMap<Payer, u64>>,
     imposed: AtomicU64,
 }
 
@@ -85,11 +87,11 @@ impl Cooldown {
     /// A settlement of `payer` reverted on chain. Refused here at once; stored for the other
     /// instances and the next start (a failed write is logged: this instance still refuses).
     pub async fn impose(&self, payer: &Payer) {
-        let payer = payer.cooldown_id();
+        let payer = *payer;
         let until = unix_now().saturating_add(self.period.as_secs());
         self.remember(payer, until);
         self.imposed.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(payer = %format_args!("{payer:#x}"), seconds = self.period.as_secs(), "a settlement reverted on chain: payer refused for the revert cooldown");
+        tracing::warn!(%payer, seconds = self.period.as_secs(), "a settlement reverted on chain: payer refused for the revert cooldown");
         if self.period.is_zero() {
             return;
         }
@@ -98,7 +100,7 @@ impl Cooldown {
         }
     }
 
-    fn remember(&self, payer: Address, until: u64) {
+    fn remember(&self, payer: Payer, until: u64) {
         let now = unix_now();
         let mut map = self.until.lock().expect("cooldown lock");
         map.retain(|_, end| *end > now);
@@ -106,22 +108,23 @@ impl Cooldown {
         *end = (*end).max(until);
     }
 
-    /// Seconds left of `payer`'s refusal, if it is refused now, as known in memory.
+    /// Seconds left of `payer`'s refusal, if it is refused now, as known in memory: under its
+    /// own key or where the landed Solana release stored it.
     pub fn refuses(&self, payer: &Payer) -> Option<u64> {
-        self.refuses_id(payer.cooldown_id())
-    }
-
-    fn refuses_id(&self, payer: Address) -> Option<u64> {
         let map = self.until.lock().expect("cooldown lock");
-        let left = map.get(&payer)?.saturating_sub(unix_now());
+        let until = std::iter::once(*payer)
+            .chain(payer.earlier_cooldown())
+            .filter_map(|stored| map.get(&stored).copied())
+            .max()?;
+        let left = until.saturating_sub(unix_now());
         (left > 0).then_some(left)
     }
 
     /// Seconds left of `payer`'s refusal, also asking a shared store (another instance may
-    /// have imposed it since the last reload).
+    /// have imposed it since the last reload) under the payer's own key: nothing is stored in
+    /// the earlier layout any more, and what was is in memory since the load.
     pub async fn refuses_stored(&self, payer: &Payer) -> Result<Option<u64>, StoreError> {
-        let payer = payer.cooldown_id();
-        if let Some(left) = self.refuses_id(payer) {
+        if let Some(left) = self.refuses(payer) {
             return Ok(Some(left));
         }
         if !self.store.shared() {
@@ -131,7 +134,7 @@ impl Cooldown {
         let Some(until) = self.store.cooldown_of(payer, now).await? else {
             return Ok(None);
         };
-        self.remember(payer, until);
+        self.remember(*payer, until);
         Ok(Some(until.saturating_sub(now)))
     }
 
@@ -143,6 +146,9 @@ impl Cooldown {
 
 #[cfg(test)]
 mod tests {
+    use ethers_core::types::Address;
+    use solana_pubkey::Pubkey;
+
     use super::*;
 
     fn store(name: &str) -> Storage {
@@ -177,5 +183,47 @@ mod tests {
         next.load().await.unwrap();
         assert!(next.refuses(&payer).is_some_and(|left| left <= 60));
         assert!(next.refuses_stored(&payer).await.unwrap().is_some());
+    }
+
+    /// A Solana payer is refused under its whole key: another key sharing its first 20 bytes is
+    /// not, here nor in the next instance.
+    #[tokio::test]
+    async fn a_solana_payer_is_refused_under_its_whole_key() {
+        let storage = store("solana");
+        let key =
+            |last| Pubkey::new_from_array(std::array::from_fn(|i| if i < 20 { 7 } else { last }));
+        let (payer, neighbour) = (Payer::Svm(key(1)), Payer::Svm(key(2)));
+        Cooldown::new(Duration::from_secs(60), storage.clone())
+            .impose(&payer)
+            .await;
+        let next = Cooldown::new(Duration::from_secs(60), storage);
+        next.load().await.unwrap();
+        assert!(next.refuses(&payer).is_some());
+        assert_eq!(next.refuses(&neighbour), None);
+        assert_eq!(next.refuses_stored(&neighbour).await.unwrap(), None);
+    }
+
+    /// A cooldown the landed Solana release stored (under the key's first 20 bytes) still
+    /// refuses that payer once loaded.
+    #[tokio::test]
+    async fn a_solana_cooldown_in_the_earlier_layout_still_refuses() {
+        let storage = store("landed");
+        let key = Pubkey::new_from_array([9; 32]);
+        let until = unix_now() + 60;
+        let landed = PayerCooldown {
+            payer: Payer::Evm(Address::repeat_byte(9)),
+            until,
+        };
+        storage.cool_down(landed).await.unwrap();
+        let cooldown = Cooldown::new(Duration::from_secs(60), storage);
+        cooldown.load().await.unwrap();
+        assert!(cooldown.refuses(&Payer::Svm(key)).is_some());
+        assert!(cooldown
+            .refuses_stored(&Payer::Svm(key))
+            .await
+            .unwrap()
+            .is_some());
+        let other = Payer::Svm(Pubkey::new_from_array([8; 32]));
+        assert_eq!(cooldown.refuses(&other), None);
     }
 }

@@ -228,13 +228,13 @@ async fn send(chain: &SolanaChain, record: &SvmRecord) -> Option<Instant> {
 /// The ledger account a payment's exposure counts against: its mint and source token account,
 /// as [`new_record`] stores them.
 pub(super) fn exposure_account(network: &str, transfer: &Transfer) -> Account {
-    Account::svm(network, &transfer.mint, &transfer.source)
+    Account::svm(network, transfer.mint, transfer.source)
 }
 
 /// The revert cooldown of the payment's owner (access.md 3c): its transfer authority, on every
 /// token account and mint of the family. A cooldown stored by an earlier release under the source
-/// token account still refuses that account until it ends (those are all loaded at start, so
-/// memory knows them: no second store read).
+/// token account (its first 20 bytes: `Payer::earlier_cooldown`) still refuses that account
+/// until it ends (those are all loaded at start, so memory knows them: no second store read).
 pub async fn cooled_down(
     cooldown: &Cooldown,
     transfer: &Transfer,
@@ -297,6 +297,7 @@ fn svm_settlement(
         payer: transfer.authority.to_string(),
         pay_to: payment.pay_to.to_string(),
         mint: transfer.mint.to_string(),
+        source: Some(transfer.source.to_string()),
         amount: payment.amount,
         error: None,
     }

@@ -596,6 +596,7 @@ mod tests {
             payer: "payer".into(),
             pay_to: "p".into(),
             mint: "m".into(),
+            source: None,
             amount: 1,
             error: None,
         };

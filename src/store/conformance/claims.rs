@@ -87,6 +87,103 @@ pub(super) async fn a_solana_settlement_is_claimed_once_and_read_back_whole(
     ));
 }
 
+/// Two token accounts of one mint sharing their first 20 bytes are two accounts: one's
+/// settlement in flight does not count against the other's balance (access.md §2).
+pub(super) async fn two_solana_sources_sharing_20_bytes_are_exposed_apart(
+    a: &Storage,
+    b: &Storage,
+) {
+    let source =
+        |last| Pubkey::new_from_array(std::array::from_fn(|i| if i < 20 { 0x22 } else { last }));
+    let first = crate::testing::svm_record_from("solana-devnet", 0x61, source(1));
+    let second = crate::testing::svm_record_from("solana-devnet", 0x62, source(2));
+    assert_ne!(first.account(), second.account());
+    let within = Limits::balance(U256::from(1500));
+    assert!(matches!(
+        a.claim(&first.key(), &first, None, &within).await.unwrap(),
+        Claim::Claimed
+    ));
+    assert_eq!(b.exposed(&first.account()).await.unwrap(), U256::from(1000));
+    assert_eq!(b.exposed(&second.account()).await.unwrap(), U256::zero());
+    match b
+        .claim(&second.key(), &second, None, &within)
+        .await
+        .unwrap()
+    {
+        Claim::Claimed => {}
+        other => panic!("another source's settlement was counted: {other:?}"),
+    }
+    assert_eq!(
+        a.exposed(&second.account()).await.unwrap(),
+        U256::from(1000)
+    );
+    assert_eq!(a.exposed(&first.account()).await.unwrap(), U256::from(1000));
+}
+
+/// A Solana record as the landed Solana release stored it (no source in full): its account is
+/// the one that release keyed it by, in `(mint, source)` 20 bytes each.
+fn landed_solana_record(digest: u8) -> serde_json::Value {
+    let settlement = crate::testing::svm_settlement();
+    assert!(settlement.source.is_none(), "that release wrote no source");
+    serde_json::json!({
+        "network": "solana-devnet",
+        "token": format!("0x{}", "11".repeat(20)),
+        "payer": format!("0x{}", "22".repeat(20)),
+        "pay_to": format!("0x{}", "00".repeat(20)),
+        "value": "0x3e8",
+        "nonce": format!("0x{}", format!("{digest:02x}").repeat(32)),
+        "valid_before": 0,
+        "digest": format!("0x{}", "d0".repeat(32)),
+        "calldata": "0x",
+        "gas_limit": 0,
+        "request": null,
+        "state": "Claimed",
+        "attempts": [],
+        "outcome": null,
+        "lost": false,
+        "finished_at": null,
+        "svm": settlement,
+    })
+}
+
+/// A Solana record the landed Solana release stored reads back unchanged, counts under the
+/// account that release indexed it by (not under the account in full, whose key differs), and
+/// once it ends stops counting there: its index entry is removed under the key it was written
+/// with.
+pub(super) async fn a_landed_solana_record_is_exposed_and_ended_under_its_key(
+    a: &Storage,
+    b: &Storage,
+) {
+    let landed = landed_solana_record(0x63);
+    let claim: Record = serde_json::from_value(landed.clone()).unwrap();
+    let key = PaymentKey::svm("solana-devnet", [0x63; 32]);
+    let account = claim.account();
+    assert_eq!(
+        account.storage_key(),
+        format!("solana-devnet|0x{}|0x{}", "11".repeat(20), "22".repeat(20))
+    );
+    let limits = Limits::balance(U256::MAX);
+    assert!(matches!(
+        a.claim(&key, &claim, None, &limits).await.unwrap(),
+        Claim::Claimed
+    ));
+    let read = b.get(&key).await.unwrap().unwrap();
+    assert_eq!(
+        serde_json::to_value(&read).unwrap(),
+        landed,
+        "read back unchanged"
+    );
+    assert_eq!(read.account(), account);
+    assert_eq!(b.exposed(&account).await.unwrap(), U256::from(1000));
+    let whole = crate::testing::svm_record("solana-devnet", 0x64).account();
+    assert_ne!(whole, account);
+    let mut ended = read;
+    ended.landed(42, None, 9);
+    b.save(&[&ended], true).await.unwrap();
+    assert_eq!(a.exposed(&account).await.unwrap(), U256::zero());
+    assert!(!a.unfinished().await.unwrap().iter().any(|r| r.key() == key));
+}
+
 pub(super) async fn concurrent_claims_have_one_winner(a: &Storage, b: &Storage) {
     let key = record(2).key();
     let mut tasks = Vec::new();

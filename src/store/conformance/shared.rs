@@ -7,9 +7,9 @@ use super::*;
 /// shortens it; ended ones are not answered and pruning deletes exactly those.
 pub(super) async fn cooldowns_are_shared_and_pruned(a: &Storage, b: &Storage) {
     let now = 1_000_000;
-    let payer = Address::repeat_byte(0x51);
-    let ended = Address::repeat_byte(0x52);
-    assert_eq!(b.cooldown_of(payer, now).await.unwrap(), None);
+    let payer = Payer::Evm(Address::repeat_byte(0x51));
+    let ended = Payer::Evm(Address::repeat_byte(0x52));
+    assert_eq!(b.cooldown_of(&payer, now).await.unwrap(), None);
     a.cool_down(PayerCooldown {
         payer,
         until: now + 60,
@@ -28,8 +28,8 @@ pub(super) async fn cooldowns_are_shared_and_pruned(a: &Storage, b: &Storage) {
     })
     .await
     .unwrap();
-    assert_eq!(b.cooldown_of(payer, now).await.unwrap(), Some(now + 60));
-    assert_eq!(a.cooldown_of(ended, now).await.unwrap(), None);
+    assert_eq!(b.cooldown_of(&payer, now).await.unwrap(), Some(now + 60));
+    assert_eq!(a.cooldown_of(&ended, now).await.unwrap(), None);
     assert_eq!(
         b.cooldowns(now).await.unwrap(),
         vec![PayerCooldown {
@@ -40,12 +40,76 @@ pub(super) async fn cooldowns_are_shared_and_pruned(a: &Storage, b: &Storage) {
     assert_eq!(a.prune_cooldowns(now).await.unwrap(), 1);
     assert_eq!(b.prune_cooldowns(now).await.unwrap(), 0);
     assert_eq!(
-        b.cooldown_of(payer, now + 59).await.unwrap(),
+        b.cooldown_of(&payer, now + 59).await.unwrap(),
         Some(now + 60)
     );
-    assert_eq!(b.cooldown_of(payer, now + 60).await.unwrap(), None);
+    assert_eq!(b.cooldown_of(&payer, now + 60).await.unwrap(), None);
     assert_eq!(a.prune_cooldowns(now + 60).await.unwrap(), 1);
     assert!(b.cooldowns(0).await.unwrap().is_empty());
+}
+
+/// A Solana key sharing its first 20 bytes with `shared_prefix(_)`'s others.
+fn shared_prefix(last: u8) -> Pubkey {
+    Pubkey::new_from_array(std::array::from_fn(|i| if i < 20 { 0x53 } else { last }))
+}
+
+/// A Solana payer's cooldown is kept and listed under its whole key: another key sharing its
+/// first 20 bytes is refused apart, and nothing is kept under the 20 bytes.
+pub(super) async fn a_solana_cooldown_is_kept_under_its_whole_key(a: &Storage, b: &Storage) {
+    let now = 1_000_000;
+    let (payer, neighbour) = (Payer::Svm(shared_prefix(1)), Payer::Svm(shared_prefix(2)));
+    a.cool_down(PayerCooldown {
+        payer,
+        until: now + 60,
+    })
+    .await
+    .unwrap();
+    b.cool_down(PayerCooldown {
+        payer: neighbour,
+        until: now + 30,
+    })
+    .await
+    .unwrap();
+    assert_eq!(b.cooldown_of(&payer, now).await.unwrap(), Some(now + 60));
+    assert_eq!(
+        a.cooldown_of(&neighbour, now).await.unwrap(),
+        Some(now + 30)
+    );
+    let truncated = payer.earlier_cooldown().unwrap();
+    assert_eq!(b.cooldown_of(&truncated, now).await.unwrap(), None);
+    let mut listed = a.cooldowns(now).await.unwrap();
+    listed.sort_by_key(|c| c.until);
+    let expected = [(neighbour, now + 30), (payer, now + 60)]
+        .map(|(payer, until)| PayerCooldown { payer, until });
+    assert_eq!(listed, expected);
+    assert_eq!(b.prune_cooldowns(now + 30).await.unwrap(), 1);
+    assert_eq!(a.cooldown_of(&neighbour, now).await.unwrap(), None);
+    assert_eq!(a.cooldown_of(&payer, now).await.unwrap(), Some(now + 60));
+}
+
+/// A cooldown the landed Solana release stored for a Solana payer, under its key's first 20
+/// bytes (the layout of an address), is found where `Payer::earlier_cooldown` looks, and listed
+/// so that every instance loads it.
+pub(super) async fn a_solana_cooldown_in_the_earlier_layout_is_found(a: &Storage, b: &Storage) {
+    let now = 1_000_000;
+    let key = shared_prefix(1);
+    let landed = Payer::Evm(Address::from_slice(&key.to_bytes()[..20]));
+    a.cool_down(PayerCooldown {
+        payer: landed,
+        until: now + 60,
+    })
+    .await
+    .unwrap();
+    let earlier = Payer::Svm(key).earlier_cooldown().unwrap();
+    assert_eq!(b.cooldown_of(&earlier, now).await.unwrap(), Some(now + 60));
+    assert_eq!(b.cooldown_of(&Payer::Svm(key), now).await.unwrap(), None);
+    assert_eq!(
+        b.cooldowns(now).await.unwrap(),
+        vec![PayerCooldown {
+            payer: earlier,
+            until: now + 60
+        }]
+    );
 }
 
 fn listing(id: &str, settled_at: u64) -> Listing {

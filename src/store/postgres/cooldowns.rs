@@ -1,15 +1,27 @@
 //! PostgreSQL's revert cooldowns: one end per payer, never shortened.
 
 use async_trait::async_trait;
-use ethers_core::types::Address;
 
 use super::{int, pg, uint, PgStore};
 use crate::evm::hex_bytes;
+use crate::ledger::Payer;
 use crate::store::{CooldownStore, PayerCooldown, StoreError};
 
-/// A payer as `payer_cooldowns` keys it (lowercase hex).
-fn payer_key(payer: Address) -> String {
-    hex_bytes(payer)
+/// A payer as `payer_cooldowns` keys it: its whole key in lowercase hex (an address's 20 bytes,
+/// as every release wrote them; a Solana key's 32), which the text column takes as it is.
+fn payer_key(payer: &Payer) -> String {
+    hex_bytes(payer.storage_bytes())
+}
+
+/// The payer a `payer_cooldowns` key names.
+fn payer_of(key: &str) -> Result<Payer, StoreError> {
+    const_hex::decode(key)
+        .ok()
+        .and_then(|bytes| Payer::from_storage_bytes(&bytes))
+        .ok_or_else(|| StoreError::Corrupt {
+            key: key.to_string(),
+            detail: "not a payer's key (20 or 32 bytes in hex)".to_string(),
+        })
 }
 
 #[async_trait]
@@ -19,12 +31,12 @@ impl CooldownStore for PgStore {
             "INSERT INTO payer_cooldowns (payer, until_at) VALUES ($1, $2)
              ON CONFLICT (payer) DO UPDATE
                  SET until_at = greatest(payer_cooldowns.until_at, EXCLUDED.until_at)",
-            &[&payer_key(cooldown.payer), &int(cooldown.until)?],
+            &[&payer_key(&cooldown.payer), &int(cooldown.until)?],
         )
         .await
     }
 
-    async fn cooldown_of(&self, payer: Address, now: u64) -> Result<Option<u64>, StoreError> {
+    async fn cooldown_of(&self, payer: &Payer, now: u64) -> Result<Option<u64>, StoreError> {
         let row = self
             .client()
             .await?
@@ -49,12 +61,8 @@ impl CooldownStore for PgStore {
             .map_err(pg)?;
         rows.iter()
             .map(|r| {
-                let payer: &str = r.get(0);
                 Ok(PayerCooldown {
-                    payer: payer.parse().map_err(|_| StoreError::Corrupt {
-                        key: payer.to_string(),
-                        detail: "not a payer address".to_string(),
-                    })?,
+                    payer: payer_of(r.get(0))?,
                     until: uint(r.get(1)),
                 })
             })
