@@ -191,6 +191,27 @@ impl Account {
             hex_bytes(holder)
         )
     }
+
+    /// The keys its settlements in flight are indexed under: its own and, for a Solana account
+    /// in full, the one the landed Solana release keyed its records by (the first 20 bytes of
+    /// each). A record that release stored may still spend this token account until it ends,
+    /// so it counts against this balance too, as it counted against every account sharing
+    /// those bytes.
+    pub fn exposure_keys(&self) -> Vec<String> {
+        let mut keys = vec![self.storage_key()];
+        if let AccountId::Svm(SvmAccount::Whole { mint, source }) = &self.id {
+            let first = |key: &Pubkey| -> [u8; 20] { std::array::from_fn(|i| key.as_ref()[i]) };
+            let landed = Account {
+                network: self.network.clone(),
+                id: AccountId::Svm(SvmAccount::Landed {
+                    mint: first(mint),
+                    source: first(source),
+                }),
+            };
+            keys.push(landed.storage_key());
+        }
+        keys
+    }
 }
 
 /// A Permit2 nonce of one owner on one network. Permit2 keeps one nonce bitmap per owner, for
@@ -302,7 +323,8 @@ mod tests {
     }
 
     /// A Solana account is its mint and source in full: two sources sharing 20 bytes are two
-    /// accounts. One the landed Solana release keyed keeps that key.
+    /// accounts. One the landed Solana release keyed keeps that key, and what it indexed counts
+    /// against the account in full too.
     #[test]
     fn a_solana_account_is_its_keys_in_full() {
         let mint = Pubkey::new_from_array([0xAB; 32]);
@@ -331,6 +353,12 @@ mod tests {
                 hex_bytes(&one.to_bytes()[..20])
             )
         );
+        // Its records still in flight count against the account in full; it is keyed by itself.
+        assert_eq!(
+            whole.exposure_keys(),
+            [whole.storage_key(), landed.storage_key()]
+        );
+        assert_eq!(landed.exposure_keys(), [landed.storage_key()]);
     }
 
     /// The encodings are what earlier releases wrote: changing one orphans every stored record.

@@ -147,9 +147,8 @@ fn landed_solana_record(digest: u8) -> serde_json::Value {
 }
 
 /// A Solana record the landed Solana release stored reads back unchanged, counts under the
-/// account that release indexed it by (not under the account in full, whose key differs), and
-/// once it ends stops counting there: its index entry is removed under the key it was written
-/// with.
+/// account that release indexed it by and against the account in full it may spend, and once it
+/// ends stops counting: its index entry is removed under the key it was written with.
 pub(super) async fn a_landed_solana_record_is_exposed_and_ended_under_its_key(
     a: &Storage,
     b: &Storage,
@@ -175,13 +174,28 @@ pub(super) async fn a_landed_solana_record_is_exposed_and_ended_under_its_key(
     );
     assert_eq!(read.account(), account);
     assert_eq!(b.exposed(&account).await.unwrap(), U256::from(1000));
-    let whole = crate::testing::svm_record("solana-devnet", 0x64).account();
-    assert_ne!(whole, account);
+    // It may still spend the token account it was keyed by: a new claim from that account
+    // counts it; one from another account sharing none of its bytes does not.
+    let next = crate::testing::svm_record("solana-devnet", 0x64);
+    assert_ne!(next.account(), account);
+    assert_eq!(a.exposed(&next.account()).await.unwrap(), U256::from(1000));
+    let within = Limits::balance(U256::from(1500));
+    match b.claim(&next.key(), &next, None, &within).await.unwrap() {
+        Claim::OverLimit { exposed } => assert_eq!(exposed, U256::from(1000)),
+        other => panic!("the landed record was not counted: {other:?}"),
+    }
+    let stranger = crate::testing::svm_record_from("solana-devnet", 0x65, Pubkey::new_unique());
+    assert_eq!(a.exposed(&stranger.account()).await.unwrap(), U256::zero());
     let mut ended = read;
     ended.landed(42, None, 9);
     b.save(&[&ended], true).await.unwrap();
     assert_eq!(a.exposed(&account).await.unwrap(), U256::zero());
+    assert_eq!(b.exposed(&next.account()).await.unwrap(), U256::zero());
     assert!(!a.unfinished().await.unwrap().iter().any(|r| r.key() == key));
+    assert!(matches!(
+        b.claim(&next.key(), &next, None, &within).await.unwrap(),
+        Claim::Claimed
+    ));
 }
 
 pub(super) async fn concurrent_claims_have_one_winner(a: &Storage, b: &Storage) {

@@ -28,20 +28,21 @@ impl SettlementStore for PgStore {
     }
 
     async fn exposed(&self, account: &Account) -> Result<U256, StoreError> {
-        let account = account.storage_key();
+        let keys = account.exposure_keys();
         let row = self
             .client()
             .await?
             .query_one(
                 "SELECT coalesce(sum(exposure), 0)::text
-                 FROM settlements WHERE account = $1 AND exposure IS NOT NULL",
-                &[&account],
+                 FROM settlements WHERE account = ANY($1) AND exposure IS NOT NULL",
+                &[&keys],
             )
             .await
             .map_err(pg)?;
         U256::from_dec_str(row.get(0)).map_err(|_| {
             StoreError::unavailable(format!(
-                "PostgreSQL: exposure of {account} is not a uint256"
+                "PostgreSQL: exposure of {} is not a uint256",
+                keys[0]
             ))
         })
     }
@@ -86,7 +87,7 @@ impl SettlementStore for PgStore {
         if key_taken(&tx, request_key).await? {
             return Ok(Claim::KeyTaken);
         }
-        let in_flight = in_flight(&tx, &c.account).await?;
+        let in_flight = in_flight(&tx, &record.account().exposure_keys()).await?;
         let nonce_held = nonce_held(&tx, c.permit2_nonce.as_deref(), &id).await?;
         if let Some(refused) = in_flight.refuses(record, limits, nonce_held) {
             return Ok(refused);
@@ -209,11 +210,11 @@ async fn key_taken(
     Ok(row.is_some())
 }
 
-/// The account's records still in flight, added up (within the claim's transaction, under the
-/// account's lock).
+/// The account's records still in flight, added up under its `exposure_keys` (within the
+/// claim's transaction, under the account's lock).
 async fn in_flight(
     tx: &tokio_postgres::Transaction<'_>,
-    account: &str,
+    keys: &[String],
 ) -> Result<InFlight, StoreError> {
     let row = tx
         .query_one(
@@ -221,15 +222,16 @@ async fn in_flight(
                  coalesce(sum(exposure) FILTER (WHERE permit2_nonce IS NOT NULL), 0)::text,
                  count(*) FILTER (WHERE permit2_nonce IS NOT NULL),
                  count(*) FILTER (WHERE permit2_approves)
-             FROM settlements WHERE account = $1 AND exposure IS NOT NULL",
-            &[&account],
+             FROM settlements WHERE account = ANY($1) AND exposure IS NOT NULL",
+            &[&keys],
         )
         .await
         .map_err(pg)?;
     let total = |i: usize| {
         U256::from_dec_str(row.get(i)).map_err(|_| {
             StoreError::unavailable(format!(
-                "PostgreSQL: exposure of {account} is not a uint256"
+                "PostgreSQL: exposure of {} is not a uint256",
+                keys[0]
             ))
         })
     };

@@ -94,13 +94,14 @@ fn word(value: U256) -> [u8; 32] {
     bytes
 }
 
-/// The values the account's settlements still expose, added up.
+/// The values the account's settlements still expose, added up under its `exposure_keys`.
 fn exposed(exposure: &Tree, account: &Account) -> Result<U256, StoreError> {
-    let prefix = format!("{}|", account.storage_key());
     let mut total = U256::zero();
-    for entry in exposure.scan_prefix(prefix.as_bytes()) {
-        let (_, value) = entry?;
-        total = total.saturating_add(U256::from_big_endian(&value));
+    for key in account.exposure_keys() {
+        for entry in exposure.scan_prefix(format!("{key}|").as_bytes()) {
+            let (_, value) = entry?;
+            total = total.saturating_add(U256::from_big_endian(&value));
+        }
     }
     Ok(total)
 }
