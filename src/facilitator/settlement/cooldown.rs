@@ -121,8 +121,8 @@ impl Cooldown {
     }
 
     /// Seconds left of `payer`'s refusal, also asking a shared store (another instance may
-    /// have imposed it since the last reload) under the payer's own key: nothing is stored in
-    /// the earlier layout any more, and what was is in memory since the load.
+    /// have imposed it since the last reload) under the payer's own key: this release stores
+    /// nothing in the earlier layout, and what is stored there is in memory since the last load.
     pub async fn refuses_stored(&self, payer: &Payer) -> Result<Option<u64>, StoreError> {
         if let Some(left) = self.refuses(payer) {
             return Ok(Some(left));

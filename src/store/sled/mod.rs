@@ -79,7 +79,8 @@ pub struct Store {
     permit2_exposure: Tree,
     /// `Permit2Nonce` -> payment key of the Permit2 settlement in flight that spends it.
     permit2_nonces: Tree,
-    /// Payer address (20 bytes) -> end of its revert cooldown (8 bytes, big-endian unix seconds).
+    /// Payer's whole key (`Payer::storage_bytes`: an address's 20 bytes, a Solana key's 32) ->
+    /// end of its revert cooldown (8 bytes, big-endian unix seconds).
     cooldowns: Tree,
     /// Channel id (32 bytes) ++ network name -> the channel mirror's snapshot (`channels.rs`).
     channels: Tree,
