@@ -199,18 +199,27 @@ impl Account {
     /// those bytes.
     pub fn exposure_keys(&self) -> Vec<String> {
         let mut keys = vec![self.storage_key()];
-        if let AccountId::Svm(SvmAccount::Whole { mint, source }) = &self.id {
-            let first = |key: &Pubkey| -> [u8; 20] { std::array::from_fn(|i| key.as_ref()[i]) };
+        if let AccountId::Svm(svm @ SvmAccount::Whole { .. }) = self.id {
+            let (mint, source) = svm.landed_key();
             let landed = Account {
                 network: self.network.clone(),
-                id: AccountId::Svm(SvmAccount::Landed {
-                    mint: first(mint),
-                    source: first(source),
-                }),
+                id: AccountId::Svm(SvmAccount::Landed { mint, source }),
             };
             keys.push(landed.storage_key());
         }
         keys
+    }
+}
+
+impl SvmAccount {
+    /// The first 20 bytes of its mint and of its source: what the landed Solana release keyed
+    /// it by (and wrote in a record's token and payer fields).
+    pub fn landed_key(self) -> ([u8; 20], [u8; 20]) {
+        let first = |key: Pubkey| std::array::from_fn(|i| key.as_ref()[i]);
+        match self {
+            SvmAccount::Whole { mint, source } => (first(mint), first(source)),
+            SvmAccount::Landed { mint, source } => (mint, source),
+        }
     }
 }
 

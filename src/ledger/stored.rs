@@ -133,30 +133,19 @@ fn written_family(record: &Record) -> Written<'_> {
             )
         },
         Family::Svm(svm) => {
-            let (mint, source) = landed_layout(&svm.exposed);
+            // What the landed Solana release wrote there, still written so that it reads the
+            // record as it wrote it.
+            let (mint, source) = svm.exposed.landed_key();
             Written {
                 svm: Some(&svm.settlement),
                 ..shared(
-                    mint,
-                    source,
+                    Address::from(mint),
+                    Address::from(source),
                     H256(svm.signature_digest),
                     Cow::Owned(Bytes::new()),
                 )
             }
         }
-    }
-}
-
-/// What the landed Solana release wrote in a Solana record's token and payer fields: the first
-/// 20 bytes of its mint and of its source. Still written, so that release reads the record as
-/// it wrote it.
-fn landed_layout(account: &SvmAccount) -> (Address, Address) {
-    match account {
-        SvmAccount::Whole { mint, source } => (
-            Address::from_slice(&mint.as_ref()[..20]),
-            Address::from_slice(&source.as_ref()[..20]),
-        ),
-        SvmAccount::Landed { mint, source } => (Address::from(*mint), Address::from(*source)),
     }
 }
 
