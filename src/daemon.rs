@@ -9,7 +9,6 @@ use std::time::Duration;
 use crate::chain::Chain;
 use crate::config::{ServerSettings, Settings};
 use crate::facilitator::deny_list::DenyLists;
-use crate::facilitator::evm::LeaseSettings;
 use crate::facilitator::{Facilitator, SettleError, SetupError};
 use crate::router::nonces::NonceBook;
 use crate::router::Router;
@@ -91,11 +90,7 @@ async fn start_facilitator(
     chains: &BTreeMap<String, Arc<Chain>>,
     store: &store::Storage,
 ) -> Result<Arc<Facilitator>, StartError> {
-    let lease = LeaseSettings {
-        holder: settings.storage.instance_id.clone(),
-        ttl: Duration::from_secs(settings.storage.lease_ttl_secs),
-    };
-    let facilitator = Facilitator::configured(settings, f, chains, store.clone(), lease)?;
+    let facilitator = Facilitator::configured(settings, f, chains, store.clone())?;
     facilitator.check().await.map_err(StartError::Family)?;
     let resumed = facilitator.start().await?;
     if resumed > 0 {
@@ -234,10 +229,7 @@ fn log_banner(settings: &Settings, app: &App, listeners: &[server::Listener], st
         .services
         .facilitator
         .iter()
-        .flat_map(|f| {
-            f.lanes()
-                .map(|l| format!("{}:{:?}", l.network(), l.signer_address()))
-        })
+        .flat_map(|f| f.senders())
         .collect();
     let authorizer = app
         .services

@@ -13,16 +13,18 @@
 //!                  the relay: a wallet's signed transaction sent, remembered and looked up,
 //!                  each chain's served methods (/chains/<name>)
 //!                                           -> chain store ledger evm config clock
-//! facilitator      x402 verify and settle: the facade (mod.rs), the registry of which mechanism
-//!                  serves which (version, namespace, scheme) and the traits they implement
-//!                  (registry.rs, mechanism.rs), discovery, readiness and the rooms below, each
-//!                  importing only rooms after it in this list
+//! facilitator      x402 verify and settle: the facade (mod.rs), the registry (registry.rs: the
+//!                  families, a line each, each building its own mechanisms; which mechanism
+//!                  serves which version, namespace and scheme), the traits they implement
+//!                  (mechanism.rs), discovery, readiness in no family's words, and the rooms
+//!                  below, each importing only rooms after it in this list
 //!                                           -> chain store ledger signer evm svm config guard clock
-//!   svm            Solana's exact: its mechanism, verify, settle, fee payers, its wire
-//!                  shapes (wire.rs)
+//!   svm            Solana's exact: how the configuration makes it, its mechanism, verify,
+//!                  settle, fee payers and their funds, its wire shapes (wire.rs)
 //!                                           -> mechanism protocol settlement outcome types;
 //!                                              never evm
-//!   evm            EVM's exact and upto (ERC-3009, Permit2): its mechanism, the parsed
+//!   evm            EVM's exact and upto (ERC-3009, Permit2): how the configuration makes it
+//!                  (signers, lanes, mechanisms), its mechanism and status answer, the parsed
 //!                  request and its lowering from either version, verify and the lens, the
 //!                  settle pipeline, lanes, the follower, front-runs, leases; and
 //!                  `batch-settlement` (evm/batch: its payloads, rules, deposits through the

@@ -1,7 +1,7 @@
 //! The signers' and fee payers' funds that `/ready` and `/metrics` report, as last read
 //! (access.md §3c: an ops read costs no upstream request of its own). An EVM network's signers
 //! are read again once its head has moved, so at most once per block; a Solana cluster's fee
-//! payers at most once per [`SOLANA_BLOCK_TIME`]. One network's read is single-flight: scrapes
+//! payers at most once per slot time (`Due::After`). One network's read is single-flight: scrapes
 //! that come meanwhile wait for it and answer what it read. A read that did not answer in full
 //! is tried again after [`RETRY_FAILED`] at the soonest, so a silent node costs no more either.
 
@@ -13,8 +13,6 @@ use std::time::{Duration, Instant};
 use ethers_core::types::H256;
 use tokio::sync::Mutex as AsyncMutex;
 
-/// About one Solana slot: fee payers' lamports are read no more often.
-pub const SOLANA_BLOCK_TIME: Duration = Duration::from_millis(400);
 /// How soon a read that failed (in whole or in part) may be tried again.
 pub const RETRY_FAILED: Duration = Duration::from_secs(1);
 
@@ -121,14 +119,14 @@ mod tests {
     }
 
     #[test]
-    fn a_solana_read_holds_for_about_a_slot() {
-        let now = Instant::now();
-        let due = Due::After(SOLANA_BLOCK_TIME);
+    fn a_read_by_time_holds_for_its_time() {
+        let (now, every) = (Instant::now(), Duration::from_millis(400));
+        let due = Due::After(every);
         let done = read(None, true, now);
-        assert!(done.fresh(due, now + SOLANA_BLOCK_TIME / 2));
-        assert!(!done.fresh(due, now + SOLANA_BLOCK_TIME));
+        assert!(done.fresh(due, now + every / 2));
+        assert!(!done.fresh(due, now + every));
         let failed = read(None, false, now);
-        assert!(failed.fresh(due, now + SOLANA_BLOCK_TIME));
+        assert!(failed.fresh(due, now + every));
         assert!(!failed.fresh(due, now + RETRY_FAILED));
     }
 

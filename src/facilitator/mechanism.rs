@@ -9,8 +9,10 @@ use std::pin::Pin;
 
 use super::outcome::SettleError;
 use super::protocol::v1::{SettleResponse, VerifyResponse};
+use super::readiness::Funds;
 use super::types::SupportedKind;
 use crate::chain::ChainClient;
+use crate::guard::Guard;
 use crate::ledger::Asking;
 use crate::store::StoreError;
 
@@ -120,5 +122,26 @@ pub trait Mechanism: Send + Sync {
     /// The x402 v2 extensions it implements.
     fn extensions(&self) -> Vec<&'static str> {
         Vec::new()
+    }
+    /// The keys that pay for its settlements, with their funds as last read (`/ready`,
+    /// `/metrics`).
+    fn funds(&self) -> Later<'_, Vec<Funds>> {
+        Box::pin(async { Vec::new() })
+    }
+    /// Its background steps whose last step panicked.
+    fn down(&self) -> Vec<&Guard> {
+        Vec::new()
+    }
+    /// Who sends its settlements, each as `network:key`, for the start-up log line.
+    fn senders(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// Settle requests waiting on one of its settlements now.
+    fn pending(&self) -> usize {
+        0
+    }
+    /// Its settlements answered with success whose transaction can no longer land.
+    fn lost(&self) -> u64 {
+        0
     }
 }

@@ -17,31 +17,21 @@ pub mod svm;
 pub mod types;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use ethers_core::types::Address;
-use tokio::sync::mpsc;
-
 use crate::chain::Chain;
-use crate::config::{ChainSettings, FacilitatorSettings, Settings, TransferMethod};
-use crate::evm::{erc3009, permit2};
-use crate::ledger::EvmRecord;
-use crate::signer::{load_authorizer, load_signers, Authorizer, Signer};
+use crate::config::{FacilitatorSettings, Settings};
+use crate::signer::{load_authorizer, Authorizer};
 use crate::store::Storage;
 use deny_list::DenyLists;
 use discovery::Catalogue;
-use evm::exact::EvmExact;
-use evm::request::TokenInfo;
-use evm::verify::{Network, Verifier};
-pub use evm::{Lane, LaneSettings};
-use mechanism::Mechanism;
 pub use mechanism::{Payee, Payment, StatusLookup};
 pub use outcome::SettleError;
 use protocol::v2;
-use registry::Registry;
+use registry::{Registry, Setup};
+use settlement::answer_times::AnswerTimes;
 use settlement::cooldown::Cooldown;
-use svm::mechanism::SvmMechanism;
 use types::{SupportedKind, SupportedResponse};
 
 #[derive(Debug, thiserror::Error)]
@@ -50,42 +40,35 @@ pub enum SetupError {
     DenyList(#[from] deny_list::DenyListError),
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
-    #[error("{0}")]
-    Signer(#[from] crate::signer::SignerError),
-    #[error("{0}")]
-    FeePayer(#[from] svm::FeePayerError),
     #[error("chains.{0}.rpc_urls: {1}")]
     Chain(String, String),
     #[error("{0}")]
     Authorizer(#[from] crate::signer::AuthorizerError),
+    /// A family's own keys or settings, in its own words.
+    #[error(transparent)]
+    Family(Box<dyn std::error::Error + Send + Sync>),
 }
 
-/// The keys the daemon loaded for the facilitator: the signers, each sending transactions from
-/// its lanes, and the `batch-settlement` receiver authorizer, which signs EIP-712
-/// authorizations only (never a transaction: it is no signer and has no lane).
-pub struct FacilitatorKeys {
-    pub signers: Vec<Arc<Signer>>,
-    pub receiver_authorizer: Option<Authorizer>,
+impl SetupError {
+    /// A family's own setup error, shown as it writes it.
+    pub fn family(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        SetupError::Family(Box::new(error))
+    }
 }
 
 pub struct Facilitator {
-    verifier: Arc<Verifier>,
-    settler: Arc<evm::settle::Settler>,
     max_batch: usize,
     serves_v1: bool,
-    /// Served chain ids and their configured network names, when x402 v2 is served.
-    v2_networks: Option<BTreeMap<u64, String>>,
+    serves_v2: bool,
     cooldown: Arc<Cooldown>,
-    /// Solana's `exact`, when a Solana network is served: its fee payers' funds for `/ready`.
-    svm: Option<Arc<svm::SvmExact>>,
+    /// Block-to-answer times of every family's settlements.
+    answer_times: AnswerTimes,
     /// The settlement store, for `/ready`'s probe.
     ledger: Storage,
     /// Which mechanism serves which kind of payment.
     registry: Registry,
     /// The discovery catalogue, when on (`facilitator.discovery`, with v2 served).
     catalogue: Option<Arc<Catalogue>>,
-    /// Signers' and fee payers' funds as last read, for `/ready` and `/metrics`.
-    funds: readiness::KeptFunds,
     /// `facilitator.deny_list_file` as last read, for SIGHUP to read again.
     deny_list: Arc<DenyLists>,
     /// `facilitator.receiver_authorizer_key_file`'s key, when configured.
@@ -93,108 +76,44 @@ pub struct Facilitator {
 }
 
 impl Facilitator {
-    /// The facilitator `f` configures, each family with its keys: the EVM signers when an EVM
-    /// network is served, Solana's clusters and fee payers when a Solana one is (a facilitator
-    /// serving one family needs no key of the other). `chains` are the connected EVM chains.
+    /// The facilitator `f` configures: what every family shares, then each family's mechanisms
+    /// with its own keys (`registry::FAMILIES`; a facilitator serving one family needs no key of
+    /// another). `chains` are the connected chains of `[chains]`.
     pub fn configured(
         settings: &Settings,
         f: &FacilitatorSettings,
         chains: &BTreeMap<String, Arc<Chain>>,
         store: Storage,
-        lease: evm::LeaseSettings,
     ) -> Result<Self, SetupError> {
-        let signers = match f.evm_networks().next() {
-            Some(_) => load_signers(&f.signer_key_file)?
-                .into_iter()
-                .map(Arc::new)
-                .collect(),
-            None => Vec::new(),
-        };
         // Not a signer: it signs authorizations, never a transaction, and gets no lane.
-        let receiver_authorizer = load_authorizer(&f.receiver_authorizer_key_file)?;
-        let keys = FacilitatorKeys {
-            signers,
-            receiver_authorizer,
-        };
-        let svm = svm::SvmExact::configured(f, &settings.solana_chains)?;
-        Self::new(f, &settings.chains, chains, keys, svm, store, lease)
-    }
-
-    pub fn new(
-        settings: &FacilitatorSettings,
-        chain_settings: &BTreeMap<String, ChainSettings>,
-        chains: &BTreeMap<String, Arc<Chain>>,
-        keys: FacilitatorKeys,
-        svm: Option<svm::SvmExact>,
-        store: Storage,
-        lease: evm::LeaseSettings,
-    ) -> Result<Self, SetupError> {
-        let FacilitatorKeys {
-            signers,
-            receiver_authorizer,
-        } = keys;
-        let deny_list = load_deny_list(settings)?;
-        let svm = svm.map(|svm| svm.deny(deny_list.clone()));
+        let receiver_authorizer = load_authorizer(&f.receiver_authorizer_key_file)?.map(Arc::new);
+        let deny_list = load_deny_list(f)?;
         let cooldown = Arc::new(Cooldown::new(
-            Duration::from_secs(settings.revert_cooldown_secs),
+            Duration::from_secs(f.revert_cooldown_secs),
             store.clone(),
         ));
-        let (networks, lanes) = evm_networks(settings, chain_settings, chains, &signers, &cooldown);
-        let v2_networks = settings.serves_version(2).then(|| {
-            networks
-                .iter()
-                .map(|n| (n.chain.settings.chain_id, n.name.clone()))
-                .collect()
-        });
-        let catalogue = Catalogue::new(settings, store.clone());
-        let verifier = Arc::new(
-            Verifier::new(
-                networks,
-                deny_list.clone(),
-                cooldown.clone(),
-                settings.max_signature_bytes,
-            )
-            .allow_http_resource(settings.allow_http_resource)
-            .erc6492_factories(settings.erc6492_factories()?)
-            .signers(signers.iter().map(|s| s.address).collect()),
-        );
-        let settler = evm::settle::Settler::new(
-            verifier.clone(),
-            store.clone(),
-            lanes,
-            Duration::from_secs(settings.settle_timeout_secs),
-            Duration::from_secs(settings.retention_days * 86_400),
-            lease,
-        );
-        let svm = svm.map(|svm| Arc::new(svm.answer_times(settler.answer_times().clone())));
-        let evm = EvmExact {
-            verifier: verifier.clone(),
-            settler: settler.clone(),
-            serves_v1: settings.serves_version(1),
-            v2_networks: v2_networks.clone(),
-            catalogue: catalogue.clone(),
-            signers: signers.iter().map(|s| s.address).collect(),
-        };
-        let receiver_authorizer = receiver_authorizer.map(Arc::new);
-        let batch = settings.batch_settlement.then(|| {
-            let networks = v2_networks.clone().unwrap_or_default();
-            let authorizer = receiver_authorizer.clone();
-            let max_calls = settings.batch_max_calls_per_tx;
-            evm::batch::EvmBatch::new(&verifier, &settler, networks, authorizer, max_calls, &store)
-        });
-        let registry = registry(settings, evm, batch, svm.clone(), &store, &cooldown);
+        let catalogue = Catalogue::new(f, store.clone());
+        let answer_times = AnswerTimes::default();
+        let registry = Registry::configured(&Setup {
+            settings,
+            facilitator: f,
+            chains,
+            store: &store,
+            cooldown: &cooldown,
+            deny_list: &deny_list,
+            answer_times: &answer_times,
+            catalogue: &catalogue,
+            receiver_authorizer: &receiver_authorizer,
+        })?;
         Ok(Self {
-            verifier,
-            settler,
-            max_batch: settings.max_batch,
-            serves_v1: settings.serves_version(1),
-            v2_networks,
+            max_batch: f.max_batch,
+            serves_v1: f.serves_version(1),
+            serves_v2: f.serves_version(2),
             cooldown,
-            svm,
+            answer_times,
             ledger: store,
             registry,
             catalogue,
-            funds: readiness::KeptFunds::default(),
             deny_list,
             receiver_authorizer,
         })
@@ -309,7 +228,7 @@ impl Facilitator {
 
     /// Whether a v2 request may be parsed as v2 at all (`facilitator.x402_versions`).
     pub fn serves_v2(&self) -> bool {
-        self.v2_networks.is_some()
+        self.serves_v2
     }
 
     /// The discovery catalogue, when on.
@@ -334,8 +253,10 @@ impl Facilitator {
         }
     }
 
+    /// Settlements answered with success whose transaction can no longer land, of every
+    /// mechanism.
     pub fn lost_settlements(&self) -> u64 {
-        self.settler.lost_settlements()
+        self.registry.mechanisms().map(|m| m.lost()).sum()
     }
 
     /// Payers refused by this instance since start because a settlement of theirs reverted on
@@ -344,72 +265,26 @@ impl Facilitator {
         self.cooldown.imposed()
     }
 
-    /// Block-to-answer times of both families' settlements.
-    pub fn answer_times(&self) -> &settlement::answer_times::AnswerTimes {
-        self.settler.answer_times()
+    /// Block-to-answer times of every family's settlements.
+    pub fn answer_times(&self) -> &AnswerTimes {
+        &self.answer_times
     }
 
     pub fn max_batch(&self) -> usize {
         self.max_batch
     }
 
-    pub fn lanes(&self) -> impl Iterator<Item = &Arc<Lane>> {
-        self.settler.lanes().all()
+    /// Who sends each mechanism's settlements, each as `network:key`.
+    pub fn senders(&self) -> Vec<String> {
+        self.registry
+            .mechanisms()
+            .flat_map(|m| m.senders())
+            .collect()
     }
 
+    /// Settle requests waiting on a settlement now, of every mechanism.
     pub fn pending_settlements(&self) -> usize {
-        self.settler.pending_settlements()
-    }
-}
-
-/// A lane, and the queue its worker takes settlements from.
-type LaneQueue = (Arc<Lane>, mpsc::Receiver<EvmRecord>);
-
-/// The served EVM networks, and a lane per signer on each.
-fn evm_networks(
-    settings: &FacilitatorSettings,
-    chain_settings: &BTreeMap<String, ChainSettings>,
-    chains: &BTreeMap<String, Arc<Chain>>,
-    signers: &[Arc<Signer>],
-    cooldown: &Arc<Cooldown>,
-) -> (Vec<Network>, Vec<LaneQueue>) {
-    let mut networks = Vec::new();
-    let mut lanes = Vec::new();
-    for name in settings.evm_networks() {
-        let chain = chains[name].clone();
-        let tokens = chain_settings[name]
-            .tokens
-            .values()
-            .map(|t| token_info(t, chain.settings.chain_id))
-            .collect();
-        let settings = lane_settings(&chain, settings.bump_after_blocks);
-        for signer in signers {
-            lanes.push(Lane::new(
-                chain.clone(),
-                signer.clone(),
-                settings.clone(),
-                cooldown.clone(),
-            ));
-        }
-        networks.push(Network {
-            permit2_domain: permit2::domain_separator(chain.settings.chain_id),
-            name: name.clone(),
-            chain,
-            tokens,
-            settle_gas: OnceLock::new(),
-        });
-    }
-    (networks, lanes)
-}
-
-fn lane_settings(chain: &Chain, bump_after_blocks: u64) -> LaneSettings {
-    LaneSettings {
-        confirmations: chain.settings.confirmations,
-        finality_depth: chain.settings.finality_depth,
-        bump_after_blocks,
-        max_fee_per_gas: chain.fee_cap(),
-        max_settlement_cost: chain.settings.max_settlement_cost(),
-        operator_caps: chain.settings.operator_fee_caps(),
+        self.registry.mechanisms().map(|m| m.pending()).sum()
     }
 }
 
@@ -420,46 +295,4 @@ fn load_deny_list(settings: &FacilitatorSettings) -> Result<Arc<DenyLists>, Setu
         tracing::info!("facilitator.deny_list_file: {summary}");
     }
     Ok(Arc::new(deny_list))
-}
-
-fn token_info(token: &crate::config::TokenSettings, chain_id: u64) -> TokenInfo {
-    let address: Address = token.address.parse().expect("validated by config");
-    TokenInfo {
-        address,
-        domain_separator: erc3009::domain_separator(
-            &token.eip712_name,
-            &token.eip712_version,
-            chain_id,
-            address,
-        ),
-        eip712_name: token.eip712_name.clone(),
-        eip712_version: token.eip712_version.clone(),
-        eip3009: token.transfer_methods.contains(&TransferMethod::Eip3009),
-        permit2: token.transfer_methods.contains(&TransferMethod::Permit2),
-    }
-}
-
-/// The table of mechanisms: EVM's, and Solana's (which answers `invalid_network` while no
-/// Solana network is served).
-fn registry(
-    settings: &FacilitatorSettings,
-    evm: EvmExact,
-    batch: Option<evm::batch::EvmBatch>,
-    svm: Option<Arc<svm::SvmExact>>,
-    store: &Storage,
-    cooldown: &Arc<Cooldown>,
-) -> Registry {
-    let svm = SvmMechanism {
-        exact: svm,
-        ledger: store.clone(),
-        cooldown: cooldown.clone(),
-        settle_timeout: Duration::from_secs(settings.settle_timeout_secs),
-        serves_v1: settings.serves_version(1),
-        serves_v2: settings.serves_version(2),
-    };
-    let schemes = batch.map(|b| -> Arc<dyn Mechanism> { Arc::new(b) });
-    Registry::new(
-        vec![Arc::new(evm), Arc::new(svm)],
-        schemes.into_iter().collect(),
-    )
 }

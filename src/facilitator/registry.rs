@@ -8,25 +8,62 @@
 //! network, version or scheme in that family's words (`invalid_network` for a cluster not
 //! served), and a network of no served namespace to the first family's, as unserved.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::deny_list::DenyLists;
+use super::discovery::Catalogue;
 use super::evm::exact as evm;
 use super::mechanism::{Mechanism, Payee, Payment, StatusLookup};
+use super::settlement::answer_times::AnswerTimes;
+use super::settlement::cooldown::Cooldown;
 use super::svm::mechanism as svm;
+use super::SetupError;
+use crate::chain::Chain;
+use crate::config::{FacilitatorSettings, Settings};
+use crate::signer::Authorizer;
+use crate::store::Storage;
 
 /// A family as routerd knows it before any is configured: how an API key's `pay_to` entry and
-/// an x402 v1 network name read in its spelling.
+/// an x402 v1 network name read in its spelling, and how the configuration makes its mechanisms.
 pub struct Declared {
     /// An API key's `pay_to` entry as this family reads it, if it does.
     pub payee: fn(&str) -> Option<Payee>,
     /// This family's namespace for a network name of its own spelling, served or not (its body
     /// is then read in its shape, and refused by its rules).
     pub names: fn(&str) -> Option<&'static str>,
+    /// Its mechanisms as `Setup` configures them: the family's own first (it serves the
+    /// family's status route and refuses what no mechanism of it serves), then its further
+    /// schemes'. It loads its own keys and reads its own sections.
+    pub build: fn(&Setup) -> Built,
 }
 
+/// A family's mechanisms as built, its own first.
+pub type Built = Result<Vec<Arc<dyn Mechanism>>, SetupError>;
+
 /// Every family routerd has, in the order their status routes are named and their readings
-/// tried; the first one's rules refuse a network no family names.
+/// tried; the first one's rules refuse a network no family names. A new family is its rooms
+/// and a line here.
 pub(crate) static FAMILIES: &[Declared] = &[evm::DECLARED, svm::DECLARED];
+
+/// What every family builds its mechanisms from: the configuration, the connected chains of
+/// `[chains]`, and what the families' settlements share.
+pub struct Setup<'a> {
+    pub settings: &'a Settings,
+    pub facilitator: &'a FacilitatorSettings,
+    pub chains: &'a BTreeMap<String, Arc<Chain>>,
+    pub store: &'a Storage,
+    /// Payers refused after a settlement of theirs reverted.
+    pub cooldown: &'a Arc<Cooldown>,
+    /// `facilitator.deny_list_file`, which every family reads.
+    pub deny_list: &'a Arc<DenyLists>,
+    /// Where every family counts its block-to-answer times.
+    pub answer_times: &'a AnswerTimes,
+    /// The discovery catalogue, when on.
+    pub catalogue: &'a Option<Arc<Catalogue>>,
+    /// `facilitator.receiver_authorizer_key_file`'s key, when configured.
+    pub receiver_authorizer: &'a Option<Arc<Authorizer>>,
+}
 
 /// A kind of payment a mechanism serves.
 struct Kind {
@@ -44,11 +81,19 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// The table of `families`' mechanisms, in `FAMILIES`' order, and of `schemes` (mechanisms of
-    /// a family's further schemes, found by their family's status route), each serving the
-    /// kinds it lists.
-    pub fn new(families: Vec<Arc<dyn Mechanism>>, schemes: Vec<Arc<dyn Mechanism>>) -> Self {
-        let mechanisms: Vec<_> = families.iter().chain(&schemes).cloned().collect();
+    /// The table of every family's mechanisms `setup` configures, in `FAMILIES`' order.
+    pub fn configured(setup: &Setup) -> Result<Self, SetupError> {
+        let built = FAMILIES.iter().map(|family| (family.build)(setup));
+        Ok(Self::new(built.collect::<Result<_, _>>()?))
+    }
+
+    /// The table of `built`, each family's mechanisms with its own first: the families' come
+    /// first (they serve their status routes), then their further schemes' (found by their
+    /// family's route), each serving the kinds it lists.
+    fn new(built: Vec<Vec<Arc<dyn Mechanism>>>) -> Self {
+        let families: Vec<_> = built.iter().filter_map(|b| b.first()).cloned().collect();
+        let schemes = built.iter().flat_map(|b| b.iter().skip(1));
+        let mechanisms: Vec<_> = families.iter().chain(schemes).cloned().collect();
         let kinds = mechanisms
             .iter()
             .flat_map(|m| {

@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 use super::wire_errors::{json_response, text_response};
 use super::{App, Services};
 use crate::chain::{self, Answering, Chain, ChainClient};
-use crate::facilitator::readiness::{FeePayerFunds, Funding, SignerFunds};
+use crate::facilitator::readiness::{Funds, Role};
 use crate::facilitator::Facilitator;
 use crate::guard::Guard;
 use crate::router::served::served;
@@ -297,14 +297,10 @@ pub async fn ready(services: &Services) -> HttpResponse {
         .filter_map(|(chain, r)| silence_problem(chain, r.answering))
         .collect();
     let watchers = chains.iter().filter_map(|(_, r)| r.watcher_down);
-    let lanes = facilitator
-        .iter()
-        .flat_map(|f| f.lanes_down.iter().copied());
-    problems.extend(watchers.chain(lanes).map(guard_problem));
-    let signers = facilitator.iter().flat_map(|f| &f.signers);
-    problems.extend(signers.filter_map(funding_problem));
-    let fee_payers = facilitator.iter().flat_map(|f| &f.fee_payers);
-    problems.extend(fee_payers.filter_map(fee_payer_problem));
+    let down = facilitator.iter().flat_map(|f| f.down.iter().copied());
+    problems.extend(watchers.chain(down).map(guard_problem));
+    let funds = facilitator.iter().flat_map(|f| &f.funds);
+    problems.extend(funds.filter_map(funding_problem));
     // Not a readiness condition: batch mode is slower, not wrong. Shown so operators see it.
     let read_modes: serde_json::Map<String, Value> = chains
         .iter()
@@ -337,40 +333,19 @@ fn guard_problem(guard: &Guard) -> Value {
     json!({"task": guard.what(), "problem": format!("its last step panicked ({} so far); it runs again at the next", guard.panics())})
 }
 
-fn funding_problem(signer: &SignerFunds) -> Option<Value> {
-    match signer.funding() {
-        Funding::Enough => None,
-        Funding::Short { balance, needed } => Some(json!({
-            "signer": signer.address, "network": signer.network,
-            "problem": format!("balance {balance} wei is below {needed} wei needed for one settlement"),
-        })),
-        Funding::Unknown => Some(
-            json!({"signer": signer.address, "network": signer.network, "problem": "balance unknown: chain unreachable"}),
-        ),
-    }
+/// A key that cannot pay for a settlement, named as its family spells it.
+fn funding_problem(funds: &Funds) -> Option<Value> {
+    let problem = funds.problem.as_ref()?;
+    Some(json!({"signer": funds.key, "network": funds.network, "problem": problem}))
 }
 
-/// A Solana fee payer is named by its public key, as `/supported` names it.
-fn fee_payer_problem(funds: &FeePayerFunds) -> Option<Value> {
-    let (signer, network) = (funds.fee_payer.to_string(), funds.network);
-    match funds.funding() {
-        Funding::Enough => None,
-        Funding::Short { balance, needed } => Some(json!({
-            "signer": signer, "network": network,
-            "problem": format!("balance {balance} lamports is below {needed} lamports needed for one settlement and the rent-exempt minimum"),
-        })),
-        Funding::Unknown => Some(
-            json!({"signer": signer, "network": network, "problem": "balance unknown: cluster unreachable"}),
-        ),
-    }
-}
-
-/// The background loops whose last step panicked (see `guard`): head watchers, then lanes.
+/// The background loops whose last step panicked (see `guard`): head watchers, then the
+/// facilitator's (its signer lanes).
 pub fn guards_down(services: &Services) -> Vec<&Guard> {
     let watchers = services.chains.values().map(|c| &*c.head.guard);
     let watchers = watchers.filter(|g| g.is_down());
-    let lanes = services.facilitator.iter().flat_map(|f| f.lanes_down());
-    watchers.chain(lanes).collect()
+    let down = services.facilitator.iter().flat_map(|f| f.down());
+    watchers.chain(down).collect()
 }
 
 pub async fn metrics(app: &App) -> HttpResponse {
@@ -437,28 +412,32 @@ impl Metrics {
         self.revert_cooldowns
             .inner()
             .store(facilitator.revert_cooldowns(), Ordering::Relaxed);
-        for signer in facilitator.signer_funds().await {
-            let labels = SignerLabels {
-                network: signer.network,
-                signer: signer.address,
-            };
-            if let Some(balance) = signer.balance {
-                self.signer_balance
-                    .get_or_create(&labels)
-                    .set(u256_to_f64(balance));
-            }
-            if let Some(nonce) = signer.nonce {
-                self.signer_nonce.get_or_create(&labels).set(nonce as i64);
-            }
+        for funds in facilitator.funds().await {
+            self.record_funds(funds);
         }
-        for funds in facilitator.fee_payer_funds().await {
-            let labels = SignerLabels {
-                network: funds.network.to_string(),
-                signer: funds.fee_payer.to_string(),
-            };
-            if let Some(balance) = funds.balance {
-                let balance = i64::try_from(balance).unwrap_or(i64::MAX);
-                self.fee_payer_balance.get_or_create(&labels).set(balance);
+    }
+
+    /// A key's balance and nonce, under its role's metrics.
+    fn record_funds(&self, funds: Funds) {
+        let labels = SignerLabels {
+            network: funds.network,
+            signer: funds.key,
+        };
+        match funds.role {
+            Role::Signer => {
+                if let Some(balance) = funds.balance {
+                    let gauge = self.signer_balance.get_or_create(&labels);
+                    gauge.set(u256_to_f64(balance));
+                }
+                if let Some(nonce) = funds.nonce {
+                    self.signer_nonce.get_or_create(&labels).set(nonce as i64);
+                }
+            }
+            Role::FeePayer => {
+                if let Some(balance) = funds.balance {
+                    let balance = i64::try_from(balance).unwrap_or(i64::MAX);
+                    self.fee_payer_balance.get_or_create(&labels).set(balance);
+                }
             }
         }
     }

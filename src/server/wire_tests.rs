@@ -271,33 +271,21 @@ fn unserved(v1: &str) -> Vec<(&'static str, &'static str, String)> {
 #[tokio::test]
 async fn answers_with_a_facilitator() {
     let store = temp_store("f").await;
-    let chain_settings: crate::config::ChainSettings = toml::from_str(
-        "chain_id = 10\nkind = \"l2\"\nrpc_urls = [\"http://127.0.0.1:9\"]\n[tokens.usdc]\naddress = \"0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913\"\neip712_name = \"USD Coin\"\neip712_version = \"2\"",
-    )
-    .expect("chain settings");
-    let chain = Chain::new("silent", &chain_settings).expect("a chain");
+    let key_file = std::env::temp_dir().join(format!("routerd-wire-{}.key", std::process::id()));
+    std::fs::write(&key_file, crate::testing::ANVIL_KEY_0).expect("a key file");
+    let settings: crate::config::Settings = toml::from_str(&format!(
+        "[chains.silent]\nchain_id = 10\nkind = \"l2\"\nrpc_urls = [\"http://127.0.0.1:9\"]\n[chains.silent.tokens.usdc]\naddress = \"0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913\"\neip712_name = \"USD Coin\"\neip712_version = \"2\"\n[facilitator]\nnetworks = [\"silent\"]\nx402_versions = [1, 2]\nsigner_key_file = {:?}\n[storage]\ninstance_id = \"test\"\nlease_ttl_secs = 60",
+        key_file.display().to_string()
+    ))
+    .expect("settings");
+    let chain = Chain::new("silent", &settings.chains["silent"]).expect("a chain");
     let chains = BTreeMap::from([("silent".to_string(), chain)]);
-    let settings: crate::config::FacilitatorSettings =
-        toml::from_str("networks = [\"silent\"]\nx402_versions = [1, 2]")
-            .expect("facilitator settings");
-    let signer =
-        Arc::new(crate::signer::Signer::from_hex(crate::testing::ANVIL_KEY_0).expect("a key"));
-    let facilitator = Facilitator::new(
-        &settings,
-        &BTreeMap::from([("silent".to_string(), chain_settings)]),
-        &chains,
-        crate::facilitator::FacilitatorKeys {
-            signers: vec![signer],
-            receiver_authorizer: None,
-        },
-        None,
-        store,
-        crate::facilitator::evm::LeaseSettings {
-            holder: "test".to_string(),
-            ttl: std::time::Duration::from_secs(60),
-        },
-    )
-    .expect("a facilitator");
+    let f = settings
+        .facilitator
+        .as_ref()
+        .expect("a facilitator section");
+    let facilitator = Facilitator::configured(&settings, f, &chains, store).expect("a facilitator");
+    std::fs::remove_file(&key_file).ok();
     let app = Arc::new(test_app(None, Some(Arc::new(facilitator)), chains));
     let listeners = start(&test_settings(), app).await.expect("listening");
     let address = listeners[0].address;

@@ -12,12 +12,14 @@ use ethers_core::types::Address;
 use ethers_core::utils::to_checksum;
 
 use super::lower::{lower_v1, lower_v2};
+use super::readiness::{signer_funds, SignerFunds};
 use super::request::Request;
 use super::settle::{Begun, Settler};
 use super::verify::Verifier;
 use crate::chain::Budget;
 use crate::evm::{self as leaf, parse_address};
 use crate::facilitator::discovery::Catalogue;
+use crate::facilitator::funds::Kept;
 use crate::facilitator::mechanism::{
     Answer, Found, Later, Mechanism, Payee, Payment, StatusLookup,
 };
@@ -25,10 +27,12 @@ use crate::facilitator::outcome::{Invalid, SettleError, Settled};
 use crate::facilitator::protocol::read::read_value;
 use crate::facilitator::protocol::v1::{self, SettleResponse, VerifyResponse};
 use crate::facilitator::protocol::values::Payload;
-use crate::facilitator::protocol::{self, eip2612, v2};
+use crate::facilitator::protocol::{eip2612, v2};
+use crate::facilitator::readiness::Funds;
 use crate::facilitator::registry::Declared;
 use crate::facilitator::settlement::ClaimOn;
 use crate::facilitator::types::SupportedKind;
+use crate::guard::Guard;
 use crate::ledger::{Asking, PaymentKey, Reason};
 use crate::store::StoreError;
 
@@ -37,15 +41,17 @@ pub const NAMESPACE: &str = "eip155";
 
 /// The EVM mechanism: the verifier and the settle pipeline it hands payments to.
 pub struct EvmExact {
-    pub(crate) verifier: Arc<Verifier>,
-    pub(crate) settler: Arc<Settler>,
-    pub(crate) serves_v1: bool,
+    pub(super) verifier: Arc<Verifier>,
+    pub(super) settler: Arc<Settler>,
+    pub(super) serves_v1: bool,
     /// Served chain ids and their configured network names, when x402 v2 is served.
-    pub(crate) v2_networks: Option<BTreeMap<u64, String>>,
+    pub(super) v2_networks: Option<BTreeMap<u64, String>>,
     /// The discovery catalogue, when on (`facilitator.discovery`, with v2 served).
-    pub(crate) catalogue: Option<Arc<Catalogue>>,
+    pub(super) catalogue: Option<Arc<Catalogue>>,
     /// The signers' addresses, in their configured order.
-    pub(crate) signers: Vec<Address>,
+    pub(super) signers: Vec<Address>,
+    /// The signers' funds as last read on each network.
+    pub(super) funds: Kept<SignerFunds>,
 }
 
 impl EvmExact {
@@ -201,6 +207,7 @@ impl EvmExact {
 pub const DECLARED: Declared = Declared {
     payee,
     names: |_| None,
+    build: super::family::build,
 };
 
 pub fn payee(text: &str) -> Option<Payee> {
@@ -342,6 +349,36 @@ impl Mechanism for EvmExact {
         Box::pin(self.settler.surrender_lanes())
     }
 
+    /// Every signer on every network, with its balance and pending nonce as last read.
+    fn funds(&self) -> Later<'_, Vec<Funds>> {
+        Box::pin(async {
+            let lanes = self.settler.lanes().all();
+            let funds = signer_funds(lanes, &self.funds).await;
+            funds.iter().map(SignerFunds::report).collect()
+        })
+    }
+
+    /// The signer lanes whose worker's last step panicked.
+    fn down(&self) -> Vec<&Guard> {
+        let guards = self.settler.lanes().all().map(|l| &l.guard);
+        guards.filter(|g| g.is_down()).collect()
+    }
+
+    fn senders(&self) -> Vec<String> {
+        let lanes = self.settler.lanes().all();
+        lanes
+            .map(|l| format!("{}:{:?}", l.network(), l.signer_address()))
+            .collect()
+    }
+
+    fn pending(&self) -> usize {
+        self.settler.pending_settlements()
+    }
+
+    fn lost(&self) -> u64 {
+        self.settler.lost_settlements()
+    }
+
     fn read_direct(&self, version: u64, bytes: &[u8]) -> Option<Box<dyn Payment + '_>> {
         let request = EvmRequest::read_direct(version, bytes)?;
         Some(Box::new(Served {
@@ -447,7 +484,7 @@ impl StatusLookup for Status<'_> {
             let found = self.exact.settler.status(&self.key).await?;
             // Its key is an EVM one: so is the record stored under it.
             Ok(found.and_then(|(record, head)| {
-                let status = protocol::status::answer(&record, record.evm()?, head);
+                let status = super::status::answer(&record, record.evm()?, head);
                 Some(Found {
                     state: status.state.to_string(),
                     body: serde_json::to_vec(&status).expect("status answers serialize"),

@@ -209,7 +209,8 @@ pub struct Lanes {
 }
 
 impl Lanes {
-    pub fn new(lanes: Vec<Arc<Lane>>) -> Self {
+    /// The lanes, answering into `answer_times`.
+    pub fn new(lanes: Vec<Arc<Lane>>, answer_times: AnswerTimes) -> Self {
         let mut by_network: HashMap<String, Vec<Arc<Lane>>> = HashMap::new();
         for lane in lanes {
             by_network
@@ -220,7 +221,7 @@ impl Lanes {
         Self {
             by_network,
             lost: AtomicU64::new(0),
-            answer_times: AnswerTimes::default(),
+            answer_times,
         }
     }
 

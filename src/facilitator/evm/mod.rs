@@ -5,6 +5,7 @@
 pub mod batch;
 pub mod contracts;
 pub mod exact;
+pub mod family;
 mod follower;
 mod front_run;
 pub(crate) mod inclusions;
@@ -13,8 +14,10 @@ mod lease;
 mod ledger_nonce;
 pub mod lens;
 pub mod lower;
+mod readiness;
 pub mod request;
 pub mod settle;
+mod status;
 pub mod verify;
 mod worker;
 

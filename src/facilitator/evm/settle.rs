@@ -72,11 +72,13 @@ impl Settler {
         settle_timeout: Duration,
         retention: Duration,
         lease: LeaseSettings,
+        answer_times: AnswerTimes,
     ) -> Arc<Self> {
+        let handles = lanes.iter().map(|(l, _)| l.clone()).collect();
         Arc::new(Self {
             verifier,
             ledger,
-            lanes: Arc::new(Lanes::new(lanes.iter().map(|(l, _)| l.clone()).collect())),
+            lanes: Arc::new(Lanes::new(handles, answer_times)),
             waiters: Arc::new(Waiters::default()),
             queues: Mutex::new(lanes),
             settle_timeout,
@@ -397,10 +399,6 @@ impl Settler {
     /// Settlements answered as successful whose transaction can no longer land.
     pub fn lost_settlements(&self) -> u64 {
         self.lanes.lost()
-    }
-
-    pub fn answer_times(&self) -> &AnswerTimes {
-        self.lanes.answer_times()
     }
 
     /// Verify's chain rules and the settlement call tried, in one request: the call and gas

@@ -6,7 +6,6 @@
 
 pub mod eip2612;
 pub mod read;
-pub mod status;
 pub mod v1;
 pub mod v2;
 pub mod values;

@@ -8,19 +8,22 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::wire::{self, Refused, SvmRequest};
+use super::readiness::{fee_payer_funds, FeePayerFunds};
+use super::wire::{self, Refused, SvmRequest, SvmSettlementStatus};
 use super::{cooled_down, payment_key, SvmExact, SvmNetwork, SvmSettled, Version};
 use crate::chain::Budget;
 use crate::chain::ChainClient;
+use crate::facilitator::funds::Kept;
 use crate::facilitator::mechanism::{
     Answer, Found, Later, Mechanism, Payee, Payment, StatusLookup,
 };
 use crate::facilitator::outcome::{Invalid, SettleError};
 use crate::facilitator::protocol::read::read_value;
 use crate::facilitator::protocol::v1::{SettleResponse, VerifyResponse};
-use crate::facilitator::registry::Declared;
+use crate::facilitator::readiness::Funds;
+use crate::facilitator::registry::{Built, Declared, Setup};
 use crate::facilitator::settlement::cooldown::Cooldown;
-use crate::facilitator::types::{SupportedKind, SvmSettlementStatus};
+use crate::facilitator::types::SupportedKind;
 use crate::ledger::{Asking, Reason, SvmRecord};
 use crate::store::{Storage, StoreError};
 use crate::svm::{Pubkey, Signature};
@@ -32,7 +35,29 @@ pub const NAMESPACE: &str = "solana";
 pub const DECLARED: Declared = Declared {
     payee,
     names: spelled,
+    build,
 };
+
+/// The Solana mechanism `setup` configures: its clusters and fee payers when a Solana network is
+/// served (a facilitator serving none needs no fee payer key), else one that refuses every
+/// Solana network as unserved.
+fn build(setup: &Setup) -> Built {
+    let f = setup.facilitator;
+    let exact = SvmExact::configured(f, &setup.settings.solana_chains)?.map(|exact| {
+        let exact = exact.deny(setup.deny_list.clone());
+        Arc::new(exact.answer_times(setup.answer_times.clone()))
+    });
+    let mechanism = SvmMechanism {
+        exact,
+        ledger: setup.store.clone(),
+        cooldown: setup.cooldown.clone(),
+        settle_timeout: Duration::from_secs(f.settle_timeout_secs),
+        serves_v1: f.serves_version(1),
+        serves_v2: f.serves_version(2),
+        funds: Kept::default(),
+    };
+    Ok(vec![Arc::new(mechanism)])
+}
 
 /// Solana's namespace for a network named in its spelling (`solana`, `solana-<cluster>`,
 /// `solana:<genesis>`), whether or not routerd knows or serves the cluster.
@@ -46,13 +71,15 @@ fn spelled(network: &str) -> Option<&'static str> {
 /// the EVM ones (the store, the revert cooldown).
 pub struct SvmMechanism {
     /// Solana's `exact`, when a Solana network is served.
-    pub(crate) exact: Option<Arc<SvmExact>>,
-    pub(crate) ledger: Storage,
-    pub(crate) cooldown: Arc<Cooldown>,
+    exact: Option<Arc<SvmExact>>,
+    ledger: Storage,
+    cooldown: Arc<Cooldown>,
     /// The longest a settle waits for its outcome (`facilitator.settle_timeout_secs`).
-    pub(crate) settle_timeout: Duration,
-    pub(crate) serves_v1: bool,
-    pub(crate) serves_v2: bool,
+    settle_timeout: Duration,
+    serves_v1: bool,
+    serves_v2: bool,
+    /// The fee payers' lamports as last read on each cluster.
+    funds: Kept<FeePayerFunds>,
 }
 
 impl SvmMechanism {
@@ -293,6 +320,17 @@ impl Mechanism for SvmMechanism {
                 .filter_map(|r| SvmRecord::try_from(r).ok())
                 .collect();
             Ok(exact.resume(&self.ledger, &self.cooldown, records))
+        })
+    }
+
+    /// Every fee payer on every served cluster, with its lamports as last read.
+    fn funds(&self) -> Later<'_, Vec<Funds>> {
+        Box::pin(async {
+            let Some(exact) = &self.exact else {
+                return Vec::new();
+            };
+            let funds = fee_payer_funds(exact, &self.funds).await;
+            funds.iter().map(FeePayerFunds::report).collect()
         })
     }
 

@@ -7,6 +7,7 @@
 pub mod fee_payer;
 mod follower;
 pub mod mechanism;
+mod readiness;
 mod settle;
 pub mod wire;
 
@@ -194,7 +195,7 @@ impl SvmExact {
         if f.solana_networks().is_empty() {
             return Ok(None);
         }
-        let fee_payers = FeePayers::load(&f.svm_fee_payer_key_file)?;
+        let fee_payers = FeePayers::load(&f.svm_fee_payer_key_file).map_err(SetupError::family)?;
         let networks =
             SvmNetwork::configured(f, chains).map_err(|(name, e)| SetupError::Chain(name, e))?;
         Ok(Some(SvmExact::new(networks, fee_payers)))

@@ -6,7 +6,7 @@
 
 use std::str::FromStr;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 
 use super::{Failure, Party, Payment, SvmExact, SvmNetwork, SvmSettled, Verified, Version};
@@ -14,7 +14,7 @@ use crate::facilitator::outcome::SettleError;
 use crate::facilitator::outcome::{Field, Invalid, Spelling};
 use crate::facilitator::protocol::v1::{self, SettleResponse, VerifyResponse};
 use crate::facilitator::protocol::v2;
-use crate::facilitator::types::{StatusOutcome, SvmSettlementStatus};
+use crate::facilitator::types::StatusOutcome;
 use crate::ledger::{Reason, Record, State};
 use crate::svm::{PaymentTransaction, Pubkey, Refusal};
 
@@ -280,6 +280,32 @@ fn v1_settle_failure(state: &State) -> &'static str {
         State::Landed { .. } => "settle_exact_svm_transaction_failed",
         _ => "settle_exact_svm_block_height_exceeded",
     }
+}
+
+/// `GET /settlements/{network}/{signature}`: what happened to one Solana payment.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SvmSettlementStatus {
+    /// The v1 name of the network.
+    pub network: String,
+    /// The transaction's signature (base58): the fee payer's.
+    pub signature: String,
+    /// pending (stored, signed, sent or about to be), final, failed or expired.
+    pub state: &'static str,
+    /// The slot it landed in, once it reached the commitment.
+    pub slot: Option<u64>,
+    /// Slots confirmed above it, as the cluster answers now; `None` once the cluster has rooted
+    /// (finalized) it, while it is unknown there, or when the cluster cannot be reached.
+    pub confirmations: Option<u64>,
+    pub payer: String,
+    pub pay_to: String,
+    /// The amount in the mint's smallest unit, as a decimal string.
+    pub amount: String,
+    pub mint: String,
+    /// The payer's x402 v2 `payment-identifier` id, when its payload carried one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payment_identifier: Option<String>,
+    pub outcome: Option<StatusOutcome>,
 }
 
 /// The status route's answer for a stored Solana settlement (v1's reason names, as the EVM

@@ -14,6 +14,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 
 use super::{ready, Metrics, SignerLabels};
+use crate::facilitator::readiness::Role;
 use crate::facilitator::settlement::answer_times::{ByFamily, FamilyLabel};
 use crate::facilitator::Facilitator;
 use crate::server::App;
@@ -149,26 +150,19 @@ impl Metrics {
 
     async fn record_settlements_left(&self, facilitator: &Facilitator) {
         let gauge = |left: u64| i64::try_from(left).unwrap_or(i64::MAX);
-        for funds in facilitator.signer_funds().await {
-            let left = funds.settlements_left();
+        for funds in facilitator.funds().await {
+            let Some(left) = funds.settlements_left else {
+                continue;
+            };
+            let family = match funds.role {
+                Role::Signer => &self.health.signer_settlements_left,
+                Role::FeePayer => &self.health.fee_payer_settlements_left,
+            };
             let labels = SignerLabels {
                 network: funds.network,
-                signer: funds.address,
+                signer: funds.key,
             };
-            if let Some(left) = left {
-                let family = &self.health.signer_settlements_left;
-                family.get_or_create(&labels).set(gauge(left));
-            }
-        }
-        for funds in facilitator.fee_payer_funds().await {
-            let labels = SignerLabels {
-                network: funds.network.to_string(),
-                signer: funds.fee_payer.to_string(),
-            };
-            if let Some(left) = funds.settlements_left() {
-                let family = &self.health.fee_payer_settlements_left;
-                family.get_or_create(&labels).set(gauge(left));
-            }
+            family.get_or_create(&labels).set(gauge(left));
         }
     }
 }

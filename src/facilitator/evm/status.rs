@@ -1,10 +1,44 @@
-//! The status route's answer (`GET /settlements/...`): a record as callers see it. The route
-//! speaks no x402 version; its reason names are v1's settle names, which v2 shares.
+//! The EVM status route's answer (`GET /settlements/{network}/{asset}/{from}/{nonce}`): a record
+//! as callers see it. The route speaks no x402 version; its reason names are v1's settle names,
+//! which v2 shares.
 
-use super::v1;
+use serde::Serialize;
+
 use crate::evm;
-use crate::facilitator::types::{SettlementStatus, StatusOutcome};
+use crate::facilitator::protocol::v1;
+use crate::facilitator::types::StatusOutcome;
 use crate::ledger::{self, EvmPart, Record};
+
+/// `GET /settlements/{network}/{asset}/{from}/{nonce}`: what happened to one payment.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SettlementStatus {
+    pub network: String,
+    pub asset: String,
+    pub payer: String,
+    pub nonce: String,
+    /// What identifies the authorization, so that a merchant can tell that a success is its own
+    /// payment: where the funds go, how much, and the EIP-712 digest the payer signed.
+    pub pay_to: String,
+    /// The value in the token's smallest unit, as a decimal string (as x402 writes amounts).
+    pub value: String,
+    pub digest: String,
+    /// The payer's x402 v2 `payment-identifier` id, when its payload carried one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payment_identifier: Option<String>,
+    /// claimed, signed, sent, included, final, reverted or expired.
+    pub state: &'static str,
+    pub transaction: Option<String>,
+    pub signer: Option<String>,
+    pub signer_nonce: Option<u64>,
+    pub block: Option<u64>,
+    pub block_hash: Option<String>,
+    /// Blocks deep the inclusion is (1 = in the head block); 0 while not included.
+    pub confirmations: u64,
+    pub outcome: Option<StatusOutcome>,
+    /// A success was answered and the transaction can no longer land.
+    pub lost: bool,
+}
 
 /// The record of an EVM settlement (`part`, its EVM part), with its inclusion's depth at `head` when
 /// the head is known.
