@@ -25,6 +25,7 @@ import { LENS_ABI, erc3009Ask, lensEthCall } from '../tests/e2e/lib/lens.mjs';
 import { freePort, makeTempDir, sleep, trackChild, waitFor } from '../tests/e2e/lib/util.mjs';
 import { nowMs, percentile, summarize, load, burst, answerError, postJson, procMemory, watchPeak, metricSum, cpuSeconds } from './lib.mjs';
 import { benchSvm as svmPhase } from './svm.mjs';
+import { x402rsVerify } from './x402rs.mjs';
 import { benchBatch as batchPhase, batchLines, batchFailures } from './batch.mjs';
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -225,6 +226,8 @@ async function benchVerify() {
     await load({ concurrency: 4, total: verifyWarmup, maxMs: 10_000, call: anvilOnce });
     const a1 = await load({ concurrency: 1, ...verifySerial, call: anvilOnce });
     const a64 = await load({ ...verifyConcurrent, call: anvilOnce });
+    // Last: x402-rs puts stand-in code on the chain (bench/x402rs.mjs says why).
+    const x402rs = await x402rsVerify({ stack, pool, warm, ...verifyConcurrent, signerKey: anvilKey(9) });
 
     const stats = (r) => ({ ...summarize(r.latencies), rps: r.rps, failed: r.failed, firstError: r.firstError });
     results.verify = {
@@ -233,6 +236,7 @@ async function benchVerify() {
       c64: stats(c64),
       anvil1: stats(a1),
       anvil64: stats(a64),
+      x402rs,
       upstream: { verifies: countRun.latencies.length, failed: countRun.failed, calls: during, background: idle,
         perVerify: (during - idle) / countRun.latencies.length, requests: requestsDuring,
         requestsPerVerify: (requestsDuring - idleRequests) / countRun.latencies.length },
@@ -929,6 +933,7 @@ function table() {
   if (v.floor) lat('a transport floor (no verify work), conc 64', v.floor.c64);
   lat('a the same read straight to anvil, conc 1', v.anvil1);
   lat('a the same read straight to anvil, conc 64', v.anvil64);
+  if (v.x402rs) lat('a x402-rs (X402RS_BIN), the same payments, conc 64', v.x402rs);
   lat(`b settle, ${s.serial.n} sequential (block time 1 s)`, s.serial, { rps: false });
   const sl = s.load;
   lat(`b settle, ${sl.n} distinct at concurrency ${sl.concurrency}`, sl);
@@ -974,6 +979,10 @@ function table() {
     + `${f(v.cpuSeconds, 2)} CPU s over ${v.c64.n} verifies, /proc/<pid>/stat)`);
   out.push(`verify: with telemetry on, routerd CPU per verify ${f(v.traced.cpuMicrosPerVerify, 1)} µs at concurrency 64 `
     + `(every trace kept; ${v.traced.exports} OTLP exports, ${f(v.traced.exportedKiB, 0)} KiB, to a local sink)`);
+  out.push(v.x402rs
+    ? `verify: x402-rs (X402RS_BIN) ${f(v.x402rs.rps, 0)} verifies/s at concurrency 64 on the same payments: routerd ${f(v.c64.rps / v.x402rs.rps, 2)}x; `
+      + `x402-rs peak RSS over its verifies ${f(v.x402rs.peak.rssMiB, 1)} MiB${v.x402rs.failed ? ` (${v.x402rs.failed} failed: ${v.x402rs.firstError})` : ''}`
+    : 'verify: x402-rs not measured (set X402RS_BIN to its release binary, built outside this repository)');
   if (v.floor) {
     out.push(`verify: transport floor CPU per request ${f(v.floor.cpuMicrosPerRequest, 1)} µs at concurrency 64 `
       + `(user ${f(v.floor.userMicrosPerRequest, 1)} + system ${f(v.floor.systemMicrosPerRequest, 1)}; `
