@@ -46,13 +46,18 @@ impl SolanaPreset {
     pub fn caip2(&self) -> String {
         format!("solana:{}", &self.genesis_hash[..CAIP2_REFERENCE_LEN])
     }
+
+    /// `key` is [`Self::caip2`], read without writing it: every payment's network is looked up.
+    fn is_caip2(&self, key: &str) -> bool {
+        key.strip_prefix("solana:") == Some(&self.genesis_hash[..CAIP2_REFERENCE_LEN])
+    }
 }
 
 /// The known Solana cluster a configuration key names: its v1 name or its CAIP-2 id.
 pub fn find(key: &str) -> Option<&'static SolanaPreset> {
     SOLANA_PRESETS
         .iter()
-        .find(|p| p.name == key || p.caip2() == key)
+        .find(|p| p.name == key || p.is_caip2(key))
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -190,6 +195,17 @@ mod tests {
 
     fn with_chain(key: &str, body: &str) -> String {
         format!("{BASE}\n[chains.{key:?}]\n{RPC}{body}")
+    }
+
+    #[test]
+    fn a_cluster_is_found_by_its_name_or_its_whole_caip2_id() {
+        for preset in super::SOLANA_PRESETS {
+            assert_eq!(super::find(preset.name).unwrap().name, preset.name);
+            assert_eq!(super::find(&preset.caip2()).unwrap().name, preset.name);
+        }
+        assert!(super::find(&DEVNET_CAIP2[..20]).is_none());
+        assert!(super::find(&format!("{DEVNET_CAIP2}x")).is_none());
+        assert!(super::find(&DEVNET_CAIP2["solana:".len()..]).is_none());
     }
 
     #[test]

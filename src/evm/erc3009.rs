@@ -48,26 +48,30 @@ pub fn domain_separator(name: &str, version: &str, chain_id: u64, token: Address
 
 /// The digest the payer signed: `keccak256(0x1901 || domainSeparator || structHash)`.
 pub fn digest(domain_separator: H256, auth: &TransferAuthorization) -> H256 {
-    let mut fields = vec![Token::FixedBytes(TRANSFER_TYPEHASH.to_vec())];
-    fields.extend(authorization_tokens(auth));
-    let struct_hash = keccak256(encode(&fields));
-    let mut message = Vec::with_capacity(66);
-    message.extend_from_slice(&[0x19, 0x01]);
-    message.extend_from_slice(domain_separator.as_bytes());
-    message.extend_from_slice(&struct_hash);
-    H256(keccak256(message))
+    typed_digest(domain_separator, &TRANSFER_TYPEHASH, auth)
 }
 
 /// The digest of the same terms as a `receiveWithAuthorization`, which only `to` may submit
 /// (a `batch-settlement` deposit collector).
 pub fn receive_digest(domain_separator: H256, auth: &TransferAuthorization) -> H256 {
-    let mut fields = vec![Token::FixedBytes(RECEIVE_TYPEHASH.to_vec())];
-    fields.extend(authorization_tokens(auth));
-    let struct_hash = keccak256(encode(&fields));
-    let mut message = Vec::with_capacity(66);
-    message.extend_from_slice(&[0x19, 0x01]);
-    message.extend_from_slice(domain_separator.as_bytes());
-    message.extend_from_slice(&struct_hash);
+    typed_digest(domain_separator, &RECEIVE_TYPEHASH, auth)
+}
+
+/// EIP-712's digest of `auth` under `typehash`, its seven words written in place: every verify
+/// hashes one, and ABI tokens would allocate for each word.
+fn typed_digest(domain_separator: H256, typehash: &[u8; 32], auth: &TransferAuthorization) -> H256 {
+    let mut words = [0u8; 7 * 32];
+    words[..32].copy_from_slice(typehash);
+    words[44..64].copy_from_slice(auth.from.as_bytes());
+    words[76..96].copy_from_slice(auth.to.as_bytes());
+    auth.value.to_big_endian(&mut words[96..128]);
+    auth.valid_after.to_big_endian(&mut words[128..160]);
+    auth.valid_before.to_big_endian(&mut words[160..192]);
+    words[192..].copy_from_slice(auth.nonce.as_bytes());
+    let mut message = [0u8; 66];
+    message[..2].copy_from_slice(&[0x19, 0x01]);
+    message[2..34].copy_from_slice(domain_separator.as_bytes());
+    message[34..].copy_from_slice(&keccak256(words));
     H256(keccak256(message))
 }
 
@@ -114,19 +118,28 @@ fn selector(signature: &str) -> [u8; 4] {
     [hash[0], hash[1], hash[2], hash[3]]
 }
 
-fn call(signature: &str, args: &[Token]) -> Bytes {
-    let mut data = selector(signature).to_vec();
+/// A function's selector, hashed once per call site: verify writes these calls for every
+/// payment, and a keccak of the signature each time was a share of its CPU.
+macro_rules! selector {
+    ($signature:literal) => {{
+        static SELECTOR: LazyLock<[u8; 4]> = LazyLock::new(|| selector($signature));
+        *SELECTOR
+    }};
+}
+
+fn call(selector: [u8; 4], args: &[Token]) -> Bytes {
+    let mut data = selector.to_vec();
     data.extend(encode(args));
     Bytes::from(data)
 }
 
 pub fn balance_of(owner: Address) -> Bytes {
-    call("balanceOf(address)", &[Token::Address(owner)])
+    call(selector!("balanceOf(address)"), &[Token::Address(owner)])
 }
 
 pub fn authorization_state(authorizer: Address, nonce: H256) -> Bytes {
     call(
-        "authorizationState(address,bytes32)",
+        selector!("authorizationState(address,bytes32)"),
         &[
             Token::Address(authorizer),
             Token::FixedBytes(nonce.as_bytes().to_vec()),
@@ -135,12 +148,15 @@ pub fn authorization_state(authorizer: Address, nonce: H256) -> Bytes {
 }
 
 pub fn is_blacklisted(account: Address) -> Bytes {
-    call("isBlacklisted(address)", &[Token::Address(account)])
+    call(
+        selector!("isBlacklisted(address)"),
+        &[Token::Address(account)],
+    )
 }
 
 pub fn is_valid_signature(digest: H256, signature: &[u8]) -> Bytes {
     call(
-        "isValidSignature(bytes32,bytes)",
+        selector!("isValidSignature(bytes32,bytes)"),
         &[
             Token::FixedBytes(digest.as_bytes().to_vec()),
             Token::Bytes(signature.to_vec()),
@@ -203,14 +219,14 @@ pub fn transfer_with_authorization(
                 Token::FixedBytes(s.to_vec()),
             ]);
             call(
-                "transferWithAuthorization(address,address,uint256,uint256,uint256,bytes32,uint8,bytes32,bytes32)",
+        selector!("transferWithAuthorization(address,address,uint256,uint256,uint256,bytes32,uint8,bytes32,bytes32)"),
                 &args,
             )
         }
         None => {
             args.push(Token::Bytes(signature.to_vec()));
             call(
-                "transferWithAuthorization(address,address,uint256,uint256,uint256,bytes32,bytes)",
+        selector!("transferWithAuthorization(address,address,uint256,uint256,uint256,bytes32,bytes)"),
                 &args,
             )
         }
@@ -259,12 +275,37 @@ mod tests {
 
     #[test]
     fn selectors_match_the_token_abi() {
+        assert_eq!(
+            selector!("authorizationState(address,bytes32)"),
+            [0xe9, 0x4a, 0x01, 0x02]
+        );
+        assert_eq!(balance_of(Address::zero())[..4], [0x70, 0xa0, 0x82, 0x31]);
         assert_eq!(selector("balanceOf(address)"), [0x70, 0xa0, 0x82, 0x31]);
         assert_eq!(selector("isValidSignature(bytes32,bytes)"), ERC1271_MAGIC);
         assert_eq!(
             selector("transferWithAuthorization(address,address,uint256,uint256,uint256,bytes32,uint8,bytes32,bytes32)"),
             [0xe3, 0xee, 0x16, 0x0e]
         );
+    }
+
+    #[test]
+    fn digests_hash_the_abi_encoding_of_the_typed_struct() {
+        let separator = domain_separator("USD Coin", "2", 84532, Address::repeat_byte(0x22));
+        let auth = TransferAuthorization {
+            value: U256::MAX - 7,
+            valid_after: 1_700_000_000u64.into(),
+            ..sample()
+        };
+        let abi = |typehash: &[u8; 32]| {
+            let mut fields = vec![Token::FixedBytes(typehash.to_vec())];
+            fields.extend(authorization_tokens(&auth));
+            let mut message = vec![0x19, 0x01];
+            message.extend_from_slice(separator.as_bytes());
+            message.extend_from_slice(&keccak256(encode(&fields)));
+            H256(keccak256(message))
+        };
+        assert_eq!(digest(separator, &auth), abi(&TRANSFER_TYPEHASH));
+        assert_eq!(receive_digest(separator, &auth), abi(&RECEIVE_TYPEHASH));
     }
 
     #[test]

@@ -13,8 +13,9 @@ pub fn hex_u256(n: U256) -> String {
 /// Decodes `0x`-prefixed hex with an even number of digits.
 pub fn hex_decode(s: &str) -> Option<Vec<u8>> {
     let digits = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X"))?;
-    // Digits only: const-hex would take a second `0x` (or `0X`) as a prefix too.
-    if !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+    // const-hex checks every digit (vectorised: verify decodes kilobytes of lens calls and
+    // answers), but would take a second `0x` (or `0X`) as a prefix too.
+    if matches!(digits.as_bytes(), [b'0', b'x' | b'X', ..]) {
         return None;
     }
     const_hex::decode(digits).ok()
@@ -66,6 +67,19 @@ mod tests {
         let nonce = format!("0x0X{}", "0".repeat(62));
         assert_eq!(parse_h256(&nonce), None);
         assert_eq!(hex_decode("0XAbCd"), Some(vec![0xab, 0xcd]));
+        for bad in [
+            "0x 0",
+            "0x00g0",
+            "0x0\u{e9}",
+            "0x+1",
+            "0x00 ",
+            "0x-0",
+            "0x0\n",
+        ] {
+            assert_eq!(hex_decode(bad), None, "{bad:?}");
+        }
+        let long = format!("0x{}zz", "ab".repeat(600));
+        assert_eq!(hex_decode(&long), None);
         assert_eq!(hex_bytes([0, 255, 16]), "0x00ff10");
     }
 

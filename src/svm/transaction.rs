@@ -110,10 +110,16 @@ impl PaymentTransaction {
         &self.tx.message.static_account_keys()[..required]
     }
 
+    /// The fee payer's signature of the message: the settlement's name, which verify looks up
+    /// without writing the whole signed transaction.
+    pub fn fee_payer_signature(&self, fee_payer: &Keypair) -> Signature {
+        fee_payer.sign_message(&self.message)
+    }
+
     /// Fills the fee payer's slot. The caller has checked that `fee_payer` is the first account.
     pub fn sign_as_fee_payer(&self, fee_payer: &Keypair) -> SignedTransaction {
         let mut tx = self.tx.clone();
-        tx.signatures[0] = fee_payer.sign_message(&self.message);
+        tx.signatures[0] = self.fee_payer_signature(fee_payer);
         let bytes = bincode::serialize(&tx).expect("a decoded transaction serializes");
         SignedTransaction {
             signature: tx.signatures[0],
@@ -180,5 +186,7 @@ mod tests {
         assert_eq!(full.message_hash(), tx.message_hash());
         assert!(full.tx.verify_with_results().iter().all(|ok| *ok));
         assert_eq!(full.tx.signatures[0], signed.signature);
+        // What verify looks the settlement up by is that same signature.
+        assert_eq!(tx.fee_payer_signature(&f.fee_payer), signed.signature);
     }
 }

@@ -4,7 +4,6 @@
 //! strings in these shapes: a wrong JSON type is a shape error (HTTP 400), a wrong value inside
 //! a string is a failed rule (HTTP 200), and that split is the lowering's.
 
-use ethers_core::utils::to_checksum;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 
@@ -171,7 +170,7 @@ pub fn values(request: &PaymentRequest) -> Result<Values<'_>, Invalid> {
 pub fn payer_of(payload: Payload<'_>) -> String {
     let from = payload.payer().unwrap_or_default();
     parse_address(from)
-        .map(|a| to_checksum(&a, None))
+        .map(|a| evm::checksum(&a))
         .unwrap_or_else(|| from.to_string())
 }
 

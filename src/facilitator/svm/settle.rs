@@ -29,7 +29,7 @@ use crate::facilitator::settlement::{Answer, Caller};
 use crate::ledger::{Account, Asking, PaymentKey, Record, SvmSettlement};
 use crate::ledger::{Payer, SvmRecord, SvmTerms};
 use crate::store::{Claim, Limits, Storage, StoreError};
-use crate::svm::{Signature, SignedTransaction, Transfer};
+use crate::svm::{Keypair, Signature, SignedTransaction, Transfer};
 
 /// What a Solana settle came to, in no version's words.
 #[derive(Debug)]
@@ -168,18 +168,24 @@ impl SvmExact {
         ledger: &Storage,
         payment: &Payment,
     ) -> Result<Option<Record>, StoreError> {
-        let signature = self.sign(payment).signature;
+        let signature = payment
+            .transaction
+            .fee_payer_signature(self.fee_payer(payment));
         ledger.get(&payment_key(payment.network, &signature)).await
     }
 
-    /// The transaction with the fee payer's signature; lowering made sure `extra.feePayer` is one
-    /// of this facilitator's.
+    /// The transaction with the fee payer's signature.
     fn sign(&self, payment: &Payment) -> SignedTransaction {
-        let fee_payer = self
-            .fee_payers
+        payment
+            .transaction
+            .sign_as_fee_payer(self.fee_payer(payment))
+    }
+
+    /// The payment's fee payer; lowering made sure `extra.feePayer` is one of this facilitator's.
+    fn fee_payer(&self, payment: &Payment) -> &Keypair {
+        self.fee_payers
             .key(&payment.fee_payer)
-            .expect("lowered: a fee payer of this facilitator");
-        payment.transaction.sign_as_fee_payer(fee_payer)
+            .expect("lowered: a fee payer of this facilitator")
     }
 
     /// Follows every unfinished Solana settlement of a served network again (at start): status,
