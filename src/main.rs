@@ -155,6 +155,29 @@ fn large_allocations_apart() {
     }
 }
 
+/// glibc gives each new thread that allocates an arena of its own, up to eight per core:
+/// sled's threads and the blocking pool's (each flush) each keep one, with the pages their
+/// bursts touched and freed. As many arenas as runtime threads keeps the runtime's threads
+/// apart and makes the others share: less at the peak of a 1,000-settlement burst
+/// (`scripts/bench --only settle`, docs/benchmarks.md). An operator's own bound
+/// (`MALLOC_ARENA_MAX`, or `glibc.malloc.arena_max` in `GLIBC_TUNABLES`) is left as it is.
+fn arenas_per_runtime_thread(threads: usize) {
+    let tunables = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
+    if std::env::var_os("MALLOC_ARENA_MAX").is_some() || tunables.contains("arena_max") {
+        return;
+    }
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter; it runs before any thread starts.
+    unsafe {
+        libc::mallopt(
+            libc::M_ARENA_MAX,
+            i32::try_from(threads).unwrap_or(i32::MAX),
+        );
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = threads;
+}
+
 fn main() -> ExitCode {
     large_allocations_apart();
     let cli = match parse_args(std::env::args().skip(1)) {
@@ -175,6 +198,7 @@ fn main() -> ExitCode {
     if let Command::CheckConfig = cli.command {
         return check_config(&settings);
     }
+    arenas_per_runtime_thread(settings.server.worker_threads());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(settings.server.worker_threads())
         .enable_all()
