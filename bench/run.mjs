@@ -579,7 +579,8 @@ async function benchSettle({ key, heads, store, serial: withSerial }) {
       const byBlock = {};
       receipts.forEach((r, i) => {
         const b = Number(r.blockNumber);
-        byBlock[b] ??= { n: 0, arrived: blocks.arrivals.get(b) - loadStartEpoch, firstAnswer: Infinity, lastAnswer: 0 };
+        // `at`: the block's arrival in epoch ms, to set beside routerd's log lines.
+        byBlock[b] ??= { n: 0, at: blocks.arrivals.get(b), arrived: blocks.arrivals.get(b) - loadStartEpoch, firstAnswer: Infinity, lastAnswer: 0 };
         byBlock[b].n += 1;
         byBlock[b].firstAnswer = Math.min(byBlock[b].firstAnswer, answers[i].at - loadStartEpoch);
         byBlock[b].lastAnswer = Math.max(byBlock[b].lastAnswer, answers[i].at - loadStartEpoch);
