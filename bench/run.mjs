@@ -32,9 +32,10 @@ const repo = join(dirname(fileURLToPath(import.meta.url)), '..');
 const { values: opts } = parseArgs({
   options: {
     json: { type: 'string' }, quick: { type: 'boolean', default: false }, only: { type: 'string' },
-    // How the settle phase's routerd learns of new blocks: a newHeads subscription (ws), or
-    // polling over HTTP at the default 100 ms (poll), as an operator without a WebSocket URL.
-    heads: { type: 'string', default: 'ws' },
+    // How `--only settle`'s routerd learns of new blocks: polling over HTTP at the default
+    // interval (poll, the default configuration), or a newHeads subscription (ws). The whole run
+    // measures the burst both ways, and on PostgreSQL with polled heads.
+    heads: { type: 'string', default: 'poll' },
     // The settle phase's store: the embedded default (sled), or a throwaway PostgreSQL cluster.
     store: { type: 'string', default: 'sled' },
   },
@@ -489,29 +490,46 @@ function settleBurstBin() {
   return bin;
 }
 
-async function benchSettle() {
-  const { settleSerial, settleLoad } = BOUNDS;
-  const pg = opts.store === 'postgres' ? startPostgres() : undefined;
-  log(`settle: anvil with USDC and ${settleLoad.payers} funded payers, then 1 s interval mining; routerd`);
+/** The settle phases of a whole run: the default configuration first (its sequential settles too). */
+const SETTLE_RUNS = [
+  { key: 'settle', heads: 'poll', store: 'sled', serial: true },
+  { key: 'settleWs', heads: 'ws', store: 'sled', serial: false },
+  { key: 'settlePg', heads: 'poll', store: 'postgres', serial: false },
+];
+
+/** How a settle run's routerd follows heads and stores its records, as the table names it. */
+const settleSetup = (x) => `${x.heads === 'ws' ? 'newHeads' : 'polled heads'}, ${x.store}`;
+
+/**
+ * The settle burst on a routerd following heads by `heads` (`poll` or `ws`) and storing in
+ * `store` (`sled` or `postgres`); with `serial`, first the sequential settles. Its figures go
+ * to `results[key]` and its memory to `results.memory[key]`.
+ */
+async function benchSettle({ key, heads, store, serial: withSerial }) {
+  const { settleLoad } = BOUNDS;
+  const settleSerial = withSerial ? BOUNDS.settleSerial : 0;
+  const pg = store === 'postgres' ? startPostgres() : undefined;
+  log(`settle (${settleSetup({ heads, store })}): anvil with USDC and ${settleLoad.payers} funded payers, then 1 s interval mining; routerd`);
   const stack = await startFacilitatorStack({ fundedPayers: settleLoad.payers, payerFunds: 1_000_000_000n });
   try {
     await postJson(stack.anvil.url, '{"jsonrpc":"2.0","id":1,"method":"evm_setIntervalMining","params":[1]}');
     // New heads by subscription, as an operator with a WebSocket URL runs it (--heads ws), or
     // by polling alone (--heads poll).
-    if (opts.heads === 'ws') stack.reconfigure({ chainExtra: `ws_urls = ["${stack.anvil.url.replace(/^http/, 'ws')}"]\n` });
-    if (opts.store === 'postgres') usePostgres(stack, pg);
+    if (heads === 'ws') stack.reconfigure({ chainExtra: `ws_urls = ["${stack.anvil.url.replace(/^http/, 'ws')}"]\n` });
+    if (store === 'postgres') usePostgres(stack, pg);
     await stack.routerd.stop();
     await stack.routerd.start();
     const pid = stack.routerd.child.pid;
     await sleep(1000);
-    results.memory.settle = { idle: procMemory(pid) };
+    const memory = { idle: procMemory(pid) };
+    results.memory[key] = memory;
     const payTo = freshAccount().address;
     const serialPayments = await signPayments(stack, settleSerial, payTo);
     const loadPayments = await signPayments(stack, settleLoad.total, payTo);
     const url = `${stack.url}/settle`;
     const settled = (res) => res.status === 200 && res.body?.success === true && /^0x[0-9a-f]{64}$/i.test(res.body.transaction ?? '');
 
-    log(`settle: ${settleSerial} sequential`);
+    if (settleSerial) log(`settle: ${settleSerial} sequential`);
     const serial = [];
     let serialFailed = 0;
     let firstError;
@@ -548,8 +566,8 @@ async function benchSettle() {
     const wallMs = nowMs() - loadStart;
     await sleep(1500);
     await blocks.stop();
-    results.memory.settle.peak = peak.stop();
-    results.memory.settle.afterSettle = procMemory(pid);
+    memory.peak = peak.stop();
+    memory.afterSettle = procMemory(pid);
 
     log('settle: reading every receipt back from the chain');
     const receipts = [];
@@ -565,7 +583,8 @@ async function benchSettle() {
       const byBlock = {};
       receipts.forEach((r, i) => {
         const b = Number(r.blockNumber);
-        byBlock[b] ??= { n: 0, arrived: blocks.arrivals.get(b) - loadStartEpoch, firstAnswer: Infinity, lastAnswer: 0 };
+        // `at`: the block's arrival in epoch ms, to set beside routerd's log lines.
+        byBlock[b] ??= { n: 0, at: blocks.arrivals.get(b), arrived: blocks.arrivals.get(b) - loadStartEpoch, firstAnswer: Infinity, lastAnswer: 0 };
         byBlock[b].n += 1;
         byBlock[b].firstAnswer = Math.min(byBlock[b].firstAnswer, answers[i].at - loadStartEpoch);
         byBlock[b].lastAnswer = Math.max(byBlock[b].lastAnswer, answers[i].at - loadStartEpoch);
@@ -578,17 +597,23 @@ async function benchSettle() {
       }
     }
     const block = await stack.client.getBlock();
-    const perBlock = Math.floor(Number(block.gasLimit) / gas[Math.floor(gas.length / 2)]);
+    // A node takes a transaction into a block while the gas left covers its gas limit (not the
+    // gas it will use): the block is full once the gas left is below one settlement's limit.
+    const txGas = answers.length ? Number((await stack.client.getTransaction({ hash: answers[0].tx })).gas) : 0;
+    const medianGas = gas[Math.floor(gas.length / 2)];
+    const perBlock = Math.floor((Number(block.gasLimit) - txGas) / medianGas) + 1;
     const blocksOf = byBlockCounts(receipts, blocks.arrivals, loadStartEpoch);
 
-    results.settle = {
-      serial: { ...summarize(serial), failed: serialFailed },
+    results[key] = {
+      heads,
+      store,
+      serial: settleSerial ? { ...summarize(serial), failed: serialFailed } : undefined,
       load: {
         ...summarize(latencies), failed: loadFailed, wallMs, rps: (answers.length / wallMs) * 1000,
         confirmed, concurrency: settleLoad.concurrency, payers: settleLoad.payers,
         blockToAnswer: summarize(blockToAnswer),
         blockToWritten: summarize(blockToWritten),
-        medianGas: gas[Math.floor(gas.length / 2)], gasLimit: Number(block.gasLimit), capacityPerSecond: perBlock,
+        medianGas, txGas, gasLimit: Number(block.gasLimit), capacityPerSecond: perBlock,
         blocksUsed: new Set(receipts.map((r) => r.blockNumber)).size,
         ...blocksOf,
       },
@@ -910,6 +935,28 @@ function peakAbove(x, after, floor, floorAfter) {
   };
 }
 
+/** A settle run's chain figures, and its goals (the issue's round three) met or not. */
+function settleLines(x, memory) {
+  const l = x.load;
+  const setup = settleSetup(x);
+  const mid = l.perBlockMiddle ?? [];
+  const midMin = mid.length ? Math.min(...mid) : NaN;
+  const met = (ok) => (ok ? 'met' : 'NOT met');
+  const peak = memory.afterSettle.hwmMiB;
+  return [
+    `settle (${setup}): ${l.confirmed} of ${l.n} confirmed on chain in ${l.blocksUsed} blocks; ${f(l.rps, 1)} settles/s over ${f(l.wallMs / 1000, 2)} s; `
+      + `capacity ${l.capacityPerSecond}/s (1 s blocks of ${l.gasLimit} gas, the last one taken with ${l.txGas} of gas limit left, `
+      + `the others at the median ${l.medianGas} gas used); `
+      + `settlements per block: first ${l.firstBlock?.settlements} (the burst began at ${f(l.firstBlock?.phase, 2)} of a block interval; `
+      + `${l.firstBlock?.emptyBefore} blocks sealed without its settlements before), then ${mid.join(' ') || '-'}, last ${l.lastBlockSettlements}`,
+    `settle (${setup}) goals: block-to-answer p50 ${f(l.blockToAnswer.p50, 0)} ms (<= 100: ${met(l.blockToAnswer.p50 <= 100)}), `
+      + `p99 ${f(l.blockToAnswer.p99, 0)} ms (<= 250: ${met(l.blockToAnswer.p99 <= 250)}); `
+      + `middle blocks min ${f(midMin, 0)} of the ${l.capacityPerSecond} that fit (every one full: ${met(midMin >= l.capacityPerSecond)}); peak RSS ${f(peak, 1)} MiB`,
+    `settle (${setup}) goal: peak RSS ${f(peak, 1)} MiB <= 51 (half of x402-rs 2.0.1's 102 MiB in the issue's run; `
+      + `the bench runs no x402-rs): ${met(peak <= 51)}`,
+  ];
+}
+
 function table() {
   const { machine: m, verify: v, settle: s, memory: mem, router: r } = results;
   const out = [];
@@ -936,9 +983,12 @@ function table() {
   if (v.x402rs) lat('a x402-rs (X402RS_BIN), the same payments, conc 64', v.x402rs);
   lat(`b settle, ${s.serial.n} sequential (block time 1 s)`, s.serial, { rps: false });
   const sl = s.load;
-  lat(`b settle, ${sl.n} distinct at concurrency ${sl.concurrency}`, sl);
-  lat(`b   block-to-answer (${opts.heads === 'ws' ? 'newHeads' : 'polling'}, ${opts.store})`, sl.blockToAnswer, { rps: false });
-  if (sl.blockToWritten?.n) lat('b   the same, at routerd (its answer\'s log line)', sl.blockToWritten, { rps: false });
+  for (const run of SETTLE_RUNS) {
+    const x = results[run.key].load;
+    lat(`b settle, ${x.n} at conc ${x.concurrency} (${settleSetup(run)})`, x);
+    lat('b   block-to-answer', x.blockToAnswer, { rps: false });
+    if (x.blockToWritten?.n) lat('b   the same, at routerd (its answer\'s log line)', x.blockToWritten, { rps: false });
+  }
   const fl = results.flood;
   lat(`f settle, ${fl.settle.n} sequential, under a /verify flood`, fl.settle, { rps: false });
   lat('d eth_routerTransaction, concurrency 1', r.serial);
@@ -997,12 +1047,10 @@ function table() {
     + `${sv.settleCalls.calls} calls in ${sv.settleCalls.requests} requests; ${Object.entries(sv.settleCalls.methods).map(([m, c]) => `${m} ${c}`).join(', ')}); `
     + `commitment-to-answer p50 ${f(sv.settleSerial.commitmentToAnswer.p50, 0)} ms sequential, ${f(sv.settleConcurrent.commitmentToAnswer.p50, 0)} ms at concurrency 64 `
     + `(p99 ${f(sv.settleConcurrent.commitmentToAnswer.p99, 0)}); peak RSS ${f(sv.memory.afterSettle.hwmMiB, 1)} MiB`);
-  out.push(`settle: ${sl.confirmed} of ${sl.n} confirmed on chain in ${sl.blocksUsed} blocks; ${f(sl.rps, 1)} settles/s over ${f(sl.wallMs / 1000, 2)} s; `
-    + `capacity ${sl.capacityPerSecond}/s (gas limit ${sl.gasLimit} / median ${sl.medianGas} gas per settlement, 1 s blocks)`);
-  const mid = sl.perBlockMiddle ?? [];
-  out.push(`settle: settlements per block: first ${sl.firstBlock?.settlements} (the burst began at ${f(sl.firstBlock?.phase, 2)} of a block interval; `
-    + `${sl.firstBlock?.emptyBefore} blocks sealed without its settlements before), then ${mid.join(' ') || '-'}, last ${sl.lastBlockSettlements}; `
-    + `middle blocks min ${mid.length ? Math.min(...mid) : '-'} of ${sl.capacityPerSecond} that fit`);
+  for (const run of SETTLE_RUNS) {
+    const lines = settleLines(results[run.key], results.memory[run.key]);
+    out.push(...(run.key === 'settle' ? lines : lines.slice(0, 2)));
+  }
   out.push(...batchLines(results.batch));
   out.push('');
   const u = r.upstreamRequests;
@@ -1042,13 +1090,13 @@ function table() {
   ratio('Solana verify req/s at 64 / at 1', ratios.svmVerifyScaling);
   ratio('batch voucher verify/s at 64, routerd / reference', ratios.batchVerifyOverReference);
   ratio('batch burst paid req/s, routerd / shop\'s ceiling', ratios.batchBurstOverCeiling);
-  const unconfirmed = sl.n - sl.failed - sl.confirmed;
-  const failures = [v.c1, v.c64, v.traced.c1, v.traced.c64, v.anvil1, v.anvil64, ...(v.floor ? [v.floor.c64, v.floor.held] : []), s.serial, sl, fl.settle, r.sends.through, r.serial, r.concurrent, ...Object.values(r.upstream),
+  const unconfirmed = SETTLE_RUNS.map((x) => results[x.key].load).reduce((sum, x) => sum + x.n - x.failed - x.confirmed, 0);
+  const failures = [v.c1, v.c64, v.traced.c1, v.traced.c64, v.anvil1, v.anvil64, ...(v.floor ? [v.floor.c64, v.floor.held] : []), s.serial, ...SETTLE_RUNS.map((x) => results[x.key].load), fl.settle, r.sends.through, r.serial, r.concurrent, ...Object.values(r.upstream),
     sv.upstream, sv.c1, sv.c64, sv.settleSerial, sv.settleConcurrent]
     .reduce((sum, x) => sum + (x.failed ?? 0), unconfirmed + batchFailures(results.batch));
   out.push('');
   out.push(`failures: ${failures}`);
-  for (const e of [v.c1.firstError, v.c64.firstError, s.firstError, fl.firstError, r.serial.firstError, r.concurrent.firstError,
+  for (const e of [v.c1.firstError, v.c64.firstError, ...SETTLE_RUNS.map((x) => results[x.key].firstError), fl.firstError, r.serial.firstError, r.concurrent.firstError,
     sv.upstream.firstError, sv.c64.firstError, sv.settleSerial.firstError, sv.settleConcurrent.firstError]) {
     if (e) out.push(`  first error: ${e}`);
   }
@@ -1076,10 +1124,12 @@ async function main() {
   const started = nowMs();
   if (opts.only) {
     // One phase, for working on it: prints its raw figures, not the table (batch: and its lines).
-    const phases = { verify: benchVerify, settle: benchSettle, store: benchStore, flood: benchFlood, router: benchRouter, startup: benchStartup, svm: benchSvm, batch: benchBatch };
+    const settle = () => benchSettle({ key: 'settle', heads: opts.heads, store: opts.store, serial: true });
+    const phases = { verify: benchVerify, settle, store: benchStore, flood: benchFlood, router: benchRouter, startup: benchStartup, svm: benchSvm, batch: benchBatch };
     if (!phases[opts.only]) throw new Error(`--only: one of ${Object.keys(phases).join(', ')}, not ${opts.only}`);
     await phases[opts.only]();
     console.log(JSON.stringify({ [opts.only]: results[opts.only], memory: results.memory }, null, 2));
+    if (opts.only === 'settle') console.log(settleLines(results.settle, results.memory.settle).join('\n'));
     if (opts.only === 'batch') {
       console.log(batchLines(results.batch).join('\n'));
       if (batchFailures(results.batch) > 0) process.exitCode = 1;
@@ -1087,7 +1137,7 @@ async function main() {
     return;
   }
   await benchVerify();
-  await benchSettle();
+  for (const run of SETTLE_RUNS) await benchSettle(run);
   benchStore();
   await benchFlood();
   await benchRouter();

@@ -1,5 +1,6 @@
 //! `routerd [check-config] [--config PATH]... [--log-format text|json]`
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -155,6 +156,40 @@ fn large_allocations_apart() {
     }
 }
 
+/// glibc gives each new thread that allocates an arena of its own, up to eight per core:
+/// sled's threads and the blocking pool's (each flush) each keep one, with the pages their
+/// bursts touched and freed. As many arenas as runtime threads keeps the runtime's threads
+/// apart and makes the others share: less at the peak of a 1,000-settlement burst
+/// (`scripts/bench --only settle`, docs/benchmarks.md).
+fn arenas_per_runtime_thread(threads: usize) {
+    let tunables = std::env::var_os("GLIBC_TUNABLES");
+    let Some(bound) = arena_bound(threads, std::env::var_os("MALLOC_ARENA_MAX"), tunables) else {
+        return;
+    };
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter; it runs before any thread starts.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, bound);
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = bound;
+}
+
+/// The arena bound to set for `threads` runtime threads; none when the operator's environment
+/// bounds the arenas already (`MALLOC_ARENA_MAX`, or `glibc.malloc.arena_max` in
+/// `GLIBC_TUNABLES`): glibc has read that, and routerd's bound would override it.
+fn arena_bound(
+    threads: usize,
+    arena_max: Option<OsString>,
+    tunables: Option<OsString>,
+) -> Option<i32> {
+    let tunables = tunables.unwrap_or_default();
+    if arena_max.is_some() || tunables.to_string_lossy().contains("arena_max") {
+        return None;
+    }
+    Some(i32::try_from(threads).unwrap_or(i32::MAX))
+}
+
 fn main() -> ExitCode {
     large_allocations_apart();
     let cli = match parse_args(std::env::args().skip(1)) {
@@ -175,6 +210,7 @@ fn main() -> ExitCode {
     if let Command::CheckConfig = cli.command {
         return check_config(&settings);
     }
+    arenas_per_runtime_thread(settings.server.worker_threads());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(settings.server.worker_threads())
         .enable_all()
@@ -202,4 +238,19 @@ fn main() -> ExitCode {
     };
     telemetry.shutdown();
     exit
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_arena_per_runtime_thread_unless_the_operator_bounds_them() {
+        assert_eq!(arena_bound(2, None, None), Some(2));
+        let other = Some(OsString::from("glibc.malloc.tcache_count=0"));
+        assert_eq!(arena_bound(4, None, other), Some(4));
+        assert_eq!(arena_bound(2, Some(OsString::from("8")), None), None);
+        let tunables = Some(OsString::from("glibc.malloc.arena_max=8"));
+        assert_eq!(arena_bound(2, None, tunables), None);
+    }
 }
