@@ -38,7 +38,10 @@ impl Cadence {
         }
     }
 
-    /// A new head was seen at `at`.
+    /// A new head was found by the look sent at `at` (its reads ended later). The block is
+    /// placed at the look's start, not at the read's end: under load the reads take tens of
+    /// milliseconds, and a block placed that late would place the next one as late, so the fast
+    /// looks would start after it was sealed and each block would be seen later than the last.
     pub fn arrived(&mut self, at: Instant) {
         if let Some(last) = self.last_arrival {
             if self.gaps.len() == KEPT_GAPS {
@@ -108,6 +111,21 @@ mod tests {
         assert_eq!(cadence.next_look(last + MS(900)), MS(60));
         assert_eq!(cadence.next_look(last + MS(960)), DUE_POLL);
         assert_eq!(cadence.next_look(last + MS(1100)), DUE_POLL);
+    }
+
+    #[test]
+    fn the_fast_looks_start_before_the_block_however_long_the_reads_take() {
+        // Blocks every 1,000 ms, each found by a look sent 5 ms after it was sealed whose
+        // reads (the number, then the head) took 60 ms more.
+        let t0 = Instant::now();
+        let mut cadence = Cadence::new(MS(100));
+        for i in 0..=5 {
+            cadence.arrived(t0 + MS(i * 1000 + 5));
+        }
+        // Read at 5,065; the next block is sealed at 6,000 and looked for often from 5,965.
+        assert_eq!(cadence.next_look(t0 + MS(5065)), MS(100));
+        assert_eq!(cadence.next_look(t0 + MS(5915)), MS(50));
+        assert_eq!(cadence.next_look(t0 + MS(5975)), DUE_POLL);
     }
 
     #[test]

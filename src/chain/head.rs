@@ -158,6 +158,8 @@ impl Poller {
         let Some(sender) = self.sender.upgrade() else {
             return false;
         };
+        // When this look started: the cadence places a block found by it there (cadence.rs).
+        let asked = Instant::now();
         let last = sender.borrow().as_ref().map(|h: &Head| (h.number, h.hash));
         if let Some((number, _)) = last.filter(|_| !announced) {
             if self.last_full_read.elapsed() < self.interval * FULL_READ_EVERY {
@@ -178,7 +180,7 @@ impl Poller {
         match fetch_head(&self.client, self.fee_model).await {
             Ok(head) if Some(head.hash) != last => {
                 if let Some(cadence) = &mut self.cadence {
-                    cadence.arrived(head.fetched_at);
+                    cadence.arrived(asked);
                 }
                 derive_cap(&self.derived_cap, self.client.name(), &head);
                 link(&self.client, &self.recent, &head).await;
