@@ -109,3 +109,22 @@ export async function x402rsVerify({ stack, pool, warm, concurrency, total, maxM
     await x.stop();
   }
 }
+
+/**
+ * x402-rs settling `bodies` (distinct payments) at `concurrency`, sent by `burst` as routerd's
+ * burst is: how many it answered settled, and its peak RSS over the burst; null without
+ * X402RS_BIN. `signerKey` is a key routerd does not send from.
+ */
+export async function x402rsSettle({ stack, bodies, concurrency, maxMs, signerKey, burst, burstBin }) {
+  const bin = x402rsBin();
+  if (!bin) return null;
+  const x = await startX402rs({ bin, chainId: stack.chainId, rpcUrl: stack.anvil.url, signerKey, dir: stack.tmp.dir });
+  try {
+    const peak = watchPeak(x.pid);
+    const sent = await burst({ bin: burstBin, url: `${x.url}/settle`, bodies, concurrency, maxMs });
+    const settled = sent.filter((res) => res.status === 200 && res.body?.success === true).length;
+    return { sent: bodies.length, settled, peak: peak.stop() };
+  } finally {
+    await x.stop();
+  }
+}
