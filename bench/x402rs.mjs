@@ -5,6 +5,7 @@
 import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { rpc } from '../tests/e2e/lib/anvil.mjs';
 import { freePort, trackChild, waitFor } from '../tests/e2e/lib/util.mjs';
 import { load, summarize, watchPeak } from './lib.mjs';
 
@@ -27,17 +28,6 @@ async function placeRequiredCode(rpcUrl) {
     const code = await rpc(rpcUrl, 'eth_getCode', [address, 'latest']);
     if (code === '0x') await rpc(rpcUrl, 'anvil_setCode', [address, '0x00']);
   }
-}
-
-async function rpc(url, method, params) {
-  const res = await fetch(url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }),
-  });
-  const body = await res.json();
-  if (body.error) throw new Error(`${method}: ${body.error.message}`);
-  return body.result;
 }
 
 /**

@@ -14,7 +14,7 @@ export function anvilBin() {
   return join(dirname(pkg), 'bin', 'anvil');
 }
 
-async function rpc(url, method, params = []) {
+export async function rpc(url, method, params = []) {
   const res = await fetch(url, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
