@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use crate::chain::Chain;
 use crate::config::{FacilitatorSettings, Settings};
-use crate::signer::{load_authorizer, Authorizer};
+use crate::signer::Authorizer;
 use crate::store::Storage;
 use deny_list::DenyLists;
 use discovery::Catalogue;
@@ -85,26 +85,17 @@ impl Facilitator {
         chains: &BTreeMap<String, Arc<Chain>>,
         store: Storage,
     ) -> Result<Self, SetupError> {
-        // Not a signer: it signs authorizations, never a transaction, and gets no lane.
-        let receiver_authorizer = load_authorizer(&f.receiver_authorizer_key_file)?.map(Arc::new);
-        let deny_list = load_deny_list(f)?;
         let cooldown = Arc::new(Cooldown::new(
             Duration::from_secs(f.revert_cooldown_secs),
             store.clone(),
         ));
         let catalogue = Catalogue::new(f, store.clone());
         let answer_times = AnswerTimes::default();
-        let registry = Registry::configured(&Setup {
-            settings,
-            facilitator: f,
-            chains,
-            store: &store,
-            cooldown: &cooldown,
-            deny_list: &deny_list,
-            answer_times: &answer_times,
-            catalogue: &catalogue,
-            receiver_authorizer: &receiver_authorizer,
-        })?;
+        let shared = (&cooldown, &answer_times, &catalogue);
+        let setup = Setup::new(settings, f, chains, &store, shared);
+        let registry = Registry::configured(&setup)?;
+        let deny_list = setup.deny_list()?;
+        let receiver_authorizer = setup.receiver_authorizer()?;
         Ok(Self {
             max_batch: f.max_batch,
             serves_v1: f.serves_version(1),
@@ -286,13 +277,4 @@ impl Facilitator {
     pub fn pending_settlements(&self) -> usize {
         self.registry.mechanisms().map(|m| m.pending()).sum()
     }
-}
-
-/// `facilitator.deny_list_file`, read at start.
-fn load_deny_list(settings: &FacilitatorSettings) -> Result<Arc<DenyLists>, SetupError> {
-    let (deny_list, summary) = DenyLists::load(&settings.deny_list_file)?;
-    if deny_list.configured() {
-        tracing::info!("facilitator.deny_list_file: {summary}");
-    }
-    Ok(Arc::new(deny_list))
 }

@@ -9,7 +9,7 @@
 //! served), and a network of no served namespace to the first family's, as unserved.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use super::deny_list::DenyLists;
 use super::discovery::Catalogue;
@@ -21,7 +21,7 @@ use super::svm::mechanism as svm;
 use super::SetupError;
 use crate::chain::Chain;
 use crate::config::{FacilitatorSettings, Settings};
-use crate::signer::Authorizer;
+use crate::signer::{load_authorizer, Authorizer};
 use crate::store::Storage;
 
 /// A family as routerd knows it before any is configured: how an API key's `pay_to` entry and
@@ -47,7 +47,9 @@ pub type Built = Result<Vec<Arc<dyn Mechanism>>, SetupError>;
 pub(crate) static FAMILIES: &[Declared] = &[evm::DECLARED, svm::DECLARED];
 
 /// What every family builds its mechanisms from: the configuration, the connected chains of
-/// `[chains]`, and what the families' settlements share.
+/// `[chains]`, and what the families' settlements share. The deny list and the receiver
+/// authorizer are read from their files when first asked for, so that a family's own keys are
+/// read before them and a missing key is the error named first (as the daemon always named it).
 pub struct Setup<'a> {
     pub settings: &'a Settings,
     pub facilitator: &'a FacilitatorSettings,
@@ -55,14 +57,64 @@ pub struct Setup<'a> {
     pub store: &'a Storage,
     /// Payers refused after a settlement of theirs reverted.
     pub cooldown: &'a Arc<Cooldown>,
-    /// `facilitator.deny_list_file`, which every family reads.
-    pub deny_list: &'a Arc<DenyLists>,
     /// Where every family counts its block-to-answer times.
     pub answer_times: &'a AnswerTimes,
     /// The discovery catalogue, when on.
     pub catalogue: &'a Option<Arc<Catalogue>>,
-    /// `facilitator.receiver_authorizer_key_file`'s key, when configured.
-    pub receiver_authorizer: &'a Option<Arc<Authorizer>>,
+    deny_list: OnceLock<Arc<DenyLists>>,
+    receiver_authorizer: OnceLock<Option<Arc<Authorizer>>>,
+}
+
+impl<'a> Setup<'a> {
+    pub fn new(
+        settings: &'a Settings,
+        facilitator: &'a FacilitatorSettings,
+        chains: &'a BTreeMap<String, Arc<Chain>>,
+        store: &'a Storage,
+        shared: (
+            &'a Arc<Cooldown>,
+            &'a AnswerTimes,
+            &'a Option<Arc<Catalogue>>,
+        ),
+    ) -> Self {
+        let (cooldown, answer_times, catalogue) = shared;
+        Setup {
+            settings,
+            facilitator,
+            chains,
+            store,
+            cooldown,
+            answer_times,
+            catalogue,
+            deny_list: OnceLock::new(),
+            receiver_authorizer: OnceLock::new(),
+        }
+    }
+
+    /// `facilitator.deny_list_file`, which every family reads; read once.
+    pub fn deny_list(&self) -> Result<Arc<DenyLists>, SetupError> {
+        if let Some(lists) = self.deny_list.get() {
+            return Ok(lists.clone());
+        }
+        let (lists, summary) = DenyLists::load(&self.facilitator.deny_list_file)?;
+        if lists.configured() {
+            tracing::info!("facilitator.deny_list_file: {summary}");
+        }
+        Ok(self.deny_list.get_or_init(|| Arc::new(lists)).clone())
+    }
+
+    /// `facilitator.receiver_authorizer_key_file`'s key, when configured; read once. Not a
+    /// signer: it signs authorizations, never a transaction, and gets no lane.
+    pub fn receiver_authorizer(&self) -> Result<Option<Arc<Authorizer>>, SetupError> {
+        if let Some(key) = self.receiver_authorizer.get() {
+            return Ok(key.clone());
+        }
+        let key = load_authorizer(&self.facilitator.receiver_authorizer_key_file)?;
+        Ok(self
+            .receiver_authorizer
+            .get_or_init(|| key.map(Arc::new))
+            .clone())
+    }
 }
 
 /// A kind of payment a mechanism serves.

@@ -39,6 +39,9 @@ pub fn build(setup: &Setup) -> Built {
             .collect(),
         None => Vec::new(),
     };
+    // Read after the signers, as the daemon always read the keys (a missing signer key is named
+    // first), and before what only this family's further schemes use.
+    let authorizer = setup.receiver_authorizer()?;
     let addresses: Vec<Address> = signers.iter().map(|s| s.address).collect();
     let chain_settings = &setup.settings.chains;
     let (networks, lanes) = networks(f, chain_settings, setup.chains, &signers, setup.cooldown);
@@ -50,7 +53,7 @@ pub fn build(setup: &Setup) -> Built {
     });
     let verifier = Verifier::new(
         networks,
-        setup.deny_list.clone(),
+        setup.deny_list()?,
         setup.cooldown.clone(),
         f.max_signature_bytes,
     );
@@ -73,7 +76,6 @@ pub fn build(setup: &Setup) -> Built {
     let mut built: Vec<Arc<dyn Mechanism>> = vec![Arc::new(exact)];
     if f.batch_settlement {
         let networks = v2_networks.unwrap_or_default();
-        let authorizer = setup.receiver_authorizer.clone();
         let max_calls = f.batch_max_calls_per_tx;
         let batch = EvmBatch::new(
             &verifier,

@@ -43,10 +43,13 @@ pub const DECLARED: Declared = Declared {
 /// Solana network as unserved.
 fn build(setup: &Setup) -> Built {
     let f = setup.facilitator;
-    let exact = SvmExact::configured(f, &setup.settings.solana_chains)?.map(|exact| {
-        let exact = exact.deny(setup.deny_list.clone());
-        Arc::new(exact.answer_times(setup.answer_times.clone()))
-    });
+    let exact = match SvmExact::configured(f, &setup.settings.solana_chains)? {
+        Some(exact) => {
+            let exact = exact.deny(setup.deny_list()?);
+            Some(Arc::new(exact.answer_times(setup.answer_times.clone())))
+        }
+        None => None,
+    };
     let mechanism = SvmMechanism {
         exact,
         ledger: setup.store.clone(),
