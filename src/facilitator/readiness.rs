@@ -52,6 +52,39 @@ pub struct Funds {
     pub problem: Option<String>,
 }
 
+/// How a family words a key that cannot pay for one settlement (`/ready`'s problem).
+pub struct Shortfall {
+    /// The balance's unit (`wei`, `lamports`).
+    pub unit: &'static str,
+    /// What the balance must cover, after "needed for".
+    pub needed_for: &'static str,
+    /// What did not answer, when the balance is unknown (`chain`, `cluster`).
+    pub node: &'static str,
+}
+
+impl Shortfall {
+    /// Why a key holding `balance` cannot pay for one settlement that needs `needed`, or cannot
+    /// be known to; `None` when it can.
+    pub fn problem<A: PartialOrd + std::fmt::Display>(
+        &self,
+        balance: Option<A>,
+        needed: A,
+    ) -> Option<String> {
+        let Shortfall {
+            unit,
+            needed_for,
+            node,
+        } = self;
+        match balance {
+            Some(balance) if balance >= needed => None,
+            Some(balance) => Some(format!(
+                "balance {balance} {unit} is below {needed} {unit} needed for {needed_for}"
+            )),
+            None => Some(format!("balance unknown: {node} unreachable")),
+        }
+    }
+}
+
 /// How the store answered one read (`Facilitator::store_probe`).
 #[derive(Debug, Clone, Copy)]
 pub struct StoreProbe {

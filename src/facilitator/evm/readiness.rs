@@ -15,7 +15,14 @@ use super::Lane;
 use crate::chain::{Batch, Call, Chain, Slot, Traffic};
 use crate::evm;
 use crate::facilitator::funds::{Due, Kept};
-use crate::facilitator::readiness::{Funds, Role, PROBE_TIMEOUT};
+use crate::facilitator::readiness::{Funds, Role, Shortfall, PROBE_TIMEOUT};
+
+/// A signer that cannot pay for one settlement, in `/ready`'s words.
+const SHORTFALL: Shortfall = Shortfall {
+    unit: "wei",
+    needed_for: "one settlement",
+    node: "chain",
+};
 
 /// One signer on one network, as its chain answered (`None`: no answer in time).
 #[derive(Debug, Clone)]
@@ -38,18 +45,6 @@ impl SignerFunds {
         Some(left.min(U256::from(u64::MAX)).as_u64())
     }
 
-    /// Why it cannot pay for one settlement, or cannot be known to.
-    fn problem(&self) -> Option<String> {
-        match self.balance {
-            Some(balance) if balance >= self.needed => None,
-            Some(balance) => Some(format!(
-                "balance {balance} wei is below {} wei needed for one settlement",
-                self.needed
-            )),
-            None => Some("balance unknown: chain unreachable".to_string()),
-        }
-    }
-
     /// As the facilitator reports it.
     pub fn report(&self) -> Funds {
         Funds {
@@ -59,7 +54,7 @@ impl SignerFunds {
             balance: self.balance,
             nonce: self.nonce,
             settlements_left: self.settlements_left(),
-            problem: self.problem(),
+            problem: SHORTFALL.problem(self.balance, self.needed),
         }
     }
 }

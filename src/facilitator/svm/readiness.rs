@@ -10,11 +10,18 @@ use ethers_core::types::U256;
 
 use super::{SvmExact, SvmNetwork};
 use crate::facilitator::funds::{Due, Kept};
-use crate::facilitator::readiness::{Funds, Role, PROBE_TIMEOUT};
+use crate::facilitator::readiness::{Funds, Role, Shortfall, PROBE_TIMEOUT};
 use crate::svm::{self, Pubkey};
 
 /// About one Solana slot: fee payers' lamports are read no more often.
 pub const SOLANA_BLOCK_TIME: Duration = Duration::from_millis(400);
+
+/// A fee payer that cannot pay for one settlement, in `/ready`'s words.
+const SHORTFALL: Shortfall = Shortfall {
+    unit: "lamports",
+    needed_for: "one settlement and the rent-exempt minimum",
+    node: "cluster",
+};
 
 /// One Solana fee payer on one network, as its cluster answered (`None`: no answer in time).
 #[derive(Debug, Clone)]
@@ -39,18 +46,6 @@ impl FeePayerFunds {
         Some(spendable.checked_div(one).unwrap_or(u64::MAX))
     }
 
-    /// Why it cannot pay for one settlement, or cannot be known to.
-    fn problem(&self) -> Option<String> {
-        match self.balance {
-            Some(balance) if balance >= self.needed => None,
-            Some(balance) => Some(format!(
-                "balance {balance} lamports is below {} lamports needed for one settlement and the rent-exempt minimum",
-                self.needed
-            )),
-            None => Some("balance unknown: cluster unreachable".to_string()),
-        }
-    }
-
     /// As the facilitator reports it: named by its public key, as `/supported` names it.
     pub fn report(&self) -> Funds {
         Funds {
@@ -60,7 +55,7 @@ impl FeePayerFunds {
             balance: self.balance.map(U256::from),
             nonce: None,
             settlements_left: self.settlements_left(),
-            problem: self.problem(),
+            problem: SHORTFALL.problem(self.balance, self.needed),
         }
     }
 }
