@@ -19,4 +19,4 @@ pub use fees::{Fees, TxFees};
 pub use hex::{hex_bytes, hex_decode, hex_u256, parse_h256, parse_quantity, parse_u64, parse_word};
 pub use nonce::NonceRead;
 pub use revert::{error_string, revert_message};
-pub use values::{checksum, parse_address, parse_checksummed, parse_decimal, parse_uint};
+pub use values::{parse_address, parse_checksummed, parse_decimal, parse_uint};

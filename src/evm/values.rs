@@ -3,7 +3,7 @@
 //! facilitator and the server alike.
 
 use ethers_core::types::{Address, U256};
-use ethers_core::utils::keccak256;
+use ethers_core::utils::to_checksum;
 
 use super::hex_decode;
 
@@ -13,26 +13,6 @@ pub fn parse_address(s: &str) -> Option<Address> {
     (digits.len() == 40 && digits.bytes().all(|b| b.is_ascii_hexdigit()))
         .then(|| hex_decode(s).map(|b| Address::from_slice(&b)))
         .flatten()
-}
-
-/// `address` as EIP-55 writes it: `0x`, its lowercase hex digits, each letter capitalised where
-/// the keccak of those digits has a nibble of 8 or more. Every verify writes its payer so (and
-/// reads mixed-case addresses against it); written here without the `format!` and the second
-/// string of ethers' `to_checksum`.
-pub fn checksum(address: &Address) -> String {
-    let mut digits = [0u8; 40];
-    const_hex::encode_to_slice(address.as_bytes(), &mut digits).expect("20 bytes are 40 digits");
-    let hash = keccak256(digits);
-    let mut out = String::with_capacity(42);
-    out.push_str("0x");
-    for (i, digit) in digits.into_iter().enumerate() {
-        let nibble = (hash[i / 2] >> if i % 2 == 0 { 4 } else { 0 }) & 0x0f;
-        out.push(match nibble >= 8 {
-            true => digit.to_ascii_uppercase(),
-            false => digit,
-        } as char);
-    }
-    out
 }
 
 /// A decimal uint256: digits only, no sign, spaces or hex, at most 2^256-1.
@@ -55,7 +35,7 @@ pub fn parse_checksummed(s: &str) -> Result<Address, &'static str> {
         Address::from_slice(&hex_decode(s).ok_or("expected 0x followed by 40 hex digits")?);
     let mixed = digits.bytes().any(|b| b.is_ascii_lowercase())
         && digits.bytes().any(|b| b.is_ascii_uppercase());
-    if mixed && checksum(&address) != s {
+    if mixed && to_checksum(&address, None) != s {
         return Err("mixed-case address with an invalid EIP-55 checksum");
     }
     Ok(address)
@@ -96,22 +76,19 @@ mod tests {
     }
 
     #[test]
-    fn checksums_are_eip55s() {
-        // EIP-55's own examples, and every byte value in both nibbles.
+    fn eip55s_own_examples_are_taken_and_a_wrong_case_refused() {
         for written in [
             "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed",
             "0xfB6916095ca1df60bB79Ce92cE3Ea74c37c5d359",
             "0xdbF03B407c01E7cD3CBea99509d93f8DDDC8C6FB",
             "0xD1220A0cf47c7B9Be7A2E6BA89F429762e7b9aDb",
         ] {
-            assert_eq!(checksum(&parse_address(written).unwrap()), written);
-        }
-        for byte in 0..=255u8 {
-            let address = Address::repeat_byte(byte);
             assert_eq!(
-                checksum(&address),
-                ethers_core::utils::to_checksum(&address, None)
+                parse_checksummed(written),
+                Ok(parse_address(written).unwrap())
             );
+            let wrong = written.replacen('a', "A", 1);
+            assert!(parse_checksummed(&wrong).is_err(), "{wrong}");
         }
     }
 

@@ -13,6 +13,7 @@ use crate::evm::parse_address;
 use crate::facilitator::outcome::Settled;
 use crate::facilitator::outcome::{Field, Invalid};
 use crate::ledger::Reason;
+use ethers_core::utils::to_checksum;
 
 /// A v1 request; `P` is its family's payload (`facilitator::svm::wire` carries Solana's).
 #[derive(Debug, Clone, Deserialize)]
@@ -170,7 +171,7 @@ pub fn values(request: &PaymentRequest) -> Result<Values<'_>, Invalid> {
 pub fn payer_of(payload: Payload<'_>) -> String {
     let from = payload.payer().unwrap_or_default();
     parse_address(from)
-        .map(|a| evm::checksum(&a))
+        .map(|a| to_checksum(&a, None))
         .unwrap_or_else(|| from.to_string())
 }
 
