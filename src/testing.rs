@@ -96,3 +96,29 @@ pub fn svm_settlement() -> SvmSettlement {
         error: None,
     }
 }
+
+/// A Solana record as the landed Solana release stored it (no source in full): its account is
+/// the one that release keyed it by, in `(mint, source)` 20 bytes each.
+pub fn landed_solana_record(digest: u8) -> serde_json::Value {
+    let settlement = svm_settlement();
+    assert!(settlement.source.is_none(), "that release wrote no source");
+    serde_json::json!({
+        "network": "solana-devnet",
+        "token": format!("0x{}", "11".repeat(20)),
+        "payer": format!("0x{}", "22".repeat(20)),
+        "pay_to": format!("0x{}", "00".repeat(20)),
+        "value": "0x3e8",
+        "nonce": format!("0x{}", format!("{digest:02x}").repeat(32)),
+        "valid_before": 0,
+        "digest": format!("0x{}", "d0".repeat(32)),
+        "calldata": "0x",
+        "gas_limit": 0,
+        "request": null,
+        "state": "Claimed",
+        "attempts": [],
+        "outcome": null,
+        "lost": false,
+        "finished_at": null,
+        "svm": settlement,
+    })
+}

@@ -128,25 +128,7 @@ mod tests {
 
     /// A Solana record as the landed Solana release stored it (its settlement has no source).
     fn landed() -> serde_json::Value {
-        json!({
-            "network": "solana-devnet",
-            "token": format!("0x{}", "11".repeat(20)),
-            "payer": format!("0x{}", "22".repeat(20)),
-            "pay_to": format!("0x{}", "00".repeat(20)),
-            "value": "0x3e8",
-            "nonce": format!("0x{}", "5a".repeat(32)),
-            "valid_before": 0,
-            "digest": format!("0x{}", "d0".repeat(32)),
-            "calldata": "0x",
-            "gas_limit": 0,
-            "request": null,
-            "state": "Claimed",
-            "attempts": [],
-            "outcome": null,
-            "lost": false,
-            "finished_at": null,
-            "svm": serde_json::to_value(crate::testing::svm_settlement()).unwrap(),
-        })
+        crate::testing::landed_solana_record(0x5a)
     }
 
     /// A Solana claim is stored in the landed release's layout (so that release reads it), its

@@ -120,32 +120,6 @@ pub(super) async fn two_solana_sources_sharing_20_bytes_are_exposed_apart(
     assert_eq!(a.exposed(&first.account()).await.unwrap(), U256::from(1000));
 }
 
-/// A Solana record as the landed Solana release stored it (no source in full): its account is
-/// the one that release keyed it by, in `(mint, source)` 20 bytes each.
-fn landed_solana_record(digest: u8) -> serde_json::Value {
-    let settlement = crate::testing::svm_settlement();
-    assert!(settlement.source.is_none(), "that release wrote no source");
-    serde_json::json!({
-        "network": "solana-devnet",
-        "token": format!("0x{}", "11".repeat(20)),
-        "payer": format!("0x{}", "22".repeat(20)),
-        "pay_to": format!("0x{}", "00".repeat(20)),
-        "value": "0x3e8",
-        "nonce": format!("0x{}", format!("{digest:02x}").repeat(32)),
-        "valid_before": 0,
-        "digest": format!("0x{}", "d0".repeat(32)),
-        "calldata": "0x",
-        "gas_limit": 0,
-        "request": null,
-        "state": "Claimed",
-        "attempts": [],
-        "outcome": null,
-        "lost": false,
-        "finished_at": null,
-        "svm": settlement,
-    })
-}
-
 /// A Solana record the landed Solana release stored reads back unchanged, counts under the
 /// account that release indexed it by and against the account in full it may spend, and once it
 /// ends stops counting: its index entry is removed under the key it was written with.
@@ -153,7 +127,7 @@ pub(super) async fn a_landed_solana_record_is_exposed_and_ended_under_its_key(
     a: &Storage,
     b: &Storage,
 ) {
-    let landed = landed_solana_record(0x63);
+    let landed = crate::testing::landed_solana_record(0x63);
     let claim: Record = serde_json::from_value(landed.clone()).unwrap();
     let key = PaymentKey::svm("solana-devnet", [0x63; 32]);
     let account = claim.account();
