@@ -7,7 +7,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { rpc } from '../tests/e2e/lib/anvil.mjs';
 import { freePort, trackChild, waitFor } from '../tests/e2e/lib/util.mjs';
-import { load, summarize, watchPeak } from './lib.mjs';
+import { load, postJson, summarize, watchPeak } from './lib.mjs';
 
 /** The binary, when given. */
 export const x402rsBin = () => process.env.X402RS_BIN || null;
@@ -83,13 +83,8 @@ export async function x402rsVerify({ stack, pool, warm, concurrency, total, maxM
   const x = await startX402rs({ bin, chainId: stack.chainId, rpcUrl: stack.anvil.url, signerKey, dir: stack.tmp.dir });
   try {
     const verify = (payments) => async (i) => {
-      const res = await fetch(`${x.url}/verify`, {
-        method: 'POST',
-        body: JSON.stringify(payments[i % payments.length].body),
-        headers: { 'content-type': 'application/json' },
-      });
-      const body = await res.json().catch(() => null);
-      return res.status === 200 && body?.isValid === true;
+      const res = await postJson(`${x.url}/verify`, JSON.stringify(payments[i % payments.length].body));
+      return res.status === 200 && res.body?.isValid === true;
     };
     await load({ concurrency: 4, total: warm.length, maxMs: 10_000, call: verify(warm) });
     const peak = watchPeak(x.pid);
