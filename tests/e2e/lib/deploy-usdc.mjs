@@ -171,7 +171,9 @@ export async function walletFor(rpcUrl, privateKey) {
     id, name: `anvil-${id}`, nativeCurrency: { name: 'Ether', symbol: 'ETH', decimals: 18 },
     rpcUrls: { default: { http: [rpcUrl] } },
   };
-  return createWalletClient({ account: privateKeyToAccount(privateKey), chain, transport, pollingInterval: 50 })
+  // cacheTime 0: viem would otherwise answer getBlockNumber from a cache for pollingInterval ms, and a
+  // test that mines and reads the head again within that time would read the block before.
+  return createWalletClient({ account: privateKeyToAccount(privateKey), chain, transport, pollingInterval: 50, cacheTime: 0 })
     .extend(publicActions);
 }
 
