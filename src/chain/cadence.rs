@@ -52,6 +52,21 @@ impl Cadence {
         self.last_arrival = Some(at);
     }
 
+    /// A new head found by the look sent at `at`, `heads` past the last one placed. Looks far
+    /// apart (a Solana follower rests while nothing is followed) leave the heads between unseen:
+    /// they came at the usual pace, so the latest is placed where that pace puts it (never after
+    /// the look) and no gap is counted, and the fast looks are due when the next head is.
+    pub fn arrived_after(&mut self, at: Instant, heads: u64) {
+        if heads <= 1 {
+            return self.arrived(at);
+        }
+        let paced = self.pace().zip(self.last_arrival).and_then(|(pace, last)| {
+            let stretch = pace.checked_mul(u32::try_from(heads).ok()?)?;
+            last.checked_add(stretch)
+        });
+        self.last_arrival = Some(paced.filter(|placed| *placed <= at).unwrap_or(at));
+    }
+
     /// The usual gap between blocks: the median of the recent ones, once there are enough of
     /// them and when it is long enough for the configured interval to miss much of it.
     fn pace(&self) -> Option<Duration> {
@@ -139,6 +154,23 @@ mod tests {
     fn a_chain_faster_than_the_interval_is_polled_at_the_interval() {
         let (cadence, last) = seen(100, 50, 8);
         assert_eq!(cadence.next_look(last + MS(40)), MS(100));
+    }
+
+    #[test]
+    fn heads_unseen_between_looks_are_placed_at_the_pace_and_count_no_gap() {
+        let (mut cadence, last) = seen(100, 400, 5);
+        // Looked again 10 s later, 25 heads on: the latest came at the pace, at last + 10,000.
+        cadence.arrived_after(last + MS(10_030), 25);
+        assert_eq!(cadence.gaps.len(), 5, "no gap counted for the stretch");
+        assert_eq!(cadence.next_look(last + MS(10_040)), MS(100));
+        assert_eq!(cadence.next_look(last + MS(10_370)), DUE_POLL);
+        // A pace that would place it after the look places it at the look.
+        cadence.arrived_after(last + MS(10_100), 3);
+        assert_eq!(cadence.last_arrival, Some(last + MS(10_100)));
+        // Without a pace yet, at the look, and no gap either.
+        let mut fresh = Cadence::new(MS(100));
+        fresh.arrived_after(last, 7);
+        assert_eq!((fresh.last_arrival, fresh.gaps.len()), (Some(last), 0));
     }
 
     #[test]

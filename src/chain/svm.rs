@@ -24,7 +24,7 @@ use super::client::{Call, CallResult, ChainClient, ClientLimits, Identity, RpcEr
 use super::traffic::Traffic;
 use crate::config::SolanaChainSettings;
 use crate::svm::{mint, MintRefusal, Pubkey};
-pub use follow::FollowRead;
+pub use follow::{FollowRead, Looks};
 pub use payment::PaymentAccounts;
 use payment::Simulated;
 pub use record::TransactionRecord;

@@ -21,15 +21,16 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::settle::cool_down;
-use crate::chain::svm::{SignatureStatus, SolanaChain, TransactionRecord};
+use crate::chain::svm::{Looks, SignatureStatus, SolanaChain, TransactionRecord};
 use crate::clock::unix_now;
 use crate::facilitator::settlement::cooldown::Cooldown;
 use crate::ledger::{Lost, Record, SvmRecord, SvmSettlement};
 use crate::store::Storage;
 use crate::svm::{transfer_indexes, PaymentTransaction};
 
-/// How often the followed signatures are read: a status changes once a slot (400 ms), and a
-/// settlement is answered within a tick of reaching the commitment.
+/// How often the followed signatures are read while no slot is due: a status changes once a slot
+/// (400 ms), and the reads come often while the next slot is due (`Looks`), so a settlement is
+/// answered within a few milliseconds of the slot that brings it to the commitment.
 const TICK: Duration = Duration::from_millis(100);
 /// How often a transaction the cluster does not know yet is sent again.
 const RESEND_EVERY: Duration = Duration::from_secs(2);
@@ -132,26 +133,31 @@ impl Follower {
     }
 
     async fn run(self: Arc<Self>) {
-        // A tick starts every TICK from the start of the last, or as soon as a slow read ends.
-        let mut ticks = tokio::time::interval(TICK);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The slots' pace outlives a rest: the next settlement's reads are due with its slot.
+        let mut looks = Looks::new(TICK);
         loop {
             if self.followed.lock().expect("not poisoned").is_empty() {
                 self.wake.notified().await;
-                ticks.reset_immediately();
                 continue;
             }
-            ticks.tick().await;
-            self.clone().tick().await;
+            let started = Instant::now();
+            if let Some(slot) = self.clone().tick().await {
+                looks.read(started.into_std(), slot);
+            }
+            // Every TICK from the start of the last (at once after a slow read), sooner when a
+            // slot is due.
+            let now = Instant::now();
+            let due = now + looks.next_look(now.into_std());
+            tokio::time::sleep_until(due.min(started + TICK)).await;
         }
     }
 
     /// One read of every followed signature not busy, and what follows from it, in tasks of their
-    /// own: a slow record or store does not hold the next tick back.
-    async fn tick(self: Arc<Self>) {
+    /// own: a slow record or store does not hold the next tick back. Answers the slot read at.
+    async fn tick(self: Arc<Self>) -> Option<u64> {
         let (asked, height, bound) = self.asks();
         if asked.is_empty() {
-            return;
+            return None;
         }
         let signatures: Vec<String> = asked.iter().map(|(s, _)| s.signature.clone()).collect();
         let read = match self.chain.follow_read(&signatures, height, bound).await {
@@ -159,7 +165,7 @@ impl Follower {
             Err(e) => {
                 tracing::warn!(chain = %self.chain.name, error = %e, "could not read the settlements' statuses; trying again");
                 signatures.iter().for_each(|signature| self.free(signature));
-                return;
+                return None;
             }
         };
         if let Some(bound) = read.last_valid_block_height {
@@ -175,6 +181,7 @@ impl Follower {
             };
             tokio::spawn(one.instrument(span));
         }
+        read.slot
     }
 
     /// A settlement whose tick is done, if it is still followed.
