@@ -23,7 +23,7 @@ import { anvilAccount, anvilKey, freshAccount } from '../tests/e2e/lib/accounts.
 import { usdcAbi } from '../tests/e2e/lib/deploy-usdc.mjs';
 import { LENS_ABI, erc3009Ask, lensEthCall } from '../tests/e2e/lib/lens.mjs';
 import { freePort, makeTempDir, sleep, trackChild, waitFor } from '../tests/e2e/lib/util.mjs';
-import { nowMs, percentile, summarize, load, burst, answerError, postJson, procMemory, watchPeak, metricSum, cpuSeconds } from './lib.mjs';
+import { nowMs, percentile, summarize, load, burst, compiledLoad, answerError, postJson, procMemory, watchPeak, metricSum, cpuSeconds } from './lib.mjs';
 import { benchSvm as svmPhase } from './svm.mjs';
 import { x402rsBin, x402rsSettle, x402rsVerify } from './x402rs.mjs';
 import { benchBatch as batchPhase, batchLines, batchFailures } from './batch.mjs';
@@ -53,8 +53,9 @@ const BOUNDS = {
   verifyWarmup: n(100),
   verifyCount: n(256),
   verifySerial: { total: n(1000), maxMs: 10_000 },
-  // Distinct bodies, each sent once: a verify cached per body would measure the cache.
-  verifyConcurrent: { concurrency: 64, total: n(4096), maxMs: 20_000 },
+  // Distinct bodies, each sent once: a verify cached per body would measure the cache. Sent by
+  // the compiled client (compiledLoad), as wrk would: enough of them for a few seconds of load.
+  verifyConcurrent: { concurrency: 64, total: n(8192), maxMs: 20_000 },
   settleSerial: n(20),
   settleLoad: { total: n(2000), payers: n(250), concurrency: n(1000), maxMs: 60_000 },
   routerWarmup: n(50),
@@ -154,6 +155,14 @@ async function signPayments(stack, count, payTo) {
   return out;
 }
 
+/** A verify answered valid, as the compiled client read it. */
+const validAnswer = (a) => a.status === 200 && a.body?.isValid === true;
+
+/** `payments`' bodies verified at `url` once each by the compiled client (compiledLoad). */
+const compiledVerifies = (url, payments, { concurrency, maxMs }) => compiledLoad({
+  bin: settleBurstBin(), url, bodies: payments.map((p) => JSON.stringify(p.body)), concurrency, maxMs, good: validAnswer,
+});
+
 async function benchVerify() {
   log('verify: starting an auto-mining anvil with USDC, a counting proxy and routerd');
   const proxy = await startFilteringProxy();
@@ -178,6 +187,7 @@ async function benchVerify() {
       const res = await postJson(url(), JSON.stringify(payments[i % payments.length].body));
       return res.status === 200 && res.body?.isValid === true;
     };
+    const compiled = (payments, bounds) => compiledVerifies(url(), payments, bounds);
 
     // Upstream calls and HTTP requests per verify, counted at the proxy: every JSON-RPC call and
     // request that reached the node while the verifies ran, less the head polling seen over an
@@ -209,13 +219,13 @@ async function benchVerify() {
     await waitFor(async () => (await stack.request('/ready')).body?.readModes?.[stack.network] === 'lens', { what: 'lens read mode' });
     results.memory.facilitator = { idle: procMemory(pid) };
     await load({ concurrency: 4, total: verifyWarmup, maxMs: 10_000, call: verifier(warm) });
-    const c1 = await load({ concurrency: 1, ...verifySerial, call: verifier(serialPool) });
+    const c1 = await compiled(serialPool, { concurrency: 1, maxMs: verifySerial.maxMs });
     const cpu0 = cpuSeconds(pid);
-    const c64 = await load({ ...verifyConcurrent, call: verifier(pool) });
+    const c64 = await compiled(pool, verifyConcurrent);
     const cpu1 = cpuSeconds(pid);
     const cpu = { user: cpu1.user - cpu0.user, system: cpu1.system - cpu0.system };
     results.memory.facilitator.afterVerify = procMemory(pid);
-    const traced = await benchTraced(stack, payTo, verifier);
+    const traced = await benchTraced(stack, payTo, verifier, compiled);
     const floor = await benchFloor(stack.anvil.url, warm, pool);
 
     log('verify: the same read (the lens eth_call) posted straight to anvil, concurrency 1 and 64');
@@ -224,11 +234,15 @@ async function benchVerify() {
       const res = await postJson(stack.anvil.url, direct[i % direct.length]);
       return res.status === 200 && typeof res.body?.result === 'string' && res.body.result.length > 2;
     };
+    const anvilRun = (bodies, bounds) => compiledLoad({
+      bin: settleBurstBin(), url: stack.anvil.url, bodies, ...bounds,
+      good: (a) => a.status === 200 && typeof a.body?.result === 'string' && a.body.result.length > 2,
+    });
     await load({ concurrency: 4, total: verifyWarmup, maxMs: 10_000, call: anvilOnce });
-    const a1 = await load({ concurrency: 1, ...verifySerial, call: anvilOnce });
-    const a64 = await load({ ...verifyConcurrent, call: anvilOnce });
+    const a1 = await anvilRun(direct.slice(0, verifySerial.total), { concurrency: 1, maxMs: verifySerial.maxMs });
+    const a64 = await anvilRun(direct, verifyConcurrent);
     // Last: x402-rs puts stand-in code on the chain (bench/x402rs.mjs says why).
-    const x402rs = await x402rsVerify({ stack, pool, warm, ...verifyConcurrent, signerKey: anvilKey(9) });
+    const x402rs = await x402rsVerify({ stack, pool, warm, ...verifyConcurrent, signerKey: anvilKey(9), burstBin: settleBurstBin() });
 
     const stats = (r) => ({ ...summarize(r.latencies), rps: r.rps, failed: r.failed, firstError: r.firstError });
     results.verify = {
@@ -277,7 +291,7 @@ function startSink() {
  * (the default ratio) and exported over OTLP/HTTP protobuf to a sink on this machine; routerd's
  * CPU per verify at concurrency 64 beside the untraced run's. Leaves routerd as it found it.
  */
-async function benchTraced(stack, payTo, verifier) {
+async function benchTraced(stack, payTo, verifier, compiled) {
   const { verifySerial, verifyConcurrent, verifyWarmup } = BOUNDS;
   log(`verify: telemetry on (OTLP/HTTP to a local sink); signing ${verifySerial.total + verifyConcurrent.total + verifyWarmup} more payments`);
   const warm = await signPayments(stack, verifyWarmup, payTo);
@@ -291,9 +305,9 @@ async function benchTraced(stack, payTo, verifier) {
     const pid = stack.routerd.child.pid;
     await waitFor(async () => (await stack.request('/ready')).body?.readModes?.[stack.network] === 'lens', { what: 'lens read mode' });
     await load({ concurrency: 4, total: verifyWarmup, maxMs: 10_000, call: verifier(warm) });
-    const c1 = await load({ concurrency: 1, ...verifySerial, call: verifier(serialPool) });
+    const c1 = await compiled(serialPool, { concurrency: 1, maxMs: verifySerial.maxMs });
     const cpu0 = cpuSeconds(pid);
-    const c64 = await load({ ...verifyConcurrent, call: verifier(pool) });
+    const c64 = await compiled(pool, verifyConcurrent);
     const cpu1 = cpuSeconds(pid);
     // Stopping exports what is still queued: the sink's count is then the whole run's.
     await stack.routerd.stop();
@@ -342,7 +356,7 @@ async function benchFloor(upstreamUrl, warm, pool) {
   try {
     await load({ concurrency: 4, total: BOUNDS.verifyWarmup, maxMs: 10_000, call: answered(quick.url, warm) });
     const cpu0 = cpuSeconds(quick.child.pid);
-    c64 = await load({ ...BOUNDS.verifyConcurrent, call: answered(quick.url, pool) });
+    c64 = await compiledVerifies(quick.url, pool, BOUNDS.verifyConcurrent);
     const cpu1 = cpuSeconds(quick.child.pid);
     cpu = { user: cpu1.user - cpu0.user, system: cpu1.system - cpu0.system };
   } finally {
@@ -1127,7 +1141,7 @@ function table() {
 // g: Solana (bench/svm.mjs)
 
 async function benchSvm() {
-  results.svm = await svmPhase(BOUNDS.svm, log);
+  results.svm = await svmPhase({ ...BOUNDS.svm, burstBin: settleBurstBin() }, log);
 }
 
 // ---------------------------------------------------------------------------------------------

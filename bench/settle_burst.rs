@@ -1,6 +1,7 @@
-//! The settle burst's load generator: closed-loop POSTs from many connections, each one request
-//! at a time (as wrk sends them), every answer stamped with the wall clock when its last byte is
-//! read.
+//! The bench's load generator wherever Node's one thread would be the limit (the settle burst,
+//! the verify runs at concurrency, the Solana verifies and settles): closed-loop POSTs from many
+//! connections, each one request at a time (as wrk sends them), every answer stamped with the wall
+//! clock when its last byte is read.
 //!
 //!   settle-burst URL CONCURRENCY MAX_MS < BODIES
 //!

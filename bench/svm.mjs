@@ -18,7 +18,7 @@ import { startSvmNode, newSolanaKeypair, writeKeypairFile, DEVNET_USDC_MINT } fr
 import { v2Requirements } from '../tests/e2e/lib/svm-payment.mjs';
 import { paymentInstructions, compileMessage, wireTransaction } from '../tests/e2e/lib/svm-tx.mjs';
 import { makeTempDir, sleep } from '../tests/e2e/lib/util.mjs';
-import { nowMs, summarize, load, answerError, postJson, procMemory } from './lib.mjs';
+import { nowMs, summarize, load, compiledLoad, postJson, procMemory } from './lib.mjs';
 
 /** The real cluster's slot time: settle latency is read against it. */
 export const SLOT_MS = 400;
@@ -111,22 +111,23 @@ async function upstreamPerVerify(node, tmp, people, count, log) {
   }
 }
 
-/** Settles `bodies` at `concurrency`; the latencies of those answered success with a signature. */
-async function settleRun(url, bodies, concurrency, node) {
-  let firstError;
+/**
+ * Settles `bodies` at `concurrency`, sent by the compiled client (`bin`: each answer stamped as
+ * its last byte is read; Node's one thread stamped answers at 64 tens of milliseconds late); the
+ * latencies of those answered success with a signature.
+ */
+async function settleRun(url, bodies, concurrency, bin, node) {
   const answered = []; // [signature, when (ms since the epoch)]
-  const run = await load({
-    concurrency, total: bodies.length, maxMs: 120_000,
-    call: async (i) => {
-      const res = await postJson(`${url}/settle`, bodies[i]);
-      const ok = res.status === 200 && res.body?.success === true && SIGNATURE.test(res.body.transaction ?? '');
-      if (ok) answered.push([res.body.transaction, Date.now()]);
-      if (!ok) firstError ??= answerError(res);
-      return ok;
+  const settled = (a) => a.status === 200 && a.body?.success === true && SIGNATURE.test(a.body.transaction ?? '');
+  const run = await compiledLoad({
+    bin, url: `${url}/settle`, bodies, concurrency, maxMs: 120_000,
+    good: (a) => {
+      if (settled(a)) answered.push([a.body.transaction, a.at]);
+      return settled(a);
     },
   });
   const commitmentToAnswer = node ? summarize(await commitmentToAnswerMs(node, answered)) : undefined;
-  return { ...summarize(run.latencies), rps: run.rps, failed: run.failed, firstError: firstError ?? run.firstError, commitmentToAnswer };
+  return { ...summarize(run.latencies), rps: run.rps, failed: run.failed, firstError: run.firstError, commitmentToAnswer };
 }
 
 /** Per answered settle: ms from the slot that made its transaction `confirmed` to its answer. */
@@ -145,7 +146,7 @@ async function commitmentToAnswerMs(node, answered) {
 }
 
 /** Node calls per settle: `count` distinct settles at `concurrency` through a counting proxy. */
-async function callsPerSettle(node, tmp, people, { concurrency, total }, log) {
+async function callsPerSettle(node, tmp, people, { concurrency, total }, bin, log) {
   const proxy = await startFilteringProxy({ target: node.url });
   const routerd = await startRouterd({
     configToml: config({ port: await freePort(), dir: tmp.dir, rpcUrl: proxy.url, feePayerFile: people.feePayerFile }), dir: tmp.dir,
@@ -154,7 +155,7 @@ async function callsPerSettle(node, tmp, people, { concurrency, total }, log) {
     const bodies = await payments(node, people, total);
     log(`svm: ${total} settles at concurrency ${concurrency} through the counting proxy`);
     const mark = proxy.state.requests.length;
-    const run = await settleRun(routerd.url, bodies, concurrency);
+    const run = await settleRun(routerd.url, bodies, concurrency, bin);
     const requests = proxy.state.requests.slice(mark);
     const methods = {};
     for (const m of requests.flat()) methods[m] = (methods[m] ?? 0) + 1;
@@ -177,7 +178,7 @@ export async function benchSvm(bounds, log) {
   try {
     const people = await parties(node, tmp.dir, 16);
     const upstream = await upstreamPerVerify(node, tmp, people, bounds.upstreamVerifies, log);
-    const settleCalls = await callsPerSettle(node, tmp, people, bounds.settleCalls, log);
+    const settleCalls = await callsPerSettle(node, tmp, people, bounds.settleCalls, bounds.burstBin, log);
 
     const routerd = await startRouterd({
       configToml: config({ port: await freePort(), dir: tmp.dir, rpcUrl: node.url, feePayerFile: people.feePayerFile }), dir: tmp.dir,
@@ -190,14 +191,19 @@ export async function benchSvm(bounds, log) {
       const { warmup, serial, concurrent } = bounds;
       await load({ concurrency: 4, total: warmup, maxMs: 10_000, call: verifier(await payments(node, people, warmup)) });
       log(`svm: ${serial.total} verifies at concurrency 1, then ${concurrent.total} at ${concurrent.concurrency}`);
-      const c1 = stats(await load({ concurrency: 1, ...serial, call: verifier(await payments(node, people, serial.total)) }));
-      const c64 = stats(await load({ ...concurrent, call: verifier(await payments(node, people, concurrent.total)) }));
+      // Sent by the compiled client, as wrk would: Node's one thread was a limit at 64.
+      const compiled = async ({ concurrency, total, maxMs }) => compiledLoad({
+        bin: bounds.burstBin, url: `${routerd.url}/verify`, bodies: await payments(node, people, total), concurrency, maxMs,
+        good: (a) => a.status === 200 && a.body?.isValid === true,
+      });
+      const c1 = stats(await compiled({ concurrency: 1, ...serial }));
+      const c64 = stats(await compiled(concurrent));
       memory.afterVerify = procMemory(pid);
 
       log(`svm: ${bounds.settleSerial} settles one at a time, then ${bounds.settleConcurrent.total} at concurrency ${bounds.settleConcurrent.concurrency}`);
-      const settleSerial = await settleRun(routerd.url, await payments(node, people, bounds.settleSerial), 1, node);
+      const settleSerial = await settleRun(routerd.url, await payments(node, people, bounds.settleSerial), 1, bounds.burstBin, node);
       const { concurrency, total } = bounds.settleConcurrent;
-      const settleConcurrent = await settleRun(routerd.url, await payments(node, people, total), concurrency, node);
+      const settleConcurrent = await settleRun(routerd.url, await payments(node, people, total), concurrency, bounds.burstBin, node);
       memory.afterSettle = procMemory(pid);
       return {
         slotMs: SLOT_MS, upstream, settleCalls, c1, c64, settleSerial, settleConcurrent, memory,

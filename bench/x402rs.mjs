@@ -7,7 +7,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { rpc } from '../tests/e2e/lib/anvil.mjs';
 import { freePort, trackChild, waitFor } from '../tests/e2e/lib/util.mjs';
-import { load, postJson, summarize, watchPeak } from './lib.mjs';
+import { compiledLoad, load, postJson, summarize, watchPeak } from './lib.mjs';
 
 /** The binary, when given. */
 export const x402rsBin = () => process.env.X402RS_BIN || null;
@@ -74,10 +74,10 @@ export async function startX402rs({ bin, chainId, rpcUrl, signerKey, dir }) {
 
 /**
  * x402-rs's verify/s at `concurrency` on `pool` (bodies of valid payments, each sent once), on
- * `stack`'s chain, with its peak RSS over the run; null without X402RS_BIN. `signerKey` is a key
- * routerd does not send from.
+ * `stack`'s chain, sent by the compiled client as routerd's are (`burstBin`), with its peak RSS
+ * over the run; null without X402RS_BIN. `signerKey` is a key routerd does not send from.
  */
-export async function x402rsVerify({ stack, pool, warm, concurrency, total, maxMs, signerKey }) {
+export async function x402rsVerify({ stack, pool, warm, concurrency, maxMs, signerKey, burstBin }) {
   const bin = x402rsBin();
   if (!bin) return null;
   const x = await startX402rs({ bin, chainId: stack.chainId, rpcUrl: stack.anvil.url, signerKey, dir: stack.tmp.dir });
@@ -88,7 +88,10 @@ export async function x402rsVerify({ stack, pool, warm, concurrency, total, maxM
     };
     await load({ concurrency: 4, total: warm.length, maxMs: 10_000, call: verify(warm) });
     const peak = watchPeak(x.pid);
-    const run = await load({ concurrency, total, maxMs, call: verify(pool) });
+    const run = await compiledLoad({
+      bin: burstBin, url: `${x.url}/verify`, bodies: pool.map((p) => JSON.stringify(p.body)), concurrency, maxMs,
+      good: (a) => a.status === 200 && a.body?.isValid === true,
+    });
     return { ...summarize(run.latencies), rps: run.rps, failed: run.failed, firstError: run.firstError, peak: peak.stop() };
   } finally {
     await x.stop();
