@@ -3,6 +3,14 @@
 
 use super::*;
 
+/// `payer` cooled down until `until` through `store`.
+async fn cool(store: &Storage, payer: Payer, until: u64) {
+    store
+        .cool_down(PayerCooldown { payer, until })
+        .await
+        .unwrap();
+}
+
 /// A cooldown stored through one handle refuses the payer on the other; a shorter one never
 /// shortens it; ended ones are not answered and pruning deletes exactly those.
 pub(super) async fn cooldowns_are_shared_and_pruned(a: &Storage, b: &Storage) {
@@ -10,24 +18,9 @@ pub(super) async fn cooldowns_are_shared_and_pruned(a: &Storage, b: &Storage) {
     let payer = Payer::Evm(Address::repeat_byte(0x51));
     let ended = Payer::Evm(Address::repeat_byte(0x52));
     assert_eq!(b.cooldown_of(&payer, now).await.unwrap(), None);
-    a.cool_down(PayerCooldown {
-        payer,
-        until: now + 60,
-    })
-    .await
-    .unwrap();
-    b.cool_down(PayerCooldown {
-        payer,
-        until: now + 30,
-    })
-    .await
-    .unwrap();
-    a.cool_down(PayerCooldown {
-        payer: ended,
-        until: now - 1,
-    })
-    .await
-    .unwrap();
+    cool(a, payer, now + 60).await;
+    cool(b, payer, now + 30).await;
+    cool(a, ended, now - 1).await;
     assert_eq!(b.cooldown_of(&payer, now).await.unwrap(), Some(now + 60));
     assert_eq!(a.cooldown_of(&ended, now).await.unwrap(), None);
     assert_eq!(
@@ -58,18 +51,8 @@ fn shared_prefix(last: u8) -> Pubkey {
 pub(super) async fn a_solana_cooldown_is_kept_under_its_whole_key(a: &Storage, b: &Storage) {
     let now = 1_000_000;
     let (payer, neighbour) = (Payer::Svm(shared_prefix(1)), Payer::Svm(shared_prefix(2)));
-    a.cool_down(PayerCooldown {
-        payer,
-        until: now + 60,
-    })
-    .await
-    .unwrap();
-    b.cool_down(PayerCooldown {
-        payer: neighbour,
-        until: now + 30,
-    })
-    .await
-    .unwrap();
+    cool(a, payer, now + 60).await;
+    cool(b, neighbour, now + 30).await;
     assert_eq!(b.cooldown_of(&payer, now).await.unwrap(), Some(now + 60));
     assert_eq!(
         a.cooldown_of(&neighbour, now).await.unwrap(),
@@ -94,12 +77,7 @@ pub(super) async fn a_solana_cooldown_in_the_earlier_layout_is_found(a: &Storage
     let now = 1_000_000;
     let key = shared_prefix(1);
     let landed = Payer::Evm(Address::from_slice(&key.to_bytes()[..20]));
-    a.cool_down(PayerCooldown {
-        payer: landed,
-        until: now + 60,
-    })
-    .await
-    .unwrap();
+    cool(a, landed, now + 60).await;
     let earlier = Payer::Svm(key).earlier_cooldown().unwrap();
     assert_eq!(b.cooldown_of(&earlier, now).await.unwrap(), Some(now + 60));
     assert_eq!(b.cooldown_of(&Payer::Svm(key), now).await.unwrap(), None);
