@@ -158,9 +158,12 @@ fn large_allocations_apart() {
 
 /// glibc gives each new thread that allocates an arena of its own, up to eight per core:
 /// sled's threads and the blocking pool's (each flush) each keep one, with the pages their
-/// bursts touched and freed. As many arenas as runtime threads keeps the runtime's threads
-/// apart and makes the others share: less at the peak of a 1,000-settlement burst
-/// (`scripts/bench --only settle`, docs/benchmarks.md).
+/// bursts touched and freed. Two arenas more than runtime threads (the main thread's, and one
+/// that the threads outside the runtime share) keeps the others sharing, for less at the peak
+/// of a 1,000-settlement burst (`scripts/bench --only settle`, docs/benchmarks.md), and leaves
+/// each runtime thread an arena of its own: with only as many arenas as runtime threads, the
+/// two runtime threads of a two-core host shared one and waited on its lock, about a tenth of
+/// verify's throughput (`scripts/bench --only verify`).
 fn arenas_per_runtime_thread(threads: usize) {
     let tunables = std::env::var_os("GLIBC_TUNABLES");
     let Some(bound) = arena_bound(threads, std::env::var_os("MALLOC_ARENA_MAX"), tunables) else {
@@ -187,7 +190,7 @@ fn arena_bound(
     if arena_max.is_some() || tunables.to_string_lossy().contains("arena_max") {
         return None;
     }
-    Some(i32::try_from(threads).unwrap_or(i32::MAX))
+    Some(i32::try_from(threads.saturating_add(2)).unwrap_or(i32::MAX))
 }
 
 fn main() -> ExitCode {
@@ -245,10 +248,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_arena_per_runtime_thread_unless_the_operator_bounds_them() {
-        assert_eq!(arena_bound(2, None, None), Some(2));
+    fn two_arenas_more_than_runtime_threads_unless_the_operator_bounds_them() {
+        assert_eq!(arena_bound(2, None, None), Some(4));
         let other = Some(OsString::from("glibc.malloc.tcache_count=0"));
-        assert_eq!(arena_bound(4, None, other), Some(4));
+        assert_eq!(arena_bound(4, None, other), Some(6));
         assert_eq!(arena_bound(2, Some(OsString::from("8")), None), None);
         let tunables = Some(OsString::from("glibc.malloc.arena_max=8"));
         assert_eq!(arena_bound(2, None, tunables), None);

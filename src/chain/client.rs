@@ -140,6 +140,8 @@ pub struct ChainClient {
     max_batch_calls: usize,
     /// Callers' small batches waiting for the next coalesced request.
     queue: Mutex<Vec<Queued>>,
+    /// Turns to send the queue: at most [`coalesce::COALESCED_IN_FLIGHT`] at once.
+    coalesced: tokio::sync::Semaphore,
     /// Callers' reads in flight, per kind.
     budgets: Budgets,
     /// This client, for the task that sends the queue.
@@ -206,6 +208,7 @@ impl ChainClient {
             in_flight: AtomicUsize::new(0),
             max_batch_calls: limits.max_batch_calls,
             queue: Mutex::new(Vec::new()),
+            coalesced: tokio::sync::Semaphore::new(coalesce::COALESCED_IN_FLIGHT),
             budgets: Budgets::new(limits.max_caller_reads),
             me: me.clone(),
             identity,

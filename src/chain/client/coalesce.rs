@@ -16,6 +16,13 @@ use crate::chain::Traffic;
 /// lane's broadcasts) go out on their own, split at `max_batch_calls`.
 const COALESCE_MAX_CALLS: usize = 8;
 
+/// Coalesced requests under way at once. While this many are, the next callers' batches wait
+/// in the queue and go together when one is answered: under load the same calls ride fewer,
+/// larger requests, and the verify lens's merged calls grow (`merge.rs`), so the node takes the
+/// lens's code in once for more verifies. Two keep a node busy while one answer travels back.
+/// An idle chain (nothing under way) never waits: its request goes at once, as before.
+pub(super) const COALESCED_IN_FLIGHT: usize = 2;
+
 /// A small batch waiting in the queue, and where its answers go.
 pub(super) struct Queued {
     calls: Vec<Call>,
@@ -54,10 +61,16 @@ impl ChainClient {
         })
     }
 
-    /// Sends what is queued once every task ready now has had its turn to add to it, in
-    /// requests of at most `max_batch_calls` calls, at once.
+    /// Sends what is queued once every task ready now has had its turn to add to it and fewer
+    /// than [`COALESCED_IN_FLIGHT`] coalesced requests are under way, in requests of at most
+    /// `max_batch_calls` calls, at once.
     async fn send_queue(&self) {
         tokio::task::yield_now().await;
+        let _turn = self
+            .coalesced
+            .acquire()
+            .await
+            .expect("the client never closes it");
         let queued = std::mem::take(&mut *self.queue.lock().expect("queue lock"));
         let mut groups: Vec<Vec<Queued>> = Vec::new();
         let mut calls_in_last = 0;
@@ -97,6 +110,100 @@ impl ChainClient {
                     let _ = reply.send(Err(unreachable.clone()));
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use http_body_util::{BodyExt, Full};
+    use hyper::body::{Bytes, Incoming};
+    use hyper_util::rt::TokioIo;
+    use serde_json::{json, Value};
+    use tokio::net::TcpListener;
+    use tokio::sync::{mpsc, Semaphore};
+
+    use super::super::ClientLimits;
+    use super::*;
+
+    /// A node that reports how many calls each request carries and answers requests only as
+    /// `release` lets them, in the order they came.
+    async fn held_node() -> (String, mpsc::UnboundedReceiver<usize>, Arc<Semaphore>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (seen, requests) = mpsc::unbounded_channel();
+        let release = Arc::new(Semaphore::new(0));
+        let gate = release.clone();
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let (seen, gate) = (seen.clone(), gate.clone());
+                let service = hyper::service::service_fn(
+                    move |request: hyper::Request<Incoming>| {
+                        let (seen, gate) = (seen.clone(), gate.clone());
+                        async move {
+                            let body = request.into_body().collect().await?.to_bytes();
+                            let calls: Vec<Value> = serde_json::from_slice(&body).unwrap();
+                            seen.send(calls.len()).unwrap();
+                            gate.acquire().await.unwrap().forget();
+                            let answers: Vec<Value> = calls
+                            .iter()
+                            .map(|call| json!({"jsonrpc": "2.0", "id": call["id"], "result": "0x1"}))
+                            .collect();
+                            let answers = Bytes::from(serde_json::to_vec(&answers).unwrap());
+                            Ok::<_, hyper::Error>(hyper::Response::new(Full::new(answers)))
+                        }
+                    },
+                );
+                tokio::spawn(async move {
+                    let io = TokioIo::new(stream);
+                    let connection = hyper::server::conn::http1::Builder::new();
+                    let _ = connection.serve_connection(io, service).await;
+                });
+            }
+        });
+        (url, requests, release)
+    }
+
+    #[tokio::test]
+    async fn under_load_callers_wait_for_one_of_two_coalesced_requests_then_go_as_one() {
+        let (url, mut requests, release) = held_node().await;
+        let limits = ClientLimits {
+            timeout: Duration::from_secs(30),
+            max_in_flight: 64,
+            max_batch_calls: 64,
+            max_caller_reads: 64,
+        };
+        let url = serde_json::from_value(json!(url)).unwrap();
+        let client = ChainClient::new("test", &[url], limits).unwrap();
+        let read = |client: &Arc<ChainClient>| {
+            let client = client.clone();
+            let calls = [Call::new("eth_blockNumber", vec![])];
+            tokio::spawn(async move { client.batch(Traffic::Callers, &calls).await })
+        };
+        // Nothing under way: at once, alone; then each of two coalesced requests goes.
+        let mut reads = vec![read(&client)];
+        assert_eq!(requests.recv().await, Some(1));
+        for _ in 0..COALESCED_IN_FLIGHT {
+            reads.push(read(&client));
+            assert_eq!(requests.recv().await, Some(1));
+        }
+        // Two coalesced requests under way: the next callers wait, together.
+        reads.extend([read(&client), read(&client)]);
+        let waited = tokio::time::timeout(Duration::from_millis(300), requests.recv()).await;
+        assert!(
+            waited.is_err(),
+            "a third coalesced request went: {waited:?}"
+        );
+        // The direct request and the first coalesced one are answered: the waiting go as one.
+        release.add_permits(2);
+        assert_eq!(requests.recv().await, Some(2));
+        release.add_permits(16);
+        for read in reads {
+            assert_eq!(read.await.unwrap().unwrap(), vec![Ok(json!("0x1"))]);
         }
     }
 }
