@@ -142,6 +142,9 @@ pub struct ChainClient {
     queue: Mutex<Vec<Queued>>,
     /// Turns to send the queue: at most [`coalesce::COALESCED_IN_FLIGHT`] at once.
     coalesced: tokio::sync::Semaphore,
+    /// The round trip of a caller's read sent alone to an idle node, a moving average in
+    /// microseconds: whether the node is near enough for a batch to wait for a turn.
+    alone_round_trip_us: AtomicU64,
     /// Callers' reads in flight, per kind.
     budgets: Budgets,
     /// This client, for the task that sends the queue.
@@ -209,6 +212,7 @@ impl ChainClient {
             max_batch_calls: limits.max_batch_calls,
             queue: Mutex::new(Vec::new()),
             coalesced: tokio::sync::Semaphore::new(coalesce::COALESCED_IN_FLIGHT),
+            alone_round_trip_us: AtomicU64::new(0),
             budgets: Budgets::new(limits.max_caller_reads),
             me: me.clone(),
             identity,

@@ -5,6 +5,7 @@
 //! own traffic and large batches never wait for company.
 
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
@@ -20,8 +21,16 @@ const COALESCE_MAX_CALLS: usize = 8;
 /// in the queue and go together when one is answered: under load the same calls ride fewer,
 /// larger requests, and the verify lens's merged calls grow (`merge.rs`), so the node takes the
 /// lens's code in once for more verifies. Two keep a node busy while one answer travels back.
-/// An idle chain (nothing under way) never waits: its request goes at once, as before.
+/// An idle chain (nothing under way) never waits: its request goes at once, as before; nor
+/// does a far node's ([`NEAR_NODE`]).
 pub(super) const COALESCED_IN_FLIGHT: usize = 2;
+
+/// A node that answers a read sent alone (nothing else under way) within this, on average, is
+/// near (on the same host or network): its CPU is what a wait for company saves, and the wait
+/// costs at most its round trip. A farther node's requests go as they come: waiting would add
+/// its round trip to every verify under load, and its CPU is not the host's. Reads sent alone
+/// measure the distance, not the load: a loaded node's larger requests take longer by design.
+const NEAR_NODE: Duration = Duration::from_millis(20);
 
 /// A small batch waiting in the queue, and where its answers go.
 pub(super) struct Queued {
@@ -31,12 +40,19 @@ pub(super) struct Queued {
 
 impl ChainClient {
     pub(super) async fn batch_untraced(&self, traffic: Traffic, calls: &[Call]) -> Answered {
-        // An idle chain gets the request at once: waiting for company would only add latency.
-        if traffic == Traffic::Own
-            || calls.len() > COALESCE_MAX_CALLS.min(self.max_batch_calls / 2)
-            || self.in_flight.load(Ordering::Relaxed) == 0
+        if traffic == Traffic::Own || calls.len() > COALESCE_MAX_CALLS.min(self.max_batch_calls / 2)
         {
             return self.send(traffic, calls).await;
+        }
+        // An idle chain gets the request at once: waiting for company would only add latency.
+        // Its round trip, alone on the node, says how far the node is, whatever the load.
+        if self.in_flight.load(Ordering::Relaxed) == 0 {
+            let started = Instant::now();
+            let answered = self.send(traffic, calls).await;
+            if answered.is_ok() {
+                self.observe_round_trip(started.elapsed());
+            }
+            return answered;
         }
         let (reply, answer) = oneshot::channel();
         let first = {
@@ -61,16 +77,20 @@ impl ChainClient {
         })
     }
 
-    /// Sends what is queued once every task ready now has had its turn to add to it and fewer
-    /// than [`COALESCED_IN_FLIGHT`] coalesced requests are under way, in requests of at most
-    /// `max_batch_calls` calls, at once.
+    /// Sends what is queued once every task ready now has had its turn to add to it and, for a
+    /// near node, fewer than [`COALESCED_IN_FLIGHT`] coalesced requests are under way, in
+    /// requests of at most `max_batch_calls` calls, at once.
     async fn send_queue(&self) {
         tokio::task::yield_now().await;
-        let _turn = self
-            .coalesced
-            .acquire()
-            .await
-            .expect("the client never closes it");
+        let _turn = match self.node_is_near() {
+            true => Some(
+                self.coalesced
+                    .acquire()
+                    .await
+                    .expect("the client never closes it"),
+            ),
+            false => None,
+        };
         let queued = std::mem::take(&mut *self.queue.lock().expect("queue lock"));
         let mut groups: Vec<Vec<Queued>> = Vec::new();
         let mut calls_in_last = 0;
@@ -87,6 +107,23 @@ impl ChainClient {
             }
         }
         futures::future::join_all(groups.into_iter().map(|group| self.send_group(group))).await;
+    }
+
+    fn node_is_near(&self) -> bool {
+        let average = self.alone_round_trip_us.load(Ordering::Relaxed);
+        u128::from(average) <= NEAR_NODE.as_micros()
+    }
+
+    /// The first round trip of a read sent alone is the average; each later one moves it an
+    /// eighth of the way.
+    fn observe_round_trip(&self, took: Duration) {
+        let took = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let average = self.alone_round_trip_us.load(Ordering::Relaxed);
+        let moved = match average {
+            0 => took,
+            _ => (average - average / 8).saturating_add(took / 8),
+        };
+        self.alone_round_trip_us.store(moved, Ordering::Relaxed);
     }
 
     /// One HTTP request for every call of `group`; each caller gets its own answers back.
@@ -125,8 +162,9 @@ mod tests {
     use serde_json::{json, Value};
     use tokio::net::TcpListener;
     use tokio::sync::{mpsc, Semaphore};
+    use tokio::task::JoinHandle;
 
-    use super::super::ClientLimits;
+    use super::super::{Answers, ClientLimits};
     use super::*;
 
     /// A node that reports how many calls each request carries and answers requests only as
@@ -168,9 +206,7 @@ mod tests {
         (url, requests, release)
     }
 
-    #[tokio::test]
-    async fn under_load_callers_wait_for_one_of_two_coalesced_requests_then_go_as_one() {
-        let (url, mut requests, release) = held_node().await;
+    fn client_of(url: String) -> Arc<ChainClient> {
         let limits = ClientLimits {
             timeout: Duration::from_secs(30),
             max_in_flight: 64,
@@ -178,19 +214,49 @@ mod tests {
             max_caller_reads: 64,
         };
         let url = serde_json::from_value(json!(url)).unwrap();
-        let client = ChainClient::new("test", &[url], limits).unwrap();
-        let read = |client: &Arc<ChainClient>| {
-            let client = client.clone();
-            let calls = [Call::new("eth_blockNumber", vec![])];
-            tokio::spawn(async move { client.batch(Traffic::Callers, &calls).await })
-        };
-        // Nothing under way: at once, alone; then each of two coalesced requests goes.
-        let mut reads = vec![read(&client)];
-        assert_eq!(requests.recv().await, Some(1));
-        for _ in 0..COALESCED_IN_FLIGHT {
-            reads.push(read(&client));
-            assert_eq!(requests.recv().await, Some(1));
+        ChainClient::new("test", &[url], limits).unwrap()
+    }
+
+    /// The calls of the next request the node saw; a failure, not a hang, when none comes.
+    async fn next(requests: &mut mpsc::UnboundedReceiver<usize>) -> usize {
+        let next = tokio::time::timeout(Duration::from_secs(10), requests.recv()).await;
+        next.expect("no request came").expect("the node stopped")
+    }
+
+    /// `count` reads one after another, each seen by the node as a request of its own.
+    async fn each_alone(
+        client: &Arc<ChainClient>,
+        requests: &mut mpsc::UnboundedReceiver<usize>,
+        count: usize,
+    ) -> Vec<JoinHandle<Answers>> {
+        let mut reads = Vec::new();
+        for _ in 0..count {
+            reads.push(read(client));
+            assert_eq!(next(requests).await, 1);
         }
+        reads
+    }
+
+    /// Releases every request held and checks that each read got its own answer.
+    async fn answered(release: &Semaphore, reads: Vec<JoinHandle<Answers>>) {
+        release.add_permits(64);
+        for read in reads {
+            assert_eq!(read.await.unwrap().unwrap(), vec![Ok(json!("0x1"))]);
+        }
+    }
+
+    fn read(client: &Arc<ChainClient>) -> JoinHandle<Answers> {
+        let client = client.clone();
+        let calls = [Call::new("eth_blockNumber", vec![])];
+        tokio::spawn(async move { client.batch(Traffic::Callers, &calls).await })
+    }
+
+    #[tokio::test]
+    async fn under_load_callers_wait_for_one_of_two_coalesced_requests_then_go_as_one() {
+        let (url, mut requests, release) = held_node().await;
+        let client = client_of(url);
+        // Nothing under way: at once, alone; then each of two coalesced requests goes.
+        let mut reads = each_alone(&client, &mut requests, 1 + COALESCED_IN_FLIGHT).await;
         // Two coalesced requests under way: the next callers wait, together.
         reads.extend([read(&client), read(&client)]);
         let waited = tokio::time::timeout(Duration::from_millis(300), requests.recv()).await;
@@ -200,10 +266,36 @@ mod tests {
         );
         // The direct request and the first coalesced one are answered: the waiting go as one.
         release.add_permits(2);
-        assert_eq!(requests.recv().await, Some(2));
-        release.add_permits(16);
-        for read in reads {
-            assert_eq!(read.await.unwrap().unwrap(), vec![Ok(json!("0x1"))]);
+        assert_eq!(next(&mut requests).await, 2);
+        answered(&release, reads).await;
+        // The first read, sent alone to an idle node, measured how far the node is.
+        assert!(client.alone_round_trip_us.load(Ordering::Relaxed) > 0);
+    }
+
+    #[tokio::test]
+    async fn a_far_nodes_callers_never_wait_for_a_turn() {
+        let (url, mut requests, release) = held_node().await;
+        let client = client_of(url);
+        client.observe_round_trip(NEAR_NODE * 9);
+        assert!(!client.node_is_near());
+        let reads = each_alone(&client, &mut requests, 3 + COALESCED_IN_FLIGHT).await;
+        answered(&release, reads).await;
+    }
+
+    #[tokio::test]
+    async fn the_first_round_trip_is_the_average_and_each_later_one_moves_it_an_eighth() {
+        let client = client_of("http://127.0.0.1:1".to_string());
+        let average = || client.alone_round_trip_us.load(Ordering::Relaxed);
+        assert!(client.node_is_near());
+        client.observe_round_trip(Duration::from_millis(1));
+        assert_eq!(average(), 1_000);
+        assert!(client.node_is_near());
+        client.observe_round_trip(Duration::from_millis(160));
+        assert_eq!(average(), 875 + 20_000);
+        assert!(!client.node_is_near());
+        for _ in 0..8 {
+            client.observe_round_trip(Duration::from_millis(1));
         }
+        assert!(client.node_is_near());
     }
 }
