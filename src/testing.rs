@@ -1,6 +1,7 @@
 //! Fixtures the unit tests share: a claimed record, a signed attempt, a fresh directory.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use ethers_core::types::{Address, Bytes, H256, U256};
 use solana_pubkey::Pubkey;
@@ -55,6 +56,22 @@ pub fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("routerd-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     dir
+}
+
+/// The sled store at `dir` opened again. The handle dropped before may still hold the
+/// directory's lock for a moment: a flush's blocking task lets go of its handle just after it
+/// has answered.
+pub fn reopen(dir: &Path) -> crate::store::sled::Store {
+    for _ in 0..100 {
+        match crate::store::sled::Store::open(dir) {
+            Ok(store) => return store,
+            Err(e) if e.to_string().contains("could not acquire lock") => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => panic!("reopening {}: {e}", dir.display()),
+        }
+    }
+    panic!("{} stayed locked for 5 s", dir.display())
 }
 
 /// A claimed Solana payment of 1000 on `network` settling [`svm_settlement`], its key's digest

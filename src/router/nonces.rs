@@ -119,7 +119,7 @@ mod tests {
                 Some(3)
             );
         }
-        let book = NonceBook::new(Arc::new(Store::open(&dir).unwrap()), 120, 16);
+        let book = NonceBook::new(Arc::new(crate::testing::reopen(&dir)), 120, 16);
         assert_eq!(
             book.reserve(&key("l1", "me"), 3, 12).await.unwrap(),
             Some(5)

@@ -380,7 +380,7 @@ mod durability_tests {
         let blobs: Vec<_> = std::fs::read_dir(dir.join("blobs")).unwrap().collect();
         assert!(!blobs.is_empty(), "the large value went to blobs/");
         drop(store);
-        let reopened = Store::open(&dir).unwrap();
+        let reopened = crate::testing::reopen(&dir);
         assert_eq!(
             reopened.settlements.get("small").unwrap().unwrap(),
             &[1u8][..]
@@ -411,7 +411,7 @@ mod durability_tests {
             store.physical_flushes()
         );
         drop(store);
-        let reopened = Store::open(&dir).unwrap();
+        let reopened = crate::testing::reopen(&dir);
         assert_eq!(reopened.settlements.len(), 50);
         drop(reopened);
         std::fs::remove_dir_all(&dir).unwrap();
