@@ -56,6 +56,9 @@ process.env.RUST_LOG = process.env.BENCH_RUST_LOG ?? 'info';
  */
 const VERIFY_ROUNDS = 3;
 
+/** routerd's count of the HTTP requests it has sent its nodes. */
+const UPSTREAM_REQUESTS = 'routerd_upstream_requests_total';
+
 /** The run of median throughput. */
 const median = (runs) => [...runs].sort((a, b) => a.rps - b.rps)[Math.floor(runs.length / 2)];
 
@@ -173,13 +176,6 @@ const compiledVerifies = (url, payments, { concurrency, maxMs }) => compiledLoad
   bin: settleBurstBin(), url, bodies: payments.map((p) => JSON.stringify(p.body)), concurrency, maxMs, good: validAnswer,
 });
 
-/** HTTP requests routerd has sent its nodes so far, by its own counter (/metrics). */
-async function upstreamRequests(stack) {
-  const text = (await stack.request('/metrics')).text ?? '';
-  return text.split('\n').filter((line) => line.startsWith('routerd_upstream_requests_total{'))
-    .reduce((sum, line) => sum + Number(line.split(' ').pop()), 0);
-}
-
 async function benchVerify() {
   log('verify: starting an auto-mining anvil with USDC, a counting proxy and routerd');
   const proxy = await startFilteringProxy();
@@ -263,9 +259,9 @@ async function benchVerify() {
     const a64Runs = [];
     for (const [r, payments] of pools.entries()) {
       const cpu0 = cpuSeconds(pid);
-      const requests0 = await upstreamRequests(stack);
+      const requests0 = await metricSum(stack.url, UPSTREAM_REQUESTS);
       c64Runs.push(await compiled(payments, verifyConcurrent));
-      requestsAt64 += (await upstreamRequests(stack)) - requests0;
+      requestsAt64 += (await metricSum(stack.url, UPSTREAM_REQUESTS)) - requests0;
       const cpu1 = cpuSeconds(pid);
       cpu.user += cpu1.user - cpu0.user;
       cpu.system += cpu1.system - cpu0.system;
@@ -924,7 +920,7 @@ async function benchRouter() {
     log(`router: warm-up (${BOUNDS.routerWarmup}), then sequential and 64 concurrent callers`);
     await load({ concurrency: 4, total: BOUNDS.routerWarmup, maxMs: 10_000, call: routeOnce });
     for (const k of Object.keys(chosen)) delete chosen[k];
-    const metric = 'routerd_upstream_requests_total';
+    const metric = UPSTREAM_REQUESTS;
     const m0 = await metricSum(routerd.url, metric);
     const t0 = nowMs();
     const serial = await load({ concurrency: 1, ...BOUNDS.routerSerial, call: routeOnce });
