@@ -2,8 +2,9 @@
 //!
 //!   transport-floor UPSTREAM_URL [HOLD_MS]
 //!
-//! It serves HTTP as routerd does (jsonrpsee's server with an HTTP middleware, as many runtime
-//! threads as routerd's default, at most 1,024 connections, the body read whole) and answers every request after one
+//! It serves HTTP as routerd does (routerd's own accept loop with its default connection bounds
+//! and timeouts, jsonrpsee's server with an HTTP middleware, as many runtime threads as
+//! routerd's default, the body read whole) and answers every request after one
 //! JSON-RPC batch to UPSTREAM_URL through jsonrpsee's HTTP client: verify's one upstream read.
 //! It parses no payment, recovers no signature, stores and logs nothing. With HOLD_MS it waits
 //! that long before answering, as a settlement waits for its block, so that many requests are
@@ -20,7 +21,11 @@ use jsonrpsee::core::params::BatchRequestBuilder;
 use jsonrpsee::core::BoxError;
 use jsonrpsee::http_client::{HttpClient, HttpClientBuilder};
 use jsonrpsee::rpc_params;
-use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse, Server, ServerConfig};
+use jsonrpsee::server::{stop_channel, HttpBody, HttpRequest, HttpResponse, Server, ServerConfig};
+use jsonrpsee::Methods;
+use routerd::config::ServerSettings;
+use routerd::server::{accept, Bounds, ConnectionLimits, Gate, Timeouts, TrustedProxies};
+use tokio::net::TcpListener;
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -30,7 +35,7 @@ fn main() {
     };
     let hold = Duration::from_millis(args.next().and_then(|a| a.parse().ok()).unwrap_or(0));
     tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(routerd::config::ServerSettings::default_worker_threads())
+        .worker_threads(ServerSettings::default_worker_threads())
         .enable_all()
         .build()
         .expect("runtime")
@@ -42,20 +47,32 @@ async fn serve(upstream: String, hold: Duration) {
         .build(&upstream)
         .expect("upstream URL");
     let floor = Floor { client, hold };
-    let server = Server::builder()
-        .set_config(
-            ServerConfig::builder()
-                .http_only()
-                .max_connections(1024)
-                .build(),
-        )
+    let settings = ServerSettings::default();
+    let service = Server::builder()
+        .set_config(ServerConfig::builder().http_only().build())
         .set_http_middleware(tower::ServiceBuilder::new().layer_fn(move |_| floor.clone()))
-        .build("127.0.0.1:0")
-        .await
-        .expect("bind");
-    println!("{}", server.local_addr().expect("bound").port());
-    let handle = server.start(jsonrpsee::RpcModule::new(()));
-    handle.stopped().await;
+        .to_service_builder();
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    println!("{}", listener.local_addr().expect("bound").port());
+    let (stop, _handle) = stop_channel();
+    let make = {
+        let stop = stop.clone();
+        let methods = Methods::from(jsonrpsee::RpcModule::new(()));
+        move || service.clone().build(methods.clone(), stop.clone())
+    };
+    let timeouts = Timeouts {
+        read: Duration::from_millis(settings.request_read_timeout_ms),
+        idle: Duration::from_secs(settings.idle_timeout_secs),
+    };
+    let total = settings.max_connections as usize;
+    let bounds = Bounds {
+        gate: Gate::new(ConnectionLimits {
+            total,
+            per_client: total,
+        }),
+        proxies: TrustedProxies::default(),
+    };
+    accept(listener, make, stop, timeouts, bounds).await;
 }
 
 #[derive(Clone)]

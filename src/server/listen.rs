@@ -3,6 +3,12 @@
 //! a router reservation when no API keys are set, access.md §6), and each connection runs on a
 //! [`silence::Clock`] that closes it when a client is too slow to send a request, or idle too
 //! long between two (access.md §7).
+//!
+//! A connection whose first bytes are not HTTP/2's preface is served as HTTP/1 from the start:
+//! hyper-util's version check otherwise reads those bytes apart and hands hyper's parser the
+//! first 24 on their own, and the parser's next read then finds its 8 KiB buffer short of room
+//! and doubles it, for as long as the connection lives (8 KiB more for each of a settle burst's
+//! thousand waiting connections). Peeking decides the same way without taking the bytes.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -20,7 +26,7 @@ use tower::Service;
 
 use super::client::{ClientId, TrustedProxies};
 use super::gate::{Gate, Permit};
-use super::silence::{Clock, Timeouts, Watched};
+use super::silence::{Clock, Expired, Timeouts, Watched};
 
 /// The peer address a request came from, in its extensions (behind a trusted proxy the client
 /// is another: `client::TrustedProxies::resolve`).
@@ -122,12 +128,19 @@ async fn serve<S>(
         clock: clock.clone(),
     };
     let service = TowerToHyperService::new(counted);
-    let builder = Builder::new(TokioExecutor::new());
+    let stopped = stop.shutdown();
+    tokio::pin!(stopped);
+    let Some(version) = first_bytes(&socket, remote, &clock, &permit, stopped.as_mut()).await
+    else {
+        return;
+    };
+    let builder = match version {
+        Version::Http1 => Builder::new(TokioExecutor::new()).http1_only(),
+        Version::Undecided => Builder::new(TokioExecutor::new()),
+    };
     let io = TokioIo::new(Watched::new(socket, clock.clone()));
     let connection = builder.serve_connection(io, service);
     tokio::pin!(connection);
-    let stopped = stop.shutdown();
-    tokio::pin!(stopped);
     loop {
         let deadline = match clock.check(tokio::time::Instant::now()) {
             Ok(deadline) => deadline,
@@ -149,6 +162,63 @@ async fn serve<S>(
                 return;
             }
             _ = tokio::time::sleep_until(deadline) => {}
+        }
+    }
+}
+
+/// Waits for a connection's first bytes under the same bounds as its requests: `None` when it is
+/// closed first. Until then it has nothing in flight to finish or answer.
+async fn first_bytes(
+    socket: &TcpStream,
+    remote: SocketAddr,
+    clock: &Clock,
+    permit: &Permit,
+    stopped: Pin<&mut impl Future<Output = ()>>,
+) -> Option<Version> {
+    // A fresh connection's deadline does not move until it sends a byte.
+    let deadline = clock.check(tokio::time::Instant::now()).ok()?;
+    tokio::select! {
+        version = Version::of(socket) => Some(version),
+        _ = permit.close.notified() => {
+            tracing::debug!(client = %remote, "connection closed to make room");
+            None
+        }
+        _ = stopped => None,
+        _ = tokio::time::sleep_until(deadline) => {
+            tracing::debug!(client = %remote, expired = ?Expired::Request, "connection closed: silent too long");
+            None
+        }
+    }
+}
+
+/// What a connection's first bytes say of its protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Version {
+    /// They differ from HTTP/2's preface: HTTP/1, or bytes HTTP/1's parser refuses.
+    Http1,
+    /// HTTP/2's preface so far, or nothing yet (closed, or a failed read): hyper-util's own
+    /// check reads on.
+    Undecided,
+}
+
+/// What every HTTP/2 connection without TLS begins with (RFC 9113 §3.4).
+const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+impl Version {
+    /// Waits for the connection's first bytes and looks at them without taking them.
+    async fn of(socket: &TcpStream) -> Self {
+        let mut first = [0u8; HTTP2_PREFACE.len()];
+        match socket.peek(&mut first).await {
+            Ok(read) => Self::of_bytes(&first[..read]),
+            Err(_) => Version::Undecided,
+        }
+    }
+
+    fn of_bytes(first: &[u8]) -> Self {
+        if first.is_empty() || HTTP2_PREFACE.starts_with(first) {
+            Version::Undecided
+        } else {
+            Version::Http1
         }
     }
 }
@@ -181,5 +251,24 @@ where
             drop(in_flight);
             answer
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_bytes_off_the_http2_preface_decide_http1() {
+        assert_eq!(
+            Version::of_bytes(b"POST /verify HTTP/1.1\r\n"),
+            Version::Http1
+        );
+        assert_eq!(Version::of_bytes(b"GET /"), Version::Http1);
+        assert_eq!(Version::of_bytes(b"\x16\x03\x01"), Version::Http1);
+        assert_eq!(Version::of_bytes(HTTP2_PREFACE), Version::Undecided);
+        assert_eq!(Version::of_bytes(b"PRI * HTTP/2"), Version::Undecided);
+        assert_eq!(Version::of_bytes(b"P"), Version::Undecided);
+        assert_eq!(Version::of_bytes(b""), Version::Undecided);
     }
 }

@@ -36,7 +36,10 @@ use crate::router::Router;
 pub use auth::{ClientLimit, Keys, KeysError};
 pub use client::TrustedProxies;
 pub use gate::{Gate, Limits as ConnectionLimits};
+/// The accept loop, for the transport floor to serve as routerd does (bench/transport_floor.rs).
+pub use listen::{accept, Bounds};
 pub use ops::{guards_down, Metrics};
+pub use silence::Timeouts;
 
 /// Most calls in one JSON-RPC batch.
 const MAX_BATCH_CALLS: u32 = 100;

@@ -327,3 +327,48 @@ async fn answers_with_a_facilitator() {
     }
     compare(&answers.join("\n\n"), "facilitator.txt");
 }
+
+/// HTTP/2 with prior knowledge is served as before, and so is an HTTP/1 request whose first
+/// byte arrives alone (it could still be HTTP/2's preface when it is looked at).
+#[tokio::test]
+async fn answers_http2_and_a_request_begun_with_one_byte() {
+    let listeners = start(&test_settings(), app(false).await)
+        .await
+        .expect("listening");
+    let address = listeners[0].address;
+
+    let stream = tokio::net::TcpStream::connect(address)
+        .await
+        .expect("connect");
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .expect("an HTTP/2 handshake");
+    tokio::spawn(connection);
+    let request = http::Request::get(format!("http://{address}/health"))
+        .body(http_body_util::Empty::<hyper::body::Bytes>::new())
+        .expect("a request");
+    let answer = sender.send_request(request).await.expect("an answer");
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.version(), http::Version::HTTP_2);
+
+    let whole = exchange(address, "POST", "/ready", "").await;
+    let mut stream = tokio::net::TcpStream::connect(address)
+        .await
+        .expect("connect");
+    stream.write_all(b"P").await.expect("write");
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let rest = "OST /ready HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+    stream.write_all(rest.as_bytes()).await.expect("write");
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.expect("read");
+    let answer = String::from_utf8(answer).expect("utf-8");
+    let status = answer.lines().next().unwrap_or_default();
+    assert!(
+        whole.starts_with(&format!("{status} |")),
+        "{answer} against {whole}"
+    );
+    assert!(status.starts_with("HTTP/1.1 "), "{answer}");
+}
