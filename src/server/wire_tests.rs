@@ -372,3 +372,23 @@ async fn answers_http2_and_a_request_begun_with_one_byte() {
     );
     assert!(status.starts_with("HTTP/1.1 "), "{answer}");
 }
+
+/// A connection that has sent nothing yet does not hold a stop up until its read timeout.
+#[tokio::test]
+async fn a_silent_connection_does_not_hold_a_stop() {
+    let listeners = start(&test_settings(), app(false).await)
+        .await
+        .expect("listening");
+    let _silent = tokio::net::TcpStream::connect(listeners[0].address)
+        .await
+        .expect("connect");
+    // The accept loop has taken it once a request on another connection is answered.
+    let answer = exchange(listeners[0].address, "GET", "/health", "").await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let handle = listeners[0].handle.clone();
+    handle.stop().expect("a running server");
+    let bound = std::time::Duration::from_millis(test_settings().request_read_timeout_ms / 2);
+    tokio::time::timeout(bound, handle.stopped())
+        .await
+        .expect("stopped before the silent connection's read timeout");
+}
