@@ -26,6 +26,12 @@ async fn temp_store(name: &str) -> crate::store::Storage {
         .expect("a temporary store")
 }
 
+/// An app with no service and no store: what the transport answers by itself. Tests that
+/// share a store name would share its directory, and sled's lock on it.
+fn bare_app() -> Arc<App> {
+    Arc::new(test_app(None, None, BTreeMap::new()))
+}
+
 async fn app_of(with_router: bool, chains: BTreeMap<String, Arc<Chain>>) -> Arc<App> {
     let store = temp_store(&format!("{with_router}-{}", chains.len())).await;
     let router = with_router.then(|| {
@@ -332,7 +338,7 @@ async fn answers_with_a_facilitator() {
 /// byte arrives alone (it could still be HTTP/2's preface when it is looked at).
 #[tokio::test]
 async fn answers_http2_and_a_request_begun_with_one_byte() {
-    let listeners = start(&test_settings(), app(false).await)
+    let listeners = start(&test_settings(), bare_app())
         .await
         .expect("listening");
     let address = listeners[0].address;
@@ -376,7 +382,7 @@ async fn answers_http2_and_a_request_begun_with_one_byte() {
 /// A connection that has sent nothing yet does not hold a stop up until its read timeout.
 #[tokio::test]
 async fn a_silent_connection_does_not_hold_a_stop() {
-    let listeners = start(&test_settings(), app(false).await)
+    let listeners = start(&test_settings(), bare_app())
         .await
         .expect("listening");
     let _silent = tokio::net::TcpStream::connect(listeners[0].address)
