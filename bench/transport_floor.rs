@@ -60,10 +60,7 @@ async fn serve(upstream: String, hold: Duration) {
         let methods = Methods::from(jsonrpsee::RpcModule::new(()));
         move || service.clone().build(methods.clone(), stop.clone())
     };
-    let timeouts = Timeouts {
-        read: Duration::from_millis(settings.request_read_timeout_ms),
-        idle: Duration::from_secs(settings.idle_timeout_secs),
-    };
+    let timeouts = Timeouts::of(&settings);
     let total = settings.max_connections as usize;
     let bounds = Bounds {
         gate: Gate::new(ConnectionLimits {

@@ -134,9 +134,10 @@ async fn serve<S>(
     else {
         return;
     };
+    let builder = Builder::new(TokioExecutor::new());
     let builder = match version {
-        Version::Http1 => Builder::new(TokioExecutor::new()).http1_only(),
-        Version::Undecided => Builder::new(TokioExecutor::new()),
+        Version::Http1 => builder.http1_only(),
+        Version::Undecided => builder,
     };
     let io = TokioIo::new(Watched::new(socket, clock.clone()));
     let connection = builder.serve_connection(io, service);

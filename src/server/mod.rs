@@ -193,10 +193,7 @@ fn serve(
     routes: Arc<Routes>,
     bounds: listen::Bounds,
 ) -> ServerHandle {
-    let timeouts = silence::Timeouts {
-        read: Duration::from_millis(settings.request_read_timeout_ms),
-        idle: Duration::from_secs(settings.idle_timeout_secs),
-    };
+    let timeouts = silence::Timeouts::of(settings);
     let config = ServerConfig::builder()
         .http_only()
         .max_request_body_size(settings.max_body_bytes)

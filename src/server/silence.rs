@@ -14,11 +14,23 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
+use crate::config::ServerSettings;
+
 /// The two bounds on a silent connection.
 #[derive(Debug, Clone, Copy)]
 pub struct Timeouts {
     pub read: Duration,
     pub idle: Duration,
+}
+
+impl Timeouts {
+    /// `server.request_read_timeout_ms` and `server.idle_timeout_secs`.
+    pub fn of(settings: &ServerSettings) -> Self {
+        Timeouts {
+            read: Duration::from_millis(settings.request_read_timeout_ms),
+            idle: Duration::from_secs(settings.idle_timeout_secs),
+        }
+    }
 }
 
 /// Where a connection is between requests.

@@ -82,14 +82,11 @@ impl ChainClient {
     /// requests of at most `max_batch_calls` calls, at once.
     async fn send_queue(&self) {
         tokio::task::yield_now().await;
-        let _turn = match self.node_is_near() {
-            true => Some(
-                self.coalesced
-                    .acquire()
-                    .await
-                    .expect("the client never closes it"),
-            ),
-            false => None,
+        let _turn = if self.node_is_near() {
+            let turn = self.coalesced.acquire().await;
+            Some(turn.expect("the client never closes it"))
+        } else {
+            None
         };
         let queued = std::mem::take(&mut *self.queue.lock().expect("queue lock"));
         let mut groups: Vec<Vec<Queued>> = Vec::new();
