@@ -58,16 +58,28 @@ export async function minedFrom(anvil, senders, { fromBlock, toBlock } = {}) {
   const numbers = [];
   for (let n = fromBlock + 1; n <= head; n += 1) numbers.push(n);
   const out = [];
-  // The canonical chain by parent hashes from the head, read once if a number lookup fails.
+  // The canonical chain by parent hashes from the head, read once if a number lookup fails. The
+  // walk starts at `latest`, which anvil resolves by its best hash (after rollbacks its number
+  // index may miss the head too), and is read again until it reaches `fromBlock`: a parent that a
+  // node mining at that moment briefly misses does not end it early.
   let byParents = null;
-  const readByParents = async () => {
+  const walkFromLatest = async () => {
     const chain = new Map();
-    let block = await anvil.rpc('eth_getBlockByNumber', [hex(head), true]);
+    let block = await anvil.rpc('eth_getBlockByNumber', ['latest', true]);
     while (block && Number(block.number) > fromBlock) {
-      chain.set(Number(block.number), block);
+      if (Number(block.number) <= head) chain.set(Number(block.number), block);
       block = await anvil.rpc('eth_getBlockByHash', [block.parentHash, true]);
     }
-    return chain;
+    return { chain, whole: block !== null };
+  };
+  const readByParents = async () => {
+    // (walk is kept from the last try that answered, whole or not)
+    let walk = { chain: new Map(), whole: false };
+    await waitFor(async () => {
+      walk = await walkFromLatest();
+      return walk.whole;
+    }, { timeoutMs: 15_000, intervalMs: 500, what: `the chain from the head down to block ${fromBlock} by parent hashes` }).catch(() => {});
+    return walk.chain;
   };
   const readBlock = async (n) => {
     // A busy anvil that is mining at that moment may briefly answer null for a block at or under
