@@ -398,3 +398,27 @@ async fn a_silent_connection_does_not_hold_a_stop() {
         .await
         .expect("stopped before the silent connection's read timeout");
 }
+
+/// An HTTP/1 connection kept alive after its answer is told to close on stop: it does not hold
+/// the stop up until its idle timeout.
+#[tokio::test]
+async fn a_kept_alive_connection_does_not_hold_a_stop() {
+    let listeners = start(&test_settings(), bare_app())
+        .await
+        .expect("listening");
+    let mut kept = tokio::net::TcpStream::connect(listeners[0].address)
+        .await
+        .expect("connect");
+    kept.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .expect("write");
+    let mut answer = [0u8; 512];
+    let read = kept.read(&mut answer).await.expect("read");
+    assert!(answer[..read].starts_with(b"HTTP/1.1 200"), "{answer:?}");
+    let handle = listeners[0].handle.clone();
+    handle.stop().expect("a running server");
+    let bound = std::time::Duration::from_millis(test_settings().request_read_timeout_ms / 2);
+    tokio::time::timeout(bound, handle.stopped())
+        .await
+        .expect("stopped before the kept-alive connection's idle timeout");
+}
