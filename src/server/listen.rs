@@ -8,9 +8,7 @@
 //! hyper-util's version check otherwise reads those bytes apart and hands hyper's parser the
 //! first 24 on their own, and the parser's next read then finds its 8 KiB buffer short of room
 //! and doubles it, for as long as the connection lives (8 KiB more for each of a settle burst's
-//! thousand waiting connections). Peeking decides the same way without taking the bytes, and
-//! such a connection is hyper's own HTTP/1 connection, not hyper-util's (1,544 bytes of state
-//! that may become HTTP/2, against 664), in each connection's task.
+//! thousand waiting connections). Peeking decides the same way without taking the bytes.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -19,7 +17,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
@@ -137,36 +134,13 @@ async fn serve<S>(
     else {
         return;
     };
+    let builder = Builder::new(TokioExecutor::new());
+    let builder = match version {
+        Version::Http1 => builder.http1_only(),
+        Version::Undecided => builder,
+    };
     let io = TokioIo::new(Watched::new(socket, clock.clone()));
-    let watch = (remote, clock.as_ref(), &permit, stopped.as_mut());
-    match version {
-        // hyper's own HTTP/1 connection: hyper-util's, which may become HTTP/2 too, is more than
-        // twice its size, and it lives in the task of each of a burst's thousand connections.
-        Version::Http1 => {
-            let connection = http1::Builder::new().serve_connection(io, service);
-            drive(connection, |c| c.graceful_shutdown(), watch).await
-        }
-        // Boxed, so that its larger state is not the size of every connection's task.
-        Version::Undecided => {
-            let builder = Builder::new(TokioExecutor::new());
-            let connection = builder.serve_connection(io, service);
-            Box::pin(drive(connection, |c| c.graceful_shutdown(), watch)).await
-        }
-    }
-}
-
-/// Serves `connection` until it ends, its clock expires or the gate needs its place; on `stop`,
-/// `finish` lets its requests in flight finish first.
-async fn drive<C: Future>(
-    connection: C,
-    finish: impl FnOnce(Pin<&mut C>),
-    (remote, clock, permit, mut stopped): (
-        SocketAddr,
-        &Clock,
-        &Permit,
-        Pin<&mut impl Future<Output = ()>>,
-    ),
-) {
+    let connection = builder.serve_connection(io, service);
     tokio::pin!(connection);
     loop {
         let deadline = match clock.check(tokio::time::Instant::now()) {
@@ -184,7 +158,7 @@ async fn drive<C: Future>(
                 return;
             }
             _ = &mut stopped => {
-                finish(connection.as_mut());
+                connection.as_mut().graceful_shutdown();
                 let _ = connection.await;
                 return;
             }
