@@ -379,6 +379,16 @@ async fn answers_http2_and_a_request_begun_with_one_byte() {
     assert!(status.starts_with("HTTP/1.1 "), "{answer}");
 }
 
+/// Stops the server of `handle` and waits for it to end, failing past half the read timeout
+/// (before `what`).
+async fn stops_within_half_the_read_timeout(handle: &ServerHandle, what: &str) {
+    handle.stop().expect("a running server");
+    let bound = std::time::Duration::from_millis(test_settings().request_read_timeout_ms / 2);
+    tokio::time::timeout(bound, handle.clone().stopped())
+        .await
+        .unwrap_or_else(|_| panic!("not stopped before {what}"));
+}
+
 /// A connection that has sent nothing yet does not hold a stop up until its read timeout.
 #[tokio::test]
 async fn a_silent_connection_does_not_hold_a_stop() {
@@ -391,12 +401,11 @@ async fn a_silent_connection_does_not_hold_a_stop() {
     // The accept loop has taken it once a request on another connection is answered.
     let answer = exchange(listeners[0].address, "GET", "/health", "").await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    let handle = listeners[0].handle.clone();
-    handle.stop().expect("a running server");
-    let bound = std::time::Duration::from_millis(test_settings().request_read_timeout_ms / 2);
-    tokio::time::timeout(bound, handle.stopped())
-        .await
-        .expect("stopped before the silent connection's read timeout");
+    stops_within_half_the_read_timeout(
+        &listeners[0].handle,
+        "the silent connection's read timeout",
+    )
+    .await;
 }
 
 /// An HTTP/1 connection kept alive after its answer is told to close on stop: it does not hold
@@ -415,10 +424,9 @@ async fn a_kept_alive_connection_does_not_hold_a_stop() {
     let mut answer = [0u8; 512];
     let read = kept.read(&mut answer).await.expect("read");
     assert!(answer[..read].starts_with(b"HTTP/1.1 200"), "{answer:?}");
-    let handle = listeners[0].handle.clone();
-    handle.stop().expect("a running server");
-    let bound = std::time::Duration::from_millis(test_settings().request_read_timeout_ms / 2);
-    tokio::time::timeout(bound, handle.stopped())
-        .await
-        .expect("stopped before the kept-alive connection's idle timeout");
+    stops_within_half_the_read_timeout(
+        &listeners[0].handle,
+        "the kept-alive connection's idle timeout",
+    )
+    .await;
 }

@@ -73,7 +73,7 @@ export async function minedFrom(anvil, senders, { fromBlock, toBlock } = {}) {
     return { chain, whole: block !== null };
   };
   const readByParents = async () => {
-    // (walk is kept from the last try that answered, whole or not)
+    // A try that throws keeps the last walk that answered, whole or not.
     let walk = { chain: new Map(), whole: false };
     await waitFor(async () => {
       walk = await walkFromLatest();
