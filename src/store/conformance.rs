@@ -189,6 +189,12 @@ macro_rules! conformance {
 
             $(#[$attr])?
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn one_refund_holder_per_channel() {
+                run("refund_holds", |a, b| async move { super::one_refund_holder_per_channel(&a, &b).await }).await;
+            }
+
+            $(#[$attr])?
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn expired_router_reservations_are_deleted() {
                 run("router_prune", |a, b| async move { super::expired_router_reservations_are_deleted(&a, &b).await }).await;
             }

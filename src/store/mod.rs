@@ -391,6 +391,17 @@ pub trait ChannelStore: Send + Sync {
         snapshot: &ChannelSnapshot,
     ) -> Result<ChannelSnapshot, StoreError>;
     async fn channel(&self, key: &ChannelKey) -> Result<Option<ChannelSnapshot>, StoreError>;
+    /// Holds `key`'s refund for `holder` for `ttl`, unless another holder's hold has not run
+    /// out: whether `holder` holds it now. One holder across every instance sharing the store,
+    /// so that no two sign the channel's one refund nonce at once.
+    async fn hold_refund(
+        &self,
+        key: &ChannelKey,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError>;
+    /// Ends `holder`'s hold of `key`'s refund (nothing when another holds it).
+    async fn release_refund(&self, key: &ChannelKey, holder: &str) -> Result<(), StoreError>;
 }
 
 /// One backend: everything routerd stores.

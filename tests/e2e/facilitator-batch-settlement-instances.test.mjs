@@ -9,7 +9,10 @@
 // - the same with each request under its own Idempotency-Key (asked again on the next instance
 //   while pending): one success, the claiming request retried on the other instances is told the
 //   success again, another key the failure;
-// - later, the deposit sent once more to each instance: the transaction as a failure, nothing sent.
+// - later, the deposit sent once more to each instance: the transaction as a failure, nothing sent;
+// - three cooperative refunds of one channel (three amounts), one to each instance at once: one
+//   refund transaction, none reverted (each instance alone would send its own at the channel's
+//   one refund nonce); the others are refused with nothing sent.
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
@@ -24,7 +27,7 @@ import { startFacilitatorStack, CHAIN_ID } from './lib/stack.mjs';
 import { startRouterd } from './lib/routerd.mjs';
 import { anvilAccount, freshAccount, ROLE } from './lib/accounts.mjs';
 import { USDC_EIP712 } from './lib/deploy-usdc.mjs';
-import { BATCH_SETTLEMENT, placeBatchSettlement, readChannel } from './lib/batch-settlement.mjs';
+import { BATCH_SETTLEMENT, placeBatchSettlement, readChannel, signRefund } from './lib/batch-settlement.mjs';
 import { isPending } from './lib/settling.mjs';
 import { TX_HASH, show } from './lib/expect.mjs';
 import {
@@ -177,6 +180,25 @@ async function expectOneDeposit(deposit, hash, { nonce, escrow }) {
   assert.equal((await readChannel(stack.client, deposit.payload.voucher.channelId)).balance, deposit.amount);
 }
 
+/**
+ * A cooperative refund of `amount` from the deposit's channel at its refund nonce now, signed by
+ * its receiver authorizer.
+ */
+async function refundOf(deposit, amount) {
+  const { channelId } = deposit.payload.voucher;
+  const { refundNonce } = await readChannel(stack.client, channelId);
+  const refundAuthorizerSignature = await signRefund(authorizer, CHAIN_ID, channelId, refundNonce, amount);
+  const payload = {
+    type: 'refund', channelConfig: deposit.payload.channelConfig, voucher: deposit.payload.voucher, claims: [],
+    amount: String(amount), refundNonce: String(refundNonce), refundAuthorizerSignature,
+  };
+  // The requirements the official channel manager sends with a refund.
+  const reqs = {
+    scheme: 'batch-settlement', network: NETWORK, asset: getAddress(stack.usdc), amount: '0', payTo: receiver, maxTimeoutSeconds: 0, extra: {},
+  };
+  return JSON.stringify({ x402Version: 2, paymentPayload: { x402Version: 2, accepted: reqs, payload }, paymentRequirements: structuredClone(reqs) });
+}
+
 const chainNow = async () => ({ nonce: await stack.signerNonce('pending'), escrow: await stack.balanceOf(BATCH_SETTLEMENT) });
 
 describe('three instances, one key, one PostgreSQL: batch-settlement deposits', () => {
@@ -218,5 +240,35 @@ describe('three instances, one key, one PostgreSQL: batch-settlement deposits', 
       expectDuplicate(await post(r, deposit.raw, idempotencyKey()), hash);
     }
     assert.equal(await stack.signerNonce('pending'), before.nonce + 1, 'nothing sent by the later settles');
+  });
+
+  it('three refunds of one channel, one to each instance at once: one refund transaction, none reverted, the others refused with nothing sent', async () => {
+    const deposit = await newDeposit();
+    const deposited = await post(instances[0], deposit.raw);
+    assert.equal(deposited.body?.success, true, show(deposited));
+    // Three refunds the channel's authorizer signed at its one refund nonce, of three amounts:
+    // each instance alone would send its own, and all but the first to land would revert.
+    const amounts = [deposit.amount, deposit.amount - 1n, deposit.amount - 2n];
+    const raws = await Promise.all(amounts.map((amount) => refundOf(deposit, amount)));
+    const nonce = await stack.signerNonce('pending');
+    const payerBefore = await stack.balanceOf(deposit.payer);
+    const answers = await Promise.all(instances.map((r, i) => post(r, raws[i])));
+    const shown = answers.map((r) => show(r)).join(' | ');
+    const wins = answers.filter((res) => res.body?.success === true);
+    assert.equal(wins.length, 1, `exactly one refund: ${shown}`);
+    const [won] = wins;
+    const receipt = await stack.client.waitForTransactionReceipt({ hash: won.body.transaction });
+    assert.equal(receipt.status, 'success');
+    assert.equal(won.body.amount, String(amounts[answers.indexOf(won)]), show(won));
+    for (const res of answers.filter((r) => r !== won)) {
+      assert.equal(res.status, 200, show(res));
+      assert.equal(res.body.success, false, show(res));
+      assert.equal(res.body.transaction, '', `refused with nothing sent: ${show(res)}`);
+      assert.match(res.body.errorReason, /^invalid_batch_settlement_evm_/, show(res));
+    }
+    console.log(`# refused: ${answers.filter((r) => r !== won).map((r) => r.body.errorReason).join(', ')}`);
+    assert.equal(await stack.signerNonce('pending'), nonce + 1, `one signer transaction, none reverted: ${shown}`);
+    assert.equal(await stack.balanceOf(deposit.payer), payerBefore + BigInt(won.body.amount), 'one refund reached the payer');
+    assert.equal((await readChannel(stack.client, deposit.payload.voucher.channelId)).refundNonce, 1n);
   });
 });

@@ -9,7 +9,7 @@ use std::time::Duration;
 use ethers_core::types::Address;
 use tokio::sync::mpsc;
 
-use super::batch::EvmBatch;
+use super::batch::{EvmBatch, RefundHolds};
 use super::exact::EvmExact;
 use super::request::TokenInfo;
 use super::settle::Settler;
@@ -84,10 +84,21 @@ pub fn build(setup: &Setup) -> Built {
             authorizer,
             max_calls,
             setup.store,
+            refund_holds(setup),
         );
         built.push(Arc::new(batch));
     }
     Ok(built)
+}
+
+/// A channel's refund is held for its instance's settle timeout and a minute more: a refund
+/// answered in time releases it; one whose transaction may still land keeps it that long.
+fn refund_holds(setup: &Setup) -> RefundHolds {
+    let timeout = Duration::from_secs(setup.facilitator.settle_timeout_secs);
+    RefundHolds {
+        instance: setup.settings.storage.instance_id.clone(),
+        hold: timeout + Duration::from_secs(60),
+    }
 }
 
 /// The settle pipeline over `lanes`, each lane held under this instance's lease.

@@ -207,3 +207,39 @@ pub(super) async fn two_writers_of_a_channel_keep_the_highest_claim(a: &Storage,
     assert_eq!(stored.at, 1006);
     assert_eq!(b.channel(&key).await.unwrap(), Some(stored));
 }
+
+/// A channel's refund has one holder across handles: another is refused until the hold is
+/// released or runs out; the holder extends its own; channels and networks are held apart.
+pub(super) async fn one_refund_holder_per_channel(a: &Storage, b: &Storage) {
+    let key = channel_key("base", 0x63);
+    assert!(a.hold_refund(&key, "one", LONG).await.unwrap());
+    assert!(!b.hold_refund(&key, "two", LONG).await.unwrap());
+    assert!(
+        a.hold_refund(&key, "one", LONG).await.unwrap(),
+        "its own hold"
+    );
+    assert!(b
+        .hold_refund(&channel_key("base", 0x64), "two", LONG)
+        .await
+        .unwrap());
+    assert!(b
+        .hold_refund(&channel_key("base-sepolia", 0x63), "two", LONG)
+        .await
+        .unwrap());
+    // Another holder's release lets nothing go.
+    b.release_refund(&key, "two").await.unwrap();
+    assert!(!b.hold_refund(&key, "two", LONG).await.unwrap());
+    a.release_refund(&key, "one").await.unwrap();
+    assert!(b
+        .hold_refund(&key, "two", Duration::from_millis(300))
+        .await
+        .unwrap());
+    assert!(!a.hold_refund(&key, "one", LONG).await.unwrap());
+    // A holder that stopped (a process that died) holds no longer than it asked.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(
+        a.hold_refund(&key, "one", LONG).await.unwrap(),
+        "the hold ran out"
+    );
+    assert!(!b.hold_refund(&key, "two", LONG).await.unwrap());
+}

@@ -1,5 +1,8 @@
 //! PostgreSQL's channel mirror: one row per (network, channel), merged by the one rule
-//! (`ChannelSnapshot::merged_over`) in one upsert, so writers of several instances never lower it.
+//! (`ChannelSnapshot::merged_over`) in one upsert, so writers of several instances never lower it;
+//! and the channels' refund holds, one holder per channel across instances.
+
+use std::time::Duration;
 
 use async_trait::async_trait;
 use ethers_core::types::U256;
@@ -27,6 +30,18 @@ const PUT: &str = "INSERT INTO channel_mirror AS m
 const GET: &str = "SELECT balance::text, total_claimed::text, withdraw_requested_at,
          refund_nonce::text, read_at
      FROM channel_mirror WHERE network = $1 AND channel = $2";
+
+/// Taken when free, run out, or already the holder's (then extended).
+const HOLD: &str = "INSERT INTO channel_refund_holds AS h (network, channel, holder, expires_at)
+     VALUES ($1, $2, $3, now() + make_interval(secs => $4::float8))
+     ON CONFLICT (network, channel) DO UPDATE SET
+         holder = EXCLUDED.holder,
+         expires_at = EXCLUDED.expires_at
+     WHERE h.holder = EXCLUDED.holder OR h.expires_at <= now()
+     RETURNING holder";
+
+const RELEASE: &str =
+    "DELETE FROM channel_refund_holds WHERE network = $1 AND channel = $2 AND holder = $3";
 
 fn snapshot(key: &ChannelKey, row: &Row) -> Result<ChannelSnapshot, StoreError> {
     let corrupt = || StoreError::Corrupt {
@@ -78,5 +93,33 @@ impl ChannelStore for PgStore {
             .await
             .map_err(pg)?;
         row.map(|row| snapshot(key, &row)).transpose()
+    }
+
+    async fn hold_refund(
+        &self,
+        key: &ChannelKey,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let row = self
+            .client()
+            .await?
+            .query_opt(
+                HOLD,
+                &[
+                    &key.network,
+                    &hex_bytes(key.channel),
+                    &holder,
+                    &ttl.as_secs_f64(),
+                ],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(row.is_some())
+    }
+
+    async fn release_refund(&self, key: &ChannelKey, holder: &str) -> Result<(), StoreError> {
+        self.execute(RELEASE, &[&key.network, &hex_bytes(key.channel), &holder])
+            .await
     }
 }

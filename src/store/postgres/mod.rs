@@ -157,6 +157,18 @@ const MIGRATIONS: &[(i32, &str)] = &[
              PRIMARY KEY (network, channel)
          );",
     ),
+    (
+        11,
+        // Who settles a channel's refund now, across instances, until `expires_at` (the
+        // server's clock, as the lanes' leases).
+        "CREATE TABLE channel_refund_holds (
+             network text NOT NULL,
+             channel text NOT NULL,
+             holder text NOT NULL,
+             expires_at timestamptz NOT NULL,
+             PRIMARY KEY (network, channel)
+         );",
+    ),
 ];
 
 pub struct PgStore {

@@ -1,5 +1,8 @@
 //! sled's channel mirror: one snapshot per (network, channel), merged by the one rule
-//! (`ChannelSnapshot::merged_over`) in one atomic update.
+//! (`ChannelSnapshot::merged_over`) in one atomic update; and the channels' refund holds.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use ethers_core::types::U256;
@@ -16,6 +19,32 @@ fn key_bytes(key: &ChannelKey) -> Vec<u8> {
     let mut bytes = key.channel.as_bytes().to_vec();
     bytes.extend_from_slice(key.network.as_bytes());
     bytes
+}
+
+/// Each held refund's holder and when its hold runs out. Kept in memory: a sled store is open
+/// in one process only, and a hold ends with the process that took it.
+#[derive(Default)]
+pub(super) struct RefundHolds(HashMap<ChannelKey, (String, Instant)>);
+
+impl RefundHolds {
+    fn hold(&mut self, key: &ChannelKey, holder: &str, ttl: Duration) -> bool {
+        let now = Instant::now();
+        // Holds that ran out go as others are taken, so the map holds only live ones.
+        self.0.retain(|_, (_, until)| *until > now);
+        match self.0.get(key) {
+            Some((other, _)) if other != holder => false,
+            _ => {
+                self.0.insert(key.clone(), (holder.to_string(), now + ttl));
+                true
+            }
+        }
+    }
+
+    fn release(&mut self, key: &ChannelKey, holder: &str) {
+        if self.0.get(key).is_some_and(|(h, _)| h == holder) {
+            self.0.remove(key);
+        }
+    }
 }
 
 fn encode(snapshot: &ChannelSnapshot) -> Vec<u8> {
@@ -74,5 +103,23 @@ impl ChannelStore for Store {
             None => Ok(None),
             Some(bytes) => decode(&bytes).map(Some).ok_or_else(|| corrupt(key)),
         }
+    }
+
+    async fn hold_refund(
+        &self,
+        key: &ChannelKey,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let mut holds = self.refund_holds.lock().expect("refund holds");
+        Ok(holds.hold(key, holder, ttl))
+    }
+
+    async fn release_refund(&self, key: &ChannelKey, holder: &str) -> Result<(), StoreError> {
+        self.refund_holds
+            .lock()
+            .expect("refund holds")
+            .release(key, holder);
+        Ok(())
     }
 }

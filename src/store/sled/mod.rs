@@ -94,6 +94,8 @@ pub struct Store {
     listing: Arc<std::sync::Mutex<()>>,
     /// Serialises claims: an account's exposure is summed and the claim added as one step.
     claims: Arc<std::sync::Mutex<()>>,
+    /// Channel refunds held (`channels.rs`): in memory, since one process owns a sled store.
+    refund_holds: Arc<std::sync::Mutex<channels::RefundHolds>>,
 }
 
 impl Store {
@@ -137,6 +139,7 @@ impl Store {
             listings_by_time: db.open_tree("listings_by_time")?,
             listing: Arc::default(),
             claims: Arc::default(),
+            refund_holds: Arc::default(),
             lane_leases,
             db,
             path: path.to_path_buf(),

@@ -21,6 +21,7 @@ pub mod wire;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use ethers_core::types::{Address, H256};
 use ethers_core::utils::to_checksum;
@@ -35,11 +36,11 @@ use crate::facilitator::mechanism::{Answer, Later, Mechanism, Payee, Payment, St
 use crate::facilitator::outcome::SettleError;
 use crate::facilitator::protocol::read::read_value;
 use crate::facilitator::protocol::v1::{SettleResponse, VerifyResponse};
-use crate::facilitator::protocol::v2;
+use crate::facilitator::protocol::v2::{self, SETTLEMENT_PENDING};
 use crate::facilitator::types::SupportedKind;
 use crate::ledger::Asking;
 use crate::signer::Authorizer;
-use crate::store::Storage;
+use crate::store::{ChannelKey, Storage};
 use reason::{BatchReason, Refusal};
 use wire::{BatchPayload, BatchRequest};
 
@@ -72,6 +73,13 @@ pub struct EvmBatch {
     mirror: mirror::Mirror,
 }
 
+/// Who this instance is to the other instances' refunds, and how long its hold of a channel's
+/// refund lasts unless released.
+pub struct RefundHolds {
+    pub instance: String,
+    pub hold: Duration,
+}
+
 impl EvmBatch {
     /// The scheme on every network `verifier` serves in x402 v2 (`v2_networks`), with its
     /// contracts from `[chains.<name>.contracts]`.
@@ -82,6 +90,7 @@ impl EvmBatch {
         authorizer: Option<Arc<Authorizer>>,
         max_calls: usize,
         store: &Storage,
+        refunds: RefundHolds,
     ) -> Self {
         let of = |n: &Network| {
             let configured = &n.chain.settings.contracts;
@@ -100,7 +109,7 @@ impl EvmBatch {
             contracts: verifier.networks().map(of).collect(),
             authorizer,
             packer: Arc::new(packer),
-            order: order::ChannelOrder::default(),
+            order: order::ChannelOrder::new(store.clone(), refunds.instance, refunds.hold),
             mirror: mirror::Mirror::new(store.clone()),
         }
     }
@@ -222,16 +231,32 @@ impl EvmBatch {
             BatchPayload::Deposit(_) => deposit::settle(self, request, asking).await,
             BatchPayload::Refund(refund) => {
                 // Two refunds of a channel would sign its one refund nonce: the second would
-                // revert at the operator's cost. Each waits for the one ahead to be answered.
+                // revert at the operator's cost. Each waits for the one ahead to be answered,
+                // on this instance or another.
                 let channel = crate::evm::parse_h256(&refund.voucher.channel_id);
-                let _held = match channel {
-                    Some(channel) => match self.order.turn(channel).await {
-                        Ok(held) => Some(held),
-                        Err(busy) => return Ok(refused_settle(payload, network, busy)),
-                    },
+                let served = self.network(&network).map(|n| n.name.clone());
+                let held = match channel.zip(served) {
+                    Some((channel, network_name)) => {
+                        let key = ChannelKey {
+                            network: network_name,
+                            channel,
+                        };
+                        match self.order.turn(key).await? {
+                            Ok(held) => Some(held),
+                            Err(busy) => return Ok(refused_settle(payload, network, busy)),
+                        }
+                    }
                     None => None,
                 };
-                actions::refund(self, request, asking).await
+                let answer = actions::refund(self, request, asking).await;
+                // Answered with its transaction mined, or refused with none sent: the channel is
+                // free. A pending answer's transaction may still land: its hold runs out.
+                let pending = Some(SETTLEMENT_PENDING);
+                let settled = matches!(&answer, Ok(a) if a.error_reason.as_deref() != pending);
+                if let (Some(held), true) = (held, settled) {
+                    held.release().await;
+                }
+                answer
             }
             BatchPayload::Voucher(_) => Ok(refused_settle(
                 payload,
