@@ -229,35 +229,7 @@ impl EvmBatch {
         let network = request.payment_requirements.network.clone();
         match payload {
             BatchPayload::Deposit(_) => deposit::settle(self, request, asking).await,
-            BatchPayload::Refund(refund) => {
-                // Two refunds of a channel would sign its one refund nonce: the second would
-                // revert at the operator's cost. Each waits for the one ahead to be answered,
-                // on this instance or another.
-                let channel = crate::evm::parse_h256(&refund.voucher.channel_id);
-                let served = self.network(&network).map(|n| n.name.clone());
-                let held = match channel.zip(served) {
-                    Some((channel, network_name)) => {
-                        let key = ChannelKey {
-                            network: network_name,
-                            channel,
-                        };
-                        match self.order.turn(key).await? {
-                            Ok(held) => Some(held),
-                            Err(busy) => return Ok(refused_settle(payload, network, busy)),
-                        }
-                    }
-                    None => None,
-                };
-                let answer = actions::refund(self, request, asking).await;
-                // Answered with its transaction mined, or refused with none sent: the channel is
-                // free. A pending answer's transaction may still land: its hold runs out.
-                let pending = Some(SETTLEMENT_PENDING);
-                let settled = matches!(&answer, Ok(a) if a.error_reason.as_deref() != pending);
-                if let (Some(held), true) = (held, settled) {
-                    held.release().await;
-                }
-                answer
-            }
+            BatchPayload::Refund(_) => self.settle_refund(request, asking).await,
             BatchPayload::Voucher(_) => Ok(refused_settle(
                 payload,
                 network,
@@ -269,6 +241,38 @@ impl EvmBatch {
             BatchPayload::Claim(_) => actions::claim(self, request).await,
             BatchPayload::Settle(_) => actions::sweep(self, request).await,
         }
+    }
+
+    /// Two refunds of a channel would sign its one refund nonce: the second would revert at the
+    /// operator's cost. Each waits for the one ahead to be answered, on this instance or
+    /// another; one whose voucher does not hold waits for nothing.
+    async fn settle_refund(
+        &self,
+        request: &BatchRequest,
+        asking: &Asking,
+    ) -> Result<SettleResponse, SettleError> {
+        let payload = &request.payment_payload.payload;
+        let network = request.payment_requirements.network.clone();
+        let key = match self.check_voucher(request) {
+            Ok((served, _, voucher, _)) => ChannelKey {
+                network: served.name.clone(),
+                channel: voucher.channel_id,
+            },
+            Err(refused) => return Ok(refused_settle(payload, network, refused)),
+        };
+        let held = match self.order.turn(key).await? {
+            Ok(held) => held,
+            Err(busy) => return Ok(refused_settle(payload, network, busy)),
+        };
+        let answer = actions::refund(self, request, asking).await;
+        // Answered with its transaction mined, or refused with none sent: the channel is
+        // free. A pending answer's transaction may still land: its hold runs out.
+        let pending = Some(SETTLEMENT_PENDING);
+        let settled = matches!(&answer, Ok(a) if a.error_reason.as_deref() != pending);
+        if settled {
+            held.release().await;
+        }
+        answer
     }
 }
 
