@@ -229,7 +229,7 @@ impl EvmBatch {
         let network = request.payment_requirements.network.clone();
         match payload {
             BatchPayload::Deposit(_) => deposit::settle(self, request, asking).await,
-            BatchPayload::Refund(_) => self.settle_refund(request, asking).await,
+            BatchPayload::Refund(_) => self.settle_refund(request, asking, network).await,
             BatchPayload::Voucher(_) => Ok(refused_settle(
                 payload,
                 network,
@@ -250,9 +250,9 @@ impl EvmBatch {
         &self,
         request: &BatchRequest,
         asking: &Asking,
+        network: String,
     ) -> Result<SettleResponse, SettleError> {
         let payload = &request.payment_payload.payload;
-        let network = request.payment_requirements.network.clone();
         let key = match self.check_voucher(request) {
             Ok((served, _, voucher, _)) => ChannelKey {
                 network: served.name.clone(),
