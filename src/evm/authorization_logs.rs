@@ -9,8 +9,7 @@ use ethers_core::types::{Address, H256, U256};
 use ethers_core::utils::keccak256;
 use serde_json::Value;
 
-use super::hex::{hex_decode, parse_h256};
-use super::values::parse_address;
+use super::logs::{address_topic as topic, Log};
 
 /// `AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce)`.
 static AUTHORIZATION_USED: LazyLock<H256> =
@@ -28,32 +27,6 @@ pub struct SignedTransfer {
     pub to: Address,
     pub value: U256,
     pub nonce: H256,
-}
-
-/// One log of a receipt or of `eth_getLogs`, as far as it is read here.
-struct Log {
-    address: Address,
-    topics: Vec<H256>,
-    data: Vec<u8>,
-}
-
-impl Log {
-    fn parse(value: &Value) -> Option<Self> {
-        Some(Log {
-            address: parse_address(value.get("address")?.as_str()?)?,
-            topics: value
-                .get("topics")?
-                .as_array()?
-                .iter()
-                .map(|t| t.as_str().and_then(parse_h256))
-                .collect::<Option<_>>()?,
-            data: hex_decode(value.get("data")?.as_str()?)?,
-        })
-    }
-}
-
-fn topic(address: Address) -> H256 {
-    H256::from(address)
 }
 
 /// The `topics` of an `eth_getLogs` filter (on the tokens' addresses) that finds the tokens'

@@ -9,6 +9,7 @@ pub mod erc6492;
 pub mod fee_history;
 pub mod fees;
 mod hex;
+pub mod logs;
 mod nonce;
 pub mod permit2;
 mod revert;

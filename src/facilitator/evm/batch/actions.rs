@@ -5,7 +5,7 @@
 //! whose API key is scoped to the channel's receiver: a payer must not be able to take back
 //! unclaimed escrow through the facilitator.
 
-use ethers_core::types::{Address, Bytes, H256, U256};
+use ethers_core::types::{Address, Bytes, H256};
 use serde_json::{json, Value};
 
 use super::pack::{receipt_logs, sign_claims, Job, Packed, Target};
@@ -15,6 +15,7 @@ use super::wire::{self, BatchPayload, BatchRequest};
 use super::{payer_of, EvmBatch};
 use crate::chain::{self, Batch, Budget, Traffic};
 use crate::evm::batch::{self as leaf, ChannelConfig, ClaimRow};
+use crate::evm::logs::{address_topic, Log};
 use crate::evm::{erc3009, hex_bytes, hex_decode, parse_address};
 use crate::facilitator::outcome::SettleError;
 use crate::facilitator::protocol::v1::SettleResponse;
@@ -396,40 +397,8 @@ async fn swept(
         address_topic(token),
     ];
     logs.iter()
-        .filter(|log| from_contract(log, target.settlement) && topics_start(log, &topics))
-        .find_map(log_amount)
-}
-
-fn address_topic(address: Address) -> H256 {
-    H256::from(address)
-}
-
-fn from_contract(log: &Value, contract: Address) -> bool {
-    log.get("address")
-        .and_then(Value::as_str)
-        .and_then(crate::evm::parse_address)
-        == Some(contract)
-}
-
-fn topics_start(log: &Value, topics: &[H256]) -> bool {
-    let Some(found) = log.get("topics").and_then(Value::as_array) else {
-        return false;
-    };
-    topics.iter().enumerate().all(|(i, topic)| {
-        found
-            .get(i)
-            .and_then(Value::as_str)
-            .and_then(crate::evm::parse_h256)
-            == Some(*topic)
-    })
-}
-
-/// The last word of a log's data, as a `uint128`.
-fn log_amount(log: &Value) -> Option<u128> {
-    let data = hex_decode(log.get("data")?.as_str()?)?;
-    let word = data.get(data.len().checked_sub(32)?..)?;
-    let value = U256::from_big_endian(word);
-    (value.bits() <= 128).then(|| value.as_u128())
+        .filter(|log| log.is(target.settlement, &topics))
+        .find_map(Log::last_u128)
 }
 
 /// A cooperative refund: the server's claims and refund, signed by its authorizer, or by
@@ -466,8 +435,8 @@ async fn refunded(target: &Target, transaction: &str, channel: H256) -> Option<u
     let logs = receipt_logs(&target.chain, hash).await?;
     let topics = [*leaf::REFUNDED_TOPIC, channel];
     logs.iter()
-        .filter(|log| from_contract(log, target.settlement) && topics_start(log, &topics))
-        .find_map(log_amount)
+        .filter(|log| log.is(target.settlement, &topics))
+        .find_map(Log::last_u128)
 }
 
 /// The refund's calls, checked against the channel read now.

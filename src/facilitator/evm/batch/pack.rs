@@ -11,11 +11,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ethers_core::types::{Address, Bytes, H256};
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::sync::oneshot;
 
 use crate::chain::{self, Batch, Chain, Traffic};
 use crate::evm::batch::{self as leaf, ClaimRow};
+use crate::evm::logs::Log;
 use crate::evm::{hex_bytes, parse_quantity};
 use crate::facilitator::evm::settle::Settler;
 use crate::facilitator::outcome::{SettleError, Settled};
@@ -243,14 +244,15 @@ async fn estimate(target: &Target, data: &Bytes) -> Result<u64, String> {
     Ok(gas.saturating_mul(100 + GAS_HEADROOM_PERCENT) / 100)
 }
 
-/// The logs of `transaction`'s receipt, or `None` when the node cannot say.
-pub async fn receipt_logs(chain: &Chain, transaction: H256) -> Option<Vec<Value>> {
+/// The logs of `transaction`'s receipt that parse, or `None` when the node cannot say.
+pub async fn receipt_logs(chain: &Chain, transaction: H256) -> Option<Vec<Log>> {
     let mut batch = Batch::new();
     let call = chain::Call::new("eth_getTransactionReceipt", vec![json!(transaction)]);
     let slot = batch.add(call);
     let answers = chain.client.ask(Traffic::Callers, &batch).await.ok()?;
     let receipt = answers.get(slot).as_ref().ok()?;
-    receipt.get("logs")?.as_array().cloned()
+    let logs = receipt.get("logs")?.as_array()?;
+    Some(logs.iter().filter_map(Log::parse).collect())
 }
 
 #[cfg(test)]
