@@ -91,14 +91,22 @@ pub fn build(setup: &Setup) -> Built {
     Ok(built)
 }
 
-/// A channel's refund is held for its instance's settle timeout and a minute more: a refund
-/// answered in time releases it; one whose transaction may still land keeps it that long.
 fn refund_holds(setup: &Setup) -> RefundHolds {
     let timeout = Duration::from_secs(setup.facilitator.settle_timeout_secs);
     RefundHolds {
         instance: setup.settings.storage.instance_id.clone(),
-        hold: timeout + Duration::from_secs(60),
+        hold: refund_hold(timeout),
     }
+}
+
+/// A channel's refund is held for its instance's settle timeout and a minute more: a refund
+/// answered in time releases it; one whose transaction may still land keeps it that long. At
+/// most a day, whatever the timeout: the store keeps the hold's end as a time.
+fn refund_hold(settle_timeout: Duration) -> Duration {
+    const LONGEST: Duration = Duration::from_secs(86_400);
+    settle_timeout
+        .saturating_add(Duration::from_secs(60))
+        .min(LONGEST)
 }
 
 /// The settle pipeline over `lanes`, each lane held under this instance's lease.
@@ -181,5 +189,18 @@ fn token_info(token: &TokenSettings, chain_id: u64) -> TokenInfo {
         eip712_version: token.eip712_version.clone(),
         eip3009: token.transfer_methods.contains(&TransferMethod::Eip3009),
         permit2: token.transfer_methods.contains(&TransferMethod::Permit2),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refund_hold_outlasts_the_settle_timeout_by_a_minute_and_a_day_at_most() {
+        let secs = Duration::from_secs;
+        assert_eq!(refund_hold(secs(30)), secs(90));
+        assert_eq!(refund_hold(secs(86_400)), secs(86_400));
+        assert_eq!(refund_hold(Duration::MAX), secs(86_400));
     }
 }
