@@ -265,11 +265,11 @@ impl EvmBatch {
             Err(busy) => return Ok(refused_settle(payload, network, busy)),
         };
         let answer = actions::refund(self, request, asking).await;
-        // Answered with its transaction mined, or refused with none sent: the channel is
-        // free. A pending answer's transaction may still land: its hold runs out.
+        // A pending answer's transaction may still land: its hold runs out. Every other answer
+        // leaves no transaction of this refund out, an error too: errors arise before the
+        // refund is sent (its reads and trial) or after it is mined (the read of its outcome).
         let pending = Some(SETTLEMENT_PENDING);
-        let settled = matches!(&answer, Ok(a) if a.error_reason.as_deref() != pending);
-        if settled {
+        if !matches!(&answer, Ok(a) if a.error_reason.as_deref() == pending) {
             held.release().await;
         }
         answer

@@ -42,7 +42,7 @@ pub struct Held {
 
 impl Held {
     /// Lets the next refund of the channel, on any instance, have it. Not called when the
-    /// refund's transaction may still land (a pending answer, an error): the hold runs out.
+    /// refund's transaction may still land (a pending answer): the hold runs out.
     pub async fn release(self) {
         if let Err(e) = self.store.release_refund(&self.key, &self.holder).await {
             tracing::warn!(error = %e, "a channel's refund hold was not released; it runs out");
