@@ -402,14 +402,16 @@ async fn swept(
 }
 
 /// A cooperative refund: the server's claims and refund, signed by its authorizer, or by
-/// routerd's for a caller whose API key is scoped to the channel's receiver.
+/// routerd's for a caller whose API key is scoped to the channel's receiver. `voucher` and
+/// `erc1271` are what `EvmBatch::check_voucher` found of the request.
 pub(super) async fn refund(
     batch: &EvmBatch,
     request: &BatchRequest,
     asking: &Asking,
+    (voucher, erc1271): (wire::Voucher, Option<verify::Asked>),
 ) -> Result<SettleResponse, SettleError> {
     let answer = Answer::to(request);
-    let prepared = match refund_job(batch, request, asking).await? {
+    let prepared = match refund_job(batch, request, asking, voucher, erc1271).await? {
         Ok(prepared) => prepared,
         Err(refused) => return Ok(answer.refused(refused)),
     };
@@ -444,14 +446,11 @@ async fn refund_job(
     batch: &EvmBatch,
     request: &BatchRequest,
     asking: &Asking,
+    voucher: wire::Voucher,
+    erc1271: Option<verify::Asked>,
 ) -> Result<Result<(Target, Job, H256), Refusal>, SettleError> {
-    let local = (|| {
-        let (_, _, voucher, erc1271) = batch.check_voucher(request)?;
-        let target = target(batch, request)?;
-        Ok((target, voucher, erc1271))
-    })();
-    let (target, voucher, erc1271) = match local {
-        Ok(local) => local,
+    let target = match target(batch, request) {
+        Ok(target) => target,
         Err(refused) => return Ok(Err(refused)),
     };
     let asks_wallet = erc1271.is_some();

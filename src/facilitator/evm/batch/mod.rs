@@ -253,18 +253,21 @@ impl EvmBatch {
         network: String,
     ) -> Result<SettleResponse, SettleError> {
         let payload = &request.payment_payload.payload;
-        let key = match self.check_voucher(request) {
-            Ok((served, _, voucher, _)) => ChannelKey {
-                network: served.name.clone(),
-                channel: voucher.channel_id,
-            },
+        let (key, checked) = match self.check_voucher(request) {
+            Ok((served, _, voucher, erc1271)) => {
+                let key = ChannelKey {
+                    network: served.name.clone(),
+                    channel: voucher.channel_id,
+                };
+                (key, (voucher, erc1271))
+            }
             Err(refused) => return Ok(refused_settle(payload, network, refused)),
         };
         let held = match self.order.turn(key).await? {
             Ok(held) => held,
             Err(busy) => return Ok(refused_settle(payload, network, busy)),
         };
-        let answer = actions::refund(self, request, asking).await;
+        let answer = actions::refund(self, request, asking, checked).await;
         // A pending answer's transaction may still land: its hold runs out. Every other answer
         // leaves no transaction of this refund out, an error too: errors arise before the
         // refund is sent (its reads and trial) or after it is mined (the read of its outcome).
