@@ -9,7 +9,7 @@ use std::time::Duration;
 use ethers_core::types::Address;
 use tokio::sync::mpsc;
 
-use super::batch::{EvmBatch, RefundHolds};
+use super::batch::{EvmBatch, RefundHolder};
 use super::exact::EvmExact;
 use super::request::TokenInfo;
 use super::settle::Settler;
@@ -84,16 +84,16 @@ pub fn build(setup: &Setup) -> Built {
             authorizer,
             max_calls,
             setup.store,
-            refund_holds(setup),
+            refund_holder(setup),
         );
         built.push(Arc::new(batch));
     }
     Ok(built)
 }
 
-fn refund_holds(setup: &Setup) -> RefundHolds {
+fn refund_holder(setup: &Setup) -> RefundHolder {
     let timeout = Duration::from_secs(setup.facilitator.settle_timeout_secs);
-    RefundHolds {
+    RefundHolder {
         instance: setup.settings.storage.instance_id.clone(),
         hold: refund_hold(timeout),
     }

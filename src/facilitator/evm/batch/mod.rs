@@ -75,7 +75,7 @@ pub struct EvmBatch {
 
 /// Who this instance is to the other instances' refunds, and how long its hold of a channel's
 /// refund lasts unless released.
-pub struct RefundHolds {
+pub struct RefundHolder {
     pub instance: String,
     pub hold: Duration,
 }
@@ -90,7 +90,7 @@ impl EvmBatch {
         authorizer: Option<Arc<Authorizer>>,
         max_calls: usize,
         store: &Storage,
-        refunds: RefundHolds,
+        refunds: RefundHolder,
     ) -> Self {
         let of = |n: &Network| {
             let configured = &n.chain.settings.contracts;
