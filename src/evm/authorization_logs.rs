@@ -1,15 +1,17 @@
-//! What a token's logs say an ERC-3009 authorization did: where to look for the transaction that
-//! used a payer's nonce (`eth_getLogs` topics), and whether that transaction had exactly the
-//! signed effect. A transaction that is not routerd's may execute a payer's authorization first
-//! (a front-run); its payment is settled only if the value reached the payee (access.md §1).
+//! What a token's logs say a payer's authorization did: where to look for the transaction that
+//! used it (`eth_getLogs` topics), and whether that transaction had exactly the signed effect. A
+//! transaction that is not routerd's may execute a payer's authorization first (a front-run);
+//! its payment is settled only if the value moved as signed (access.md §1).
 
 use std::sync::LazyLock;
 
-use ethers_core::types::{Address, H256, U256};
+use ethers_core::types::{Address, Bytes, H256, U256};
 use ethers_core::utils::keccak256;
 use serde_json::Value;
 
+use super::hex::hex_decode;
 use super::logs::{address_topic as topic, Log};
+use super::values::parse_address;
 
 /// `AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce)`.
 static AUTHORIZATION_USED: LazyLock<H256> =
@@ -66,6 +68,47 @@ impl SignedTransfer {
             && log.topics == [*TRANSFER, topic(self.from), topic(self.to)]
             && log.data.len() == 32
             && U256::from_big_endian(&log.data) == self.value
+    }
+}
+
+/// What a Permit2 settlement does: `value` of `token` leaves `from`, by routerd's call of
+/// `contract` with `calldata` (x402's proxy, or a deposit into a channel). Permit2 marks a nonce
+/// used without a log, and the token's `Transfer` does not name the permit, so only a copy of
+/// routerd's own call (the same contract, the same calldata: the same permit, witness and
+/// amount) is known to have had the signed effect. It moved the payer's tokens, so it is found
+/// among the payer's transfers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignedCall {
+    pub token: Address,
+    pub from: Address,
+    pub value: U256,
+    pub contract: Address,
+    pub calldata: Bytes,
+}
+
+impl SignedCall {
+    /// The `topics` of an `eth_getLogs` filter (on the token's address) that finds the payer's
+    /// transfers, a copy's among them.
+    pub fn transfer_topics(&self) -> [H256; 2] {
+        [*TRANSFER, topic(self.from)]
+    }
+
+    /// Whether `transaction` (as `eth_getTransactionByHash` answers it) calls the same contract
+    /// with the same calldata.
+    pub fn is_copy(&self, transaction: &Value) -> bool {
+        let field = |name| transaction.get(name).and_then(Value::as_str);
+        let to = field("to").and_then(parse_address);
+        let input = field("input").and_then(hex_decode);
+        to == Some(self.contract) && input.as_deref() == Some(self.calldata.as_ref())
+    }
+
+    /// Whether `logs` (one transaction's) show `value` of the token leaving the payer.
+    pub fn moved_in(&self, logs: &[Value]) -> bool {
+        logs.iter().filter_map(Log::parse).any(|log| {
+            log.is(self.token, &self.transfer_topics())
+                && log.data.len() == 32
+                && U256::from_big_endian(&log.data) == self.value
+        })
     }
 }
 
@@ -174,5 +217,59 @@ mod tests {
             "the payer, left-padded as an indexed address"
         );
         assert_eq!(from.len(), 2);
+    }
+
+    fn call() -> SignedCall {
+        SignedCall {
+            token: Address::repeat_byte(1),
+            from: Address::repeat_byte(2),
+            value: U256::from(1000),
+            contract: Address::repeat_byte(6),
+            calldata: Bytes::from(vec![0xab, 0xcd, 0x01]),
+        }
+    }
+
+    #[test]
+    fn only_the_same_call_with_the_same_calldata_is_a_copy() {
+        let c = call();
+        let tx = |to: Address, input: &str| json!({"to": hex_bytes(to), "input": input});
+        assert!(c.is_copy(&tx(c.contract, "0xabcd01")));
+        assert!(
+            c.is_copy(&tx(c.contract, "0xABCD01")),
+            "hex case is not the call"
+        );
+        let others = [
+            ("another contract", tx(Address::repeat_byte(7), "0xabcd01")),
+            ("other calldata", tx(c.contract, "0xabcd02")),
+            ("longer calldata", tx(c.contract, "0xabcd0100")),
+            ("a deployment", json!({"to": null, "input": "0xabcd01"})),
+            ("no input", json!({"to": hex_bytes(c.contract)})),
+        ];
+        for (case, transaction) in others {
+            assert!(!c.is_copy(&transaction), "{case}");
+        }
+    }
+
+    #[test]
+    fn a_copy_moved_the_value_out_of_the_payer() {
+        let c = call();
+        let out = |token, from, value| {
+            log(
+                token,
+                &[*TRANSFER, topic(from), topic(Address::repeat_byte(3))],
+                value,
+            )
+        };
+        assert!(c.moved_in(&[out(c.token, c.from, 1000)]));
+        assert!(!c.moved_in(&[out(c.token, c.from, 999)]), "another value");
+        assert!(
+            !c.moved_in(&[out(Address::repeat_byte(9), c.from, 1000)]),
+            "another token"
+        );
+        assert!(
+            !c.moved_in(&[out(c.token, Address::repeat_byte(8), 1000)]),
+            "another payer"
+        );
+        assert!(!c.moved_in(&[]), "nothing moved");
     }
 }

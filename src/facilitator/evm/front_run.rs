@@ -2,10 +2,10 @@
 //! from another account first. When that transaction executed the payer's authorization with
 //! exactly the signed effect, the payment is settled, once, by it: its payer did nothing wrong
 //! (no cooldown), and a transaction of ours still unmined is replaced by a self-transfer rather
-//! than left to revert. Only ERC-3009 authorizations are recognised: the token's logs name the
-//! nonce used, so the transaction that used it is found and its effect read.
+//! than left to revert. An ERC-3009 authorization is recognised by the token's logs, which name
+//! the nonce used; a Permit2 one, whose use writes no log, only by a copy of routerd's own call.
 
-use ethers_core::types::{Bytes, H256};
+use ethers_core::types::{Address, Bytes, H256};
 use serde_json::{json, Value};
 
 use super::inclusions::inclusion_of;
@@ -15,9 +15,13 @@ use crate::chain::Traffic;
 use crate::chain::{self, Batch, Chain, Head};
 use crate::clock::unix_now;
 use crate::evm;
-use crate::evm::authorization_logs::SignedTransfer;
+use crate::evm::authorization_logs::{SignedCall, SignedTransfer};
 use crate::evm::TxFees;
 use crate::ledger::{depth, EvmRecord, Inclusion, State, TransferMethod};
+
+/// The most of a payer's transfers since routerd's first attempt that are read for a copy of a
+/// Permit2 settlement: a copy follows that attempt closely, and each is one read.
+const COPIES_READ: usize = 32;
 
 /// What the chain says of a settlement whose authorization nonce is used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,16 +35,50 @@ pub(super) enum Lookup {
     NotYet,
 }
 
-/// The effect the payer signed, when the token's logs can show it (ERC-3009).
-fn signed_transfer(record: &EvmRecord) -> Option<SignedTransfer> {
-    let evm = record.part();
-    (evm.method == TransferMethod::Eip3009).then_some(SignedTransfer {
-        token: evm.token,
-        from: evm.payer,
-        to: evm.pay_to,
-        value: record.value,
-        nonce: evm.nonce,
-    })
+/// The effect the payer signed, as far as the chain can show who executed it.
+enum Effect {
+    /// ERC-3009: the token's `AuthorizationUsed` names the nonce, its `Transfer` follows.
+    Logged(SignedTransfer),
+    /// Permit2: a copy of routerd's call, found among the payer's transfers.
+    Copied(SignedCall),
+}
+
+impl Effect {
+    fn of(record: &EvmRecord) -> Option<Effect> {
+        let evm = record.part();
+        match evm.method {
+            TransferMethod::Eip3009 => Some(Effect::Logged(SignedTransfer {
+                token: evm.token,
+                from: evm.payer,
+                to: evm.pay_to,
+                value: record.value,
+                nonce: evm.nonce,
+            })),
+            TransferMethod::Permit2 => Some(Effect::Copied(SignedCall {
+                token: evm.token,
+                from: evm.payer,
+                value: record.value,
+                contract: evm.call_target(),
+                calldata: Bytes::clone(&evm.calldata),
+            })),
+            TransferMethod::Call => None,
+        }
+    }
+
+    /// The token whose logs show it, and the topics of those logs.
+    fn logged_as(&self) -> (Address, Vec<H256>) {
+        match self {
+            Effect::Logged(transfer) => (transfer.token, transfer.used_topics().to_vec()),
+            Effect::Copied(call) => (call.token, call.transfer_topics().to_vec()),
+        }
+    }
+
+    fn executed_in(&self, logs: &[Value]) -> bool {
+        match self {
+            Effect::Logged(transfer) => transfer.executed_in(logs),
+            Effect::Copied(call) => call.moved_in(logs),
+        }
+    }
 }
 
 /// The transaction that used `record`'s authorization nonce after our first transaction was
@@ -53,40 +91,96 @@ pub(super) async fn front_runner(
     confirmations: u64,
 ) -> Lookup {
     let attempts = &record.part().attempts;
-    let (Some(effect), Some(first)) = (signed_transfer(record), attempts.first()) else {
+    let (Some(effect), Some(first)) = (Effect::of(record), attempts.first()) else {
         return Lookup::None;
     };
-    let filter = json!({
-        "address": evm::hex_bytes(effect.token),
-        "topics": effect.used_topics().iter().map(evm::hex_bytes).collect::<Vec<_>>(),
-        "fromBlock": format!("{:#x}", first.sent_at_block + 1),
-        "toBlock": format!("{:#x}", head.number),
-    });
-    let Ok(Ok(logs)) = chain
-        .client
-        .call(Traffic::Own, "eth_getLogs", vec![filter])
-        .await
-    else {
+    let Some(logged) = logged_since(chain, &effect, first.sent_at_block + 1, head).await else {
         return Lookup::NotYet;
     };
-    let Some(logs) = logs.as_array() else {
-        return Lookup::NotYet;
+    let mut theirs = logged
+        .into_iter()
+        .filter(|h| !attempts.iter().any(|a| a.hash == *h));
+    let used_by = match &effect {
+        Effect::Logged(_) => theirs.next(),
+        Effect::Copied(call) => match copy_among(chain, call, &first_distinct(theirs)).await {
+            Some(copy) => copy,
+            None => return Lookup::NotYet,
+        },
     };
-    let used_by = logs
-        .iter()
-        .filter(|log| log.get("removed") != Some(&Value::Bool(true)))
-        .filter_map(|log| log.get("transactionHash").and_then(chain::head::parse_hash))
-        .find(|hash| !attempts.iter().any(|a| a.hash == *hash));
     match used_by {
         Some(hash) => judge(chain, &effect, hash, head, confirmations).await,
         None => Lookup::None,
     }
 }
 
+/// The transactions of the logs that show `effect` from block `from` to `head`, in order, or
+/// `None` when the node cannot say.
+async fn logged_since(chain: &Chain, effect: &Effect, from: u64, head: &Head) -> Option<Vec<H256>> {
+    let (token, topics) = effect.logged_as();
+    let filter = json!({
+        "address": evm::hex_bytes(token),
+        "topics": topics.iter().map(evm::hex_bytes).collect::<Vec<_>>(),
+        "fromBlock": format!("{from:#x}"),
+        "toBlock": format!("{:#x}", head.number),
+    });
+    let logs = chain
+        .client
+        .call(Traffic::Own, "eth_getLogs", vec![filter])
+        .await
+        .ok()?
+        .ok()?;
+    let hashes = logs
+        .as_array()?
+        .iter()
+        .filter(|log| log.get("removed") != Some(&Value::Bool(true)))
+        .filter_map(|log| log.get("transactionHash").and_then(chain::head::parse_hash))
+        .collect();
+    Some(hashes)
+}
+
+/// The first of `hashes` that is a copy of `call`, read in one request; `None` when the node
+/// cannot say.
+async fn copy_among(chain: &Chain, call: &SignedCall, hashes: &[H256]) -> Option<Option<H256>> {
+    if hashes.is_empty() {
+        return Some(None);
+    }
+    let mut batch = Batch::new();
+    let slots: Vec<_> = hashes
+        .iter()
+        .map(|hash| {
+            let params = vec![json!(evm::hex_bytes(hash))];
+            batch.add(chain::Call::new("eth_getTransactionByHash", params))
+        })
+        .collect();
+    let answers = chain.client.ask(Traffic::Own, &batch).await.ok()?;
+    for (hash, slot) in hashes.iter().zip(slots) {
+        match answers.get(slot) {
+            Ok(transaction) if call.is_copy(transaction) => return Some(Some(*hash)),
+            Ok(_) => {}
+            Err(_) => return None,
+        }
+    }
+    Some(None)
+}
+
+/// The first `COPIES_READ` distinct of `hashes`, in order (a transaction may log several transfers).
+fn first_distinct(hashes: impl Iterator<Item = H256>) -> Vec<H256> {
+    let mut distinct = Vec::new();
+    for hash in hashes {
+        if distinct.len() == COPIES_READ {
+            break;
+        }
+        if !distinct.contains(&hash) {
+            distinct.push(hash);
+        }
+    }
+    distinct
+}
+
 /// Whether transaction `hash` executed `effect`, read from its receipt.
 async fn judge(
     chain: &Chain,
-    effect: &SignedTransfer,
+    effect: &Effect,
     hash: H256,
     head: &Head,
     confirmations: u64,
@@ -163,7 +257,7 @@ impl Worker {
                 continue;
             };
             let unmined = matches!(record.state, State::Signed { .. } | State::Sent { .. });
-            if unmined && signed_transfer(record).is_some() {
+            if unmined && Effect::of(record).is_some() {
                 let read = record_nonce_read(record.part());
                 let slot = batch.add(chain::eth_call(read.target, &read.call, &block));
                 asked.push((*nonce, read, slot));
@@ -183,5 +277,25 @@ impl Worker {
             })
             .map(|(nonce, _, _)| nonce)
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_copy_is_looked_for_among_the_first_distinct_transactions() {
+        let h = |n: u8| H256::repeat_byte(n);
+        let logged = [h(1), h(2), h(1), h(3)];
+        assert_eq!(first_distinct(logged.into_iter()), vec![h(1), h(2), h(3)]);
+        let many = (0..=u8::MAX).map(h);
+        let read = first_distinct(many);
+        assert_eq!(read.len(), COPIES_READ);
+        assert_eq!(
+            read[COPIES_READ - 1],
+            h(COPIES_READ as u8 - 1),
+            "in log order"
+        );
     }
 }
