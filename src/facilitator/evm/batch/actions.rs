@@ -68,7 +68,7 @@ impl<'a> Answer<'a> {
                 answer.error_reason = Some(SETTLEMENT_PENDING.to_string());
                 answer.transaction = hash.map(hex_bytes).unwrap_or_default();
             }
-            Packed::Failed(message) => {
+            Packed::NotSent(message) | Packed::Failed(message) => {
                 answer.error_reason = Some(failed.name().to_string());
                 answer.error_message = Some(message);
             }
@@ -404,19 +404,32 @@ async fn swept(
 /// A cooperative refund: the server's claims and refund, signed by its authorizer, or by
 /// routerd's for a caller whose API key is scoped to the channel's receiver. `voucher` and
 /// `erc1271` are what `EvmBatch::check_voucher` found of the request.
+/// A refund's answer, and whether its transaction may still land (pending, or its fate unknown).
+pub(super) struct Refunded {
+    pub answer: SettleResponse,
+    pub may_land: bool,
+}
+
 pub(super) async fn refund(
     batch: &EvmBatch,
     request: &BatchRequest,
     asking: &Asking,
     (voucher, erc1271): (wire::Voucher, Option<verify::Asked>),
-) -> Result<SettleResponse, SettleError> {
+) -> Result<Refunded, SettleError> {
     let answer = Answer::to(request);
     let prepared = match refund_job(batch, request, asking, voucher, erc1271).await? {
         Ok(prepared) => prepared,
-        Err(refused) => return Ok(answer.refused(refused)),
+        Err(refused) => {
+            let answer = answer.refused(refused);
+            return Ok(Refunded {
+                answer,
+                may_land: false,
+            });
+        }
     };
     let (target, job, channel) = prepared;
     let packed = batch.packer.submit(target.clone(), job).await;
+    let may_land = packed.may_land();
     let mut settled = answer.of(packed, BatchReason::RefundTransactionFailed);
     if settled.success {
         let refunded = refunded(&target, &settled.transaction, channel).await;
@@ -428,7 +441,10 @@ pub(super) async fn refund(
             settled.extra = Some(json!({ "channelState": state.snapshot(channel) }));
         }
     }
-    Ok(settled)
+    Ok(Refunded {
+        answer: settled,
+        may_land,
+    })
 }
 
 /// What a refund's transaction returned to the payer (`Refunded`).

@@ -36,7 +36,7 @@ use crate::facilitator::mechanism::{Answer, Later, Mechanism, Payee, Payment, St
 use crate::facilitator::outcome::SettleError;
 use crate::facilitator::protocol::read::read_value;
 use crate::facilitator::protocol::v1::{SettleResponse, VerifyResponse};
-use crate::facilitator::protocol::v2::{self, SETTLEMENT_PENDING};
+use crate::facilitator::protocol::v2;
 use crate::facilitator::types::SupportedKind;
 use crate::ledger::Asking;
 use crate::signer::Authorizer;
@@ -267,15 +267,15 @@ impl EvmBatch {
             Ok(held) => held,
             Err(busy) => return Ok(refused_settle(payload, network, busy)),
         };
-        let answer = actions::refund(self, request, asking, checked).await;
-        // A pending answer's transaction may still land: its hold runs out. Every other answer
-        // leaves no transaction of this refund out, an error too: errors arise before the
-        // refund is sent (its reads and trial) or after it is mined (the read of its outcome).
-        let pending = Some(SETTLEMENT_PENDING);
-        if !matches!(&answer, Ok(a) if a.error_reason.as_deref() == pending) {
+        let refunded = actions::refund(self, request, asking, checked).await;
+        // A transaction that may still land (pending, or its fate unknown) keeps the hold until
+        // it runs out. Every other answer leaves no transaction of this refund out, an error
+        // too: errors arise before the refund is sent (its reads and trial) or after it is
+        // mined (the read of its outcome).
+        if !matches!(&refunded, Ok(r) if r.may_land) {
             held.release().await;
         }
-        answer
+        refunded.map(|r| r.answer)
     }
 }
 

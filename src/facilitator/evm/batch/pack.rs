@@ -33,7 +33,19 @@ const GAS_HEADROOM_PERCENT: u64 = 25;
 pub enum Packed {
     Done(Settled),
     Pending(Option<H256>),
+    /// Nothing was sent: the node would not estimate the pack, or the settler gave it up
+    /// before it was signed.
+    NotSent(String),
+    /// The settler answered an error once it had taken the pack (the store's, while it waited):
+    /// its transaction may be out.
     Failed(String),
+}
+
+impl Packed {
+    /// Whether a transaction of the job may still land: it is pending, or its fate unknown.
+    pub fn may_land(&self) -> bool {
+        matches!(self, Packed::Pending(_) | Packed::Failed(_))
+    }
 }
 
 /// One caller's calls.
@@ -149,7 +161,7 @@ impl Packer {
                 }
                 return;
             }
-            Err(revert) => Packed::Failed(revert),
+            Err(revert) => Packed::NotSent(revert),
         };
         for job in jobs {
             if let Some(sender) = job.answer {
@@ -216,6 +228,7 @@ fn packed(sent: Result<Settled, SettleError>) -> Packed {
     match sent {
         Ok(settled) => Packed::Done(settled),
         Err(SettleError::Pending(hash)) => Packed::Pending(hash),
+        Err(SettleError::Abandoned(why)) => Packed::NotSent(why),
         Err(other) => Packed::Failed(other.to_string()),
     }
 }
@@ -281,5 +294,17 @@ mod tests {
         );
         let three = (0..3).map(|_| job(1, false)).collect();
         assert_eq!(sizes(chunks(three, 100)), vec![vec![1, 1, 1]]);
+    }
+
+    #[test]
+    fn only_a_pack_given_up_unsent_cannot_land() {
+        use crate::store::StoreError;
+        let sent = |e: SettleError| packed(Err(e)).may_land();
+        assert!(!sent(SettleError::Abandoned("no signer".into())));
+        assert!(!Packed::NotSent("reverts".into()).may_land());
+        assert!(sent(SettleError::Pending(None)), "still being signed");
+        assert!(sent(SettleError::Pending(Some(H256::zero()))));
+        // The store failed while the settler waited: the transaction may be out.
+        assert!(sent(SettleError::Store(StoreError::Backend("gone".into()))));
     }
 }
