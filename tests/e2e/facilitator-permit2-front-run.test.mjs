@@ -111,41 +111,44 @@ async function expectNextPaymentSettles(payer) {
   assert.equal(getAddress(receipt.from), getAddress(stack.signer));
 }
 
-it('the copy is mined alone while routerd\'s transaction is unmined: success once by the copy, routerd\'s replaced by a self-transfer, nothing reverted', async () => {
+/** A new payer's Permit2 payment sent to /settle (with an Idempotency-Key), once its transaction is in the pool. */
+async function settling() {
   const payer = await newPayer();
   const { body, nonce } = await permit2Payment(payer);
   const payeeBefore = await balanceOf(payTo);
   const mark = await chainMark(stack.anvil, stack.signer);
   const key = idempotencyKey();
-
   const first = stack.settle(body, { key });
-  const tx = await inPool(nonce);
+  return { payer, body, payeeBefore, mark, key, first, tx: await inPool(nonce) };
+}
+
+/** Answered success once by the copy `by`: the value moved once, nobody cooled down, the payer's next payment settles. */
+async function expectAnsweredByTheCopy({ payer, body, payeeBefore, key }, res, by) {
+  assert.equal(expectSettled(res, { network: NETWORK, payer: getAddress(payer.address) }), by, 'the success names the transaction that moved the funds');
+  assert.equal(await balanceOf(payTo), payeeBefore + PRICE, 'the payee was paid once');
+  await expectSettledOnceBy(body, key, getAddress(payer.address), by);
+  assert.equal(await cooldowns(), 0, 'nobody was cooled down');
+  await expectNextPaymentSettles(payer);
+}
+
+it('the copy is mined alone while routerd\'s transaction is unmined: success once by the copy, routerd\'s replaced by a self-transfer, nothing reverted', async () => {
+  const payment = await settling();
+  const { mark, first, tx } = payment;
   assert.equal(getAddress(tx.to), getAddress(EXACT_PROXY), 'settled through the exact proxy');
   await stack.anvil.rpc('anvil_dropTransaction', [tx.hash]);
   const by = await copy(tx, { tip: BigInt(tx.maxPriorityFeePerGas) });
   const res = await mining(stack.anvil, first);
-  assert.equal(expectSettled(res, { network: NETWORK, payer: getAddress(payer.address) }), by, 'the success names the transaction that moved the funds');
   assert.equal((await stack.receipt(by)).status, 'success');
-  assert.equal(await balanceOf(payTo), payeeBefore + PRICE, 'the payee was paid once');
-
   await mining(stack.anvil, waitPoolEmpty(stack.anvil));
   const ours = await minedFrom(stack.anvil, [stack.signer], { fromBlock: mark.block });
   assert.deepEqual(ours.map((t) => [t.nonce, getAddress(t.to), t.status]), [[mark.nonce, getAddress(stack.signer), 'success']],
     'routerd\'s settlement was never mined: a self-transfer took its nonce');
-  await expectSettledOnceBy(body, key, getAddress(payer.address), by);
-  assert.equal(await cooldowns(), 0, 'nobody was cooled down');
-  await expectNextPaymentSettles(payer);
+  await expectAnsweredByTheCopy(payment, res, by);
 });
 
 it('the copy outbids routerd\'s transaction in the same block: routerd\'s reverts, the payment is still success once by the copy, its payer is not cooled down', async () => {
-  const payer = await newPayer();
-  const { body, nonce } = await permit2Payment(payer);
-  const payeeBefore = await balanceOf(payTo);
-  const mark = await chainMark(stack.anvil, stack.signer);
-  const key = idempotencyKey();
-
-  const first = stack.settle(body, { key });
-  const tx = await inPool(nonce);
+  const payment = await settling();
+  const { mark, first, tx } = payment;
   const by = await copy(tx, { tip: BigInt(tx.maxPriorityFeePerGas) * 10n + 10n ** 9n });
   const res = await mining(stack.anvil, first);
   const mined = await minedFrom(stack.anvil, [stack.signer, frontRunner.account.address], { fromBlock: mark.block });
@@ -154,12 +157,7 @@ it('the copy outbids routerd\'s transaction in the same block: routerd\'s revert
   assert.equal(theirs?.status, 'success', 'the copy executed the permit');
   assert.equal(ours?.status, 'reverted', 'routerd\'s transaction came after it in the block');
   assert.equal(theirs.blockNumber, ours.blockNumber, 'in one block');
-
-  assert.equal(expectSettled(res, { network: NETWORK, payer: getAddress(payer.address) }), by, 'the success names the transaction that moved the funds');
-  assert.equal(await balanceOf(payTo), payeeBefore + PRICE, 'the payee was paid once');
-  await expectSettledOnceBy(body, key, getAddress(payer.address), by);
-  assert.equal(await cooldowns(), 0, 'the payer was not cooled down');
-  await expectNextPaymentSettles(payer);
+  await expectAnsweredByTheCopy(payment, res, by);
 });
 
 it('the payer invalidates the nonce and pays payTo the same value itself, outbidding routerd: no copy, so no payment: success: false with routerd\'s transaction', async () => {
