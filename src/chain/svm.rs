@@ -93,8 +93,8 @@ impl SlotRead {
     }
 }
 
-/// An SPL Token (or Token-2022) account, as its first 72 bytes say: both programs share that
-/// layout (mint, owner, amount).
+/// An SPL Token (or Token-2022) account, as its base layout says: both programs share it (mint,
+/// owner, amount, then the delegate and what it may still move).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TokenAccount {
     /// The program that owns the account.
@@ -102,6 +102,28 @@ pub struct TokenAccount {
     pub mint: Pubkey,
     pub owner: Pubkey,
     pub amount: u64,
+    pub delegate: Option<Delegation>,
+}
+
+/// A token account's delegate, and how much of the account it may still move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delegation {
+    pub delegate: Pubkey,
+    pub amount: u64,
+}
+
+impl TokenAccount {
+    /// What `authority` can move out of the account: all of it for its owner, the rest of its
+    /// allowance for its delegate, nothing for anyone else.
+    pub fn spendable_by(&self, authority: &Pubkey) -> u64 {
+        if *authority == self.owner {
+            return self.amount;
+        }
+        match self.delegate {
+            Some(d) if d.delegate == *authority => d.amount.min(self.amount),
+            _ => 0,
+        }
+    }
 }
 
 /// What verify reads of a payment, in one request.
@@ -398,12 +420,22 @@ fn token_account(account: &Value) -> Option<TokenAccount> {
     let program = owner(account)?;
     let data = data(account)?;
     let key = |at: usize| Pubkey::try_from(data.get(at..at + 32)?).ok();
-    let amount = <[u8; 8]>::try_from(data.get(64..72)?).ok()?;
+    let word = |at: usize| Some(u64::from_le_bytes(data.get(at..at + 8)?.try_into().ok()?));
+    // The delegate is a `COption<Pubkey>` (a u32 tag, then the key) at 72, and what it may
+    // still move a u64 at 121, after the state and the `COption<u64>` of a native account.
+    let delegate = match data.get(72..76) {
+        Some([1, 0, 0, 0]) => Some(Delegation {
+            delegate: key(76)?,
+            amount: word(121)?,
+        }),
+        _ => None,
+    };
     Some(TokenAccount {
         program,
         mint: key(0)?,
         owner: key(32)?,
-        amount: u64::from_le_bytes(amount),
+        amount: word(64)?,
+        delegate,
     })
 }
 
@@ -425,14 +457,42 @@ mod tests {
         let mut data = [mint.to_bytes(), holder.to_bytes()].concat();
         data.extend(1234u64.to_le_bytes());
         data.extend([0; 93]);
+        let read = token_account(&account(&program, &data));
+        let plain = TokenAccount {
+            program,
+            mint,
+            owner: holder,
+            amount: 1234,
+            delegate: None,
+        };
+        assert_eq!(read, Some(plain));
+        // A delegate that may still move 200.
+        let delegate = Pubkey::new_unique();
+        data[72..76].copy_from_slice(&1u32.to_le_bytes());
+        data[76..108].copy_from_slice(&delegate.to_bytes());
+        data[121..129].copy_from_slice(&200u64.to_le_bytes());
+        let delegation = Some(Delegation {
+            delegate,
+            amount: 200,
+        });
+        let read = token_account(&account(&program, &data)).expect("a token account");
+        assert_eq!(read.delegate, delegation);
+        assert_eq!(read.spendable_by(&holder), 1234, "the owner: all of it");
         assert_eq!(
-            token_account(&account(&program, &data)),
-            Some(TokenAccount {
-                program,
-                mint,
-                owner: holder,
-                amount: 1234
-            })
+            read.spendable_by(&delegate),
+            200,
+            "the delegate: its allowance"
+        );
+        assert_eq!(
+            read.spendable_by(&Pubkey::new_unique()),
+            0,
+            "anyone else: nothing"
+        );
+        let poor = TokenAccount { amount: 50, ..read };
+        assert_eq!(
+            poor.spendable_by(&delegate),
+            50,
+            "no more than the account holds"
         );
         assert_eq!(token_account(&account(&program, &data[..70])), None);
         assert_eq!(token_account(&Value::Null), None);

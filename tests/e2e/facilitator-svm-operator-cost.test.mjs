@@ -5,8 +5,11 @@
 // Token-2022 mint with a transfer fee, and a payer or payee on `facilitator.deny_list_file` (base58
 // keys beside 0x addresses) are each refused at /verify and /settle in both versions, three
 // settles in a row, with nothing sent: the fee payer keeps every lamport and no token moves. An
-// honest payment still settles for two signatures and its priority fee. A configured mint with a
-// transfer fee, and a deny-list line that is neither kind, stop the start, naming their key/line.
+// honest payment still settles for two signatures and its priority fee. A delegate's payments
+// under way count against its allowance, not the account's balance: five sent at once on an
+// allowance of one are one transaction, the other four refused unsent (else all five are sent and
+// four fail on chain at the fee payer's cost). A configured mint with a transfer fee, and a
+// deny-list line that is neither kind, stop the start, naming their key/line.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
@@ -17,9 +20,11 @@ import {
 } from './lib/svm.mjs';
 import { svmBodies } from './lib/svm-payment.mjs';
 import { getAddressEncoder } from '@solana/kit';
-import { paymentInstructions, memo, compileMessage, wireTransaction } from './lib/svm-tx.mjs';
+import {
+  paymentInstructions, memo, compileMessage, wireTransaction, computeLimit, computePrice, transferChecked,
+} from './lib/svm-tx.mjs';
 import { startRouterd, freePort } from './lib/routerd.mjs';
-import { makeTempDir } from './lib/util.mjs';
+import { makeTempDir, sleep, waitFor } from './lib/util.mjs';
 
 const AMOUNT = 10_000;
 const FEE_BASIS_POINTS = 100;
@@ -232,6 +237,45 @@ it('an honest payment still settles, for two signatures and its priority fee', a
   const after = await books(accounts);
   // 2 x 5,000 lamports of signatures, and 20,000 units at 1 micro-lamport: 1 lamport.
   assert.equal(before.lamports - after.lamports, 10_001n);
+  assert.deepEqual(after.tokens, [before.tokens[0] - BigInt(AMOUNT), before.tokens[1] + BigInt(AMOUNT)]);
+});
+
+it('a delegate\'s payments under way count against its allowance: five at once on an allowance of one are one transaction, four refused unsent', async () => {
+  const [owner, delegate] = await Promise.all([newSolanaKeypair(), newSolanaKeypair()]);
+  await node.mintTo(DEVNET_USDC_MINT, owner.address, 1_000_000n);
+  const source = await associatedTokenAddress(owner.address, DEVNET_USDC_MINT);
+  const destination = await associatedTokenAddress(payee.address, DEVNET_USDC_MINT);
+  // SPL Token's Approve, as the account's data records it: the delegate may move AMOUNT.
+  const info = (await node.rpc('getAccountInfo', [source, { encoding: 'base64' }])).value;
+  const data = Buffer.from(info.data[0], 'base64');
+  data.writeUInt32LE(1, 72);
+  data.set(Buffer.from(addressBytes(delegate.address)), 76);
+  data.writeBigUInt64LE(BigInt(AMOUNT), 121);
+  await node.rpc('litesvm_setAccount', [{ address: source, owner: info.owner, lamports: info.lamports, data: data.toString('base64') }]);
+  // Five distinct payments by the delegate (each its own compute price: its own fee payer signature).
+  const payments = [];
+  for (let i = 1; i <= 5; i += 1) {
+    const transfer = transferChecked({ source, mint: DEVNET_USDC_MINT, destination, authority: delegate.address, amount: AMOUNT });
+    payments.push(bodies(await build([computeLimit(20_000), computePrice(i), transfer], [delegate])).v2);
+  }
+  const before = await books([source, destination]);
+  // One slot holds them all: whatever routerd sends lands together when the node goes on.
+  await node.pause();
+  const answers = Promise.all(payments.map((body) => post('/settle', body)));
+  await waitFor(async () => (await node.status()).pending >= 1, { timeoutMs: 10_000, what: 'a settlement sent' });
+  await sleep(1_500);
+  const sent = (await node.status()).pending;
+  await node.resume();
+  const settled = await answers;
+  assert.equal(sent, 1, 'one transaction was sent');
+  const [won, ...refused] = [...settled].sort((a, b) => Number(b.body.success) - Number(a.body.success));
+  assert.equal(won.body.success, true, JSON.stringify(won.body));
+  for (const r of refused) {
+    assert.deepEqual([r.body.success, r.body.errorReason, r.body.transaction], [false, 'insufficient_funds', ''], JSON.stringify(r.body));
+  }
+  await node.advanceSlots(2);
+  const after = await books([source, destination]);
+  assert.equal(before.lamports - after.lamports, 10_001n, 'the fee payer paid one settlement: two signatures and 1 lamport of priority');
   assert.deepEqual(after.tokens, [before.tokens[0] - BigInt(AMOUNT), before.tokens[1] + BigInt(AMOUNT)]);
 });
 

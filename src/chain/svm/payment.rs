@@ -7,7 +7,7 @@
 
 use serde_json::{json, Value};
 
-use super::{mint_refusal, token_account, PaymentState, SolanaError, TokenAccount};
+use super::{mint_refusal, token_account, Delegation, PaymentState, SolanaError, TokenAccount};
 use crate::chain::client::{Call, CallResult};
 use crate::svm::Pubkey;
 
@@ -18,6 +18,8 @@ pub struct PaymentAccounts<'a> {
     pub destination: &'a Pubkey,
     pub mint: &'a Pubkey,
     pub amount: u64,
+    /// Who signs the transfer: the source's owner or its delegate.
+    pub authority: &'a Pubkey,
 }
 
 impl PaymentAccounts<'_> {
@@ -125,6 +127,7 @@ fn before(
     let source = match source {
         Some(s) => Some(TokenAccount {
             amount: s.amount.checked_add(payment.amount)?,
+            delegate: delegated_before(&s, payment)?,
             ..s
         }),
         None => None,
@@ -134,6 +137,24 @@ fn before(
         ..d
     });
     Some((source, destination))
+}
+
+/// The source's delegate before a transfer that ran: a delegate's transfer spent as much of its
+/// allowance, and the token program removes a delegate whose allowance it spent to 0. `None`
+/// for an allowance beyond u64.
+fn delegated_before(after: &TokenAccount, payment: &PaymentAccounts) -> Option<Option<Delegation>> {
+    if payment.authority == &after.owner {
+        return Some(after.delegate);
+    }
+    let spent = match after.delegate {
+        Some(d) if d.delegate == *payment.authority => d.amount.checked_add(payment.amount)?,
+        Some(other) => return Some(Some(other)),
+        None => payment.amount,
+    };
+    Some(Some(Delegation {
+        delegate: *payment.authority,
+        amount: spent,
+    }))
 }
 
 #[cfg(test)]
@@ -167,6 +188,7 @@ mod tests {
             destination: &destination,
             mint: &mint,
             amount: 100,
+            authority: &holder,
         };
         let accounts = json!([
             account(&mint, &holder, 900),
@@ -196,6 +218,7 @@ mod tests {
             destination: &key,
             mint: &key,
             amount: 1,
+            authority: &key,
         };
         let nulls = json!([null, null, null]);
         let failed = read_simulation(answer(json!("BlockhashNotFound"), nulls), &payment);
@@ -206,5 +229,38 @@ mod tests {
         assert!(matches!(ignored, Ok(Simulated::ReadApart(None))));
         let two = read_simulation(answer(Value::Null, json!([null, null])), &payment);
         assert!(matches!(two, Err(SolanaError::Malformed { .. })));
+    }
+
+    #[test]
+    fn a_delegates_transfer_spent_as_much_of_its_allowance() {
+        let (source, destination, mint) = (
+            Pubkey::new_unique(),
+            Pubkey::new_unique(),
+            Pubkey::new_unique(),
+        );
+        let (owner, delegate) = (Pubkey::new_unique(), Pubkey::new_unique());
+        let after = |left: Option<u64>| TokenAccount {
+            program: Pubkey::new_unique(),
+            mint,
+            owner,
+            amount: 900,
+            delegate: left.map(|amount| Delegation { delegate, amount }),
+        };
+        let by = |authority| PaymentAccounts {
+            source: &source,
+            destination: &destination,
+            mint: &mint,
+            amount: 100,
+            authority,
+        };
+        let allowance = |state: Option<Option<Delegation>>| state.map(|d| d.map(|d| d.amount));
+        let before = |left, authority| delegated_before(&after(left), &by(authority));
+        assert_eq!(allowance(before(Some(50), &delegate)), Some(Some(150)));
+        // Spent to 0: the token program removed the delegate.
+        assert_eq!(allowance(before(None, &delegate)), Some(Some(100)));
+        // The owner's transfer leaves the delegate as it was.
+        assert_eq!(allowance(before(Some(50), &owner)), Some(Some(50)));
+        assert_eq!(before(None, &owner), Some(None));
+        assert_eq!(before(Some(u64::MAX), &delegate), None, "beyond u64");
     }
 }

@@ -383,6 +383,7 @@ fn payment_accounts(transfer: &Transfer) -> PaymentAccounts<'_> {
         destination: &transfer.destination,
         mint: &transfer.mint,
         amount: transfer.amount,
+        authority: &transfer.authority,
     }
 }
 
@@ -398,7 +399,9 @@ pub fn confirmations(landed: u64, now: u64) -> Option<u64> {
 
 /// Rule 7 on what the cluster answered and the store counts (`exposed`: the source's
 /// settlements under way): the accounts exist, the source holds the amount beside them, and
-/// the transaction runs. Answers what the source holds.
+/// the transaction runs. Answers what the transfer's authority can move out of the source: for
+/// a delegate, its allowance, so that settlements under way from one allowance cannot outnumber
+/// it and fail together at the fee payer's cost.
 fn judge(transfer: &Transfer, state: &PaymentState, exposed: u64) -> Result<u64, Failure> {
     let Some(source) = state.source.filter(|s| s.mint == transfer.mint) else {
         return Err(Failure::SourceMissing);
@@ -409,20 +412,16 @@ fn judge(transfer: &Transfer, state: &PaymentState, exposed: u64) -> Result<u64,
     if let Some(refusal) = state.mint_refusal {
         return Err(Failure::Mint(refusal));
     }
-    if source.amount < transfer.amount {
-        return Err(Failure::InsufficientFunds {
-            balance: source.amount,
-        });
+    let balance = source.spendable_by(&transfer.authority);
+    if balance < transfer.amount {
+        return Err(Failure::InsufficientFunds { balance });
     }
-    if exposed.saturating_add(transfer.amount) > source.amount {
-        return Err(Failure::Exposed {
-            balance: source.amount,
-            exposed,
-        });
+    if exposed.saturating_add(transfer.amount) > balance {
+        return Err(Failure::Exposed { balance, exposed });
     }
     match &state.simulation_error {
         Some(error) => Err(Failure::Simulation(error.clone())),
-        None => Ok(source.amount),
+        None => Ok(balance),
     }
 }
 
@@ -463,6 +462,7 @@ mod tests {
             mint: t.mint,
             owner,
             amount: balance,
+            delegate: None,
         };
         PaymentState {
             source: Some(account(t.authority)),
@@ -544,6 +544,47 @@ mod tests {
                 balance: 250,
                 exposed: 151
             })
+        );
+    }
+
+    #[test]
+    fn a_delegates_settlements_count_against_its_allowance() {
+        let t = transfer(100);
+        let mut s = state(&t, 1_000);
+        let owner = Pubkey::new_unique();
+        let delegate = |amount| crate::chain::svm::Delegation {
+            delegate: t.authority,
+            amount,
+        };
+        s.source = s.source.map(|a| TokenAccount {
+            owner,
+            delegate: Some(delegate(150)),
+            ..a
+        });
+        assert_eq!(judge(&t, &s, 0), Ok(150), "its allowance, not the balance");
+        assert_eq!(
+            judge(&t, &s, 100),
+            Err(Failure::Exposed {
+                balance: 150,
+                exposed: 100
+            })
+        );
+        s.source = s.source.map(|a| TokenAccount {
+            delegate: Some(delegate(99)),
+            ..a
+        });
+        assert_eq!(
+            judge(&t, &s, 0),
+            Err(Failure::InsufficientFunds { balance: 99 })
+        );
+        s.source = s.source.map(|a| TokenAccount {
+            delegate: None,
+            ..a
+        });
+        assert_eq!(
+            judge(&t, &s, 0),
+            Err(Failure::InsufficientFunds { balance: 0 }),
+            "neither owner nor delegate"
         );
     }
 }
