@@ -7,24 +7,32 @@
 //   more, or of another merchant's channel, is refused with nothing sent; a server's own
 //   authorizer signature is relayed, a forged one refused;
 // - a sweep moves exactly what was claimed to the receiver, and a second one is
-//   `nothing_to_settle` with nothing sent;
+//   `nothing_to_settle` with nothing sent; after newer claims the same sweep is sent again, a
+//   transaction of its own;
 // - a refund routerd signs only for a key scoped to the receiver: exactly the unclaimed rest
 //   goes back to the payer; an unscoped key is refused and nothing moves;
 // - a voucher above the channel's balance, or not above what routerd has claimed of it, is
-//   refused with its reason, and one above both is valid.
+//   refused with its reason, and one above both is valid;
+// - a channel of a token routerd does not serve (funded by a deposit its payer sent on chain) is
+//   never claimed, swept or refunded: each is refused with nothing sent;
+// - a deposit into a channel whose receiver is its payer (payTo is the payer) is refused at
+//   verify and settle with nothing sent.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createHash } from 'node:crypto';
-import { getAddress } from 'viem';
+import { encodeAbiParameters, getAddress, keccak256 } from 'viem';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { toClientEvmSigner } from '@x402/evm';
 import { BatchSettlementEvmScheme as BatchClient } from '@x402/evm/batch-settlement/client';
 import { startFacilitatorStack, withLogTail, CHAIN_ID } from './lib/stack.mjs';
 import { freshAccount } from './lib/accounts.mjs';
-import { mintUsdc, usdcAbi, USDC_EIP712 } from './lib/deploy-usdc.mjs';
-import { placeBatchSettlement, readChannel, readReceiver, signClaimBatch, signVoucher } from './lib/batch-settlement.mjs';
+import { deployUsdc, mintUsdc, usdcAbi, USDC_EIP712 } from './lib/deploy-usdc.mjs';
+import {
+  BATCH_SETTLEMENT, ERC3009_COLLECTOR, batchSettlementAbi, channelConfig, computeChannelId, placeBatchSettlement, readChannel, readReceiver,
+  signClaimBatch, signVoucher,
+} from './lib/batch-settlement.mjs';
 
 const NETWORK = `eip155:${CHAIN_ID}`;
 const PRICE = 1000n;
@@ -151,7 +159,7 @@ it('claims of several merchants sent together land in one transaction; a bad row
   assert.equal(await stack.client.getBlockNumber(), blockBefore);
 });
 
-it('a sweep moves exactly what was claimed; a second one has nothing to settle and sends nothing', async () => {
+it('a sweep moves exactly what was claimed; a second one has nothing to settle and sends nothing; one after newer claims is a transaction of its own', async () => {
   const m = merchants[0];
   const before = await balanceOf(m.receiver);
   const { totalClaimed, totalSettled } = await readReceiver(stack.client, m.receiver, getAddress(stack.usdc));
@@ -167,6 +175,16 @@ it('a sweep moves exactly what was claimed; a second one has nothing to settle a
   assert.equal(second.body.success, false);
   assert.equal(second.body.errorReason, 'invalid_batch_settlement_evm_nothing_to_settle', second.text);
   assert.equal(await stack.client.getBlockNumber(), blockBefore);
+
+  // Newer claims: the same sweep call again, answered by a transaction of its own, not the first's.
+  const c = await channelWith(m, 2);
+  const claimed = await claim(m, [c.row]);
+  assert.equal(claimed.body.success, true, claimed.text);
+  const third = await sweep();
+  assert.equal(third.body.success, true, third.text);
+  assert.notEqual(third.body.transaction, first.body.transaction, 'a transaction of its own');
+  assert.equal(third.body.amount, String(2n * PRICE));
+  assert.equal(await balanceOf(m.receiver), before + owed + 2n * PRICE);
 });
 
 it("a server's own authorizer signature is relayed; one of another key is refused", async () => {
@@ -226,4 +244,79 @@ it('a voucher above the balance, or not above what is claimed, is refused; one b
   const between = await voucher(3n * PRICE);
   assert.equal(between.isValid, true, JSON.stringify(between));
   assert.equal(between.extra.totalClaimed, String(2n * PRICE));
+});
+
+/** A channel of `token` to `merchant` (routerd its receiver authorizer), funded by its payer's own deposit on chain. */
+async function depositedOnChain(merchant, token, amount) {
+  const payer = freshAccount();
+  await stack.anvil.rpc('anvil_setBalance', [payer.address, '0xde0b6b3a7640000']);
+  await mintUsdc(stack.client, token, payer.address, amount);
+  const config = channelConfig({ payer: payer.address, receiver: merchant.receiver, receiverAuthorizer: authorizer.address, token });
+  const channelId = computeChannelId(config, NETWORK);
+  const [salt, validBefore] = [1n, BigInt(Math.floor(Date.now() / 1000) + 3600)];
+  const signature = await payer.signTypedData({
+    domain: { ...USDC_EIP712, chainId: CHAIN_ID, verifyingContract: token },
+    types: {
+      ReceiveWithAuthorization: ['from:address', 'to:address', 'value:uint256', 'validAfter:uint256', 'validBefore:uint256', 'nonce:bytes32']
+        .map((f) => ({ name: f.split(':')[0], type: f.split(':')[1] })),
+    },
+    primaryType: 'ReceiveWithAuthorization',
+    message: {
+      from: payer.address, to: ERC3009_COLLECTOR, value: amount, validAfter: 0n, validBefore,
+      nonce: keccak256(encodeAbiParameters([{ type: 'bytes32' }, { type: 'uint256' }], [channelId, salt])),
+    },
+  });
+  const data = encodeAbiParameters([{ type: 'uint256' }, { type: 'uint256' }, { type: 'uint256' }, { type: 'bytes' }], [0n, validBefore, salt, signature]);
+  const hash = await stack.client.writeContract({
+    account: payer, address: BATCH_SETTLEMENT, abi: batchSettlementAbi(), functionName: 'deposit', args: [config, amount, ERC3009_COLLECTOR, data],
+  });
+  assert.equal((await stack.client.waitForTransactionReceipt({ hash })).status, 'success', 'the payer\'s own deposit');
+  return { payer, config, channelId };
+}
+
+it('a channel of a token routerd does not serve is never claimed, swept or refunded: refused, nothing sent', async () => {
+  const m = merchants[1];
+  const other = await deployUsdc(stack.client, { symbol: 'OTHER' });
+  const { payer, config, channelId } = await depositedOnChain(m, other, FUNDS);
+  assert.equal((await readChannel(stack.client, channelId)).balance, FUNDS);
+  const voucher = await signVoucher(payer, channelId, String(2n * PRICE), NETWORK);
+  const row = { voucher: { channel: config, maxClaimableAmount: voucher.maxClaimableAmount }, signature: voucher.signature, totalClaimed: voucher.maxClaimableAmount };
+  const reqs = { ...managerRequirements(m.receiver), asset: getAddress(other) };
+  const send = (payload) => stack.post('/settle', body(payload, reqs), { headers: bearer(m.token) });
+  const blockBefore = await stack.client.getBlockNumber();
+  const answers = {
+    claim: await send({ type: 'claim', claims: [row] }),
+    sweep: await send({ type: 'settle', receiver: m.receiver, token: getAddress(other) }),
+    refund: await send({ type: 'refund', channelConfig: config, voucher, claims: [row] }),
+  };
+  for (const [what, answer] of Object.entries(answers)) {
+    assert.equal(answer.body.success, false, `${what}: ${answer.text}`);
+    assert.equal(answer.body.errorReason, 'invalid_batch_settlement_evm_token_mismatch', `${what}: ${answer.text}`);
+    assert.match(answer.body.errorMessage, /not a token routerd serves/, `${what}: ${answer.text}`);
+  }
+  assert.equal(await stack.client.getBlockNumber(), blockBefore, 'nothing was sent');
+  const payReqs = { ...requirements(m.receiver), asset: getAddress(other) };
+  const verified = await stack.post('/verify', body({ type: 'voucher', channelConfig: config, voucher }, payReqs), { headers: bearer(m.token) });
+  assert.equal(verified.body.isValid, false, verified.text);
+  assert.equal(verified.body.invalidReason, 'invalid_batch_settlement_evm_token_mismatch', verified.text);
+  const state = await readChannel(stack.client, channelId);
+  assert.equal(state.totalClaimed, 0n);
+  assert.equal(state.balance, FUNDS);
+});
+
+it('a deposit into a channel to its own payer is refused at verify and settle: nothing is sent', async () => {
+  const account = freshAccount();
+  await mintUsdc(stack.client, stack.usdc, account.address, FUNDS);
+  const client = new BatchClient(toClientEvmSigner(account, stack.client));
+  const reqs = requirements(account.address);
+  const { payload } = await client.createPaymentPayload(2, reqs);
+  assert.equal(payload.type, 'deposit');
+  const blockBefore = await stack.client.getBlockNumber();
+  for (const path of ['/verify', '/settle']) {
+    const answer = await stack.post(path, body(payload, reqs), { headers: bearer(OPEN) });
+    const [valid, reason] = path === '/verify' ? [answer.body.isValid, answer.body.invalidReason] : [answer.body.success, answer.body.errorReason];
+    assert.deepEqual([valid, reason], [false, 'invalid_batch_settlement_evm_receiver_mismatch'], `${path}: ${answer.text}`);
+  }
+  assert.equal(await stack.client.getBlockNumber(), blockBefore, 'nothing was sent');
+  assert.equal(await balanceOf(account.address), FUNDS);
 });

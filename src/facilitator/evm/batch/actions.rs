@@ -8,11 +8,11 @@
 use ethers_core::types::{Address, Bytes, H256};
 use serde_json::{json, Value};
 
-use super::pack::{receipt_logs, sign_claims, Job, Packed, Target};
+use super::pack::{receipt_logs, sign_claims, Job, Packed, Sweep, Target};
 use super::reason::{BatchReason, Refusal};
 use super::verify::{self, ChannelState};
 use super::wire::{self, BatchPayload, BatchRequest};
-use super::{payer_of, EvmBatch};
+use super::{payer_of, EvmBatch, Network};
 use crate::chain::{self, Batch, Budget, Traffic};
 use crate::evm::batch::{self as leaf, ChannelConfig, ClaimRow};
 use crate::evm::logs::{address_topic, Log};
@@ -77,16 +77,20 @@ impl<'a> Answer<'a> {
     }
 }
 
-/// The network's pack target, after the requirements' rules.
-fn target(batch: &EvmBatch, request: &BatchRequest) -> Result<Target, Refusal> {
+/// The network's pack target, after the requirements' rules, and the network.
+fn target<'b>(
+    batch: &'b EvmBatch,
+    request: &BatchRequest,
+) -> Result<(Target, &'b Network), Refusal> {
     let network = verify::check_requirements(request, |n| batch.network(n))?;
     let (domain, contracts) = batch.domain(network);
-    Ok(Target {
+    let target = Target {
         network: network.name.clone(),
         chain: network.chain.clone(),
         settlement: contracts.settlement,
         domain,
-    })
+    };
+    Ok((target, network))
 }
 
 /// A `claim`: its rows, signed by the server's authorizer or by routerd's.
@@ -124,6 +128,9 @@ async fn mirror_claims(batch: &EvmBatch, target: &Target, claimed: &[(H256, u128
     }
 }
 
+/// Where a claim row names the token its channel holds.
+const CLAIMED_TOKEN: &str = "paymentPayload.payload.claims[].voucher.channel.token";
+
 /// Each claimed channel and the total its row claims.
 type ClaimedTotals = Vec<(H256, u128)>;
 
@@ -139,8 +146,12 @@ async fn claim_job(
         unreachable!("a claim payload");
     };
     let checked = (|| {
-        let target = target(batch, request)?;
+        let (target, network) = target(batch, request)?;
         let rows = wire::claim_rows(BatchReason::ClaimPayload, claims)?;
+        verify::served(
+            network,
+            rows.iter().map(|r| (r.channel.token, CLAIMED_TOKEN)),
+        )?;
         let pay_to = parse_address(&request.payment_requirements.pay_to);
         check_rows(&rows, pay_to, batch.packer.max_calls())?;
         let field = "claimAuthorizerSignature";
@@ -292,10 +303,7 @@ async fn try_job(
         calls.push(leaf::claim_with_signature(&job.rows, &signature));
     }
     calls.extend(job.calls.iter().cloned());
-    calls.extend(
-        job.sweep
-            .map(|(receiver, token)| leaf::settle(receiver, token)),
-    );
+    calls.extend(job.sweep.map(|s| leaf::settle(s.receiver, s.token)));
     let _read = target.chain.client.admit(Budget::Settle)?;
     let mut read = Batch::new();
     let slot = read.add(chain::eth_call(
@@ -324,8 +332,9 @@ pub(super) async fn sweep(
         unreachable!("a settle payload");
     };
     let pay_to = parse_address(&request.payment_requirements.pay_to);
-    let checked = target(batch, request).and_then(|t| {
+    let checked = target(batch, request).and_then(|(t, network)| {
         let (receiver, token) = wire::sweep(receiver, token)?;
+        verify::served(network, [(token, "paymentPayload.payload.token")])?;
         match Some(receiver) == pay_to {
             // An API key scoped to a payTo sweeps for it alone.
             true => Ok((t, (receiver, token))),
@@ -339,10 +348,16 @@ pub(super) async fn sweep(
         Ok(checked) => checked,
         Err(refused) => return Ok(answer.refused(refused)),
     };
-    if let Err(refused) = owed(&target, receiver, token).await? {
-        return Ok(answer.refused(refused));
-    }
-    let job = Job::new(Vec::new(), Vec::new(), Some((receiver, token)));
+    let claimed = match owed(&target, receiver, token).await? {
+        Ok(claimed) => claimed,
+        Err(refused) => return Ok(answer.refused(refused)),
+    };
+    let sweep = Sweep {
+        receiver,
+        token,
+        claimed,
+    };
+    let job = Job::new(Vec::new(), Vec::new(), Some(sweep));
     let packed = batch.packer.submit(target.clone(), job).await;
     let mut settled = answer.of(packed, BatchReason::SettleTransactionFailed);
     if settled.success {
@@ -352,12 +367,13 @@ pub(super) async fn sweep(
     Ok(settled)
 }
 
-/// `Ok(Err)` when the receiver has nothing claimed and unsettled in `token`.
+/// The receiver's claimed total in `token`, or `Ok(Err)` when it has nothing claimed and
+/// unsettled.
 async fn owed(
     target: &Target,
     receiver: Address,
     token: Address,
-) -> Result<Result<(), Refusal>, SettleError> {
+) -> Result<Result<u128, Refusal>, SettleError> {
     let _read = target.chain.client.admit(Budget::Settle)?;
     let mut read = Batch::new();
     let data = leaf::receivers(receiver, token);
@@ -378,7 +394,7 @@ async fn owed(
             BatchReason::NothingToSettle,
             "the receiver has nothing claimed and unsettled in this token",
         )),
-        Some(_) => Ok(()),
+        Some((claimed, _)) => Ok(claimed),
     })
 }
 
@@ -466,7 +482,7 @@ async fn refund_job(
     erc1271: Option<verify::Asked>,
 ) -> Result<Result<(Target, Job, H256), Refusal>, SettleError> {
     let target = match target(batch, request) {
-        Ok(target) => target,
+        Ok((target, _)) => target,
         Err(refused) => return Ok(Err(refused)),
     };
     let asks_wallet = erc1271.is_some();

@@ -216,6 +216,10 @@ impl EvmBatch {
         );
         let (domain, contracts) = self.domain(network);
         verify::check_config(request, domain, &config, voucher.channel_id)?;
+        verify::served(
+            network,
+            [(config.token, "paymentPayload.payload.channelConfig.token")],
+        )?;
         let erc1271 = verify::check_voucher_signature(domain, &config, &voucher)?;
         Ok((network, contracts, voucher, erc1271))
     }

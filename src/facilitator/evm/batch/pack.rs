@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ethers_core::types::{Address, Bytes, H256};
+use ethers_core::utils::keccak256;
 use serde_json::json;
 use tokio::sync::oneshot;
 
@@ -54,13 +55,23 @@ pub struct Job {
     pub calls: Vec<Bytes>,
     /// Claim rows routerd signs for, with every other job's.
     pub rows: Vec<ClaimRow>,
-    /// A sweep of (receiver, token).
-    pub sweep: Option<(Address, Address)>,
+    /// A sweep of what `receiver` has claimed in `token`.
+    pub sweep: Option<Sweep>,
     answer: Option<oneshot::Sender<Packed>>,
 }
 
+/// A sweep of (receiver, token), up to the receiver's claimed total read before it was packed.
+/// Every sweep of a pair calls the same `settle(receiver, token)`: its claimed total tells a
+/// sweep of newer claims from the same sweep asked again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sweep {
+    pub receiver: Address,
+    pub token: Address,
+    pub claimed: u128,
+}
+
 impl Job {
-    pub fn new(calls: Vec<Bytes>, rows: Vec<ClaimRow>, sweep: Option<(Address, Address)>) -> Self {
+    pub fn new(calls: Vec<Bytes>, rows: Vec<ClaimRow>, sweep: Option<Sweep>) -> Self {
         Job {
             calls,
             rows,
@@ -150,9 +161,10 @@ impl Packer {
         let answer = match estimate(&target, &data).await {
             Ok(gas) => {
                 let asking = asking();
+                let call = (data.clone(), pack_key(&data, &jobs));
                 let sent =
                     self.settler
-                        .send_call(&target.network, target.settlement, data, gas, &asking);
+                        .send_call(&target.network, target.settlement, call, gas, &asking);
                 packed(sent.await)
             }
             Err(_) if jobs.len() > 1 => {
@@ -181,13 +193,31 @@ impl Packer {
         calls.extend(jobs.iter().flat_map(|j| j.calls.iter().cloned()));
         let mut swept = Vec::new();
         for sweep in jobs.iter().filter_map(|j| j.sweep) {
-            if !swept.contains(&sweep) {
-                swept.push(sweep);
-                calls.push(leaf::settle(sweep.0, sweep.1));
+            let pair = (sweep.receiver, sweep.token);
+            if !swept.contains(&pair) {
+                swept.push(pair);
+                calls.push(leaf::settle(sweep.receiver, sweep.token));
             }
         }
         calls
     }
+}
+
+/// The ledger key of a pack: the hash of its calldata (the same pack asked again is told the
+/// first one's outcome), and, when it sweeps, of the claimed totals its sweeps sweep up to, so
+/// that a sweep of newer claims is not told an older sweep's outcome.
+fn pack_key(calldata: &[u8], jobs: &[Job]) -> H256 {
+    let mut sweeps = jobs.iter().filter_map(|j| j.sweep).peekable();
+    if sweeps.peek().is_none() {
+        return H256(keccak256(calldata));
+    }
+    let mut keyed = calldata.to_vec();
+    for sweep in sweeps {
+        keyed.extend_from_slice(sweep.receiver.as_bytes());
+        keyed.extend_from_slice(sweep.token.as_bytes());
+        keyed.extend_from_slice(&sweep.claimed.to_be_bytes());
+    }
+    H256(keccak256(keyed))
 }
 
 /// routerd's `ClaimBatch` signature over `rows`, in order.
@@ -272,9 +302,45 @@ pub async fn receipt_logs(chain: &Chain, transaction: H256) -> Option<Vec<Log>> 
 mod tests {
     use super::*;
 
-    fn job(calls: usize, sweep: bool) -> Job {
-        let sweep = sweep.then(|| (Address::repeat_byte(1), Address::repeat_byte(2)));
-        Job::new(vec![Bytes::new(); calls], Vec::new(), sweep)
+    fn sweep(claimed: u128) -> Sweep {
+        Sweep {
+            receiver: Address::repeat_byte(1),
+            token: Address::repeat_byte(2),
+            claimed,
+        }
+    }
+
+    fn job(calls: usize, swept: bool) -> Job {
+        Job::new(
+            vec![Bytes::new(); calls],
+            Vec::new(),
+            swept.then(|| sweep(5)),
+        )
+    }
+
+    #[test]
+    fn a_sweep_of_newer_claims_is_another_pack() {
+        let calldata = leaf::multicall(&[leaf::settle(
+            Address::repeat_byte(1),
+            Address::repeat_byte(2),
+        )]);
+        let of = |claimed| vec![Job::new(Vec::new(), Vec::new(), Some(sweep(claimed)))];
+        assert_eq!(
+            pack_key(&calldata, &of(5)),
+            pack_key(&calldata, &of(5)),
+            "asked again"
+        );
+        assert_ne!(
+            pack_key(&calldata, &of(5)),
+            pack_key(&calldata, &of(9)),
+            "newer claims"
+        );
+        let claims = vec![job(1, false)];
+        assert_eq!(
+            pack_key(&calldata, &claims),
+            H256(keccak256(&calldata)),
+            "no sweep: its calldata"
+        );
     }
 
     #[test]

@@ -99,6 +99,13 @@ pub fn check_config(
             "channelConfig.receiver is not paymentRequirements.payTo",
         );
     }
+    if config.receiver == config.payer {
+        // access.md §3c: a payment to oneself moves no value; its gas would be the operator's.
+        return refuse(
+            BatchReason::ReceiverMismatch,
+            "channelConfig.receiver is channelConfig.payer: a channel to oneself moves no value",
+        );
+    }
     let authorizer = extra(request, "receiverAuthorizer")
         .and_then(Value::as_str)
         .and_then(crate::evm::parse_address)
@@ -117,6 +124,25 @@ pub fn check_config(
         );
     }
     check_delay(request, config.withdraw_delay)
+}
+
+/// Calls that move `tokens` (as `field` names each) are sent only for the network's configured
+/// tokens (x402-facilitator.md: only configured assets are ever called). The contract's dry run
+/// cannot tell how another token behaves in the transaction routerd signs, and its gas is the
+/// operator's.
+pub fn served<'t>(
+    network: &Network,
+    tokens: impl IntoIterator<Item = (Address, &'t str)>,
+) -> Result<(), Refusal> {
+    for (token, field) in tokens {
+        if !network.tokens.iter().any(|t| t.address == token) {
+            return Err(Refusal::new(
+                BatchReason::TokenMismatch,
+                format!("{field}: not a token routerd serves on that network"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn check_delay(request: &BatchRequest, delay: u64) -> Result<(), Refusal> {

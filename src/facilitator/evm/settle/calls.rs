@@ -1,10 +1,9 @@
 //! A contract call routerd sends that executes no payer's authorization (a `batch-settlement`
-//! claim, sweep or refund): claimed in the ledger under its own key (the hash of its calldata:
-//! the same call asked again is told the first one's outcome), signed, sent and followed by a
-//! lane like every settlement.
+//! claim, sweep or refund): claimed in the ledger under the key its caller names (the same key
+//! asked again is told the first call's outcome), signed, sent and followed by a lane like every
+//! settlement.
 
 use ethers_core::types::{Address, Bytes, H256, U256};
-use ethers_core::utils::keccak256;
 use tokio::time::Instant;
 
 use super::Settler;
@@ -19,16 +18,17 @@ use crate::store::{Claim, Limits};
 const CALL_LIFETIME_SECS: u64 = 3600;
 
 impl Settler {
-    /// Sends `calldata` to `contract` on `network` with `gas_limit`, and answers its outcome.
+    /// Sends `calldata` to `contract` on `network` with `gas_limit`, claimed under `key`, and
+    /// answers its outcome.
     pub async fn send_call(
         &self,
         network: &str,
         contract: Address,
-        calldata: Bytes,
+        (calldata, key): (Bytes, H256),
         gas_limit: u64,
         asking: &Asking,
     ) -> Result<Settled, SettleError> {
-        let record = call_record(network, contract, calldata, gas_limit, asking);
+        let record = call_record(network, contract, (calldata, key), gas_limit, asking);
         let key = record.key();
         let deadline = Instant::now() + self.settle_timeout;
         let Some(lane) = self.lanes.pick(network, None) else {
@@ -72,16 +72,14 @@ impl Settler {
     }
 }
 
-/// The record of a call: its key is the contract and the hash of its calldata; no value moves
-/// from a payer.
+/// The record of a call: its key is the contract and `key`; no value moves from a payer.
 fn call_record(
     network: &str,
     contract: Address,
-    calldata: Bytes,
+    (calldata, hash): (Bytes, H256),
     gas_limit: u64,
     asking: &Asking,
 ) -> EvmRecord {
-    let hash = H256(keccak256(&calldata));
     let terms = EvmTerms {
         token: contract,
         payer: contract,
