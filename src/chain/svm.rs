@@ -113,15 +113,15 @@ pub struct Delegation {
 }
 
 impl TokenAccount {
-    /// What `authority` can move out of the account: all of it for its owner, the rest of its
-    /// allowance for its delegate, nothing for anyone else.
+    /// What `authority` can move out of the account: the rest of its allowance for its
+    /// delegate, else all of it (its owner; a Token-2022 mint's permanent delegate, which only
+    /// the simulation can tell from anyone else).
     pub fn spendable_by(&self, authority: &Pubkey) -> u64 {
-        if *authority == self.owner {
-            return self.amount;
-        }
         match self.delegate {
-            Some(d) if d.delegate == *authority => d.amount.min(self.amount),
-            _ => 0,
+            Some(d) if d.delegate == *authority && *authority != self.owner => {
+                d.amount.min(self.amount)
+            }
+            _ => self.amount,
         }
     }
 }
@@ -485,8 +485,8 @@ mod tests {
         );
         assert_eq!(
             read.spendable_by(&Pubkey::new_unique()),
-            0,
-            "anyone else: nothing"
+            1234,
+            "anyone else: the simulation decides"
         );
         let poor = TokenAccount { amount: 50, ..read };
         assert_eq!(

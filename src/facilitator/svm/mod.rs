@@ -581,10 +581,7 @@ mod tests {
             delegate: None,
             ..a
         });
-        assert_eq!(
-            judge(&t, &s, 0),
-            Err(Failure::InsufficientFunds { balance: 0 }),
-            "neither owner nor delegate"
-        );
+        // Neither owner nor delegate: a permanent delegate, or a transfer the simulation fails.
+        assert_eq!(judge(&t, &s, 0), Ok(1_000));
     }
 }
