@@ -161,10 +161,14 @@ impl Packer {
         let answer = match estimate(&target, &data).await {
             Ok(gas) => {
                 let asking = asking();
-                let call = (data.clone(), pack_key(&data, &jobs));
-                let sent =
-                    self.settler
-                        .send_call(&target.network, target.settlement, call, gas, &asking);
+                let key = pack_key(&data, &jobs);
+                let sent = self.settler.send_call(
+                    &target.network,
+                    target.settlement,
+                    (data, key),
+                    gas,
+                    &asking,
+                );
                 packed(sent.await)
             }
             Err(_) if jobs.len() > 1 => {
